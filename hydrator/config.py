@@ -1,0 +1,327 @@
+"""Configuration: a TOML file validated by pydantic (the only place pydantic meets user input).
+
+Every key is documented in ``config/hydrator.example.toml``. Unknown keys are rejected; units are
+in the names (``*_s`` seconds, ``*_bytes`` bytes). Relative paths are relative to the directory of
+the configuration file. Secrets are never written in the TOML itself: keys ending in ``_file``
+name files that hold them.
+
+:func:`load_config` raises :class:`~hydrator.errors.ConfigError` whose message names the key,
+e.g. ``sources[0].timeout_s: Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hydrator.domain import SCOPE_PATTERN, InvalidNameError, check_site
+from hydrator.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/hydrator/hydrator.toml")
+ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+SOURCE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DaemonConfig(_Model):
+    """``[daemon]``: the loop and where its state lives."""
+
+    interval_s: PositiveSeconds = 60.0
+    """Seconds between cycle starts."""
+    jitter_s: float = Field(5.0, ge=0)
+    """Up to this many seconds of random delay added to each cycle start."""
+    state_path: Path = Path("/var/lib/hydrator/state.sqlite")
+    """SQLite file holding the last good state; created if missing."""
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class SafetyConfig(_Model):
+    """``[safety]``: when a source's answer is too suspicious to act on."""
+
+    max_drop_fraction: float = Field(0.5, ge=0, le=1)
+    """An answer with fewer than (1 - this) x the previous entries is held back as stale."""
+    drop_min_entries: int = Field(20, ge=0)
+    """Sources with fewer previous entries than this are never held back."""
+    accept_drop_after_cycles: int = Field(10, ge=0)
+    """A drop held back this many consecutive cycles is accepted; 0 holds it forever."""
+
+
+class HttpConfig(_Model):
+    """``[http]``: the one listener for ClassAds, metrics and probes."""
+
+    enabled: bool = True
+    listen: str = "127.0.0.1:9620"
+    """host:port; use 0.0.0.0 only behind a firewall or in a pod."""
+    max_age_s: int = Field(60, ge=0)
+    """Cache-Control max-age of site ClassAds, so site squids can absorb glidein fetches."""
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"expected host:port, got {value!r}")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+class ClassAdConfig(_Model):
+    """``[classad]``: the attribute names written into machine ads."""
+
+    available_attribute: str = "AvailableDatasets"
+    partial_attribute: str = "PartialDatasets"
+    replicating_attribute: str = "ReplicatingDatasets"
+    site_attribute: str = "DataLocalitySite"
+    updated_attribute: str = "DataLocalityUpdated"
+    digest_attribute: str = "DataLocalityDigest"
+
+    @model_validator(mode="after")
+    def _valid_unique(self) -> ClassAdConfig:
+        names = self.model_dump()
+        for key, value in names.items():
+            if not ATTRIBUTE_PATTERN.fullmatch(value):
+                raise ValueError(f"{key}: {value!r} is not a ClassAd attribute name")
+        lowered = [v.lower() for v in names.values()]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError("attribute names must differ (ClassAd names ignore case)")
+        return self
+
+
+class _SourceBase(_Model):
+    name: str
+    """Unique name of this source in logs, metrics and the state database."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SOURCE_NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"{value!r}: use 1-32 of a-z 0-9 _ - starting with a letter")
+        return value
+
+
+class StaticSourceConfig(_SourceBase):
+    """A TOML inventory file: the demo, tests, and sites no catalogue covers."""
+
+    type: Literal["static"]
+    name: str = "static"
+    path: Path
+    """Inventory file; re-read every cycle (format in config/demo-inventory.toml)."""
+
+
+class RucioSourceConfig(_SourceBase):
+    """Rucio via rucio-clients. Without rucio_host, the client reads ``$RUCIO_CONFIG``."""
+
+    type: Literal["rucio"]
+    name: str = "rucio"
+    rucio_host: str | None = None
+    auth_host: str | None = None
+    account: str | None = None
+    vo: str | None = None
+    auth_type: Literal["userpass", "x509", "x509_proxy", "oidc"] | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    """File holding the userpass password."""
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    client_proxy: Path | None = None
+    token_file: Path | None = None
+    """File holding an OIDC bearer token (auth_type = oidc)."""
+    ca_cert: Path | None = None
+    timeout_s: PositiveSeconds = 30.0
+    rse_expression: str = "rse_type=DISK"
+    """Which RSEs count; tape-only data is not available to a job."""
+    site_attribute: str = "site"
+    """RSE attribute naming the site; [sites] overrides it."""
+    scopes: list[str] = Field(default_factory=list)
+    """Only datasets in these scopes; empty means all."""
+    deep_check_limit: int = Field(500, ge=0)
+    """At most this many exact (deep) replica checks per cycle for partial/replicating data."""
+    max_attempts: int = Field(3, ge=1)
+    backoff_s: float = Field(1.0, ge=0)
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: list[str]) -> list[str]:
+        for scope in value:
+            if not SCOPE_PATTERN.fullmatch(scope):
+                raise ValueError(f"invalid scope {scope!r}")
+        return value
+
+
+class DmapiSourceConfig(_SourceBase):
+    """The SKA SRCNet Data Management API (``GET /data/locate/{namespace}/{name}``)."""
+
+    type: Literal["dmapi"]
+    name: str = "dmapi"
+    base_url: str
+    """e.g. https://dm.example.org/api/v1"""
+    token_file: Path | None = None
+    """A static bearer token; or use the client-credentials keys below."""
+    token_url: str | None = None
+    client_id_file: Path | None = None
+    client_secret_file: Path | None = None
+    audience: str = "data-management-api"
+    scope: str = "data-management-api-service"
+    site_capabilities_url: str | None = None
+    """Site Capabilities API base (…/api/v1); maps storage-area ids to sites via /nodes."""
+    datasets: list[str] = Field(default_factory=list)
+    """Datasets (namespace:name) to locate every cycle."""
+    datasets_from_queue: bool = False
+    """Also locate the datasets queued jobs declare in RequiredDatasets (needs [collector])."""
+    timeout_s: PositiveSeconds = 10.0
+    max_attempts: int = Field(3, ge=1)
+    backoff_s: float = Field(1.0, ge=0)
+    max_concurrency: int = Field(8, ge=1, le=64)
+    ca_cert: Path | None = None
+
+    @model_validator(mode="after")
+    def _auth(self) -> DmapiSourceConfig:
+        creds = (self.token_url, self.client_id_file, self.client_secret_file)
+        if self.token_file is None and not all(creds):
+            raise ValueError("set token_file, or token_url with client_id_file and client_secret_file")
+        return self
+
+
+SourceConfig = Annotated[
+    StaticSourceConfig | RucioSourceConfig | DmapiSourceConfig, Field(discriminator="type")
+]
+
+
+class CollectorConfig(_Model):
+    """``[collector]``: publishing into the HTCondor collector (off by default)."""
+
+    enabled: bool = False
+    pool: str | None = None
+    """Collector host:port; empty uses the local HTCondor configuration."""
+    token_dir: Path | None = None
+    """Directory with an IDTOKEN allowed to MERGE_STARTD_AD (sets _CONDOR_SEC_TOKEN_DIRECTORY)."""
+    slot_site_attribute: str = "GLIDEIN_Site"
+    """Slot-ad attribute naming the slot's site."""
+    merge_slots: bool = True
+    """Merge the site attributes into matching slot ads every cycle."""
+    site_ads: bool = True
+    """Advertise one ad per site with MyType = "DataLocality"."""
+    refresh_s: PositiveSeconds = 900.0
+    """Re-merge a current slot whose DataLocalityUpdated is older than this."""
+    batch_size: int = Field(200, ge=1)
+    timeout_s: PositiveSeconds = 20.0
+
+
+class Config(_Model):
+    """The whole file."""
+
+    daemon: DaemonConfig = DaemonConfig()
+    safety: SafetyConfig = SafetyConfig()
+    http: HttpConfig = HttpConfig()
+    classad: ClassAdConfig = ClassAdConfig()
+    sources: list[SourceConfig] = Field(min_length=1)
+    sites: dict[str, str] = Field(default_factory=dict)
+    """Storage element (RSE / storage area) -> site; wins over what catalogues say."""
+    collector: CollectorConfig = CollectorConfig()
+
+    @field_validator("sites")
+    @classmethod
+    def _sites(cls, value: dict[str, str]) -> dict[str, str]:
+        for element, site in value.items():
+            try:
+                check_site(site)
+            except InvalidNameError as exc:
+                raise ValueError(f"{element}: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> Config:
+        names = [s.name for s in self.sources]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"two sources are named {name!r}; give each a unique name")
+        return self
+
+
+def default_config_path() -> Path:
+    """``$HYDRATOR_CONFIG``, else ``/etc/hydrator/hydrator.toml``."""
+    return Path(os.environ.get("HYDRATOR_CONFIG") or DEFAULT_CONFIG_PATH)
+
+
+def load_config(path: Path) -> Config:
+    """Read, validate and resolve a configuration file; raise ConfigError naming the key."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("", f"{path}: no such configuration file") from None
+    except OSError as exc:
+        raise ConfigError("", f"{path}: cannot read: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("", f"{path}: not valid TOML: {exc}") from None
+    return parse_config(raw, base_dir=path.parent)
+
+
+def parse_config(raw: dict[str, Any], base_dir: Path) -> Config:
+    """Validate a parsed TOML document; relative paths are resolved against ``base_dir``."""
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise ConfigError(_dotted(error["loc"], raw), _message(error)) from None
+    return _resolve_paths(config, base_dir.resolve())
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required key is missing"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _dotted(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
+    """``("sources", 0, "rucio", "timeout_s")`` -> ``sources[0].timeout_s``."""
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] += f"[{item}]"
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+            continue
+        # pydantic inserts the discriminator value of a tagged union; it is not a key
+        if isinstance(node, dict) and item not in node and node.get("type") == item:
+            continue
+        parts.append(str(item))
+        node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    def fix(model: _Model) -> _Model:
+        updates: dict[str, Any] = {}
+        for key, value in model:
+            if isinstance(value, Path) and not value.is_absolute():
+                updates[key] = base / value
+        return model.model_copy(update=updates) if updates else model
+
+    return config.model_copy(
+        update={
+            "daemon": fix(config.daemon),
+            "collector": fix(config.collector),
+            "sources": [fix(s) for s in config.sources],
+        }
+    )

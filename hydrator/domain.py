@@ -1,0 +1,265 @@
+"""Domain types shared by every layer: immutable, validated at construction.
+
+A *dataset* is a Rucio DID ``scope:name`` (DMAPI calls the scope a namespace). A *site* is the
+name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much of a dataset a
+site holds. Sources produce :class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the
+saved :class:`State` plus this cycle's snapshots into a :class:`Plan`.
+
+Names are checked against strict patterns so that nothing a catalogue returns can break a
+ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
+rejected; ``/ # + @ =`` (used in real catalogues, e.g. CMS block names) are allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NewType
+
+# Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
+SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
+# Names: Rucio's generic DID character set plus what experiments' schemas add (/, #, +, @, =).
+# No quote, backslash, whitespace, comma, colon or control character; 250 is Rucio's limit.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9/_][A-Za-z0-9/_.\-+#@=]{0,249}")
+# GLIDEIN_Site values seen in production: SRCNET_CH, T2_US_Nebraska, UKI-NORTHGRID-MAN-HEP.
+SITE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+
+Site = NewType("Site", str)
+
+
+class InvalidNameError(ValueError):
+    """A dataset or site name outside the allowed character set (the message quotes it safely)."""
+
+
+def check_site(name: str) -> Site:
+    """Return ``name`` as a :data:`Site`, or raise :class:`InvalidNameError`."""
+    if not isinstance(name, str) or not SITE_PATTERN.fullmatch(name):
+        raise InvalidNameError(f"invalid site name {name!r}")
+    return Site(name)
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class DatasetId:
+    """A dataset identifier; ``str(d)`` is the ``scope:name`` form published in ClassAds."""
+
+    scope: str
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, str) or not SCOPE_PATTERN.fullmatch(self.scope):
+            raise InvalidNameError(f"invalid dataset scope {self.scope!r} (name {self.name!r})")
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
+            raise InvalidNameError(f"invalid dataset name {self.scope!r}:{self.name!r}")
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> DatasetId:
+        """Parse ``scope:name``; raise :class:`InvalidNameError` if it is not a valid DID."""
+        if not isinstance(text, str) or ":" not in text:
+            raise InvalidNameError(f"invalid dataset id {text!r} (expected scope:name)")
+        scope, _, name = text.partition(":")
+        return cls(scope, name)
+
+
+class ReplicaState(enum.Enum):
+    """How a site holds a dataset, best first."""
+
+    AVAILABLE = "available"  # every file of the dataset is at the site
+    PARTIAL = "partial"  # some files are at the site (``fraction`` < 1)
+    REPLICATING = "replicating"  # an active rule/transfer towards the site
+    STUCK = "stuck"  # a rule towards the site is stuck; reported, never advertised as usable
+
+    @property
+    def rank(self) -> int:
+        """Higher is better; used to merge reports deterministically."""
+        return _RANK[self]
+
+
+_RANK = {
+    ReplicaState.AVAILABLE: 3,
+    ReplicaState.PARTIAL: 2,
+    ReplicaState.REPLICATING: 1,
+    ReplicaState.STUCK: 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One site's holding of one dataset, as one source reports it.
+
+    ``fraction`` is the share of the dataset's files present at the site, 0..1 (1.0 when
+    AVAILABLE; for REPLICATING, the progress of the rule so far).
+    """
+
+    dataset: DatasetId
+    site: Site
+    state: ReplicaState
+    fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
+
+    @property
+    def key(self) -> tuple[Site, DatasetId]:
+        return (self.site, self.dataset)
+
+
+def better(a: Replica, b: Replica) -> Replica:
+    """The more useful of two reports of the same (site, dataset); total and deterministic."""
+    ka = (a.state.rank, a.fraction)
+    kb = (b.state.rank, b.fraction)
+    return a if ka >= kb else b
+
+
+def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
+    """Collapse reports to one per (site, dataset), keeping the :func:`better` one."""
+    merged: dict[tuple[Site, DatasetId], Replica] = {}
+    for r in replicas:
+        old = merged.get(r.key)
+        merged[r.key] = r if old is None else better(old, r)
+    return merged
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one source answered in one cycle.
+
+    ``replicas`` holds at most one replica per (site, dataset) (build with :meth:`of`).
+    ``sites`` are the sites the source covers, including those where it found nothing, so an
+    emptied site keeps an (empty) ad instead of vanishing. ``invalid`` counts records skipped
+    because they were malformed or named an unknown storage element or an invalid dataset.
+    """
+
+    source: str
+    replicas: frozenset[Replica]
+    sites: frozenset[Site]
+    invalid: int = 0
+    unmapped: frozenset[str] = frozenset()  # storage elements with no site
+
+    @classmethod
+    def of(
+        cls,
+        source: str,
+        replicas: Iterable[Replica],
+        sites: Iterable[Site] = (),
+        invalid: int = 0,
+        unmapped: Iterable[str] = (),
+    ) -> Snapshot:
+        merged = merge_replicas(replicas)
+        covered = frozenset(sites) | {site for site, _ in merged}
+        return cls(source, frozenset(merged.values()), covered, invalid, frozenset(unmapped))
+
+
+@dataclass(frozen=True)
+class SourceFailure:
+    """A source that gave no usable answer this cycle. ``permanent`` mirrors the error class."""
+
+    source: str
+    error: str
+    permanent: bool = False
+
+
+SourceOutcome = Snapshot | SourceFailure
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What the state remembers of a source between cycles.
+
+    ``replicas``/``sites`` are the last *good* snapshot. ``stale`` is true while the source
+    failed or was held back since then. ``held_cycles`` counts consecutive cycles whose answer
+    was held back as a suspicious drop.
+    """
+
+    name: str
+    replicas: frozenset[Replica] = frozenset()
+    sites: frozenset[Site] = frozenset()
+    last_success: datetime | None = None
+    last_attempt: datetime | None = None
+    stale: bool = False
+    error: str | None = None
+    held_cycles: int = 0
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything persisted between cycles.
+
+    ``first_seen`` maps every (site, dataset) currently known to when it first appeared;
+    ``site_updated`` maps every known site to its last successful refresh (all sources that
+    cover it answered).
+    """
+
+    sources: Mapping[str, SourceState] = field(default_factory=dict)
+    first_seen: Mapping[tuple[Site, DatasetId], datetime] = field(default_factory=dict)
+    site_updated: Mapping[Site, datetime] = field(default_factory=dict)
+
+
+class ChangeKind(enum.Enum):
+    ADDED = "added"
+    REMOVED = "removed"
+    CHANGED = "changed"  # state or fraction changed
+
+
+@dataclass(frozen=True, order=True)
+class Change:
+    """One (site, dataset) whose merged view changed this cycle."""
+
+    site: Site
+    dataset: DatasetId
+    kind: ChangeKind = field(compare=False)
+    old: Replica | None = field(default=None, compare=False)
+    new: Replica | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class SourceDelta:
+    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
+
+    added: frozenset[Replica] = frozenset()
+    removed: frozenset[Replica] = frozenset()
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """How a source fared this cycle, for reports, logs and metrics."""
+
+    name: str
+    fresh: bool  # its answer was used this cycle
+    entries: int  # replicas in the snapshot now in effect
+    invalid: int = 0
+    unmapped: frozenset[str] = frozenset()
+    reason: str | None = None  # why it is stale: the error, or a held-back drop
+    last_success: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SiteView:
+    """One site as published: the lists of a site ClassAd, sorted, plus when and what."""
+
+    site: Site
+    available: tuple[DatasetId, ...]
+    partial: tuple[tuple[DatasetId, float], ...]
+    replicating: tuple[tuple[DatasetId, float], ...]
+    stuck: tuple[DatasetId, ...]
+    updated: datetime | None
+    digest: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pure core's answer: the new state, what changed, and what to write."""
+
+    state: State
+    changes: tuple[Change, ...]
+    sources: tuple[SourceStatus, ...]
+    source_deltas: Mapping[str, SourceDelta]
+    sites: Mapping[Site, SiteView]
+    changed_sites: frozenset[Site]  # sites whose published content (digest) changed
+    removed_sites: frozenset[Site]  # sites no source covers any more
