@@ -196,7 +196,9 @@ class DmapiSourceConfig(_SourceBase):
     def _auth(self) -> DmapiSourceConfig:
         creds = (self.token_url, self.client_id_file, self.client_secret_file)
         if self.token_file is None and not all(creds):
-            raise ValueError("set token_file, or token_url with client_id_file and client_secret_file")
+            raise ValueError(
+                "set token_file, or token_url with client_id_file and client_secret_file"
+            )
         return self
 
 

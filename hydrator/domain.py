@@ -13,10 +13,12 @@ rejected; ``/ # + @ =`` (used in real catalogues, e.g. CMS block names) are allo
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import NewType
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
@@ -191,14 +193,100 @@ class SourceState:
 class State:
     """Everything persisted between cycles.
 
-    ``first_seen`` maps every (site, dataset) currently known to when it first appeared;
-    ``site_updated`` maps every known site to its last successful refresh (all sources that
-    cover it answered).
+    ``first_seen`` maps every (site, dataset) currently known to when it first appeared.
+    The cached properties are derived, never persisted.
     """
 
     sources: Mapping[str, SourceState] = field(default_factory=dict)
     first_seen: Mapping[tuple[Site, DatasetId], datetime] = field(default_factory=dict)
-    site_updated: Mapping[Site, datetime] = field(default_factory=dict)
+
+    @cached_property
+    def site_updated(self) -> dict[Site, datetime]:
+        """Site -> its last successful refresh: the oldest last success of the sources that
+        cover it, so everything the site's ad says was confirmed at or after this time."""
+        updated: dict[Site, datetime] = {}
+        for site, names in self.coverage.items():
+            times = [self.sources[n].last_success for n in names]
+            known = [when for when in times if when is not None]
+            if known:
+                updated[site] = min(known)
+        return updated
+
+    @cached_property
+    def merged(self) -> dict[tuple[Site, DatasetId], Replica]:
+        """(site, dataset) -> the best report of all sources (for one source, a plain index)."""
+        states = [self.sources[name] for name in sorted(self.sources)]
+        if len(states) == 1:
+            return {r.key: r for r in states[0].replicas}
+        return merge_replicas(r for s in states for r in s.replicas)
+
+    @cached_property
+    def coverage(self) -> dict[Site, frozenset[str]]:
+        """Site -> names of the sources that cover it."""
+        covered: dict[Site, set[str]] = {}
+        for name, state in self.sources.items():
+            for site in state.sites:
+                covered.setdefault(site, set()).add(name)
+        return {site: frozenset(names) for site, names in covered.items()}
+
+    @cached_property
+    def contents(self) -> dict[Site, SiteView]:
+        """Per covered site, its published lists and digest (``updated`` left None)."""
+        return site_contents(self.merged, frozenset(self.coverage))
+
+    def inherit_derived(self, other: State) -> None:
+        """Reuse ``other``'s derived views; only for states with identical sources content."""
+        for name in ("merged", "coverage", "contents"):
+            if name in other.__dict__:
+                self.__dict__[name] = other.__dict__[name]
+
+
+def site_contents(
+    merged: Mapping[tuple[Site, DatasetId], Replica], sites: frozenset[Site]
+) -> dict[Site, SiteView]:
+    """Per site, the sorted lists that make its ClassAd, and their digest."""
+    lists: dict[Site, dict[ReplicaState, list[tuple[DatasetId, float]]]] = {
+        site: {state: [] for state in ReplicaState} for site in sites
+    }
+    for (site, dataset), replica in merged.items():
+        if site in lists:
+            lists[site][replica.state].append((dataset, replica.fraction))
+    views: dict[Site, SiteView] = {}
+    for site in sorted(sites):
+        by_state = lists[site]
+        available = tuple(sorted(d for d, _ in by_state[ReplicaState.AVAILABLE]))
+        partial = tuple(sorted(by_state[ReplicaState.PARTIAL]))
+        replicating = tuple(sorted(by_state[ReplicaState.REPLICATING]))
+        views[site] = SiteView(
+            site=site,
+            available=available,
+            partial=partial,
+            replicating=replicating,
+            stuck=tuple(sorted(d for d, _ in by_state[ReplicaState.STUCK])),
+            updated=None,
+            digest=content_digest(site, available, partial, replicating),
+        )
+    return views
+
+
+def content_digest(
+    site: Site,
+    available: tuple[DatasetId, ...],
+    partial: tuple[tuple[DatasetId, float], ...],
+    replicating: tuple[tuple[DatasetId, float], ...],
+) -> str:
+    """A short hash of what a site's ClassAd lists (not of its timestamp): it changes iff the
+    ad's lists change, so publishers can skip targets that already carry it."""
+    h = hashlib.sha256(site.encode())
+    for label, names in (
+        (b"A", [str(d) for d in available]),
+        (b"P", [str(d) for d, _ in partial]),
+        (b"R", [str(d) for d, _ in replicating]),
+    ):
+        h.update(b"\0" + label)
+        for name in names:
+            h.update(b"\n" + name.encode())
+    return h.hexdigest()[:16]
 
 
 class ChangeKind(enum.Enum):

@@ -1,0 +1,185 @@
+"""The pure core: (saved state, source outcomes, now) -> :class:`~hydrator.domain.Plan`.
+
+No I/O, no clock, no globals. The rules it enforces:
+
+* A source that failed keeps its last good snapshot and is marked stale.
+* A source whose answer shrank suspiciously (fewer than ``1 - max_drop_fraction`` of its
+  previous entries, when it had at least ``drop_min_entries``) is held back the same way, until
+  the same shrunken answer has come ``accept_drop_after_cycles`` cycles in a row (0: never).
+* Hence a dataset leaves a site only when every source that reported it answered successfully
+  this cycle without it.
+* Several sources merge deterministically: per (site, dataset) the best report wins
+  (available > partial > replicating > stuck, then the larger fraction).
+* A site is known while any source covers it; its ``updated`` time is the oldest last success
+  of the sources covering it (:attr:`~hydrator.domain.State.site_updated`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from hydrator.domain import (
+    Change,
+    ChangeKind,
+    DatasetId,
+    Plan,
+    Replica,
+    Site,
+    Snapshot,
+    SourceDelta,
+    SourceFailure,
+    SourceOutcome,
+    SourceState,
+    SourceStatus,
+    State,
+)
+
+Key = tuple[Site, DatasetId]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Safety thresholds (``[safety]`` in the config)."""
+
+    max_drop_fraction: float = 0.5
+    drop_min_entries: int = 20
+    accept_drop_after_cycles: int = 10
+
+
+def plan_cycle(
+    previous: State, outcomes: Mapping[str, SourceOutcome], now: datetime, policy: Policy
+) -> Plan:
+    """Decide this cycle. ``outcomes`` has one entry per configured source.
+
+    Sources in ``previous`` that are no longer configured are dropped with their replicas.
+    """
+    sources: dict[str, SourceState] = {}
+    statuses: list[SourceStatus] = []
+    deltas: dict[str, SourceDelta] = {}
+    for name in sorted(outcomes):
+        before = previous.sources.get(name, SourceState(name))
+        after, status, delta = _advance_source(before, outcomes[name], now, policy)
+        sources[name] = after
+        statuses.append(status)
+        if delta.added or delta.removed:
+            deltas[name] = delta
+    for name in sorted(set(previous.sources) - set(outcomes)):
+        deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
+
+    state = State(sources=sources, first_seen=previous.first_seen)
+    same_content = not deltas and _same_sites(previous.sources, sources)
+    if same_content:
+        state.inherit_derived(previous)
+        changes: tuple[Change, ...] = ()
+    else:
+        changes = _changes(previous.merged, state.merged)
+    state = _finish(state, _first_seen(previous.first_seen, changes, now))
+    site_updated = state.site_updated
+    old_contents = previous.contents
+    changed_sites = frozenset(
+        site
+        for site, view in state.contents.items()
+        if site not in old_contents or old_contents[site].digest != view.digest
+    )
+    return Plan(
+        state=state,
+        changes=changes,
+        sources=tuple(statuses),
+        source_deltas=deltas,
+        sites={s: replace(v, updated=site_updated.get(s)) for s, v in state.contents.items()},
+        changed_sites=changed_sites,
+        removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
+    )
+
+
+def _finish(draft: State, first_seen: Mapping[Key, datetime]) -> State:
+    state = State(sources=draft.sources, first_seen=first_seen)
+    state.inherit_derived(draft)
+    return state
+
+
+def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> bool:
+    return a.keys() == b.keys() and all(a[n].sites == b[n].sites for n in a)
+
+
+def _advance_source(
+    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy
+) -> tuple[SourceState, SourceStatus, SourceDelta]:
+    if isinstance(outcome, SourceFailure):
+        after = replace(before, last_attempt=now, stale=True, error=outcome.error)
+        return after, _status(after, fresh=False, reason=outcome.error), SourceDelta()
+    held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
+    accept_after = policy.accept_drop_after_cycles
+    if held and (accept_after == 0 or before.held_cycles + 1 < accept_after):
+        reason = (
+            f"answer held back: {len(outcome.replicas)} entries against "
+            f"{len(before.replicas)} last time (cycle {before.held_cycles + 1} of "
+            f"{accept_after or 'unlimited'})"
+        )
+        after = replace(
+            before, last_attempt=now, stale=True, error=reason, held_cycles=before.held_cycles + 1
+        )
+        return after, _status(after, fresh=False, reason=reason, snapshot=outcome), SourceDelta()
+    after = SourceState(
+        name=before.name,
+        replicas=outcome.replicas,
+        sites=outcome.sites,
+        last_success=now,
+        last_attempt=now,
+    )
+    delta = SourceDelta(
+        added=outcome.replicas - before.replicas, removed=before.replicas - outcome.replicas
+    )
+    return after, _status(after, fresh=True, snapshot=outcome), delta
+
+
+def _suspicious_drop(before: int, now: int, policy: Policy) -> bool:
+    if before == 0 or before < policy.drop_min_entries:
+        return False
+    return now < before * (1.0 - policy.max_drop_fraction)
+
+
+def _status(
+    state: SourceState, fresh: bool, reason: str | None = None, snapshot: Snapshot | None = None
+) -> SourceStatus:
+    return SourceStatus(
+        name=state.name,
+        fresh=fresh,
+        entries=len(state.replicas),
+        invalid=snapshot.invalid if snapshot else 0,
+        unmapped=snapshot.unmapped if snapshot else frozenset(),
+        reason=reason,
+        last_success=state.last_success,
+    )
+
+
+def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica]) -> tuple[Change, ...]:
+    out: list[Change] = []
+    for key, replica in new.items():
+        prior = old.get(key)
+        if prior is None:
+            out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
+        elif prior != replica:
+            out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
+    for key, prior in old.items():
+        if key not in new:
+            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
+    out.sort()
+    return tuple(out)
+
+
+def _first_seen(
+    previous: Mapping[Key, datetime], changes: tuple[Change, ...], now: datetime
+) -> Mapping[Key, datetime]:
+    if not changes:
+        return previous
+    first_seen = dict(previous)
+    for change in changes:
+        key = (change.site, change.dataset)
+        if change.kind is ChangeKind.ADDED:
+            first_seen[key] = now
+        elif change.kind is ChangeKind.REMOVED:
+            first_seen.pop(key, None)
+    return first_seen
