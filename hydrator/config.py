@@ -132,30 +132,45 @@ class RucioSourceConfig(_SourceBase):
     type: Literal["rucio"]
     name: str = "rucio"
     rucio_host: str | None = None
+    """Server URL, e.g. https://rucio.example.org; unset: everything comes from $RUCIO_CONFIG."""
     auth_host: str | None = None
+    """Authentication server URL (often the same as rucio_host)."""
     account: str | None = None
+    """Rucio account to act as; needs read access only."""
     vo: str | None = None
+    """Virtual organisation on a multi-VO server; unset: the default VO."""
     auth_type: Literal["userpass", "x509", "x509_proxy", "oidc"] | None = None
+    """How to authenticate; unset: from $RUCIO_CONFIG."""
     username: str | None = None
+    """Userpass identity (auth_type = userpass)."""
     password_file: Path | None = None
-    """File holding the userpass password."""
+    """File holding the userpass password (first line); re-read after an auth failure."""
     client_cert: Path | None = None
+    """X.509 certificate (auth_type = x509)."""
     client_key: Path | None = None
+    """X.509 private key, mode 0400 or 0600 (auth_type = x509)."""
     client_proxy: Path | None = None
+    """X.509 proxy (auth_type = x509_proxy)."""
     token_file: Path | None = None
     """File holding an OIDC bearer token (auth_type = oidc)."""
     ca_cert: Path | None = None
+    """CA bundle or directory to verify the server; unset: the system/certifi bundle."""
     timeout_s: PositiveSeconds = 30.0
+    """Timeout of one HTTP request, seconds."""
     rse_expression: str = "rse_type=DISK"
-    """Which RSEs count; tape-only data is not available to a job."""
+    """Which RSEs count; tape-only data is not available to a job (checked: Rucio 41.5.1
+    resolves ``rse_type=DISK``)."""
     site_attribute: str = "site"
     """RSE attribute naming the site; [sites] overrides it."""
     scopes: list[str] = Field(default_factory=list)
     """Only datasets in these scopes; empty means all."""
     deep_check_limit: int = Field(500, ge=0)
-    """At most this many exact (deep) replica checks per cycle for partial/replicating data."""
+    """At most this many exact (deep, one call each) dataset checks per cycle, for datasets the
+    lagging summary table cannot settle; the rest use the summary."""
     max_attempts: int = Field(3, ge=1)
+    """Tries per API call on transient errors (connection, timeout, HTTP 5xx)."""
     backoff_s: float = Field(1.0, ge=0)
+    """Wait before the second try, seconds; doubles with each further try."""
 
     @field_validator("scopes")
     @classmethod
@@ -167,30 +182,57 @@ class RucioSourceConfig(_SourceBase):
 
 
 class DmapiSourceConfig(_SourceBase):
-    """The SKA SRCNet Data Management API (``GET /data/locate/{namespace}/{name}``)."""
+    """The SKA SRCNet Data Management API (``GET /data/locate/{namespace}/{name}``).
+
+    Authentication is either OAuth2 client credentials against SKA IAM (``token_url`` with
+    ``client_id_file`` and ``client_secret_file``; one token per audience) or static bearer
+    tokens read from files (``token_file``, ``site_capabilities_token_file``), never both.
+    """
 
     type: Literal["dmapi"]
     name: str = "dmapi"
     base_url: str
-    """e.g. https://dm.example.org/api/v1"""
+    """e.g. https://data-management.srcnet.skao.int/api/v1"""
     token_file: Path | None = None
-    """A static bearer token; or use the client-credentials keys below."""
+    """A static bearer token for the DMAPI, re-read every cycle and after an HTTP 401."""
     token_url: str | None = None
+    """OAuth2 token endpoint for the client-credentials grant, e.g. https://ska-iam.stfc.ac.uk/token"""
     client_id_file: Path | None = None
     client_secret_file: Path | None = None
     audience: str = "data-management-api"
+    """Audience requested for the DMAPI token (the DMAPI checks the token's ``aud``)."""
     scope: str = "data-management-api-service"
+    """Scope(s) requested for the DMAPI token, space-separated."""
     site_capabilities_url: str | None = None
     """Site Capabilities API base (…/api/v1); maps storage-area ids to sites via /nodes."""
+    site_capabilities_token_file: Path | None = None
+    """Static bearer token for the Site Capabilities API (needed with token_file)."""
+    site_capabilities_audience: str = "site-capabilities-api"
+    """Audience requested for the Site Capabilities token (client credentials)."""
+    site_capabilities_scope: str = "site-capabilities-api-service"
+    """Scope(s) requested for the Site Capabilities token, space-separated."""
+    site_capabilities_ttl_s: PositiveSeconds = 600.0
+    """Seconds a fetched /nodes answer is reused before it is fetched again."""
     datasets: list[str] = Field(default_factory=list)
     """Datasets (namespace:name) to locate every cycle."""
     datasets_from_queue: bool = False
     """Also locate the datasets queued jobs declare in RequiredDatasets (needs [collector])."""
     timeout_s: PositiveSeconds = 10.0
+    """Timeout of one HTTP request (connect and each read), seconds."""
     max_attempts: int = Field(3, ge=1)
+    """Attempts per request on connection errors, HTTP 5xx and 429 (1 = no retry)."""
     backoff_s: float = Field(1.0, ge=0)
+    """Wait before the 2nd attempt, seconds; doubles per attempt up to max_backoff_s."""
+    max_backoff_s: float = Field(30.0, ge=0)
+    """Upper bound of one backoff wait, seconds."""
+    max_retry_after_s: float = Field(30.0, ge=0)
+    """Longest ``Retry-After`` (429/503) honoured, seconds; a longer hint fails the cycle."""
+    token_refresh_margin_s: float = Field(60.0, ge=0)
+    """Fetch a new client-credentials token this many seconds before the old one expires."""
     max_concurrency: int = Field(8, ge=1, le=64)
+    """Locate requests in flight at once."""
     ca_cert: Path | None = None
+    """CA bundle for TLS verification; default: the system/certifi bundle."""
 
     @model_validator(mode="after")
     def _auth(self) -> DmapiSourceConfig:
@@ -199,6 +241,14 @@ class DmapiSourceConfig(_SourceBase):
             raise ValueError(
                 "set token_file, or token_url with client_id_file and client_secret_file"
             )
+        if self.token_file is not None and any(creds):
+            raise ValueError("set either token_file or the client-credentials keys, not both")
+        if (
+            self.token_file is not None
+            and self.site_capabilities_url is not None
+            and self.site_capabilities_token_file is None
+        ):
+            raise ValueError("site_capabilities_token_file is required with token_file")
         return self
 
 

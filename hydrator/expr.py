@@ -1,0 +1,64 @@
+"""Job-side expressions: ``requirements`` and ``rank`` for a job that needs some datasets.
+
+ClassAds have no ``subset()`` or ``intersection()`` (FACTS.md); the working forms are a
+conjunction of ``identicalMember`` (case-sensitive, unlike ``member``) and, for ranking, the sum
+of a list of booleans (0 when the slot has no such attribute; ``a + b`` would be UNDEFINED).
+Names are validated :class:`~hydrator.domain.DatasetId` objects and are quoted with
+``classad2.quote``, never pasted in raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import classad2
+
+from hydrator.config import ClassAdConfig
+from hydrator.domain import DatasetId
+
+
+@dataclass(frozen=True)
+class JobExpressions:
+    required: str  # value of RequiredDatasets, a ClassAd list
+    requirements: str
+    rank: str
+    generic_requirements: str  # the same test driven by MY.RequiredDatasets
+
+
+def _member(dataset: DatasetId, attribute: str) -> str:
+    return f"identicalMember({classad2.quote(str(dataset))}, TARGET.{attribute})"
+
+
+def job_expressions(
+    datasets: Sequence[DatasetId], attrs: ClassAdConfig, partial_ok: bool = False
+) -> JobExpressions:
+    """Expressions for a job needing every dataset in ``datasets`` (in order, deduplicated).
+
+    ``partial_ok`` also accepts a site holding part of a dataset (for jobs that can fetch the
+    rest). ``rank`` counts the datasets a slot's site holds completely, plus half for partial.
+    """
+    unique = list(dict.fromkeys(datasets))
+    if not unique:
+        raise ValueError("at least one dataset is needed")
+    avail, part = attrs.available_attribute, attrs.partial_attribute
+    terms = []
+    for d in unique:
+        term = _member(d, avail)
+        terms.append(f"({term} || {_member(d, part)})" if partial_ok else term)
+    rank = "sum({" + ", ".join(_member(d, avail) for d in unique) + "})"
+    if partial_ok:
+        rank += " + 0.5 * sum({" + ", ".join(_member(d, part) for d in unique) + "})"
+    generic = f'stringListSubsetMatch(join(",", MY.RequiredDatasets), join(",", TARGET.{avail}))'
+    required = "{" + ", ".join(classad2.quote(str(d)) for d in unique) + "}"
+    return JobExpressions(required, " && ".join(terms), rank, generic)
+
+
+def submit_lines(expr: JobExpressions, generic: bool = False) -> str:
+    """Lines for an HTCondor submit file."""
+    requirements = expr.generic_requirements if generic else expr.requirements
+    return (
+        f"My.RequiredDatasets = {expr.required}\n"
+        f"requirements = {requirements}\n"
+        f"rank = {expr.rank}\n"
+    )

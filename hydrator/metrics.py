@@ -1,0 +1,159 @@
+"""Prometheus metrics, registered on an injected :class:`CollectorRegistry`.
+
+Names follow the Prometheus conventions: ``hydrator_`` prefix, base units, ``_total`` counters.
+Labels are bounded: ``source``, ``site``, ``state``, ``kind``, ``outcome``; never a dataset name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from hydrator.domain import ReplicaState, Site, SiteView
+
+_CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    """Every metric the daemon exports. Create one per registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        ns = "hydrator"
+        self.cycle_duration = Histogram(
+            "cycle_duration_seconds",
+            "Duration of one cycle, from first fetch to last publish.",
+            namespace=ns,
+            buckets=_CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.cycles = Counter(
+            "cycles",
+            "Cycles by outcome (ok, degraded, failed, abandoned).",
+            ["outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "last_successful_cycle_timestamp_seconds",
+            "Unix time at which the last ok or degraded cycle finished.",
+            namespace=ns,
+            registry=registry,
+        )
+        self._sources(ns, registry)
+        self._content(ns, registry)
+
+    def _sources(self, ns: str, registry: CollectorRegistry) -> None:
+        self.source_requests = Counter(
+            "source_requests",
+            "Source fetches by outcome (ok, transient_error, permanent_error, held).",
+            ["source", "outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.source_errors = Counter(
+            "source_errors",
+            "Failed source fetches by kind (transient, permanent).",
+            ["source", "kind"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.source_duration = Histogram(
+            "source_fetch_duration_seconds",
+            "Duration of one source fetch.",
+            ["source"],
+            namespace=ns,
+            buckets=_CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.source_staleness = Gauge(
+            "source_staleness_seconds",
+            "Seconds since the source's answer was last used (0 when fresh).",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.source_stale = Gauge(
+            "source_stale",
+            "1 while the source's last good snapshot is in use instead of a fresh answer.",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.source_last_success = Gauge(
+            "source_last_success_timestamp_seconds",
+            "Unix time of the last used answer.",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.invalid_records = Counter(
+            "invalid_records",
+            "Records skipped as malformed or with invalid names.",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.unmapped = Gauge(
+            "unmapped_storage_elements",
+            "Storage elements with no site, ignored.",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+
+    def _content(self, ns: str, registry: CollectorRegistry) -> None:
+        self.datasets = Gauge(
+            "datasets",
+            "Datasets per site and state.",
+            ["site", "state"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.changes = Counter(
+            "changes",
+            "(site, dataset) changes by kind (added, removed, changed).",
+            ["kind"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.state_rows_written = Counter(
+            "state_rows_written",
+            "Replica and first-seen rows written to the state database.",
+            namespace=ns,
+            registry=registry,
+        )
+        self.collector_updates = Counter(
+            "collector_updates",
+            "Collector updates by kind (merge, site_ad, invalidate) and outcome (ok, error).",
+            ["kind", "outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.classad_size = Gauge(
+            "classad_size_bytes",
+            "Size of the site's old-syntax ClassAd.",
+            ["site"],
+            namespace=ns,
+            registry=registry,
+        )
+        for kind in ("added", "removed", "changed"):
+            self.changes.labels(kind)
+        for outcome in ("ok", "degraded", "failed", "abandoned"):
+            self.cycles.labels(outcome)
+
+    def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
+        """Replace the per-site gauges (sites that went away lose their series)."""
+        self.datasets.clear()
+        self.classad_size.clear()
+        for view in views:
+            counts = {
+                ReplicaState.AVAILABLE: len(view.available),
+                ReplicaState.PARTIAL: len(view.partial),
+                ReplicaState.REPLICATING: len(view.replicating),
+                ReplicaState.STUCK: len(view.stuck),
+            }
+            for state, count in counts.items():
+                self.datasets.labels(view.site, state.value).set(count)
+            self.classad_size.labels(view.site).set(sizes.get(view.site, 0))

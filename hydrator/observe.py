@@ -1,0 +1,127 @@
+"""Logging and metrics for cycles: one log line per cycle, metrics updated from the report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from hydrator.domain import ChangeKind
+
+if TYPE_CHECKING:
+    from hydrator.metrics import Metrics
+    from hydrator.service import CycleReport, Published
+
+log = logging.getLogger("hydrator.cycle")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and a record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created).astimezone().isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    """Log to stderr (journald and kubectl logs pick it up) in ``text`` or ``json``."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+
+
+def cycle_fields(report: CycleReport) -> dict[str, Any]:
+    """The counts of one cycle, as logged and as ``once --json`` summarises them."""
+    fields: dict[str, Any] = {"outcome": report.outcome, "duration_s": round(report.duration_s, 3)}
+    plan = report.plan
+    if plan is not None:
+        kinds = Counter(c.kind.value for c in plan.changes)
+        fields.update(
+            sources=len(plan.sources),
+            fresh=sum(1 for s in plan.sources if s.fresh),
+            stale=sorted(s.name for s in plan.sources if not s.fresh),
+            sites=len(plan.sites),
+            entries=len(plan.state.merged),
+            added=kinds[ChangeKind.ADDED.value],
+            removed=kinds[ChangeKind.REMOVED.value],
+            changed=kinds[ChangeKind.CHANGED.value],
+            invalid=sum(s.invalid for s in plan.sources),
+            rows_written=report.rows_written,
+        )
+    if report.publish_errors:
+        fields["publish_errors"] = sorted(report.publish_errors)
+    if report.error:
+        fields["error"] = report.error
+    return fields
+
+
+def log_cycle(report: CycleReport) -> None:
+    fields = cycle_fields(report)
+    text = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if k != "outcome")
+    level = logging.INFO if report.outcome == "ok" else logging.WARNING
+    log.log(level, "cycle %s %s", report.outcome, text, extra={"fields": fields})
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def record_cycle(
+    metrics: Metrics, report: CycleReport, published: Published, now: datetime
+) -> None:
+    metrics.cycles.labels(report.outcome).inc()
+    if report.outcome in ("abandoned", "failed") or report.plan is None:
+        return
+    metrics.cycle_duration.observe(report.duration_s)
+    metrics.last_success.set(now.timestamp())
+    metrics.state_rows_written.inc(report.rows_written)
+    for change in report.plan.changes:
+        metrics.changes.labels(change.kind.value).inc()
+    for status in report.plan.sources:
+        _record_source(metrics, status, now)
+    for reported in report.published.values():
+        for kind, count in reported.sent.items():
+            metrics.collector_updates.labels(kind, "ok").inc(count)
+        for kind, count in reported.failed.items():
+            metrics.collector_updates.labels(kind, "error").inc(count)
+    sizes = {site: len(ad.body) for site, ad in published.ads.items()}
+    metrics.set_sites((ad.view for ad in published.ads.values()), sizes)
+
+
+def _record_source(metrics: Metrics, status: Any, now: datetime) -> None:
+    name = status.name
+    if status.fresh:
+        outcome = "ok"
+    elif status.reason and status.reason.startswith("answer held back"):
+        outcome = "held"
+    else:
+        outcome = "error"
+    metrics.source_requests.labels(name, outcome).inc()
+    metrics.invalid_records.labels(name).inc(status.invalid)
+    metrics.unmapped.labels(name).set(len(status.unmapped))
+    metrics.source_stale.labels(name).set(0 if status.fresh else 1)
+    if status.last_success is not None:
+        metrics.source_last_success.labels(name).set(status.last_success.timestamp())
+        staleness = 0.0 if status.fresh else (now - status.last_success).total_seconds()
+        metrics.source_staleness.labels(name).set(staleness)

@@ -1,0 +1,84 @@
+"""JSON documents for the HTTP API and ``hydrator once --json`` (plain dicts at the edge only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hydrator.domain import Change, SiteView, SourceStatus
+from hydrator.observe import cycle_fields
+
+if TYPE_CHECKING:
+    from hydrator.service import CycleReport, Published
+
+
+def site_json(view: SiteView) -> dict[str, Any]:
+    """One site's datasets by state; fractions are shares of files present (0..1)."""
+    return {
+        "site": view.site,
+        "updated": view.updated.isoformat() if view.updated else None,
+        "digest": view.digest,
+        "available": [str(d) for d in view.available],
+        "partial": [{"dataset": str(d), "fraction": f} for d, f in view.partial],
+        "replicating": [{"dataset": str(d), "progress": f} for d, f in view.replicating],
+        "stuck": [str(d) for d in view.stuck],
+    }
+
+
+def source_json(status: SourceStatus) -> dict[str, Any]:
+    return {
+        "name": status.name,
+        "fresh": status.fresh,
+        "entries": status.entries,
+        "invalid": status.invalid,
+        "unmapped": sorted(status.unmapped),
+        "reason": status.reason,
+        "last_success": status.last_success.isoformat() if status.last_success else None,
+    }
+
+
+def sites_json(published: Published) -> dict[str, Any]:
+    """Every site with its counts, for ``GET /v1/sites``."""
+    sites = []
+    for ad in published.ads.values():
+        v = ad.view
+        sites.append(
+            {
+                "site": v.site,
+                "available": len(v.available),
+                "partial": len(v.partial),
+                "replicating": len(v.replicating),
+                "stuck": len(v.stuck),
+                "digest": v.digest,
+                "updated": v.updated.isoformat() if v.updated else None,
+                "classad": f"/v1/sites/{v.site}/classad",
+            }
+        )
+    return {
+        "generated": published.generated.isoformat() if published.generated else None,
+        "sites": sites,
+        "sources": [source_json(s) for s in published.sources],
+    }
+
+
+def change_json(change: Change) -> dict[str, Any]:
+    return {
+        "site": change.site,
+        "dataset": str(change.dataset),
+        "kind": change.kind.value,
+        "old": change.old.state.value if change.old else None,
+        "new": change.new.state.value if change.new else None,
+        "fraction": change.new.fraction if change.new else None,
+    }
+
+
+def cycle_json(report: CycleReport) -> dict[str, Any]:
+    """``hydrator once --json``: per site the datasets by state, and this cycle's changes."""
+    plan = report.plan
+    return {
+        "started": report.started.isoformat(),
+        "summary": cycle_fields(report),
+        "sources": [source_json(s) for s in plan.sources] if plan else [],
+        "sites": {site: site_json(view) for site, view in plan.sites.items()} if plan else {},
+        "changes": [change_json(c) for c in plan.changes] if plan else [],
+        "publish_errors": dict(report.publish_errors),
+    }

@@ -1,0 +1,220 @@
+"""The service: one cycle as a plain call (:meth:`Service.run_cycle`), plus what the HTTP
+endpoint serves between cycles. Scheduling lives in :mod:`hydrator.scheduler`; the decision in
+:mod:`hydrator.core`; this module only sequences fetch -> plan -> save -> publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry
+
+from hydrator.config import ClassAdConfig, Config
+from hydrator.core import Policy, plan_cycle
+from hydrator.domain import (
+    DatasetId,
+    Plan,
+    Site,
+    SiteView,
+    SourceFailure,
+    SourceOutcome,
+    SourceStatus,
+    State,
+)
+from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
+from hydrator.metrics import Metrics
+from hydrator.observe import log_cycle, record_cycle
+from hydrator.publishers import Publisher, PublishReport
+from hydrator.render import etag, render_cron
+from hydrator.sources import FetchContext, Source
+from hydrator.state import StateStore
+
+log = logging.getLogger(__name__)
+
+Demand = Callable[[], Mapping[DatasetId, int]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class SiteAd:
+    """A site's published ClassAd, ready to serve: old-syntax body and its entity tag."""
+
+    view: SiteView
+    body: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the HTTP endpoint serves; immutable, replaced whole after each cycle."""
+
+    ads: Mapping[Site, SiteAd] = field(default_factory=dict)
+    sources: tuple[SourceStatus, ...] = ()
+    generated: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """The result of one cycle. ``outcome``: ok, degraded (a source stale or a publisher
+    failed), failed (nothing saved), abandoned (stopped before saving)."""
+
+    started: datetime
+    duration_s: float
+    outcome: str
+    plan: Plan | None = None
+    rows_written: int = 0
+    published: Mapping[str, PublishReport] = field(default_factory=dict)
+    publish_errors: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+def render_ads(views: Mapping[Site, SiteView], attrs: ClassAdConfig) -> dict[Site, SiteAd]:
+    ads: dict[Site, SiteAd] = {}
+    for site, view in views.items():
+        body = render_cron(view, attrs)
+        ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
+    return ads
+
+
+class Service:
+    """Sequences one cycle; owns the stop event and the state between cycles."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sources: Sequence[Source],
+        store: StateStore,
+        publishers: Sequence[Publisher] = (),
+        metrics: Metrics | None = None,
+        demand: Demand | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.config = config
+        self.sources = list(sources)
+        self.store = store
+        self.publishers = list(publishers)
+        self.metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
+        self.demand = demand
+        self.clock = clock
+        self.policy = Policy(**config.safety.model_dump())
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self._lock = threading.Lock()  # one cycle at a time, whoever calls
+        self._state = store.load()
+        self.published = Published(
+            render_ads(_stamped(self._state), config.classad), generated=None
+        )
+        self.last_cycle_end = time.monotonic()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def run_cycle(self, dry_run: bool = False) -> CycleReport:
+        """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
+        with self._lock:
+            started, t0 = self.clock(), time.monotonic()
+            try:
+                report = self._cycle(started, t0, dry_run)
+            except HydratorError as exc:
+                log.error("cycle failed: %s", exc)
+                report = CycleReport(started, time.monotonic() - t0, "failed", error=str(exc))
+            self.last_cycle_end = time.monotonic()
+            self._observe(report)
+            return report
+
+    def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
+        context = FetchContext(now=started, wanted=self._wanted())
+        outcomes = self._fetch_all(context)
+        if self.stop_event.is_set():
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan = plan_cycle(self._state, outcomes, started, self.policy)
+        if dry_run:
+            return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+        rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
+        self._state = plan.state
+        self.published = Published(
+            render_ads(plan.sites, self.config.classad), plan.sources, started
+        )
+        published, errors = self._publish(plan, started)
+        self.ready.set()
+        duration = time.monotonic() - t0
+        return CycleReport(started, duration, _outcome(plan, errors), plan, rows, published, errors)
+
+    def _wanted(self) -> Mapping[DatasetId, int]:
+        if self.demand is None:
+            return {}
+        try:
+            return self.demand()
+        except HydratorError as exc:
+            log.warning("demand query failed, locating configured datasets only: %s", exc)
+            return {}
+
+    def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
+        if not self.sources:
+            return {}
+        with ThreadPoolExecutor(len(self.sources), thread_name_prefix="fetch") as pool:
+            futures = {s.name: pool.submit(self._fetch, s, context) for s in self.sources}
+            return {name: future.result() for name, future in futures.items()}
+
+    def _fetch(self, source: Source, context: FetchContext) -> SourceOutcome:
+        t0 = time.monotonic()
+        try:
+            outcome: SourceOutcome = source.fetch(context)
+        except SourceError as exc:
+            log.warning("source %s failed: %s", source.name, exc)
+            permanent = isinstance(exc, PermanentSourceError)
+            outcome = SourceFailure(source.name, str(exc), permanent)
+        except Exception as exc:  # a bug in one adapter must not stop the others or the daemon
+            log.exception("source %s raised an unexpected error", source.name)
+            outcome = SourceFailure(source.name, f"unexpected {type(exc).__name__}: {exc}")
+        self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
+        return outcome
+
+    def _publish(
+        self, plan: Plan, now: datetime
+    ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        reports: dict[str, PublishReport] = {}
+        errors: dict[str, str] = {}
+        for publisher in self.publishers:
+            try:
+                reports[publisher.name] = publisher.publish(plan.sites, plan.removed_sites, now)
+            except PublishError as exc:
+                log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
+                errors[publisher.name] = str(exc)
+        return reports, errors
+
+    def _observe(self, report: CycleReport) -> None:
+        log_cycle(report)
+        record_cycle(self.metrics, report, self.published, self.clock())
+
+    def close(self) -> None:
+        closers = [(s.name, s.close) for s in self.sources]
+        closers += [(p.name, p.close) for p in self.publishers]
+        for name, close in closers:
+            try:
+                close()
+            except Exception:  # closing is best effort at shutdown; say what failed
+                log.exception("closing %s failed", name)
+        self.store.close()
+
+
+def _stamped(state: State) -> dict[Site, SiteView]:
+    updated = state.site_updated
+    return {s: replace(v, updated=updated.get(s)) for s, v in state.contents.items()}
+
+
+def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
+    if publish_errors or any(not s.fresh for s in plan.sources):
+        return "degraded"
+    return "ok"

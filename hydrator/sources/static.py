@@ -1,0 +1,132 @@
+"""A static inventory in a TOML file, re-read every cycle: the demo, tests, and sites that no
+catalogue covers. Format (one table per storage element)::
+
+    [storage.CH_DISK]                 # site from the config's [sites], else ``site`` below
+    site = "SRCNET_CH"
+    available = ["ska:obs_1234"]
+    partial = { "ska:obs_1300" = 0.4 }        # dataset -> fraction of files present
+    replicating = { "ska:obs_1400" = 0.1 }    # dataset -> progress of the transfer
+    stuck = ["ska:obs_1500"]
+
+A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
+storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
+raises :class:`~hydrator.errors.PermanentSourceError` (the last good snapshot stays in use).
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from hydrator.config import StaticSourceConfig
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+    check_site,
+)
+from hydrator.errors import PermanentSourceError
+from hydrator.sources import FetchContext
+
+log = logging.getLogger(__name__)
+
+_KEYS = {"site", "available", "partial", "replicating", "stuck"}
+
+
+class StaticSource:
+    """:class:`~hydrator.sources.Source` over an inventory file."""
+
+    def __init__(self, name: str, path: Path, sites: Mapping[str, str]) -> None:
+        self._name = name
+        self.path = path
+        self.sites = dict(sites)
+        self._warned: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        try:
+            raw = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise PermanentSourceError(f"{self.path}: cannot read: {exc.strerror}") from exc
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise PermanentSourceError(f"{self.path}: not valid TOML: {exc}") from exc
+        storage = raw.get("storage")
+        if not isinstance(storage, dict):
+            raise PermanentSourceError(f"{self.path}: no [storage.<name>] tables")
+        replicas: list[Replica] = []
+        sites: set[Site] = set()
+        unmapped: set[str] = set()
+        invalid = 0
+        for element, entry in storage.items():
+            site = self._site_of(element, entry)
+            if site is None:
+                unmapped.add(element)
+                continue
+            sites.add(site)
+            for item in _entries(entry):
+                replica = self._replica(element, site, item)
+                if replica is None:
+                    invalid += 1
+                else:
+                    replicas.append(replica)
+        return Snapshot.of(self.name, replicas, sites, invalid, unmapped)
+
+    def _site_of(self, element: str, entry: Any) -> Site | None:
+        name = self.sites.get(element) or (entry.get("site") if isinstance(entry, dict) else None)
+        try:
+            return check_site(name) if isinstance(name, str) else None
+        except InvalidNameError as exc:
+            self._warn_once(f"{self.path}: storage.{element}: {exc}")
+            return None
+
+    def _replica(
+        self, element: str, site: Site, item: tuple[str | None, Any, Any]
+    ) -> Replica | None:
+        state, name, fraction = item
+        try:
+            if state is None:
+                raise ValueError(f"unknown key {name!r}")
+            value = 1.0 if fraction is None else float(fraction)
+            return Replica(DatasetId.parse(name), site, ReplicaState(state), value)
+        except (ValueError, TypeError) as exc:
+            self._warn_once(f"{self.path}: storage.{element}: skipped: {exc}")
+            return None
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
+    """(state, dataset, fraction) triples of one storage table; bad shapes yield state None."""
+    if not isinstance(entry, dict):
+        yield (None, "<not a table>", None)
+        return
+    for key, value in entry.items():
+        if key not in _KEYS:
+            yield (None, key, None)
+        elif key == "site":
+            continue
+        elif isinstance(value, list):
+            yield from ((key, name, None) for name in value)
+        elif isinstance(value, dict):
+            yield from ((key, name, fraction) for name, fraction in value.items())
+        else:
+            yield (None, key, None)
+
+
+def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:
+    return StaticSource(config.name, config.path, sites)

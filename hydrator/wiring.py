@@ -1,0 +1,66 @@
+"""Builds a :class:`~hydrator.service.Service` from a :class:`~hydrator.config.Config`.
+
+Adapters are imported only when configured, so a static-only setup never imports rucio-clients
+or talks to HTCondor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from hydrator.config import Config, SourceConfig
+from hydrator.errors import ConfigError, StateError
+from hydrator.metrics import Metrics
+from hydrator.publishers import Publisher
+from hydrator.service import Demand, Service
+from hydrator.sources import Source
+from hydrator.state import SqliteStateStore
+
+_SOURCE_MODULES = {
+    "static": "hydrator.sources.static",
+    "rucio": "hydrator.sources.rucio",
+    "dmapi": "hydrator.sources.dmapi",
+}
+
+
+def build_source(config: SourceConfig, sites: Mapping[str, str]) -> Source:
+    module: Any = importlib.import_module(_SOURCE_MODULES[config.type])
+    source: Source = module.build(config, sites)
+    return source
+
+
+def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
+    if not config.collector.enabled:
+        return [], None
+    if config.collector.token_dir is not None:
+        # read by the HTCondor library when it first loads its configuration
+        os.environ.setdefault("_CONDOR_SEC_TOKEN_DIRECTORY", str(config.collector.token_dir))
+    module: Any = importlib.import_module("hydrator.publishers.collector")
+    publisher: Publisher = module.build(config.collector, config.classad)
+    demand: Demand | None = getattr(publisher, "demand", None)
+    return [publisher], demand
+
+
+def build_service(config: Config, metrics: Metrics | None = None) -> Service:
+    """Everything a cycle needs; raises ConfigError/StateError with a one-line message."""
+    state_dir = config.daemon.state_path.parent
+    if not state_dir.is_dir():
+        raise StateError(f"daemon.state_path: directory {state_dir} does not exist")
+    sources = [build_source(s, config.sites) for s in config.sources]
+    publishers, demand = build_publishers(config)
+    if any(getattr(s, "datasets_from_queue", False) for s in config.sources) and demand is None:
+        raise ConfigError(
+            "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
+        )
+    store = SqliteStateStore(config.daemon.state_path)
+    return Service(
+        config,
+        sources=sources,
+        store=store,
+        publishers=publishers,
+        metrics=metrics,
+        demand=demand,
+    )
