@@ -87,14 +87,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def record_cycle(
-    metrics: Metrics, report: CycleReport, published: Published, now: datetime
-) -> None:
+def record_cycle(metrics: Metrics, report: CycleReport, published: Published) -> None:
+    """Update the metrics from a cycle; times are as of the cycle's start."""
+    now = report.started
     metrics.cycles.labels(report.outcome).inc()
     if report.outcome in ("abandoned", "failed") or report.plan is None:
         return
     metrics.cycle_duration.observe(report.duration_s)
-    metrics.last_success.set(now.timestamp())
+    metrics.last_success.set(now.timestamp() + report.duration_s)
     metrics.state_rows_written.inc(report.rows_written)
     for change in report.plan.changes:
         metrics.changes.labels(change.kind.value).inc()

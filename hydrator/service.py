@@ -196,7 +196,7 @@ class Service:
 
     def _observe(self, report: CycleReport) -> None:
         log_cycle(report)
-        record_cycle(self.metrics, report, self.published, self.clock())
+        record_cycle(self.metrics, report, self.published)
 
     def close(self) -> None:
         closers = [(s.name, s.close) for s in self.sources]

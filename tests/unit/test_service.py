@@ -1,0 +1,183 @@
+"""Service sequencing: failures degrade a cycle, never lose the last good state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from hydrator.config import Config, parse_config
+from hydrator.domain import Site, SiteView, Snapshot
+from hydrator.errors import PublishError, StateError, TransientSourceError
+from hydrator.publishers import PublishReport
+from hydrator.service import Service
+from hydrator.sources import FetchContext
+from hydrator.sources.static import StaticSource
+from hydrator.state import SqliteStateStore
+from tests.unit.factories import t
+
+
+class Scripted:
+    """A source following a script: a Snapshot, an exception, or a callable per cycle."""
+
+    def __init__(self, name: str, script: list[object]) -> None:
+        self._name, self.script = name, list(script)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step()  # type: ignore[no-any-return]
+        assert isinstance(step, Snapshot)
+        return step
+
+    def close(self) -> None:
+        pass
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[set[str], set[str]]] = []
+        self.fail = fail
+
+    def publish(
+        self, sites: dict[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> PublishReport:
+        self.calls.append((set(sites), set(removed)))
+        if self.fail:
+            raise PublishError("collector 127.0.0.1:9618 did not answer")
+        return PublishReport(sent={"merge": len(sites)})
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    return parse_config(
+        {"daemon": {"state_path": "s.sqlite"}, "sources": [{"type": "static", "path": "inv.toml"}]},
+        tmp_path,
+    )
+
+
+@pytest.fixture
+def clock() -> Iterator[object]:
+    ticks = iter(range(1000))
+    yield lambda: t(next(ticks))
+
+
+def make(
+    config: Config, sources: list[object], clock: object, publishers: list[object] = ()
+) -> Service:  # type: ignore[assignment]
+    return Service(
+        config,
+        sources=sources,  # type: ignore[arg-type]
+        store=SqliteStateStore(config.daemon.state_path),
+        publishers=publishers,  # type: ignore[arg-type]
+        clock=clock,  # type: ignore[arg-type]
+    )
+
+
+def good(config: Config) -> Snapshot:
+    return StaticSource("s", config.sources[0].path, {}).fetch(FetchContext(t(0)))  # type: ignore[union-attr]
+
+
+def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock: object) -> None:
+    source = Scripted(
+        "s", [good(config), TransientSourceError("HTTP 503"), ZeroDivisionError("bug")]
+    )
+    service = make(config, [source], clock)
+    assert service.run_cycle().outcome == "ok"
+    for _ in range(2):
+        report = service.run_cycle()
+        assert report.outcome == "degraded" and report.plan is not None
+        assert report.plan.changes == ()
+        assert [str(d) for d in report.plan.sites[Site("A")].available] == ["ska:x"]
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_source_stale", {"source": "s"}) == 1
+    assert m("hydrator_source_staleness_seconds", {"source": "s"}) == 120  # 2 minutes of ticks
+    assert m("hydrator_cycles_total", {"outcome": "degraded"}) == 2
+    assert m("hydrator_source_requests_total", {"source": "s", "outcome": "error"}) == 2
+
+
+def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: object) -> None:
+    recorder = Recorder(fail=True)
+    service = make(config, [Scripted("s", [good(config)])], clock, [recorder])
+    report = service.run_cycle()
+    assert report.outcome == "degraded" and "did not answer" in report.publish_errors["recorder"]
+    assert recorder.calls == [({"A"}, set())]
+    assert SqliteStateStore(config.daemon.state_path).load().sources["s"].replicas
+
+
+def test_a_state_write_failure_fails_the_cycle_and_changes_nothing(
+    config: Config, clock: object
+) -> None:
+    service = make(config, [Scripted("s", [good(config)])], clock)
+
+    def broken(plan: object) -> int:
+        raise StateError("disk full")
+
+    service.store.save = broken  # type: ignore[method-assign]
+    report = service.run_cycle()
+    assert report.outcome == "failed" and report.error == "disk full"
+    assert service.state.sources == {} and service.published.ads == {}
+    assert not service.ready.is_set()
+
+
+def test_stop_during_fetch_abandons_without_saving(config: Config, clock: object) -> None:
+    service: Service
+
+    def slow() -> Snapshot:
+        service.stop_event.set()  # SIGTERM arrives while the source is answering
+        return good(config)
+
+    service = make(config, [Scripted("s", [slow])], clock)
+    assert service.run_cycle().outcome == "abandoned"
+    assert SqliteStateStore(config.daemon.state_path).load().sources == {}
+
+
+def test_a_restart_serves_the_saved_state_before_its_first_cycle(
+    config: Config, clock: object
+) -> None:
+    make(config, [Scripted("s", [good(config)])], clock).run_cycle()
+    restarted = make(config, [Scripted("s", [TransientSourceError("down")])], clock)
+    assert [str(d) for d in restarted.published.ads[Site("A")].view.available] == ["ska:x"]
+    assert not restarted.ready.is_set()
+    assert restarted.run_cycle().outcome == "degraded"
+    assert restarted.ready.is_set(), "a cycle that saved state makes the daemon ready"
+
+
+def test_cycles_never_overlap(config: Config, clock: object) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    inside: list[int] = []
+
+    def blocking() -> Snapshot:
+        inside.append(1)
+        entered.set()
+        release.wait(5)
+        return good(config)
+
+    service = make(config, [Scripted("s", [blocking, blocking])], clock)
+    first = threading.Thread(target=service.run_cycle)
+    first.start()
+    entered.wait(5)
+    second = threading.Thread(target=service.run_cycle)
+    second.start()
+    second.join(0.3)
+    assert len(inside) == 1, "the second cycle waits for the first"
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert len(inside) == 2
