@@ -110,17 +110,22 @@ def test_sysusers_creates_the_hydrator_user(systemd_analyze: str, tmp_path: Path
     assert entry.endswith(":/var/lib/hydrator:/usr/sbin/nologin")
 
 
-def test_tmpfiles_creates_a_root_only_credentials_directory(
+def test_tmpfiles_creates_private_secret_directories(
     systemd_analyze: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "etc").mkdir()
+    subprocess.run(["systemd-sysusers", f"--root={tmp_path}", str(SYSUSERS)], check=True)
     result = subprocess.run(
         ["systemd-tmpfiles", f"--root={tmp_path}", "--create", str(TMPFILES)],
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
     credentials = tmp_path / "etc" / "hydrator" / "credentials"
-    assert credentials.is_dir()
-    assert credentials.stat().st_mode & 0o777 == 0o700
+    assert (credentials.stat().st_mode & 0o777, credentials.stat().st_uid) == (0o700, 0)
+    tokens = tmp_path / "etc" / "hydrator" / "tokens.d"
+    passwd = (tmp_path / "etc" / "passwd").read_text()
+    uid = next(int(x.split(":")[2]) for x in passwd.splitlines() if x.startswith("hydrator:"))
+    assert (tokens.stat().st_mode & 0o777, tokens.stat().st_uid) == (0o700, uid)
 
 
 MDWE_PROBE = """

@@ -1,0 +1,111 @@
+"""The deployment artefacts against the real daemon (``hydrator run`` on the demo inventory).
+
+The daemon runs under the kernel's memory-deny-write-execute (what the systemd unit's
+MemoryDenyWriteExecute= enforces); the container HEALTHCHECK script probes it; the metrics the
+alert rules use are the ones it exports; SIGTERM (the unit's and the pod's stop signal) ends it
+with exit 0 well within TimeoutStopSec / terminationGracePeriodSeconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.conftest import REPO, venv_command
+from tests.deploy.test_docker import run_healthcheck
+
+pytestmark = pytest.mark.slow
+
+PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 1
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _deny_write_execute() -> None:
+    """preexec_fn: PR_SET_MDWE is inherited across fork and kept across execve."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_MDWE")
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A running ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
+    port = _free_port()
+    shutil.copy(REPO / "config" / "demo-inventory.toml", tmp_path)
+    demo = (REPO / "config" / "demo.toml").read_text()
+    config = tmp_path / "hydrator.toml"
+    config.write_text(demo.replace("127.0.0.1:9620", f"127.0.0.1:{port}"))
+    process = subprocess.Popen(
+        [venv_command("hydrator"), "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("wb"),
+        preexec_fn=_deny_write_execute,  # noqa: PLW1509 (no threads in the child before exec)
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while _status(f"{base}/readyz") != 200:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = (tmp_path / "log").read_text()
+                pytest.fail(f"daemon not ready (exit {process.poll()}):\n{log}")
+            time.sleep(0.2)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_daemon_under_mdwe_is_healthy_by_the_container_healthcheck(
+    daemon: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    base, process = daemon
+    result = run_healthcheck(f"{base}/healthz")
+    assert result.returncode == 0, result.stderr
+    assert process.poll() is None
+
+
+def test_alert_rules_use_metrics_the_daemon_exports(
+    daemon: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    base, _ = daemon
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+        exposition = response.read().decode()
+    # the ones a static-source daemon without a collector has after one cycle
+    for name in ("hydrator_last_successful_cycle_timestamp_seconds", "hydrator_cycles_total",
+                 "hydrator_source_staleness_seconds", "hydrator_invalid_records_total"):
+        assert f"\n{name}" in exposition, name
+
+
+def test_sigterm_stops_the_daemon_with_exit_0(
+    daemon: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    _, process = daemon
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=STOP_TIMEOUT_S) == 0
