@@ -92,10 +92,13 @@ class ClassAdConfig(_Model):
     site_attribute: str = "DataLocalitySite"
     updated_attribute: str = "DataLocalityUpdated"
     digest_attribute: str = "DataLocalityDigest"
+    updated_resolution_s: int = Field(300, ge=1)
+    """DataLocalityUpdated is rounded down to this many seconds, so an unchanged site's ad (and
+    its ETag) stays the same between refreshes; it never claims more freshness than is true."""
 
     @model_validator(mode="after")
     def _valid_unique(self) -> ClassAdConfig:
-        names = self.model_dump()
+        names = {k: v for k, v in self.model_dump().items() if k.endswith("_attribute")}
         for key, value in names.items():
             if not ATTRIBUTE_PATTERN.fullmatch(value):
                 raise ValueError(f"{key}: {value!r} is not a ClassAd attribute name")

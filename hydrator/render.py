@@ -45,7 +45,10 @@ def safe_names(datasets: Iterable[DatasetId]) -> list[str]:
 
 def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
     """The site's attributes as a ClassAd (lists of strings, site, epoch, digest)."""
-    updated = int(view.updated.timestamp()) if view.updated is not None else 0
+    updated = 0
+    if view.updated is not None:
+        resolution = attrs.updated_resolution_s
+        updated = int(view.updated.timestamp()) // resolution * resolution
     ad = classad2.ClassAd()
     ad[attrs.available_attribute] = safe_names(view.available)
     ad[attrs.partial_attribute] = safe_names(d for d, _ in view.partial)

@@ -1,0 +1,126 @@
+"""End to end: ``hydrator run`` on the shipped demo configuration, as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).parents[2]
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: object, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():  # type: ignore[operator]
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """The demo config, copied so the test can edit its inventory, on a free port."""
+    for name in ("demo.toml", "demo-inventory.toml"):
+        shutil.copy(REPO / "config" / name, tmp_path / name)
+    port = free_port()
+    text = (tmp_path / "demo.toml").read_text()
+    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
+    text = text.replace("interval_s = 10", "interval_s = 1")
+    text = text.replace("updated_resolution_s = 60", "updated_resolution_s = 86400")
+    (tmp_path / "demo.toml").write_text(text)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "demo.toml")],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    yield f"http://127.0.0.1:{port}", tmp_path, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def classad(base: str, site: str) -> requests.Response:
+    return requests.get(f"{base}/v1/sites/{site}/classad", timeout=5)
+
+
+def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
+    demo: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    base, config_dir, proc = demo
+    wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
+
+    first = classad(base, "SRCNET_ES")
+    assert first.status_code == 200
+    assert 'AvailableDatasets = { "ska:skymodel_v3" }' in first.text.splitlines()
+    tag = first.headers["ETag"]
+    time.sleep(2.5)  # two more cycles with no change
+    assert classad(base, "SRCNET_ES").headers["ETag"] == tag, "no change, same ETag"
+    unchanged = requests.get(
+        f"{base}/v1/sites/SRCNET_ES/classad", headers={"If-None-Match": tag}, timeout=5
+    )
+    assert unchanged.status_code == 304
+
+    inventory = config_dir / "demo-inventory.toml"
+    inventory.write_text(
+        inventory.read_text().replace(
+            'available = ["ska:skymodel_v3"]', 'available = ["ska:skymodel_v3", "ska:obs_9999"]'
+        )
+    )
+    wait_for(lambda: "ska:obs_9999" in classad(base, "SRCNET_ES").text, timeout_s=10)
+    changed = requests.get(
+        f"{base}/v1/sites/SRCNET_ES/classad", headers={"If-None-Match": tag}, timeout=5
+    )
+    assert changed.status_code == 200 and changed.headers["ETag"] != tag
+    assert classad(base, "NO_SUCH_SITE").status_code == 404
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert proc.stderr is not None
+    log = proc.stderr.read().decode()
+    assert "received SIGTERM, stopping" in log and "Traceback" not in log
+
+
+def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
+    for name in ("demo.toml", "demo-inventory.toml"):
+        shutil.copy(REPO / "config" / name, tmp_path / name)
+    cmd = [sys.executable, "-m", "hydrator", "once", "--json", "--config", str(tmp_path / "demo.toml")]
+    import json
+
+    first = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
+    ch = first["sites"]["SRCNET_CH"]
+    assert ch["available"] == ["lofar:L654321_SB001", "ska:obs_1234", "ska:skymodel_v3"]
+    assert ch["partial"] == [{"dataset": "ska:obs_1300", "fraction": 0.4}]
+    assert first["sites"]["SRCNET_UK"]["replicating"] == [{"dataset": "ska:obs_1400", "progress": 0.25}]
+    assert first["sites"]["SRCNET_ES"]["stuck"] == ["ska:obs_1500"]
+    assert len(first["changes"]) == first["summary"]["added"] == 11
+    second = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
+    assert second["changes"] == [] and second["summary"]["rows_written"] == 0
+    dry = subprocess.run([*cmd[:4], "--dry-run", *cmd[4:]], check=True, capture_output=True)
+    assert json.loads(dry.stdout)["changes"] == []
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "hydrator", "show", "SRCNET_AU", "--config", str(tmp_path / "demo.toml")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert 'AvailableDatasets = { "ska:obs_1400" }' in shown.splitlines()
+    assert shown.splitlines()[-1] == "- update:true"
