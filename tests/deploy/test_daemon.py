@@ -1,14 +1,14 @@
 """The deployment artefacts against the real daemon (``hydrator run`` on the demo inventory).
 
-The daemon runs under the kernel's memory-deny-write-execute (what the systemd unit's
-MemoryDenyWriteExecute= enforces); the container HEALTHCHECK script probes it; the metrics the
-alert rules use are the ones it exports; SIGTERM (the unit's and the pod's stop signal) ends it
-with exit 0 well within TimeoutStopSec / terminationGracePeriodSeconds.
+The daemon runs under the systemd unit's process sandbox (tests/deploy/sandbox.py: its
+SystemCallFilter=, RestrictAddressFamilies=, MemoryDenyWriteExecute=, NoNewPrivileges=); the
+container HEALTHCHECK script probes it; the metrics the alert rules use are ones it exports;
+SIGTERM (the unit's and the pod's stop signal) ends it with exit 0 well within TimeoutStopSec
+and terminationGracePeriodSeconds.
 """
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 import signal
 import socket
@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import REPO, venv_command
+from tests.deploy.conftest import DEPLOY, REPO, venv_command
+from tests.deploy.sandbox import address_families, allowed_syscalls, preexec
 from tests.deploy.test_docker import run_healthcheck
 
 pytestmark = pytest.mark.slow
 
-PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 1
+UNIT = DEPLOY / "systemd" / "hydrator.service"
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
@@ -35,13 +36,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _deny_write_execute() -> None:
-    """preexec_fn: PR_SET_MDWE is inherited across fork and kept across execve."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "PR_SET_MDWE")
 
 
 def _status(url: str) -> int:
@@ -55,8 +49,11 @@ def _status(url: str) -> int:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A running ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
+def daemon(
+    tmp_path: Path, systemd_analyze: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A sandboxed ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
+    sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
     port = _free_port()
     shutil.copy(REPO / "config" / "demo-inventory.toml", tmp_path)
     demo = (REPO / "config" / "demo.toml").read_text()
@@ -65,7 +62,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     process = subprocess.Popen(
         [venv_command("hydrator"), "run", "--config", str(config)],
         stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("wb"),
-        preexec_fn=_deny_write_execute,  # noqa: PLW1509 (no threads in the child before exec)
+        preexec_fn=sandbox,  # noqa: PLW1509 (the child runs no threads before exec)
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -82,7 +79,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             process.wait()
 
 
-def test_daemon_under_mdwe_is_healthy_by_the_container_healthcheck(
+def test_sandboxed_daemon_is_healthy_by_the_container_healthcheck(
     daemon: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
     base, process = daemon

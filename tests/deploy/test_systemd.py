@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import DEPLOY
+from tests.deploy.sandbox import address_families, allowed_syscalls, preexec, unit_settings
 
 UNIT = DEPLOY / "systemd" / "hydrator.service"
 SYSUSERS = DEPLOY / "systemd" / "hydrator.sysusers.conf"
@@ -39,20 +40,6 @@ def _verify(systemd_analyze: str, unit_text: str, workdir: Path) -> str:
     return f"rc={result.returncode}\n{result.stdout}{result.stderr}".strip()
 
 
-def _service_section() -> dict[str, list[str]]:
-    """The [Service] keys of the unit, each with all its values (keys may repeat)."""
-    values: dict[str, list[str]] = {}
-    section = ""
-    for raw in UNIT.read_text().splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            section = line
-        elif section == "[Service]" and line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            values.setdefault(key, []).append(value)
-    return values
-
-
 def test_unit_verifies_without_any_warning(systemd_analyze: str, tmp_path: Path) -> None:
     assert UNIT.read_text().count(INSTALLED_BINARY) >= 1
     assert _verify(systemd_analyze, UNIT.read_text(), tmp_path) == "rc=0"
@@ -66,7 +53,7 @@ def test_verify_check_catches_a_misspelt_directive(systemd_analyze: str, tmp_pat
 
 
 def test_unit_runs_as_dedicated_user_with_hardening() -> None:
-    service = _service_section()
+    service = unit_settings(UNIT)
     expected = {
         "Type": "exec", "User": "hydrator", "StateDirectory": "hydrator",
         "ConfigurationDirectory": "hydrator", "ProtectSystem": "strict", "ProtectHome": "yes",
@@ -160,3 +147,28 @@ def test_memory_deny_write_execute_does_not_break_python_or_htcondor() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+SANDBOX_PROBE = """
+import errno, os, socket
+def attempt(call):
+    try:
+        call()
+        return "allowed"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+print(attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()))
+print(attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()))
+print(attempt(lambda: os.chown(".", os.getuid(), os.getgid())))
+print(attempt(lambda: os.setuid(os.getuid())))
+"""
+
+
+def test_unit_sandbox_denies_what_the_unit_denies(systemd_analyze: str, tmp_path: Path) -> None:
+    # Guards test_daemon.py, which runs the daemon in this sandbox: it must not be a no-op.
+    sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
+    result = subprocess.run(
+        [sys.executable, "-c", SANDBOX_PROBE], preexec_fn=sandbox,
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )
+    assert result.stdout.split() == ["allowed", "EAFNOSUPPORT", "EPERM", "EPERM"], result.stderr
