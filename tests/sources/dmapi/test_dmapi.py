@@ -1,0 +1,475 @@
+"""The DMAPI source against a local fake of IAM, the DMAPI and the Site Capabilities API."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
+from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.sources import FetchContext
+from hydrator.sources._http import parse_retry_after
+from tests.sources.dmapi.conftest import FakeClock, MakeSource
+from tests.support.fake_dmapi import (
+    DM_AUDIENCE,
+    DM_SCOPE,
+    SC_AUDIENCE,
+    SC_SCOPE,
+    FakeSrcnet,
+    area,
+    node,
+    site,
+    storage,
+)
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+CTX = FetchContext(now=NOW)
+AREA_A = "2a73d212-8793-4011-a687-cad99841c269"
+AREA_B = "ce04d165-4d5f-4380-a674-2a9ae4aba75e"
+AREA_C = "d4e5f6a7-b8c9-0123-defa-234567890123"
+AREA_UNKNOWN = "00000000-0000-4000-8000-000000000000"
+
+
+def avail(site_name: str, did: str) -> Replica:
+    return Replica(DatasetId.parse(did), Site(site_name), ReplicaState.AVAILABLE)
+
+
+def pairs(snapshot: Snapshot) -> set[tuple[str, str]]:
+    return {(r.site, str(r.dataset)) for r in snapshot.replicas}
+
+
+@pytest.fixture
+def srcnet(fake: FakeSrcnet) -> FakeSrcnet:
+    """Two nodes, three sites; datasets spread over their RSEs."""
+    fake.nodes = [
+        node(
+            "MARSSRC",
+            [
+                site("MARSSRC-OLYMPUSMONS", [storage([area(AREA_A, "MARSSRC_OLYMPUSMONS_XRD")])]),
+                site("MARSSRC-VALLES", [storage([area(AREA_B, "MARSSRC_VALLES_XRD")])]),
+            ],
+        ),
+        node("AUSSRC", [site("AUSSRC-ICRAR", [storage([area(AREA_C, "AUSSRC_ICRAR")])])]),
+    ]
+    fake.add_dataset("ska", "obs_1", ("MARSSRC-OLYMPUSMONS-T0", AREA_A), ("AUSSRC_T1", AREA_C))
+    fake.add_dataset("ska", "obs_2", ("MARSSRC-VALLES-T1", AREA_B))
+    fake.add_dataset("daac", "run/pi24_cleaned.fits", ("AUSSRC_T1", AREA_C))
+    return fake
+
+
+DATASETS = ["ska:obs_1", "ska:obs_2", "daac:run/pi24_cleaned.fits"]
+
+
+# --------------------------------------------------------------------- locating and mapping
+
+
+def test_locate_reports_each_replica_at_the_site_of_its_storage_area(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    snapshot = make_source(datasets=DATASETS).fetch(CTX)
+
+    assert snapshot.replicas == {
+        avail("MARSSRC-OLYMPUSMONS", "ska:obs_1"),
+        avail("AUSSRC-ICRAR", "ska:obs_1"),
+        avail("MARSSRC-VALLES", "ska:obs_2"),
+        avail("AUSSRC-ICRAR", "daac:run/pi24_cleaned.fits"),
+    }
+    # every site the Site Capabilities API knows is covered, so an emptied site stays known
+    assert snapshot.sites == {"MARSSRC-OLYMPUSMONS", "MARSSRC-VALLES", "AUSSRC-ICRAR"}
+    assert snapshot.source == "dmapi"
+    assert (snapshot.invalid, snapshot.unmapped) == (0, frozenset())
+    assert ("daac", "run/pi24_cleaned.fits") in srcnet.located  # "/" in a name survives
+
+
+def test_sites_table_wins_by_rse_name_or_storage_area_id(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    sites = {"AUSSRC_T1": "T2_AU_ICRAR", AREA_B: "MARS_VALLES"}
+    snapshot = make_source(sites=sites, datasets=DATASETS).fetch(CTX)
+
+    assert pairs(snapshot) == {
+        ("MARSSRC-OLYMPUSMONS", "ska:obs_1"),
+        ("T2_AU_ICRAR", "ska:obs_1"),
+        ("MARS_VALLES", "ska:obs_2"),
+        ("T2_AU_ICRAR", "daac:run/pi24_cleaned.fits"),
+    }
+    assert {"T2_AU_ICRAR", "MARS_VALLES"} <= snapshot.sites
+
+
+def test_without_site_capabilities_only_the_sites_table_maps(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    source = make_source(
+        sites={"MARSSRC-VALLES-T1": "VALLES"}, datasets=DATASETS, site_capabilities_url=None
+    )
+    snapshot = source.fetch(CTX)
+
+    assert pairs(snapshot) == {("VALLES", "ska:obs_2")}
+    assert snapshot.unmapped == {"MARSSRC-OLYMPUSMONS-T0", "AUSSRC_T1"}
+    assert srcnet.counts["nodes"] == 0
+
+
+def test_unknown_dataset_is_located_nowhere_not_an_error(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    snapshot = make_source(datasets=["ska:obs_2", "ska:never_ingested"]).fetch(CTX)
+
+    assert pairs(snapshot) == {("MARSSRC-VALLES", "ska:obs_2")}
+    assert snapshot.invalid == 0
+    assert ("ska", "never_ingested") in srcnet.located
+
+
+def test_bad_input_is_counted_skipped_and_logged_once(
+    srcnet: FakeSrcnet, make_source: MakeSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = {
+        "identifier": "MARSSRC-VALLES-T1",
+        "associated_storage_area_id": AREA_B,
+        "replicas": ["davs://valles/x"],
+        "is_dataset": True,
+    }
+    srcnet.set_raw_entries(
+        "ska",
+        "messy",
+        [
+            "not an object",
+            {"identifier": 42, "associated_storage_area_id": AREA_A, "replicas": []},
+            {"identifier": "NO_REPLICAS_KEY", "associated_storage_area_id": AREA_A},
+            {"identifier": "RSE_X", "associated_storage_area_id": 7, "replicas": []},
+            {
+                "identifier": "GHOST_RSE",
+                "associated_storage_area_id": AREA_UNKNOWN,
+                "replicas": ["davs://ghost/x"],
+            },
+            good,
+        ],
+    )
+    datasets = ["ska:messy", "ska:has space", "no-scope-separator", 'ska:quote"d']
+    source = make_source(datasets=datasets)
+
+    with caplog.at_level(logging.WARNING, logger="hydrator.sources.dmapi"):
+        first = source.fetch(CTX)
+        logged_first = len(caplog.records)
+        second = source.fetch(CTX)
+
+    for snapshot in (first, second):
+        assert pairs(snapshot) == {("MARSSRC-VALLES", "ska:messy")}
+        assert snapshot.invalid == 4 + 3  # four malformed entries, three bad names
+        assert snapshot.unmapped == {"GHOST_RSE"}
+    assert logged_first > 0
+    assert len(caplog.records) == logged_first  # the second cycle repeats no warning
+    assert not any(name.startswith("has space") for _, name in srcnet.located)
+
+
+def test_invalid_site_names_from_site_capabilities_are_not_published(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    fake.nodes = [node("BAD", [site("has space", [storage([area(AREA_A)])])])]
+    fake.add_dataset("ska", "obs_1", ("SOME_RSE", AREA_A))
+
+    snapshot = make_source(datasets=["ska:obs_1"]).fetch(CTX)
+
+    assert snapshot.replicas == frozenset()
+    assert snapshot.unmapped == {"SOME_RSE"}
+    assert "has space" not in snapshot.sites
+
+
+def test_datasets_queued_jobs_want_are_located_when_enabled(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    context = FetchContext(now=NOW, wanted={DatasetId("ska", "obs_2"): 3})
+
+    enabled = make_source(datasets=["ska:obs_1"], datasets_from_queue=True).fetch(context)
+    assert pairs(enabled) >= {("MARSSRC-VALLES", "ska:obs_2"), ("AUSSRC-ICRAR", "ska:obs_1")}
+
+    srcnet.located.clear()
+    disabled = make_source(datasets=["ska:obs_1"]).fetch(context)
+    assert ("ska", "obs_2") not in srcnet.located
+    assert ("MARSSRC-VALLES", "ska:obs_2") not in pairs(disabled)
+
+
+def test_concurrency_is_bounded(fake: FakeSrcnet, make_source: MakeSource) -> None:
+    fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
+    names = [f"ska:obs_{i}" for i in range(24)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("RSE_A", AREA_A))
+    fake.locate_delay_s = 0.05
+
+    snapshot = make_source(datasets=names, max_concurrency=3).fetch(CTX)
+
+    assert len(snapshot.replicas) == 24
+    assert fake.max_in_flight == 3  # parallel, but never more than configured
+
+
+# --------------------------------------------------------------------- tokens
+
+
+def test_token_is_refreshed_before_it_expires(srcnet: FakeSrcnet, make_source: MakeSource) -> None:
+    clock = FakeClock()
+    source = make_source(clock=clock, datasets=DATASETS, token_refresh_margin_s=60.0)
+    srcnet.token_lifetime_s = 600.0  # the source's clock is ours; the fake's tokens stay valid
+
+    source.fetch(CTX)
+    assert srcnet.counts["token"] == 2  # one per audience: DMAPI and Site Capabilities
+
+    clock.advance(500)  # 100 s left, more than the margin: keep the token
+    source.fetch(CTX)
+    assert srcnet.counts["token"] == 2
+
+    clock.advance(50)  # 50 s left, inside the 60 s margin: refresh first
+    source.fetch(CTX)
+    assert srcnet.counts["token"] == 3  # Site Capabilities answer still cached (ttl 600 s)
+    assert srcnet.counts["http_401"] == 0  # refreshed before the server had to refuse
+
+
+def test_http_401_gets_one_shared_refresh_then_succeeds(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    names = [f"ska:many_{i}" for i in range(12)]
+    for did in names:
+        srcnet.add_dataset("ska", did.partition(":")[2], ("AUSSRC_T1", AREA_C))
+    source = make_source(datasets=names, max_concurrency=4)
+    source.fetch(CTX)
+    tokens_before = srcnet.counts["token"]
+
+    srcnet.expire_tokens()  # the server forgets them early (revoked, clock skew, ...)
+    snapshot = source.fetch(CTX)
+
+    assert len(snapshot.replicas) == 12
+    assert srcnet.counts["http_401"] >= 1
+    assert srcnet.counts["token"] == tokens_before + 1  # concurrent 401s share one refresh
+
+
+def test_http_401_after_a_fresh_token_is_permanent(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    fake.add_dataset("ska", "obs_1", ("RSE_A", AREA_A))
+    fake.reject_tokens = True
+    source = make_source(datasets=["ska:obs_1"], site_capabilities_url=None)
+
+    with pytest.raises(PermanentSourceError, match="401"):
+        source.fetch(CTX)
+    assert (fake.counts["token"], fake.counts["locate"]) == (2, 2)  # one refresh, one retry
+
+
+def test_static_token_file_is_reread_after_a_401(
+    srcnet: FakeSrcnet, make_source: MakeSource, tmp_path: Path
+) -> None:
+    dm_file, sc_file = tmp_path / "dm.token", tmp_path / "sc.token"
+    dm_file.write_text(srcnet.issue_token(DM_AUDIENCE, DM_SCOPE))
+    sc_file.write_text(srcnet.issue_token(SC_AUDIENCE, SC_SCOPE))
+    source = make_source(
+        auth="static", token_file=dm_file, site_capabilities_token_file=sc_file, datasets=DATASETS
+    )
+    assert len(source.fetch(CTX).replicas) == 4
+
+    srcnet.expire_tokens()
+    dm_file.write_text(srcnet.issue_token(DM_AUDIENCE, DM_SCOPE))  # rotated by an agent
+    assert len(source.fetch(CTX).replicas) == 4
+    assert srcnet.counts["token"] == 0
+
+
+def test_wrong_client_secret_is_permanent_and_secrets_never_logged(
+    srcnet: FakeSrcnet,
+    make_source: MakeSource,
+    secret_files: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    source = make_source(datasets=DATASETS)
+    source.fetch(CTX)
+    srcnet.expire_tokens()
+    source.fetch(CTX)  # a refresh: logs about tokens happen here too
+    secret_files["client_secret_file"].write_text("wrong-secret")
+    srcnet.expire_tokens()
+
+    with pytest.raises(PermanentSourceError, match="invalid_client") as failure:
+        source.fetch(CTX)
+
+    issued = list(srcnet._tokens)
+    assert issued
+    for secret in [srcnet.client_secret, "wrong-secret", *issued]:
+        assert secret not in caplog.text
+        assert secret not in str(failure.value)
+
+
+def test_a_token_without_the_service_scope_is_refused_permanently(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    source = make_source(datasets=DATASETS, scope="openid", site_capabilities_url=None)
+
+    with pytest.raises(PermanentSourceError, match="refused"):
+        source.fetch(CTX)
+    assert srcnet.counts["http_403"] == 3
+
+
+# --------------------------------------------------------------------- transient failures
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_honoured(srcnet: FakeSrcnet, make_source: MakeSource, status: int) -> None:
+    source = make_source(
+        datasets=["ska:obs_2"], site_capabilities_url=None, sites={"MARSSRC-VALLES-T1": "VALLES"}
+    )
+    srcnet.fail_next("locate", 1, status, retry_after="1")
+
+    started = time.monotonic()
+    snapshot = source.fetch(CTX)
+    elapsed = time.monotonic() - started
+
+    assert pairs(snapshot) == {("VALLES", "ska:obs_2")}
+    assert 1.0 <= elapsed < 2.5  # waited the hint (not the 0.05 s backoff), and not much more
+    assert srcnet.counts["locate"] == 2
+    assert source.calls_last_fetch == 3  # token + 2 locates
+
+
+def test_retry_after_beyond_the_limit_fails_at_once(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    source = make_source(datasets=DATASETS, site_capabilities_url=None)
+    srcnet.fail_next("locate", 1, 429, retry_after="120")
+
+    started = time.monotonic()
+    with pytest.raises(TransientSourceError) as failure:
+        source.fetch(CTX)
+
+    assert time.monotonic() - started < 1.0
+    assert failure.value.retry_after_s == 120
+
+
+def test_server_errors_are_retried_with_backoff(
+    srcnet: FakeSrcnet, make_source: MakeSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = make_source(datasets=["ska:obs_2"])
+    srcnet.fail_next("locate", 2, 500)
+
+    with caplog.at_level(logging.WARNING, logger="hydrator.sources._http"):
+        snapshot = source.fetch(CTX)
+
+    assert pairs(snapshot) == {("MARSSRC-VALLES", "ska:obs_2")}
+    assert "attempt 1/3" in caplog.text
+    assert "attempt 2/3" in caplog.text
+
+
+def test_persistent_server_errors_fail_the_fetch_transiently(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    source = make_source(datasets=["ska:obs_2"])
+    srcnet.fail_next("locate", 3, 502)
+
+    with pytest.raises(TransientSourceError, match="attempt 3/3"):
+        source.fetch(CTX)
+    assert srcnet.counts["locate"] == 3
+
+
+def test_one_dataset_failing_fails_the_whole_fetch(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """Never a partial answer: the broken dataset must not vanish from its sites."""
+    fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
+    names = [f"ska:obs_{i}" for i in range(40)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("RSE_A", AREA_A))
+    fake.broken.add(("ska", "obs_7"))
+
+    source = make_source(datasets=names)
+    with pytest.raises(TransientSourceError, match="ska:obs_7"):
+        source.fetch(CTX)
+
+
+def test_connection_refused_is_transient(make_source: MakeSource) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    dead = f"http://127.0.0.1:{closed_port}/api/v1"
+    source = make_source(
+        datasets=DATASETS, base_url=dead, token_url=f"{dead}/token", site_capabilities_url=None
+    )
+
+    with pytest.raises(TransientSourceError, match="ConnectionError"):
+        source.fetch(CTX)
+    assert source.calls_last_fetch == 3  # the token request, three attempts
+
+
+def test_a_body_that_is_not_json_is_permanent(srcnet: FakeSrcnet, make_source: MakeSource) -> None:
+    source = make_source(datasets=DATASETS)
+    srcnet.malformed_next("locate", 1)
+
+    with pytest.raises(PermanentSourceError, match="not JSON"):
+        source.fetch(CTX)
+
+
+# --------------------------------------------------------------------- site capabilities cache
+
+
+def test_nodes_are_cached_for_their_ttl_and_a_failed_refresh_keeps_the_old_map(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    clock = FakeClock()
+    source = make_source(clock=clock, datasets=DATASETS, site_capabilities_ttl_s=300.0)
+    expected = pairs(source.fetch(CTX))
+    source.fetch(CTX)
+    assert srcnet.counts["nodes"] == 1
+
+    clock.advance(301)
+    srcnet.fail_next("nodes", 3, 503)
+    assert pairs(source.fetch(CTX)) == expected  # refresh failed: the earlier map is used
+    assert srcnet.counts["nodes"] == 4
+
+
+def test_nodes_unreachable_without_an_earlier_map_fails_the_fetch(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    srcnet.fail_next("nodes", 3, 500)
+    with pytest.raises(TransientSourceError, match="/nodes"):
+        make_source(datasets=DATASETS).fetch(CTX)
+
+
+# --------------------------------------------------------------------- cost
+
+
+def test_requests_per_fetch_grow_with_datasets_only(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """1000 datasets: one locate each, plus two tokens and one /nodes on the first cycle."""
+    fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
+    names = [f"ska:obs_{i:04d}" for i in range(1000)]
+    for did in names[::2]:
+        fake.add_dataset("ska", did.partition(":")[2], ("RSE_A", AREA_A))
+    source = make_source(datasets=names, max_concurrency=8)
+
+    timings = []
+    for _ in range(2):
+        started = time.monotonic()
+        snapshot = source.fetch(CTX)
+        timings.append(time.monotonic() - started)
+        assert len(snapshot.replicas) == 500
+    print(
+        f"\n1000 datasets: cold {timings[0]:.2f} s, warm {timings[1]:.2f} s, "
+        f"calls warm {source.calls_last_fetch}"
+    )
+
+    assert source.calls_last_fetch == 1000  # warm cycle: tokens and /nodes reused
+    assert fake.counts["token"] == 2 and fake.counts["nodes"] == 1
+    assert timings[1] < 20
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("7", 7.0),
+        (" 0 ", 0.0),
+        ("Sun, 22 Nov 2026 12:00:30 GMT", 30.0),
+        ("Sun, 22 Nov 2026 11:00:00 GMT", 0.0),  # in the past: retry now
+        ("soon", None),
+        ("-5", None),
+        (None, None),
+    ],
+)
+def test_retry_after_values(value: str | None, seconds: float | None) -> None:
+    assert parse_retry_after(value, now=NOW) == seconds
