@@ -124,3 +124,19 @@ def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
     ).stdout
     assert 'AvailableDatasets = { "ska:obs_1400" }' in shown.splitlines()
     assert shown.splitlines()[-1] == "- update:true"
+
+
+def test_json_logs_carry_one_object_per_line_with_the_cycle_counts(tmp_path: Path) -> None:
+    import json
+
+    for name in ("demo.toml", "demo-inventory.toml"):
+        shutil.copy(REPO / "config" / name, tmp_path / name)
+    result = subprocess.run(
+        [sys.executable, "-m", "hydrator", "--log-format", "json", "once",
+         "--config", str(tmp_path / "demo.toml")],
+        check=True, capture_output=True, text=True,
+    )
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    (cycle,) = [r for r in records if r["logger"] == "hydrator.cycle"]
+    assert cycle["outcome"] == "ok" and cycle["added"] == 11 and cycle["sites"] == 4
+    assert cycle["duration_s"] >= 0
