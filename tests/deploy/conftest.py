@@ -77,11 +77,13 @@ def servicemonitor_validator() -> list[str]:
     if not marker.exists():
         prefix.mkdir(parents=True, exist_ok=True)
         (prefix / "package.json").write_text('{"private": true, "type": "module"}\n')
-        subprocess.run(
+        result = subprocess.run(
             ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
              PROMETHEUS_OPERATOR_MODELS],
-            check=True, capture_output=True, timeout=300,
+            check=False, capture_output=True, text=True, timeout=300,
         )
+        if result.returncode != 0:
+            raise RuntimeError(f"npm install failed:\n{result.stdout}{result.stderr}")
     script = prefix / "validate-servicemonitor.mjs"
     script.write_text((Path(__file__).parent / "validate_servicemonitor.mjs").read_text())
     return [node, str(script)]
