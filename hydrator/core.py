@@ -109,7 +109,8 @@ def _advance_source(
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
-        return after, _status(after, fresh=False, reason=outcome.error), SourceDelta()
+        kind = "permanent_error" if outcome.permanent else "transient_error"
+        return after, _status(after, kind, reason=outcome.error), SourceDelta()
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
     accept_after = policy.accept_drop_after_cycles
     if held and (accept_after == 0 or before.held_cycles + 1 < accept_after):
@@ -121,7 +122,7 @@ def _advance_source(
         after = replace(
             before, last_attempt=now, stale=True, error=reason, held_cycles=before.held_cycles + 1
         )
-        return after, _status(after, fresh=False, reason=reason, snapshot=outcome), SourceDelta()
+        return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     after = SourceState(
         name=before.name,
         replicas=outcome.replicas,
@@ -132,7 +133,7 @@ def _advance_source(
     delta = SourceDelta(
         added=outcome.replicas - before.replicas, removed=before.replicas - outcome.replicas
     )
-    return after, _status(after, fresh=True, snapshot=outcome), delta
+    return after, _status(after, "ok", snapshot=outcome), delta
 
 
 def _suspicious_drop(before: int, now: int, policy: Policy) -> bool:
@@ -142,11 +143,12 @@ def _suspicious_drop(before: int, now: int, policy: Policy) -> bool:
 
 
 def _status(
-    state: SourceState, fresh: bool, reason: str | None = None, snapshot: Snapshot | None = None
+    state: SourceState, outcome: str, reason: str | None = None, snapshot: Snapshot | None = None
 ) -> SourceStatus:
     return SourceStatus(
         name=state.name,
-        fresh=fresh,
+        fresh=outcome == "ok",
+        outcome=outcome,
         entries=len(state.replicas),
         invalid=snapshot.invalid if snapshot else 0,
         unmapped=snapshot.unmapped if snapshot else frozenset(),

@@ -325,6 +325,7 @@ class SourceStatus:
     unmapped: frozenset[str] = frozenset()
     reason: str | None = None  # why it is stale: the error, or a held-back drop
     last_success: datetime | None = None
+    outcome: str = "ok"  # ok, transient_error, permanent_error, held
 
 
 @dataclass(frozen=True)

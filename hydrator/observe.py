@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hydrator.domain import ChangeKind
+from hydrator.domain import ChangeKind, SourceStatus
 
 if TYPE_CHECKING:
     from hydrator.metrics import Metrics
@@ -109,15 +109,11 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
     metrics.set_sites((ad.view for ad in published.ads.values()), sizes)
 
 
-def _record_source(metrics: Metrics, status: Any, now: datetime) -> None:
+def _record_source(metrics: Metrics, status: SourceStatus, now: datetime) -> None:
     name = status.name
-    if status.fresh:
-        outcome = "ok"
-    elif status.reason and status.reason.startswith("answer held back"):
-        outcome = "held"
-    else:
-        outcome = "error"
-    metrics.source_requests.labels(name, outcome).inc()
+    metrics.source_requests.labels(name, status.outcome).inc()
+    if status.outcome.endswith("_error"):
+        metrics.source_errors.labels(name, status.outcome.removesuffix("_error")).inc()
     metrics.invalid_records.labels(name).inc(status.invalid)
     metrics.unmapped.labels(name).set(len(status.unmapped))
     metrics.source_stale.labels(name).set(0 if status.fresh else 1)

@@ -118,6 +118,14 @@ def test_configured_attribute_names_are_used() -> None:
 
 def test_updated_is_rounded_down_to_the_resolution() -> None:
     view = view_of([DatasetId("ska", "x")], [])
-    late = SiteView(view.site, view.available, (), (), (), datetime(2026, 11, 22, 12, 4, 59, tzinfo=UTC), view.digest)
+    late = SiteView(
+        view.site,
+        view.available,
+        (),
+        (),
+        (),
+        datetime(2026, 11, 22, 12, 4, 59, tzinfo=UTC),
+        view.digest,
+    )
     ad = parse_old(render_cron(late, ClassAdConfig(updated_resolution_s=300)).split("- update")[0])
     assert ad["DataLocalityUpdated"] == int(datetime(2026, 11, 22, 12, 0, tzinfo=UTC).timestamp())

@@ -108,7 +108,8 @@ def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock
     assert m("hydrator_source_stale", {"source": "s"}) == 1
     assert m("hydrator_source_staleness_seconds", {"source": "s"}) == 120  # 2 minutes of ticks
     assert m("hydrator_cycles_total", {"outcome": "degraded"}) == 2
-    assert m("hydrator_source_requests_total", {"source": "s", "outcome": "error"}) == 2
+    assert m("hydrator_source_requests_total", {"source": "s", "outcome": "transient_error"}) == 2
+    assert m("hydrator_source_errors_total", {"source": "s", "kind": "transient"}) == 2
 
 
 def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: object) -> None:
