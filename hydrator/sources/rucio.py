@@ -1,0 +1,615 @@
+"""The Rucio source: which datasets each site holds, from a Rucio server via rucio-clients.
+
+The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes these calls:
+
+1. ``list_rses(rse_expression)``: the RSEs that count (default ``rse_type=DISK``: data only on
+   tape is not available to a job);
+2. ``list_rse_attributes(rse)`` for each RSE not named in ``[sites]``: its ``site`` attribute.
+   An RSE with neither is logged once, listed in ``Snapshot.unmapped`` and ignored;
+3. ``list_datasets_per_rse(rse)`` for each mapped RSE: the dataset summary table
+   (``collection_replicas``: state, length, available_length per dataset and RSE);
+4. ``list_replication_rules({"state": "R"})`` and ``{"state": "S"}``: the REPLICATING and STUCK
+   rules, with exact lock counts (``locks_ok_cnt`` ...) kept by the rule engine;
+5. ``list_rses(expr)`` once per distinct expression of those rules that concern a dataset
+   listed in step 3 and are not simply the name of a mapped RSE;
+6. ``list_dataset_replicas(scope, name, deep=True)`` for at most ``deep_check_limit`` datasets.
+
+So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
+bounded deep checks), not with the number of datasets; :attr:`RucioSource.calls_last_fetch`
+counts them by method (``connect`` counts client constructions, ``auth`` token requests).
+
+How a summary row (dataset D at RSE X of site S) is classified:
+
+* a STUCK rule on D whose expression covers X -> STUCK at S, fraction = ok locks / all locks;
+* a REPLICATING rule on D covering X -> REPLICATING at S, same fraction;
+* the row says AVAILABLE with ``available_length >= length > 0`` -> AVAILABLE, trusted as is;
+* anything else -> an exact check ``list_dataset_replicas(deep=True)`` decides: AVAILABLE,
+  PARTIAL with ``available/length``, or not there. Datasets that queued jobs want
+  (``FetchContext.wanted``) are checked first; beyond the limit the row itself is used.
+  Several RSEs of one site: the best report wins (:func:`hydrator.domain.better`).
+
+The trade-off (FACTS.md): the summary table is filled by the ``rucio-abacus-collection-replica``
+daemon and lags. A new rule's row reads ``UNAVAILABLE 0/0`` until abacus ran, which costs a
+deep check (bounded) until then; a file lost or deleted from a dataset whose row says AVAILABLE
+is noticed only when abacus updates the row (usually minutes); when the last file goes abacus
+deletes the row and the dataset leaves the site. Checking every dataset deeply every cycle would
+be exact but one call per dataset. Only datasets placed by a dataset (or container) rule have
+summary rows; files registered without any rule are not seen.
+
+Errors (all translated here, never classified by message text)::
+
+    requests ConnectionError, Timeout, broken stream, OSError,
+    Rucio errors from an HTTP 5xx/429 answer, ServerConnectionException  -> TransientSourceError
+    CannotAuthenticate, NoAuthInformation, AccessDenied, HTTP 401/403,
+    TLS (SSLError), a bad client configuration, other Rucio errors        -> PermanentSourceError
+
+Transient errors are retried ``max_attempts`` times per call with exponential backoff from
+``backoff_s`` (logged ``attempt n/N``); rucio-clients' own retries are reduced so that a dead
+server fails a fetch within about ``max_attempts x (timeout + backoff)``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+from pydantic import BaseModel, ConfigDict, ValidationError
+from rucio.client import Client
+from rucio.common import exception as rucio_exc
+
+from hydrator.config import RucioSourceConfig
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+    check_site,
+)
+from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
+from hydrator.sources import FetchContext
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_AUTH_ERRORS: tuple[type[Exception], ...] = (
+    rucio_exc.CannotAuthenticate,
+    rucio_exc.NoAuthInformation,
+    rucio_exc.AccessDenied,
+)
+_CLIENT_CONFIG_ERRORS: tuple[type[Exception], ...] = (
+    rucio_exc.MissingClientParameter,
+    rucio_exc.ConfigNotFound,
+    rucio_exc.ClientProtocolNotSupported,
+    rucio_exc.ClientProtocolNotFound,
+)
+_MAX_LOGGED_NAMES = 1000  # bad names logged once each, up to this many per source
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _DatasetRow(_Payload):
+    """One row of ``list_datasets_per_rse`` (the ``collection_replicas`` summary)."""
+
+    scope: str
+    name: str
+    state: str
+    length: int | None = None
+    available_length: int | None = None
+
+
+class _RuleRow(_Payload):
+    """The fields of a replication rule this source uses."""
+
+    scope: str
+    name: str
+    did_type: str
+    rse_expression: str
+    state: str
+    locks_ok_cnt: int
+    locks_replicating_cnt: int
+    locks_stuck_cnt: int
+
+
+class _DeepRow(_Payload):
+    """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
+
+    rse: str
+    length: int | None = None
+    available_length: int | None = None
+
+
+P = TypeVar("P", bound=_Payload)
+
+
+@dataclass(frozen=True)
+class _Row:
+    dataset: DatasetId
+    rse: str
+    available_summary: bool  # the summary row says complete
+    length: int
+    available: int
+
+
+@dataclass(frozen=True)
+class _Rule:
+    dataset: DatasetId
+    expression: str
+    state: ReplicaState  # REPLICATING or STUCK
+    fraction: float
+
+
+@dataclass
+class _Cycle:
+    """What one fetch has learned so far (mutable scratch space, not shared)."""
+
+    sites: dict[str, Site]  # mapped RSE -> site
+    unmapped: set[str]
+    invalid: int = 0
+
+
+def build(config: RucioSourceConfig, sites: Mapping[str, str]) -> RucioSource:
+    """The factory the service uses for ``type = "rucio"``; ``sites`` is ``Config.sites``."""
+    return RucioSource(config, sites)
+
+
+class RucioSource:
+    """A :class:`~hydrator.sources.Source` reading one Rucio server.
+
+    ``sleep`` is the backoff clock (seconds). After each fetch,
+    ``calls_last_fetch`` maps client method -> API calls made (retries included) and
+    ``deep_checks_last_fetch`` / ``deep_checks_skipped_last_fetch`` count exact checks done and
+    left out because of ``deep_check_limit``.
+    """
+
+    def __init__(
+        self,
+        config: RucioSourceConfig,
+        sites: Mapping[str, str],
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.site_overrides = {rse: check_site(site) for rse, site in sites.items()}
+        self._sleep = sleep
+        self._client: Any = None
+        self._token_dir: Path | None = None
+        self._calls: Counter[str] = Counter()
+        self._last_status: int | None = None
+        self._logged_names: set[str] = set()
+        self._logged_unmapped: set[str] = set()
+        self.calls_last_fetch: dict[str, int] = {}
+        self.deep_checks_last_fetch = 0
+        self.deep_checks_skipped_last_fetch = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def close(self) -> None:
+        """Drop the client and remove the private token directory."""
+        self._client = None
+        if self._token_dir is not None:
+            shutil.rmtree(self._token_dir, ignore_errors=True)
+            self._token_dir = None
+
+    # -- the cycle -----------------------------------------------------------------------
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        """This cycle's snapshot, or raise Transient/PermanentSourceError (nothing partial)."""
+        self._calls = Counter()
+        self.deep_checks_last_fetch = self.deep_checks_skipped_last_fetch = 0
+        try:
+            client = self._connected_client()
+            cycle = self._map_rses(client)
+            rows = self._summary_rows(client, cycle)
+            rules = self._active_rules(client, cycle)
+            listed = {row.dataset for row in rows}
+            relevant = [rule for rule in rules if rule.dataset in listed]
+            covered = self._rule_coverage(client, relevant, cycle)
+            replicas, pending = _classify(rows, covered, cycle.sites)
+            replicas += self._deep_checks(client, pending, cycle, context)
+        except PermanentSourceError:
+            self._client = None  # rebuilt (password file re-read) next cycle
+            raise
+        finally:
+            self.calls_last_fetch = dict(self._calls)
+        return Snapshot.of(
+            self.name,
+            replicas,
+            sites=cycle.sites.values(),
+            invalid=cycle.invalid,
+            unmapped=cycle.unmapped,
+        )
+
+    def _map_rses(self, client: Any) -> _Cycle:
+        """RSEs of the expression -> site: ``[sites]`` first, else the site attribute."""
+        expression = self.config.rse_expression
+        try:
+            found = self._call("list_rses", partial(_as_list, client.list_rses, expression))
+        except PermanentSourceError as exc:
+            if isinstance(exc.__cause__, rucio_exc.InvalidRSEExpression):
+                raise PermanentSourceError(
+                    f"rucio: rse_expression {expression!r} is invalid or matches no RSE"
+                ) from exc.__cause__
+            raise
+        cycle = _Cycle(sites={}, unmapped=set())
+        for record in found:
+            rse = record.get("rse") if isinstance(record, dict) else None
+            if not isinstance(rse, str):
+                cycle.invalid += 1
+                continue
+            site = self.site_overrides.get(rse) or self._site_attribute(client, rse)
+            if site is None:
+                cycle.unmapped.add(rse)
+                self._log_unmapped(rse)
+            else:
+                cycle.sites[rse] = site
+        return cycle
+
+    def _site_attribute(self, client: Any, rse: str) -> Site | None:
+        attrs = self._call("list_rse_attributes", partial(client.list_rse_attributes, rse))
+        value = attrs.get(self.config.site_attribute) if isinstance(attrs, dict) else None
+        if value is None:
+            return None
+        try:
+            return check_site(str(value))
+        except InvalidNameError:
+            log.warning(
+                "rucio: RSE %s has an invalid %s attribute %r; ignoring the RSE",
+                rse,
+                self.config.site_attribute,
+                value,
+            )
+            return None
+
+    def _log_unmapped(self, rse: str) -> None:
+        if rse not in self._logged_unmapped:
+            self._logged_unmapped.add(rse)
+            log.warning(
+                "rucio: RSE %s has no %r attribute and no [sites] entry; its datasets are ignored",
+                rse,
+                self.config.site_attribute,
+            )
+
+    def _summary_rows(self, client: Any, cycle: _Cycle) -> list[_Row]:
+        """Every dataset row of the summary table at every mapped RSE."""
+        rows: list[_Row] = []
+        for rse in sorted(cycle.sites):
+            records = self._call(
+                "list_datasets_per_rse", partial(_as_list, client.list_datasets_per_rse, rse)
+            )
+            for record in records:
+                row = self._parse(_DatasetRow, record, cycle)
+                dataset = self._dataset(row, cycle) if row is not None else None
+                if row is None or dataset is None:
+                    continue
+                length, available = row.length or 0, row.available_length or 0
+                complete = row.state == "AVAILABLE" and available >= length > 0
+                rows.append(_Row(dataset, rse, complete, length, available))
+        return rows
+
+    def _active_rules(self, client: Any, cycle: _Cycle) -> list[_Rule]:
+        """The REPLICATING and STUCK rules on datasets (state filter by one-letter code)."""
+        rules: list[_Rule] = []
+        for code, state in (("R", ReplicaState.REPLICATING), ("S", ReplicaState.STUCK)):
+            records = self._call(
+                "list_replication_rules",
+                partial(_as_list, client.list_replication_rules, {"state": code}),
+            )
+            for record in records:
+                rule = self._parse(_RuleRow, record, cycle)
+                if rule is None or rule.did_type != "DATASET":
+                    continue  # container rules show up as rows needing a deep check
+                dataset = self._dataset(rule, cycle)
+                if dataset is None:
+                    continue
+                total = rule.locks_ok_cnt + rule.locks_replicating_cnt + rule.locks_stuck_cnt
+                fraction = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
+                rules.append(_Rule(dataset, rule.rse_expression, state, fraction))
+        return rules
+
+    def _rule_coverage(
+        self, client: Any, rules: list[_Rule], cycle: _Cycle
+    ) -> dict[tuple[str, DatasetId], Replica]:
+        """(RSE, dataset) -> the rule's report, for mapped RSEs its expression covers.
+
+        Only rules on datasets with a summary row at a mapped RSE are passed in. An expression
+        that is just one of those RSE names needs no call; others are resolved once each.
+        """
+        resolved: dict[str, frozenset[str]] = {}
+        covered: dict[tuple[str, DatasetId], Replica] = {}
+        for rule in rules:
+            if rule.expression not in resolved:
+                resolved[rule.expression] = self._resolve(client, rule.expression, cycle)
+            for rse in resolved[rule.expression]:
+                report = Replica(rule.dataset, cycle.sites[rse], rule.state, rule.fraction)
+                old = covered.get((rse, rule.dataset))
+                # a stuck rule is worth reporting even when another rule still replicates
+                if old is None or report.state is ReplicaState.STUCK:
+                    covered[(rse, rule.dataset)] = report
+        return covered
+
+    def _resolve(self, client: Any, expression: str, cycle: _Cycle) -> frozenset[str]:
+        if expression in cycle.sites or expression in cycle.unmapped:
+            return frozenset({expression} & cycle.sites.keys())
+        try:
+            found = self._call("list_rses", partial(_as_list, client.list_rses, expression))
+        except PermanentSourceError as exc:
+            if isinstance(exc.__cause__, rucio_exc.InvalidRSEExpression):
+                return frozenset()  # the rule targets RSEs that no longer exist
+            raise
+        names = {r.get("rse") for r in found if isinstance(r, dict)}
+        return frozenset(rse for rse in names if isinstance(rse, str) and rse in cycle.sites)
+
+    def _deep_checks(
+        self, client: Any, pending: list[_Row], cycle: _Cycle, context: FetchContext
+    ) -> list[Replica]:
+        """Exact answers for rows the summary cannot settle, most wanted datasets first."""
+        by_dataset: dict[DatasetId, list[_Row]] = {}
+        for row in pending:
+            by_dataset.setdefault(row.dataset, []).append(row)
+        order = sorted(by_dataset, key=lambda d: (-context.wanted.get(d, 0), d))
+        limit = self.config.deep_check_limit
+        replicas: list[Replica] = []
+        for dataset in order[limit:]:
+            replicas += [r for row in by_dataset[dataset] if (r := _from_summary(row, cycle))]
+        self.deep_checks_skipped_last_fetch = max(0, len(order) - limit)
+        if self.deep_checks_skipped_last_fetch:
+            log.warning(
+                "rucio: %d datasets over deep_check_limit=%d used the lagging summary",
+                self.deep_checks_skipped_last_fetch,
+                limit,
+            )
+        for dataset in order[:limit]:
+            exact = self._deep_counts(client, dataset, cycle)
+            for row in by_dataset[dataset]:
+                length, available = exact.get(row.rse, (0, 0))
+                replica = _from_counts(row.dataset, cycle.sites[row.rse], length, available)
+                if replica is not None:
+                    replicas.append(replica)
+        self.deep_checks_last_fetch = min(limit, len(order))
+        return replicas
+
+    def _deep_counts(
+        self, client: Any, dataset: DatasetId, cycle: _Cycle
+    ) -> dict[str, tuple[int, int]]:
+        """RSE -> (files, available files) of one dataset, from the file replicas."""
+        records = self._call(
+            "list_dataset_replicas",
+            partial(_as_list, client.list_dataset_replicas, dataset.scope, dataset.name, deep=True),
+        )
+        counts: dict[str, tuple[int, int]] = {}
+        for record in records:
+            row = self._parse(_DeepRow, record, cycle)
+            if row is not None:
+                counts[row.rse] = (row.length or 0, row.available_length or 0)
+        return counts
+
+    # -- parsing -------------------------------------------------------------------------
+
+    def _parse(self, model: type[P], record: Any, cycle: _Cycle) -> P | None:
+        """Validate one untrusted record; a malformed one is counted and skipped."""
+        try:
+            return model.model_validate(record)
+        except ValidationError as exc:
+            cycle.invalid += 1
+            log.debug("rucio: skipping a malformed %s record: %s", model.__name__, exc)
+            return None
+
+    def _dataset(self, record: _DatasetRow | _RuleRow, cycle: _Cycle) -> DatasetId | None:
+        """The record's dataset id, or None when out of scope or invalid (counted, logged once)."""
+        if self.config.scopes and record.scope not in self.config.scopes:
+            return None
+        try:
+            return DatasetId(record.scope, record.name)
+        except InvalidNameError as exc:
+            cycle.invalid += 1
+            key = f"{record.scope}:{record.name}"
+            if key not in self._logged_names and len(self._logged_names) < _MAX_LOGGED_NAMES:
+                self._logged_names.add(key)
+                log.warning("rucio: skipping a dataset with an invalid name: %s", exc)
+            return None
+
+    # -- calls, retries, errors ----------------------------------------------------------
+
+    def _call(self, method: str, fn: Callable[[], T]) -> T:
+        """Run one API call with bounded retries on transient errors; translate all errors."""
+        attempts = self.config.max_attempts
+        for attempt in range(1, attempts + 1):
+            self._calls[method] += 1
+            self._last_status = None
+            try:
+                return fn()
+            except (
+                rucio_exc.RucioException,
+                requests.RequestException,
+                OSError,
+                json.JSONDecodeError,
+            ) as exc:
+                error = self._translate(method, exc)
+                if isinstance(error, PermanentSourceError) or attempt == attempts:
+                    raise error from exc
+                delay = self.config.backoff_s * 2 ** (attempt - 1)
+                log.warning(
+                    "rucio: %s failed (attempt %d/%d): %s; retrying in %.1f s",
+                    method,
+                    attempt,
+                    attempts,
+                    error,
+                    delay,
+                )
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _translate(self, method: str, exc: Exception) -> SourceError:
+        """The hydrator's error for a library exception, by its class and HTTP status."""
+        where = self.config.rucio_host or "the server in $RUCIO_CONFIG"
+        kind = type(exc).__name__
+        status = self._last_status
+        if isinstance(exc, _AUTH_ERRORS) or status in (401, 403):
+            return PermanentSourceError(
+                f"rucio: authentication failed at {where} for account "
+                f"{self.config.account or '(from rucio.cfg)'} ({kind}); check the credentials"
+            )
+        if isinstance(exc, _CLIENT_CONFIG_ERRORS):
+            return PermanentSourceError(f"rucio: bad client configuration ({kind}): {_line(exc)}")
+        if isinstance(exc, requests.exceptions.SSLError):
+            return PermanentSourceError(f"rucio: TLS failure talking to {where}; check ca_cert")
+        if isinstance(exc, requests.RequestException | OSError | json.JSONDecodeError):
+            return TransientSourceError(f"rucio: {method}: cannot reach {where} ({kind})")
+        if isinstance(exc, rucio_exc.ServerConnectionException) or (
+            status is not None and (status >= 500 or status == 429)
+        ):
+            return TransientSourceError(f"rucio: {method}: server error {status} ({kind})")
+        return PermanentSourceError(f"rucio: {method} failed ({kind}, HTTP {status}): {_line(exc)}")
+
+    # -- the client ----------------------------------------------------------------------
+
+    def _connected_client(self) -> Any:
+        """The client, built (and authenticated) on first use or after a permanent error."""
+        if self._client is None:
+            client = self._call("connect", self._make_client)
+            client.request_retries = 0  # one immediate resend inside rucio-clients; ours follow
+            self._client = client
+        return self._client
+
+    def _make_client(self) -> Any:
+        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host.
+
+        The client class is specialised to keep its token in a private directory (not the
+        shared ``/tmp/<user>``), to resend once at most after a 401 (new token), and to record
+        each answer's HTTP status (to classify errors) and count token requests.
+        """
+        cfg = self.config
+        if self._token_dir is None:
+            self._token_dir = Path(tempfile.mkdtemp(prefix="hydrator-rucio-"))
+        source = self
+
+        def send_request(client: Any, url: str, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("get_token"):
+                source._calls["auth"] += 1
+            result = Client._send_request(client, url, *args, **kwargs)
+            source._last_status = getattr(result, "status_code", None)
+            return result
+
+        client_class = type(
+            "HydratorRucioClient",
+            (Client,),
+            {
+                "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
+                "AUTH_RETRIES": 1,
+                "_send_request": send_request,
+            },
+        )
+        kwargs: dict[str, Any] = {"timeout": cfg.timeout_s}
+        for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
+            if getattr(cfg, key) is not None:
+                kwargs[key] = getattr(cfg, key)
+        if cfg.ca_cert is not None:
+            kwargs["ca_cert"] = str(cfg.ca_cert)
+        if cfg.auth_type is not None:
+            kwargs["creds"] = self._creds()
+        if cfg.auth_type == "oidc":
+            self._seed_oidc_token()
+        return client_class(**kwargs)
+
+    def _creds(self) -> dict[str, Any]:
+        cfg = self.config
+        if cfg.auth_type == "userpass":
+            return {
+                "username": cfg.username,
+                "password": _read_secret(cfg.password_file, "password_file"),
+            }
+        if cfg.auth_type == "x509":
+            return {"client_cert": _path(cfg.client_cert), "client_key": _path(cfg.client_key)}
+        if cfg.auth_type == "x509_proxy":
+            return {"client_proxy": _path(cfg.client_proxy)}
+        return {}
+
+    def _seed_oidc_token(self) -> None:
+        """Put the bearer token from ``token_file`` where rucio-clients looks for its token."""
+        assert self._token_dir is not None
+        token = _read_secret(self.config.token_file, "token_file")
+        account = self.config.account
+        suffix = f"for_account_{account}" if account else "for_default_account"
+        user_dir = self._token_dir / f".rucio_{_user()}"
+        user_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = user_dir / f"auth_token_{suffix}"
+        path.touch(mode=0o600)
+        path.write_text(token)
+
+
+def _classify(
+    rows: Iterable[_Row],
+    covered: Mapping[tuple[str, DatasetId], Replica],
+    sites: Mapping[str, Site],
+) -> tuple[list[Replica], list[_Row]]:
+    """Settle each summary row from the rules or the row itself; return the rest as pending."""
+    replicas: list[Replica] = []
+    pending: list[_Row] = []
+    for row in rows:
+        by_rule = covered.get((row.rse, row.dataset))
+        if by_rule is not None:
+            replicas.append(by_rule)
+        elif row.available_summary:
+            replicas.append(Replica(row.dataset, sites[row.rse], ReplicaState.AVAILABLE))
+        else:
+            pending.append(row)
+    return replicas, pending
+
+
+def _from_counts(dataset: DatasetId, site: Site, length: int, available: int) -> Replica | None:
+    """AVAILABLE, PARTIAL (fraction of files) or None (nothing usable) from file counts."""
+    if length <= 0 or available <= 0:
+        return None
+    if available >= length:
+        return Replica(dataset, site, ReplicaState.AVAILABLE)
+    return Replica(dataset, site, ReplicaState.PARTIAL, available / length)
+
+
+def _from_summary(row: _Row, cycle: _Cycle) -> Replica | None:
+    return _from_counts(row.dataset, cycle.sites[row.rse], row.length, row.available)
+
+
+def _read_secret(path: Path | None, key: str) -> str:
+    """The first line of a secret file; the error names the key, never the content."""
+    if path is None:
+        raise PermanentSourceError(f"rucio: {key} is required for this auth_type")
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise PermanentSourceError(f"rucio: cannot read {key} {path}: {exc.strerror}") from exc
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _user() -> str:
+    return getpass.getuser()
+
+
+def _as_list(fn: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> list[Any]:
+    """Call a listing method and read its whole (streamed) answer inside the retry loop."""
+    return list(fn(*args, **kwargs))
+
+
+def _line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,75 @@
+"""Fixtures for the Rucio source tests: the real server (session) and one populated federation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hydrator.config import RucioSourceConfig
+from hydrator.sources.rucio import RucioSource
+from tests.support.rucio_server import (  # noqa: F401  (fixtures)
+    Federation,
+    RucioAdmin,
+    RucioServer,
+    build_federation,
+    rucio_admin,
+    rucio_server,
+    running_rucio,
+)
+
+
+@pytest.fixture(scope="session")
+def federation(rucio_admin: RucioAdmin) -> Federation:  # noqa: F811
+    """The shared read-only federation; tests that change data make their own datasets."""
+    return build_federation(rucio_admin)
+
+
+def config_for(server: RucioServer, **overrides: Any) -> RucioSourceConfig:
+    """A source config talking to ``server`` as root with userpass, fast retries."""
+    values: dict[str, Any] = {
+        "type": "rucio",
+        "rucio_host": server.url,
+        "auth_host": server.url,
+        "account": "root",
+        "auth_type": "userpass",
+        "username": server.username,
+        "password_file": server.password_file,
+        "rse_expression": "rse_type=DISK",
+        "timeout_s": 2.0,
+        "max_attempts": 3,
+        "backoff_s": 0.05,
+    }
+    values.update(overrides)
+    return RucioSourceConfig(**values)
+
+
+@pytest.fixture()
+def make_source(
+    rucio_server: RucioServer,  # noqa: F811
+    federation: Federation,
+) -> Iterator[Callable[..., RucioSource]]:
+    """Build sources on the federation (closed after the test); keywords override the config."""
+    made: list[RucioSource] = []
+
+    def make(sites: dict[str, str] | None = None, **overrides: Any) -> RucioSource:
+        overrides.setdefault("rse_expression", federation.expression)
+        source = RucioSource(
+            config_for(rucio_server, **overrides),
+            federation.overrides if sites is None else sites,
+        )
+        made.append(source)
+        return source
+
+    yield make
+    for source in made:
+        source.close()
+
+
+@pytest.fixture()
+def wrong_password_file(tmp_path: Path) -> Path:
+    path = tmp_path / "password"
+    path.write_text("not-the-password\n")
+    return path

@@ -1,0 +1,288 @@
+"""The Rucio source against a real Rucio 41.5.1 server (tests/support/rucio_server.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hydrator.config import RucioSourceConfig
+from hydrator.domain import DatasetId, ReplicaState, Snapshot
+from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.sources import FetchContext
+from hydrator.sources.rucio import RucioSource
+from tests.sources.rucio.conftest import config_for
+from tests.support.rucio_server import Federation, RucioAdmin, RucioServer, unique
+
+pytestmark = pytest.mark.rucio
+
+MakeSource = Callable[..., RucioSource]
+
+
+def now() -> FetchContext:
+    return FetchContext(now=datetime.now(UTC))
+
+
+def view(snapshot: Snapshot) -> dict[tuple[str, str], tuple[str, float]]:
+    """(site, "scope:name") -> (state, fraction rounded) for comparison."""
+    return {
+        (r.site, str(r.dataset)): (r.state.value, round(r.fraction, 3)) for r in snapshot.replicas
+    }
+
+
+def of_federation(
+    snapshot: Snapshot, federation: Federation
+) -> dict[tuple[str, str], tuple[str, float]]:
+    """The view restricted to the federation's own datasets (other tests add more)."""
+    dids = {federation.did(role) for role in federation.datasets}
+    return {key: value for key, value in view(snapshot).items() if key[1] in dids}
+
+
+def rounded(
+    expected: dict[tuple[str, str], tuple[str, float]],
+) -> dict[tuple[str, str], tuple[str, float]]:
+    return {k: (state, round(f, 3)) for k, (state, f) in expected.items()}
+
+
+def test_federation_maps_to_sites_and_states(
+    make_source: MakeSource, federation: Federation, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    source = make_source()
+    snapshot = source.fetch(now())
+    assert of_federation(snapshot, federation) == rounded(federation.expected)
+    assert snapshot.sites == set(federation.sites.values())
+    # the RSE with no site attribute and no [sites] entry: reported, its data ignored
+    assert snapshot.unmapped == {federation.rses["nosite"]}
+    assert not any(d == federation.did("at_nosite") for _, d in view(snapshot))
+    # tape is not in rse_type=DISK, although its site attribute names site A
+    assert not any(d == federation.did("on_tape") for _, d in view(snapshot))
+    warnings = [
+        r.getMessage() for r in caplog.records if federation.rses["nosite"] in r.getMessage()
+    ]
+    assert len(warnings) == 1
+    # reported once per source, not every cycle
+    again = source.fetch(now())
+    assert again.unmapped == {federation.rses["nosite"]}
+    assert len([r for r in caplog.records if federation.rses["nosite"] in r.getMessage()]) == 1
+
+
+def test_without_sites_override_the_attributeless_rse_is_unmapped(
+    make_source: MakeSource, federation: Federation
+) -> None:
+    snapshot = make_source(sites={}).fetch(now())
+    assert snapshot.unmapped == {federation.rses["nosite"], federation.rses["mapped"]}
+    assert federation.sites["C"] not in snapshot.sites
+    assert {site for site, _ in view(snapshot)} == {federation.sites["A"], federation.sites["B"]}
+
+
+def test_sites_override_wins_over_the_site_attribute(
+    make_source: MakeSource, federation: Federation
+) -> None:
+    moved = dict(federation.overrides, **{federation.rses["b1"]: federation.sites["C"]})
+    got = view(make_source(sites=moved).fetch(now()))
+    assert got[(federation.sites["C"], federation.did("partial"))] == ("partial", 0.5)
+    assert federation.sites["B"] not in {site for site, _ in got}
+
+
+def test_default_expression_rse_type_disk_excludes_tape(
+    make_source: MakeSource, federation: Federation
+) -> None:
+    snapshot = make_source(rse_expression="rse_type=DISK").fetch(now())
+    datasets = {d for _, d in view(snapshot)}
+    assert federation.did("complete") in datasets
+    assert federation.did("on_tape") not in datasets
+
+
+def test_replicating_becomes_complete(
+    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin
+) -> None:
+    scope, a1, b1 = federation.scope, federation.rses["a1"], federation.rses["b1"]
+    name = rucio_admin.dataset(scope, 2, at=[a1])
+    rucio_admin.rule(scope, name, a1)
+    rucio_admin.rule(scope, name, b1)
+    key = (federation.sites["B"], f"{scope}:{name}")
+    source = make_source()
+    assert view(source.fetch(now()))[key] == ("replicating", 0.0)
+    rucio_admin.set_file_states(b1, scope, rucio_admin.files(scope, name), "A")
+    assert view(source.fetch(now()))[key] == ("available", 1.0)
+
+
+def test_removed_replica_leaves_the_site(
+    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin
+) -> None:
+    scope, a1, b1 = federation.scope, federation.rses["a1"], federation.rses["b1"]
+    name = rucio_admin.dataset(scope, 2, at=[a1, b1])
+    rucio_admin.rule(scope, name, a1)
+    rule_b = rucio_admin.rule(scope, name, b1)
+    rucio_admin.server.run_abacus()
+    did = f"{scope}:{name}"
+    source = make_source()
+    before = view(source.fetch(now()))
+    assert before[(federation.sites["B"], did)] == ("available", 1.0)
+    rucio_admin.remove_rule_now(rule_b, b1)
+    after = view(source.fetch(now()))
+    assert (federation.sites["B"], did) not in after
+    assert after[(federation.sites["A"], did)] == ("available", 1.0)
+
+
+def test_server_down_is_transient_then_recovers(
+    make_source: MakeSource, running_rucio: RucioServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = make_source()
+    good = source.fetch(now())
+    running_rucio.stop()
+    started = time.monotonic()
+    with pytest.raises(TransientSourceError, match="cannot reach"):
+        source.fetch(now())
+    assert time.monotonic() - started < 5
+    assert source.calls_last_fetch == {"list_rses": 3}  # bounded retries, then give up
+    assert "attempt 2/3" in caplog.text
+    running_rucio.start()
+    assert source.fetch(now()) == good
+
+
+def test_hung_server_times_out(make_source: MakeSource, running_rucio: RucioServer) -> None:
+    source = make_source(timeout_s=0.5, max_attempts=2)
+    source.fetch(now())
+    assert running_rucio.process is not None
+    os.killpg(running_rucio.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransientSourceError):
+            source.fetch(now())
+        assert time.monotonic() - started < 10
+    finally:
+        os.killpg(running_rucio.process.pid, signal.SIGCONT)
+    source.fetch(now())
+
+
+def test_wrong_password_is_permanent_and_clear(
+    make_source: MakeSource, wrong_password_file: Path
+) -> None:
+    source = make_source(password_file=wrong_password_file)
+    with pytest.raises(PermanentSourceError) as info:
+        source.fetch(now())
+    message = str(info.value)
+    assert "authentication failed" in message and "account root" in message
+    assert "not-the-password" not in message
+    assert "\n" not in message
+    assert source.calls_last_fetch["connect"] == 1  # not retried
+
+
+def test_missing_password_file_is_permanent(make_source: MakeSource, tmp_path: Path) -> None:
+    with pytest.raises(PermanentSourceError, match="password_file"):
+        make_source(password_file=tmp_path / "absent").fetch(now())
+
+
+def test_unknown_expression_is_permanent(make_source: MakeSource) -> None:
+    with pytest.raises(PermanentSourceError, match="rse_expression"):
+        make_source(rse_expression="fed=no-such-federation").fetch(now())
+
+
+def test_bad_names_are_counted_and_skipped(
+    make_source: MakeSource,
+    federation: Federation,
+    rucio_admin: RucioAdmin,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Rucio's generic schema allows a scope starting with "-"; a ClassAd list must not get it
+    bad_scope = rucio_admin.scope("-" + unique("x"))
+    a1 = federation.rses["a1"]
+    name = rucio_admin.dataset(bad_scope, 1, at=[a1])
+    rucio_admin.rule(bad_scope, name, a1)
+    stuck_bad = rucio_admin.dataset(bad_scope, 1, at=[a1])
+    rucio_admin.rule(bad_scope, stuck_bad, a1)
+    rule = rucio_admin.rule(bad_scope, stuck_bad, federation.rses["b1"])
+    rucio_admin.make_stuck(rule)
+    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    source = make_source()
+    snapshot = source.fetch(now())
+    # two summary rows at a1, one at b1, one stuck rule: four bad records
+    assert snapshot.invalid == 4
+    assert all(r.dataset.scope != bad_scope for r in snapshot.replicas)
+    assert of_federation(snapshot, federation) == rounded(federation.expected)
+    source.fetch(now())
+    logged = [r for r in caplog.records if "invalid" in r.getMessage()]
+    assert len(logged) == 2  # each bad name once, not every cycle
+
+
+def test_calls_grow_with_rses_not_datasets(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    tag = unique("n").lower()
+    rses = [rucio_admin.rse(f"SITE-{tag}-{i % 2}", attributes={"fed": tag}) for i in range(3)]
+    scope = rucio_admin.scope()
+    for rse in rses:
+        rucio_admin.many_datasets(scope, 4, rse)
+    rucio_server.run_abacus()
+    source = RucioSource(config_for(rucio_server, rse_expression=f"fed={tag}"), {})
+    try:
+        source.fetch(now())
+        assert source.calls_last_fetch["connect"] == source.calls_last_fetch["auth"] == 1
+        few = source.fetch(now())  # the steady state: client and token reused
+        calls_few = dict(source.calls_last_fetch)
+        for rse in rses:
+            rucio_admin.many_datasets(scope, 30, rse)
+        rucio_server.run_abacus()
+        many = source.fetch(now())
+        calls_many = dict(source.calls_last_fetch)
+    finally:
+        source.close()
+    assert len(few.replicas) == 12 and len(many.replicas) == 102
+    assert calls_few == calls_many
+    assert calls_many == {
+        "list_rses": 1,
+        "list_rse_attributes": 3,
+        "list_datasets_per_rse": 3,
+        "list_replication_rules": 2,
+    }
+    assert source.deep_checks_last_fetch == 0
+
+
+def test_deep_checks_are_bounded(rucio_admin: RucioAdmin, rucio_server: RucioServer) -> None:
+    """Before abacus ran, summary rows say 0/0: exact checks settle them, up to the limit."""
+    tag = unique("d").lower()
+    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag})
+    scope = rucio_admin.scope()
+    names = rucio_admin.many_datasets(scope, 5, rse)
+    wanted = DatasetId(scope, sorted(names)[-1])
+    source = RucioSource(
+        config_for(rucio_server, rse_expression=f"fed={tag}", deep_check_limit=2), {}
+    )
+    try:
+        snapshot = source.fetch(FetchContext(now=datetime.now(UTC), wanted={wanted: 3}))
+    finally:
+        source.close()
+    assert source.calls_last_fetch["list_dataset_replicas"] == 2
+    assert source.deep_checks_last_fetch == 2
+    assert source.deep_checks_skipped_last_fetch == 3
+    # the checked ones are known complete (the wanted one among them); the rest wait for abacus
+    assert len(snapshot.replicas) == 2
+    assert wanted in {r.dataset for r in snapshot.replicas}
+    assert {r.state for r in snapshot.replicas} == {ReplicaState.AVAILABLE}
+
+
+def test_client_from_rucio_config(
+    rucio_server: RucioServer, federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without rucio_host, everything (host, account, credentials) comes from $RUCIO_CONFIG."""
+    from rucio.common.config import get_config
+
+    monkeypatch.setenv("RUCIO_CONFIG", str(rucio_server.config_path))
+    get_config.cache_clear()  # rucio-clients reads its config once per process
+    source = RucioSource(
+        RucioSourceConfig(type="rucio", rse_expression=federation.expression), federation.overrides
+    )
+    try:
+        assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
+    finally:
+        source.close()
+        monkeypatch.delenv("RUCIO_CONFIG")
+        get_config.cache_clear()
