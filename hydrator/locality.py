@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hydrator.domain import DatasetId, Site, SiteView
 
@@ -40,6 +41,14 @@ class PoolSlot:
     unclaimed: bool
 
 
+class PoolProbe(Protocol):
+    """Reads the pool for matchmaking quality (an adapter over the schedds and the collector)."""
+
+    def jobs_and_slots(self) -> tuple[list[PoolJob], list[PoolSlot]]:
+        """Queued data-bound jobs and all slots; raises PublishError if the pool cannot be read."""
+        ...
+
+
 @dataclass(frozen=True)
 class LocalityReport:
     running_local: int = 0
@@ -47,6 +56,7 @@ class LocalityReport:
     idle: Mapping[str, int] = field(default_factory=dict)  # reason -> jobs
     running_by_site: Mapping[tuple[Site, str], int] = field(default_factory=dict)
     missed_by_site: Mapping[Site, int] = field(default_factory=dict)  # idle jobs a site could take
+    unclaimed_by_site: Mapping[Site, int] = field(default_factory=dict)  # unclaimed slots
 
     @property
     def local_ratio(self) -> float | None:
@@ -75,7 +85,8 @@ def locality_report(
     jobs: Iterable[PoolJob], slots: Iterable[PoolSlot], views: Mapping[Site, SiteView]
 ) -> LocalityReport:
     sets = _sets(views)
-    free_sites = {s.site for s in slots if s.unclaimed}
+    unclaimed = Counter(s.site for s in slots if s.unclaimed)
+    free_sites = set(unclaimed)
     idle: Counter[str] = Counter({reason: 0 for reason in IDLE_REASONS})
     running: Counter[tuple[Site, str]] = Counter()
     missed: Counter[Site] = Counter()
@@ -95,7 +106,7 @@ def locality_report(
         free = [s for s in complete if s in free_sites]
         missed.update(free)
         idle[_idle_reason(job.required, sets, complete, free)] += 1
-    return LocalityReport(local, remote, dict(idle), dict(running), dict(missed))
+    return LocalityReport(local, remote, dict(idle), dict(running), dict(missed), dict(unclaimed))
 
 
 def _idle_reason(

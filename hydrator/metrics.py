@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hydrator.domain import ReplicaState, Site, SiteView
+from hydrator.locality import LocalityReport
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -138,10 +139,72 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self._locality(ns, registry)
         for kind in ("added", "removed", "changed"):
             self.changes.labels(kind)
         for outcome in ("ok", "degraded", "failed", "abandoned"):
             self.cycles.labels(outcome)
+
+    def _locality(self, ns: str, registry: CollectorRegistry) -> None:
+        self.jobs_running = Gauge(
+            "jobs_running",
+            "Running jobs that declare RequiredDatasets, by whether their slot's "
+            "site holds all of them (local) or not (remote).",
+            ["locality"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_running_by_site = Gauge(
+            "site_jobs_running",
+            "Running data-bound jobs per site and locality.",
+            ["site", "locality"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.local_ratio = Gauge(
+            "jobs_running_data_local_ratio",
+            "Share of running data-bound jobs whose site holds "
+            "all their datasets (NaN when none run).",
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_idle = Gauge(
+            "jobs_idle_data_bound",
+            "Idle data-bound jobs by the best any site offers: "
+            "missed_locality, waiting_local, partial_only, replicating_only, nowhere.",
+            ["reason"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.unclaimed_with_data = Gauge(
+            "sites_unclaimed_slots_with_data",
+            "Unclaimed slots at a site that holds all the datasets of at least one idle job.",
+            ["site"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.pool_queries = Counter(
+            "pool_queries",
+            "Pool reads for matchmaking quality by outcome (ok, error).",
+            ["outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+
+    def set_locality(self, report: LocalityReport) -> None:
+        """Replace the matchmaking-quality gauges with this cycle's report."""
+        self.jobs_running.labels("local").set(report.running_local)
+        self.jobs_running.labels("remote").set(report.running_remote)
+        ratio = report.local_ratio
+        self.local_ratio.set(float("nan") if ratio is None else ratio)
+        for reason, count in report.idle.items():
+            self.jobs_idle.labels(reason).set(count)
+        self.jobs_running_by_site.clear()
+        for (site, locality), count in report.running_by_site.items():
+            self.jobs_running_by_site.labels(site, locality).set(count)
+        self.unclaimed_with_data.clear()
+        for site in report.missed_by_site:
+            self.unclaimed_with_data.labels(site).set(report.unclaimed_by_site.get(site, 0))
 
     def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
         """Replace the per-site gauges (sites that went away lose their series)."""

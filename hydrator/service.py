@@ -28,6 +28,7 @@ from hydrator.domain import (
     State,
 )
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
+from hydrator.locality import PoolProbe, locality_report
 from hydrator.metrics import Metrics
 from hydrator.observe import log_cycle, record_cycle
 from hydrator.publishers import Publisher, PublishReport
@@ -97,6 +98,7 @@ class Service:
         publishers: Sequence[Publisher] = (),
         metrics: Metrics | None = None,
         demand: Demand | None = None,
+        probe: PoolProbe | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.config = config
@@ -105,6 +107,7 @@ class Service:
         self.publishers = list(publishers)
         self.metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
         self.demand = demand
+        self.probe = probe
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
         self.stop_event = threading.Event()
@@ -147,6 +150,7 @@ class Service:
             render_ads(plan.sites, self.config.classad), plan.sources, started
         )
         published, errors = self._publish(plan, started)
+        self._measure_locality(plan)
         self.ready.set()
         duration = time.monotonic() - t0
         return CycleReport(started, duration, _outcome(plan, errors), plan, rows, published, errors)
@@ -193,6 +197,19 @@ class Service:
                 log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
                 errors[publisher.name] = str(exc)
         return reports, errors
+
+    def _measure_locality(self, plan: Plan) -> None:
+        """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
+        if self.probe is None:
+            return
+        try:
+            jobs, slots = self.probe.jobs_and_slots()
+        except PublishError as exc:
+            log.warning("cannot read the pool for matchmaking quality: %s", exc)
+            self.metrics.pool_queries.labels("error").inc()
+            return
+        self.metrics.pool_queries.labels("ok").inc()
+        self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
     def _observe(self, report: CycleReport) -> None:
         log_cycle(report)

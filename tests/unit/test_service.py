@@ -182,3 +182,37 @@ def test_cycles_never_overlap(config: Config, clock: object) -> None:
     first.join(5)
     second.join(5)
     assert len(inside) == 2
+
+
+class Probe:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def jobs_and_slots(self) -> tuple[list[object], list[object]]:
+        from hydrator.domain import DatasetId
+        from hydrator.locality import PoolJob, PoolSlot
+
+        if self.fail:
+            raise PublishError("schedd did not answer")
+        x = frozenset({DatasetId("ska", "x")})
+        jobs = [PoolJob(x, True, Site("A")), PoolJob(x, True, Site("B")), PoolJob(x, False)]
+        return jobs, [PoolSlot(Site("A"), unclaimed=True)]  # type: ignore[return-value]
+
+
+def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: object) -> None:
+    service = Service(
+        config,
+        sources=[Scripted("s", [good(config), good(config)])],  # type: ignore[list-item]
+        store=SqliteStateStore(config.daemon.state_path),
+        probe=Probe(),  # type: ignore[arg-type]
+        clock=clock,  # type: ignore[arg-type]
+    )
+    service.run_cycle()
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_jobs_running_data_local_ratio") == 0.5
+    assert m("hydrator_jobs_running", {"locality": "remote"}) == 1
+    assert m("hydrator_jobs_idle_data_bound", {"reason": "missed_locality"}) == 1
+    assert m("hydrator_sites_unclaimed_slots_with_data", {"site": "A"}) == 1
+    service.probe = Probe(fail=True)  # type: ignore[assignment]
+    assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
+    assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
