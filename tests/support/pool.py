@@ -1,0 +1,280 @@
+"""A real HTCondor pool for tests: Python over ``scripts/condor-pool``.
+
+Recipe: ``shared/FACTS.md`` ("A real HTCondor pool for tests"). One central manager, schedd and
+startd in a Debian sid chroot (``minicondor`` 25.14.x), collector on ``127.0.0.1:9618``; four
+slots standing in for sites::
+
+    slot1@<host>  static         GLIDEIN_Site = "SITE_A"
+    slot2@<host>  static         GLIDEIN_Site = "SITE_B"
+    slot3@<host>  static         GLIDEIN_Site = "SITE_C"
+    slot4@<host>  partitionable  GLIDEIN_Site = "SITE_C"   (its job runs in dynamic slot slot4_1)
+
+Use from any test directory::
+
+    from tests.support.pool import condor_pool  # noqa: F401  (session fixture)
+
+``condor_pool`` builds the chroot if needed (cached, ~40 s the first time), starts the pool
+(~4 s), yields a :class:`Pool`, and stops it and unmounts ``proc``/``dev`` at the end, also
+after a failure. A file lock (``$HYDRATOR_TEST_CACHE/condor-pool.lock``) is held for the whole
+session, so two test runs never share the pool: the second waits.
+
+Run ``python -m tests.support.pool`` to get a running pool in the foreground for manual work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import classad2
+import htcondor2
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "condor-pool"
+CACHE = Path(os.environ.get("HYDRATOR_TEST_CACHE", "/var/cache/hydrator-test"))
+COLLECTOR = "127.0.0.1:9618"
+SUBMIT_USER = "submitter"
+SLOT_SITES = {"slot1": "SITE_A", "slot2": "SITE_B", "slot3": "SITE_C", "slot4": "SITE_C"}
+LOCK_TIMEOUT_S = 900.0
+TEST_CONFIG_DIR = "etc/condor/hydrator-test.d"
+
+IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
+JOB_STATES = {
+    IDLE: "idle",
+    RUNNING: "running",
+    REMOVED: "removed",
+    COMPLETED: "completed",
+    HELD: "held",
+}
+
+
+class PoolError(RuntimeError):
+    """The test pool could not be built, started or used."""
+
+
+def _script(*args: str, lock_fd: int, timeout_s: float = 600.0) -> str:
+    env = dict(os.environ, HYDRATOR_POOL_LOCK_FD=str(lock_fd))
+    proc = subprocess.run(
+        [str(SCRIPT), *args],
+        env=env,
+        pass_fds=(lock_fd,),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise PoolError(f"condor-pool {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def _pool_lock() -> Iterator[int]:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fd = os.open(CACHE / "condor-pool.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PoolError("another test run holds the pool lock") from None
+                time.sleep(1.0)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@dataclass
+class Pool:
+    """A running test pool. Paths are on the host; ``config_dir`` is read by the daemons last."""
+
+    root: Path
+    token_dir: Path
+    lock_fd: int
+    collector_address: str = COLLECTOR
+
+    @property
+    def config_dir(self) -> Path:
+        """Config fragments dropped here are read last (emptied at every start); then
+        :meth:`reconfig`."""
+        return self.root / TEST_CONFIG_DIR
+
+    @property
+    def collector(self) -> htcondor2.Collector:
+        return htcondor2.Collector(self.collector_address)
+
+    @property
+    def schedd(self) -> htcondor2.Schedd:
+        return htcondor2.Schedd(self.collector.locate(htcondor2.DaemonType.Schedd))
+
+    # -- processes inside the chroot ----------------------------------------------------------
+
+    def run_in_chroot(
+        self,
+        args: Sequence[str],
+        *,
+        user: str | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout_s: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``args`` inside the chroot (as root, or as ``user`` from its home directory)."""
+        env = ["/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+        cmd = ["chroot"]
+        if user is not None:
+            cmd += [f"--userspec={user}:{user}"]
+            env += [f"HOME=/home/{user}", f"USER={user}"]
+            args = ["bash", "-c", 'cd "$HOME" && exec "$@"', "bash", *args]
+        proc = subprocess.run(
+            [*cmd, str(self.root), *env, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise PoolError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        return proc
+
+    def submit(self, description: str) -> int:
+        """Submit a job (submit-file text) as the ordinary user; returns the cluster id."""
+        out = self.run_in_chroot(
+            ["condor_submit", "-terse", "-"], user=SUBMIT_USER, input=description
+        ).stdout
+        first = out.strip().split(" ")[0]  # "12.0 - 12.0"
+        return int(first.split(".")[0])
+
+    def remove_all_jobs(self) -> None:
+        self.run_in_chroot(["condor_rm", "-all"], user=SUBMIT_USER, check=False)
+
+    def reconfig(self) -> None:
+        """Make every daemon re-read its configuration (after editing :attr:`config_dir`)."""
+        self.run_in_chroot(["condor_reconfig", "-all"])
+
+    def write_config(self, name: str, text: str) -> Path:
+        """Write a fragment into :attr:`config_dir` (does not reconfig)."""
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        path = self.config_dir / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def remove_config(self, name: str) -> None:
+        (self.config_dir / name).unlink(missing_ok=True)
+
+    # -- queries from the host ----------------------------------------------------------------
+
+    def slot_ads(
+        self, projection: Sequence[str] = (), constraint: str = "true"
+    ) -> list[classad2.ClassAd]:
+        """Slot ads as the collector has them now (``Name`` and ``GLIDEIN_Site`` always)."""
+        wanted = list(dict.fromkeys(["Name", "GLIDEIN_Site", *projection]))
+        ads = self.collector.query(htcondor2.AdType.Slot, constraint=constraint, projection=wanted)
+        return sorted(ads, key=lambda ad: str(ad["Name"]))
+
+    def job_ad(self, cluster: int, projection: Sequence[str] = ()) -> classad2.ClassAd | None:
+        """The job ``cluster.0`` from the queue, else from the history; None if unknown."""
+        wanted = list(
+            dict.fromkeys(
+                [
+                    "ClusterId",
+                    "JobStatus",
+                    "RemoteHost",
+                    "LastRemoteHost",
+                    "HoldReason",
+                    *projection,
+                ]
+            )
+        )
+        constraint = f"ClusterId == {int(cluster)} && ProcId == 0"
+        ads = self.schedd.query(constraint=constraint, projection=wanted)
+        if not ads:
+            ads = list(self.schedd.history(constraint=constraint, projection=wanted, match=1))
+        return ads[0] if ads else None
+
+    def wait_for_job_state(
+        self, cluster: int, states: Sequence[int], timeout_s: float = 60.0
+    ) -> classad2.ClassAd:
+        """Wait until job ``cluster.0`` is in one of ``states``; return its ad or raise."""
+        deadline = time.monotonic() + timeout_s
+        ad = None
+        while time.monotonic() < deadline:
+            ad = self.job_ad(cluster)
+            if ad is not None and int(ad["JobStatus"]) in states:
+                return ad
+            time.sleep(0.5)
+        wanted = [JOB_STATES.get(s, str(s)) for s in states]
+        raise AssertionError(f"job {cluster} not {wanted} after {timeout_s}s: {ad}")
+
+    def job_site(self, ad: classad2.ClassAd) -> str:
+        """The site of the slot a job ran or runs on (from RemoteHost/LastRemoteHost)."""
+        host = ad.get("RemoteHost") or ad.get("LastRemoteHost")
+        if not host:
+            raise AssertionError(f"job never ran: {ad}")
+        slot = str(host).split("@")[0].split("_")[0]  # slot4_1@vm -> slot4
+        return SLOT_SITES[slot]
+
+    def wait_for_slots(
+        self, predicate: str, count: int | None = None, timeout_s: float = 30.0
+    ) -> list[classad2.ClassAd]:
+        """Wait until slot ads matching the constraint ``predicate`` exist (``count`` of them,
+        or all slots); return them."""
+        want = len(SLOT_SITES) if count is None else count
+        deadline = time.monotonic() + timeout_s
+        ads: list[classad2.ClassAd] = []
+        while time.monotonic() < deadline:
+            ads = self.slot_ads(constraint=predicate)
+            if len(ads) >= want:
+                return ads
+            time.sleep(0.5)
+        raise AssertionError(f"{len(ads)} of {want} slots match {predicate!r} after {timeout_s}s")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def daemon_off(self, subsystem: str) -> None:
+        """Stop one daemon (``collector``, ``negotiator``, ...); the master keeps it down."""
+        self.run_in_chroot(["condor_off", "-daemon", subsystem])
+
+    def daemon_on(self, subsystem: str) -> None:
+        self.run_in_chroot(["condor_on", "-daemon", subsystem])
+
+
+@contextlib.contextmanager
+def running_pool(token_dir: Path) -> Iterator[Pool]:
+    """Build if needed, start, yield; always stop and unmount."""
+    with _pool_lock() as fd:
+        _script("build", lock_fd=fd, timeout_s=1200.0)
+        root = Path(_script("root", lock_fd=fd).strip())
+        try:
+            _script("start", lock_fd=fd)
+            _script("token", str(token_dir), lock_fd=fd)
+            yield Pool(root=root, token_dir=token_dir, lock_fd=fd)
+        finally:
+            _script("stop", lock_fd=fd)
+
+
+@pytest.fixture(scope="session")
+def condor_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    """The running test pool for the whole session (see the module docstring)."""
+    with running_pool(tmp_path_factory.mktemp("condor-token")) as pool:
+        yield pool
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, running_pool(Path(tmp)) as p:
+        print(f"collector {p.collector_address}; token dir {p.token_dir}; Ctrl-C stops")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
