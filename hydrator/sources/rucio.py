@@ -218,10 +218,9 @@ class RucioSource:
             client = self._connected_client()
             cycle = self._map_rses(client)
             rows = self._summary_rows(client, cycle)
-            rules = self._active_rules(client, cycle)
-            listed = {row.dataset for row in rows}
-            relevant = [rule for rule in rules if rule.dataset in listed]
-            covered = self._rule_coverage(client, relevant, cycle)
+            listed = {(row.dataset.scope, row.dataset.name) for row in rows}
+            rules = self._active_rules(client, cycle, listed)
+            covered = self._rule_coverage(client, rules, cycle)
             replicas, pending = _classify(rows, covered, cycle.sites)
             replicas += self._deep_checks(client, pending, cycle, context)
         except PermanentSourceError:
@@ -304,8 +303,15 @@ class RucioSource:
                 rows.append(_Row(dataset, rse, complete, length, available))
         return rows
 
-    def _active_rules(self, client: Any, cycle: _Cycle) -> list[_Rule]:
-        """The REPLICATING and STUCK rules on datasets (state filter by one-letter code)."""
+    def _active_rules(
+        self, client: Any, cycle: _Cycle, listed: set[tuple[str, str]]
+    ) -> list[_Rule]:
+        """The REPLICATING and STUCK rules on the ``listed`` (scope, name) datasets.
+
+        Rules are listed for the whole server (state filter by one-letter code); those on other
+        datasets are irrelevant here and skipped without validation (their names are not this
+        source's to count), as are container rules (their datasets get a deep check).
+        """
         rules: list[_Rule] = []
         for code, state in (("R", ReplicaState.REPLICATING), ("S", ReplicaState.STUCK)):
             records = self._call(
@@ -315,10 +321,10 @@ class RucioSource:
             for record in records:
                 rule = self._parse(_RuleRow, record, cycle)
                 if rule is None or rule.did_type != "DATASET":
-                    continue  # container rules show up as rows needing a deep check
-                dataset = self._dataset(rule, cycle)
-                if dataset is None:
                     continue
+                if (rule.scope, rule.name) not in listed:
+                    continue
+                dataset = DatasetId(rule.scope, rule.name)  # valid: a listed row has it
                 total = rule.locks_ok_cnt + rule.locks_replicating_cnt + rule.locks_stuck_cnt
                 fraction = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
                 rules.append(_Rule(dataset, rule.rse_expression, state, fraction))
@@ -412,7 +418,7 @@ class RucioSource:
             log.debug("rucio: skipping a malformed %s record: %s", model.__name__, exc)
             return None
 
-    def _dataset(self, record: _DatasetRow | _RuleRow, cycle: _Cycle) -> DatasetId | None:
+    def _dataset(self, record: _DatasetRow, cycle: _Cycle) -> DatasetId | None:
         """The record's dataset id, or None when out of scope or invalid (counted, logged once)."""
         if self.config.scopes and record.scope not in self.config.scopes:
             return None

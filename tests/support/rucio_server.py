@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,13 @@ def ensure_venv() -> Path:
         text=True,
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _die_with_parent() -> list[str]:
+    """A command prefix that sends the server SIGTERM when the test process dies (even by
+    SIGKILL), so a killed pytest leaves no server behind (``setpriv --pdeathsig``, util-linux)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
 
 
 def free_port() -> int:
@@ -221,6 +229,7 @@ class RucioServer:
         log = (self.dir / "log" / "server.log").open("ab")
         self.process = subprocess.Popen(
             [
+                *_die_with_parent(),
                 self.python,
                 "-m",
                 "flask",
@@ -292,6 +301,14 @@ class RucioServer:
     def log_tail(self, chars: int = 3000) -> str:
         path = self.dir / "log" / "server.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def execute_sql(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Change the database behind the server's back (to fake records no API call can make,
+        e.g. a dataset name with a quote); returns the number of rows changed."""
+        with contextlib.closing(sqlite3.connect(self.dir / "rucio.db", timeout=30)) as db:
+            changed = db.execute(sql, params).rowcount
+            db.commit()
+        return changed
 
     def run_daemon(self, name: str, *args: str) -> None:
         """Run one Rucio daemon once (``--run-once``) against this server's database (~3 s)."""
@@ -629,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
+    # SIGTERM (e.g. from `timeout`) must run the cleanup below too, or the server is orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     venv = ensure_venv()
     work = Path(tempfile.mkdtemp(prefix="rucio-serve-"))
     server = RucioServer(venv=venv, dir=work, **({"port": args.port} if args.port else {}))

@@ -204,13 +204,35 @@ def test_bad_names_are_counted_and_skipped(
     caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
     source = make_source()
     snapshot = source.fetch(now())
-    # two summary rows at a1, one at b1, one stuck rule: four bad records
-    assert snapshot.invalid == 4
+    # two summary rows at a1, one at b1 (the stuck rule's): three bad records
+    assert snapshot.invalid == 3
     assert all(r.dataset.scope != bad_scope for r in snapshot.replicas)
     assert of_federation(snapshot, federation) == rounded(federation.expected)
     source.fetch(now())
     logged = [r for r in caplog.records if "invalid" in r.getMessage()]
     assert len(logged) == 2  # each bad name once, not every cycle
+
+
+def test_names_no_api_would_accept_are_counted_and_skipped(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    """A catalogue record whose name would break a ClassAd (quote, space) never gets through."""
+    tag = unique("q").lower()
+    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag})
+    scope = rucio_admin.scope()
+    good, bad = rucio_admin.many_datasets(scope, 2, rse)
+    rucio_server.run_abacus()
+    changed = rucio_server.execute_sql(
+        "UPDATE collection_replicas SET name = ? WHERE name = ?", ('x" || 1 == 1 || "', bad)
+    )
+    assert changed == 1
+    source = RucioSource(config_for(rucio_server, rse_expression=f"fed={tag}"), {})
+    try:
+        snapshot = source.fetch(now())
+    finally:
+        source.close()
+    assert snapshot.invalid == 1
+    assert view(snapshot) == {(f"SITE-{tag}", f"{scope}:{good}"): ("available", 1.0)}
 
 
 def test_calls_grow_with_rses_not_datasets(
