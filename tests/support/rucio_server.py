@@ -9,7 +9,8 @@ Use from any test directory::
 
     from tests.support.rucio_server import rucio_admin, rucio_server, running_rucio  # noqa: F401
 
-and :func:`build_federation` for a populated set of RSEs and datasets with the expected answer.
+and :func:`build_federation` for a populated set of RSEs and datasets with the expected answer,
+:func:`source_config` for a hydrator ``RucioSourceConfig`` that talks to the server.
 
 ``rucio_server`` (session) is a :class:`RucioServer`; ``server.stop()`` / ``server.start()``
 simulate an outage with the same database and port. ``rucio_admin`` (session) is a
@@ -42,6 +43,8 @@ from typing import Any
 
 import pytest
 import requests
+
+from hydrator.config import RucioSourceConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RUCIO_VERSION = "41.5.1"
@@ -633,6 +636,25 @@ def build_federation(admin: RucioAdmin) -> Federation:
         rules=rules,
         expected=expected,
     )
+
+
+def source_config(server: RucioServer, **overrides: Any) -> RucioSourceConfig:
+    """A source config talking to ``server`` as root with userpass, fast retries."""
+    values: dict[str, Any] = {
+        "type": "rucio",
+        "rucio_host": server.url,
+        "auth_host": server.url,
+        "account": "root",
+        "auth_type": "userpass",
+        "username": server.username,
+        "password_file": server.password_file,
+        "rse_expression": "rse_type=DISK",
+        "timeout_s": 2.0,
+        "max_attempts": 3,
+        "backoff_s": 0.05,
+    }
+    values.update(overrides)
+    return RucioSourceConfig(**values)
 
 
 @pytest.fixture(scope="session")

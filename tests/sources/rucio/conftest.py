@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from hydrator.config import RucioSourceConfig
 from hydrator.sources.rucio import RucioSource
 from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     Federation,
@@ -18,6 +17,7 @@ from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     rucio_admin,
     rucio_server,
     running_rucio,
+    source_config,
 )
 
 
@@ -25,25 +25,6 @@ from tests.support.rucio_server import (  # noqa: F401  (fixtures)
 def federation(rucio_admin: RucioAdmin) -> Federation:  # noqa: F811
     """The shared read-only federation; tests that change data make their own datasets."""
     return build_federation(rucio_admin)
-
-
-def config_for(server: RucioServer, **overrides: Any) -> RucioSourceConfig:
-    """A source config talking to ``server`` as root with userpass, fast retries."""
-    values: dict[str, Any] = {
-        "type": "rucio",
-        "rucio_host": server.url,
-        "auth_host": server.url,
-        "account": "root",
-        "auth_type": "userpass",
-        "username": server.username,
-        "password_file": server.password_file,
-        "rse_expression": "rse_type=DISK",
-        "timeout_s": 2.0,
-        "max_attempts": 3,
-        "backoff_s": 0.05,
-    }
-    values.update(overrides)
-    return RucioSourceConfig(**values)
 
 
 @pytest.fixture()
@@ -57,7 +38,7 @@ def make_source(
     def make(sites: dict[str, str] | None = None, **overrides: Any) -> RucioSource:
         overrides.setdefault("rse_expression", federation.expression)
         source = RucioSource(
-            config_for(rucio_server, **overrides),
+            source_config(rucio_server, **overrides),
             federation.overrides if sites is None else sites,
         )
         made.append(source)

@@ -17,8 +17,13 @@ from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.sources import FetchContext
 from hydrator.sources.rucio import RucioSource
-from tests.sources.rucio.conftest import config_for
-from tests.support.rucio_server import Federation, RucioAdmin, RucioServer, unique
+from tests.support.rucio_server import (
+    Federation,
+    RucioAdmin,
+    RucioServer,
+    source_config,
+    unique,
+)
 
 pytestmark = pytest.mark.rucio
 
@@ -226,7 +231,7 @@ def test_names_no_api_would_accept_are_counted_and_skipped(
         "UPDATE collection_replicas SET name = ? WHERE name = ?", ('x" || 1 == 1 || "', bad)
     )
     assert changed == 1
-    source = RucioSource(config_for(rucio_server, rse_expression=f"fed={tag}"), {})
+    source = RucioSource(source_config(rucio_server, rse_expression=f"fed={tag}"), {})
     try:
         snapshot = source.fetch(now())
     finally:
@@ -244,7 +249,7 @@ def test_calls_grow_with_rses_not_datasets(
     for rse in rses:
         rucio_admin.many_datasets(scope, 4, rse)
     rucio_server.run_abacus()
-    source = RucioSource(config_for(rucio_server, rse_expression=f"fed={tag}"), {})
+    source = RucioSource(source_config(rucio_server, rse_expression=f"fed={tag}"), {})
     try:
         source.fetch(now())
         assert source.calls_last_fetch["connect"] == source.calls_last_fetch["auth"] == 1
@@ -276,7 +281,7 @@ def test_deep_checks_are_bounded(rucio_admin: RucioAdmin, rucio_server: RucioSer
     names = rucio_admin.many_datasets(scope, 5, rse)
     wanted = DatasetId(scope, sorted(names)[-1])
     source = RucioSource(
-        config_for(rucio_server, rse_expression=f"fed={tag}", deep_check_limit=2), {}
+        source_config(rucio_server, rse_expression=f"fed={tag}", deep_check_limit=2), {}
     )
     try:
         snapshot = source.fetch(FetchContext(now=datetime.now(UTC), wanted={wanted: 3}))
