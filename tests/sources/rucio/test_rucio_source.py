@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.sources import FetchContext
-from hydrator.sources.rucio import RucioSource
+from hydrator.sources.rucio import RucioSource, _as_list
 from tests.support.rucio_server import (
     Federation,
     RucioAdmin,
@@ -313,3 +314,18 @@ def test_client_from_rucio_config(
         source.close()
         monkeypatch.delenv("RUCIO_CONFIG")
         get_config.cache_clear()
+
+
+def test_server_error_is_transient_and_retried(
+    make_source: MakeSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rucio 41.5.1 answers HTTP 500 to a rule filter with the state's word (FACTS.md): a real
+    5xx, classified by its status (not its text) as transient, retried, then given up."""
+    source = make_source(max_attempts=2)
+    client = source._connected_client()
+    with pytest.raises(TransientSourceError, match="server error 500"):
+        source._call(
+            "list_replication_rules",
+            partial(_as_list, client.list_replication_rules, {"state": "REPLICATING"}),
+        )
+    assert "attempt 1/2" in caplog.text
