@@ -50,7 +50,6 @@ server fails a fetch within about ``max_attempts x (timeout + backoff)``.
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import shutil
@@ -488,21 +487,41 @@ class RucioSource:
     # -- the client ----------------------------------------------------------------------
 
     def _connected_client(self) -> Any:
-        """The client, built (and authenticated) on first use or after a permanent error."""
+        """The client, built (and authenticated) on first use or after a permanent error.
+
+        With ``auth_type = "oidc"`` the bearer token is re-read from ``token_file`` every cycle,
+        so a token renewed by an external agent is picked up without a restart.
+        """
         if self._client is None:
             client = self._call("connect", self._make_client)
             client.request_retries = 0  # one immediate resend inside rucio-clients; ours follow
             self._client = client
+        elif self.config.auth_type == "oidc":
+            self._client.auth_token = _read_secret(self.config.token_file, "token_file")
         return self._client
 
     def _make_client(self) -> Any:
-        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host.
-
-        The client class is specialised to keep its token in a private directory (not the
-        shared ``/tmp/<user>``), to resend once at most after a 401 (new token), and to record
-        each answer's HTTP status (to classify errors) and count token requests.
-        """
+        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host."""
         cfg = self.config
+        kwargs: dict[str, Any] = {"timeout": cfg.timeout_s}
+        for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
+            if getattr(cfg, key) is not None:
+                kwargs[key] = getattr(cfg, key)
+        if cfg.ca_cert is not None:
+            kwargs["ca_cert"] = str(cfg.ca_cert)
+        if cfg.auth_type is not None:
+            kwargs["creds"] = self._creds()
+        return self._client_class()(**kwargs)
+
+    def _client_class(self) -> Any:
+        """rucio's ``Client``, specialised for a daemon.
+
+        It keeps its token in a private directory (not the shared ``/tmp/<user>``); resends at
+        most once after a 401 (with a new token); records each answer's HTTP status (to
+        classify errors) and counts token requests; and for OIDC takes the token from
+        ``token_file`` instead of starting rucio's interactive browser flow (which would wait
+        for input).
+        """
         if self._token_dir is None:
             self._token_dir = Path(tempfile.mkdtemp(prefix="hydrator-rucio-"))
         source = self
@@ -514,26 +533,24 @@ class RucioSource:
             source._last_status = getattr(result, "status_code", None)
             return result
 
-        client_class = type(
+        def token_from_file(client: Any) -> bool:
+            source._calls["auth"] += 1
+            token = _read_secret(source.config.token_file, "token_file")
+            if token == client.auth_token:
+                raise rucio_exc.CannotAuthenticate("the bearer token in token_file was rejected")
+            client.auth_token = token
+            return True
+
+        return type(
             "HydratorRucioClient",
             (Client,),
             {
                 "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
                 "AUTH_RETRIES": 1,
                 "_send_request": send_request,
+                "_BaseClient__get_token_oidc": token_from_file,  # name-mangled private method
             },
         )
-        kwargs: dict[str, Any] = {"timeout": cfg.timeout_s}
-        for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
-            if getattr(cfg, key) is not None:
-                kwargs[key] = getattr(cfg, key)
-        if cfg.ca_cert is not None:
-            kwargs["ca_cert"] = str(cfg.ca_cert)
-        if cfg.auth_type is not None:
-            kwargs["creds"] = self._creds()
-        if cfg.auth_type == "oidc":
-            self._seed_oidc_token()
-        return client_class(**kwargs)
 
     def _creds(self) -> dict[str, Any]:
         cfg = self.config
@@ -547,18 +564,6 @@ class RucioSource:
         if cfg.auth_type == "x509_proxy":
             return {"client_proxy": _path(cfg.client_proxy)}
         return {}
-
-    def _seed_oidc_token(self) -> None:
-        """Put the bearer token from ``token_file`` where rucio-clients looks for its token."""
-        assert self._token_dir is not None
-        token = _read_secret(self.config.token_file, "token_file")
-        account = self.config.account
-        suffix = f"for_account_{account}" if account else "for_default_account"
-        user_dir = self._token_dir / f".rucio_{_user()}"
-        user_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = user_dir / f"auth_token_{suffix}"
-        path.touch(mode=0o600)
-        path.write_text(token)
 
 
 def _classify(
@@ -605,10 +610,6 @@ def _read_secret(path: Path | None, key: str) -> str:
 
 def _path(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _user() -> str:
-    return getpass.getuser()
 
 
 def _as_list(fn: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> list[Any]:

@@ -329,3 +329,20 @@ def test_server_error_is_transient_and_retried(
             partial(_as_list, client.list_replication_rules, {"state": "REPLICATING"}),
         )
     assert "attempt 1/2" in caplog.text
+
+
+def test_oidc_bearer_token_from_file(
+    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin, tmp_path: Path
+) -> None:
+    """auth_type = oidc sends the token in token_file (here one the server issued to root; an
+    IdP-issued token travels the same way), re-reads it each cycle, and never starts rucio's
+    interactive browser flow: a rejected token is a permanent error."""
+    token_file = tmp_path / "token"
+    token_file.write_text(rucio_admin.client.auth_token + "\n")
+    source = make_source(auth_type="oidc", token_file=token_file, username=None, password_file=None)
+    assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
+    token_file.write_text("not-a-valid-token\n")
+    with pytest.raises(PermanentSourceError, match="authentication failed"):
+        source.fetch(now())
+    token_file.write_text(rucio_admin.client.auth_token + "\n")  # renewed by an agent
+    assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
