@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="requirements driven by the job's RequiredDatasets attribute",
     )
+    expr.add_argument(
+        "--toil",
+        action="store_true",
+        help="print a TOIL_HTCONDOR_PARAMS line for Toil's HTCondor batch system",
+    )
     expr.add_argument("--available-attribute", default="AvailableDatasets")
     expr.add_argument("--partial-attribute", default="PartialDatasets")
     return p
@@ -150,7 +155,7 @@ def _show(config: Config, site: str | None) -> int:
 
 
 def _expr(args: argparse.Namespace) -> int:
-    from hydrator.expr import job_expressions, submit_lines  # noqa: PLC0415
+    from hydrator.expr import job_expressions, submit_lines, toil_params  # noqa: PLC0415
 
     try:
         datasets = [DatasetId.parse(d) for d in args.datasets]
@@ -161,5 +166,6 @@ def _expr(args: argparse.Namespace) -> int:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
     expressions = job_expressions(datasets, attrs, partial_ok=args.partial_ok)
-    print(submit_lines(expressions, generic=args.generic), end="")
+    render = toil_params if args.toil else submit_lines
+    print(render(expressions, generic=args.generic), end="")
     return EXIT_OK

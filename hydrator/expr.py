@@ -62,3 +62,18 @@ def submit_lines(expr: JobExpressions, generic: bool = False) -> str:
         f"requirements = {requirements}\n"
         f"rank = {expr.rank}\n"
     )
+
+
+def toil_params(expr: JobExpressions, generic: bool = False) -> str:
+    """A shell line setting ``TOIL_HTCONDOR_PARAMS`` for Toil's HTCondor batch system.
+
+    Toil splits the value on ``;`` and each pair on its first ``=`` (toil/batchSystems/htcondor.py),
+    and applies it to every job of the run. Dataset names never contain ``;`` or ``'``.
+    """
+    requirements = expr.generic_requirements if generic else expr.requirements
+    pairs = [
+        f"+RequiredDatasets = {expr.required}",
+        f"requirements = {requirements}",
+        f"rank = {expr.rank}",
+    ]
+    return "export TOIL_HTCONDOR_PARAMS='" + "; ".join(pairs) + "'\n"

@@ -65,3 +65,15 @@ def test_cli_rejects_a_bad_name_in_one_line(capsys: pytest.CaptureFixture[str]) 
     assert main(["expr", 'ska:obs"; Rank = 1']) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid dataset name" in err
+
+
+def test_toil_line_survives_toils_own_parsing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--toil", str(A), str(B)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("export TOIL_HTCONDOR_PARAMS='") and line.endswith("'")
+    value = line.split("'", 1)[1][:-1]
+    # toil/batchSystems/htcondor.py: split on ';', then each pair on its first '='
+    pairs = dict(p.split("=", 1) for p in value.split(";"))
+    params = {k.strip(): v.strip() for k, v in pairs.items()}
+    assert set(params) == {"+RequiredDatasets", "requirements", "rank"}
+    assert matches(params["requirements"], "both") and not matches(params["requirements"], "a_only")
