@@ -160,7 +160,7 @@ class Pool:
 
     def reconfig(self) -> None:
         """Make every daemon re-read its configuration (after editing :attr:`config_dir`)."""
-        self.run_in_chroot(["condor_reconfig", "-all"])
+        self.run_in_chroot(["condor_reconfig"])  # the local master passes it on
 
     def write_config(self, name: str, text: str) -> Path:
         """Write a fragment into :attr:`config_dir` (does not reconfig)."""
@@ -233,7 +233,10 @@ class Pool:
         deadline = time.monotonic() + timeout_s
         ads: list[classad2.ClassAd] = []
         while time.monotonic() < deadline:
-            ads = self.slot_ads(constraint=predicate)
+            try:
+                ads = self.slot_ads(constraint=predicate)
+            except htcondor2.HTCondorException:  # a collector (re)starting
+                ads = []
             if len(ads) >= want:
                 return ads
             time.sleep(0.5)
@@ -258,6 +261,8 @@ def running_pool(token_dir: Path) -> Iterator[Pool]:
         try:
             _script("start", lock_fd=fd)
             _script("token", str(token_dir), lock_fd=fd)
+            # this process's own htcondor2 calls (merges in tests) use the token too
+            htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(token_dir)
             yield Pool(root=root, token_dir=token_dir, lock_fd=fd)
         finally:
             _script("stop", lock_fd=fd)

@@ -1,0 +1,238 @@
+"""The collector publisher against the real pool: site ads, slot merges, withdrawals, outages.
+
+The pool's startds normally update every 5 s, and each update wipes merged attributes
+(FACTS.md). These tests slow the updates to 600 s so that what they check cannot be wiped
+under them, and speed them up again where a wipe is the point.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import classad2
+import htcondor2
+import pytest
+
+from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.domain import Site
+from hydrator.errors import PublishError
+from hydrator.publishers.collector import SITE_AD_TYPE, CollectorPublisher, build
+from tests.pool.views import views
+from tests.support.pool import RUNNING, SLOT_SITES, Pool
+
+pytestmark = pytest.mark.pool
+
+ATTRS = ClassAdConfig()
+CONTENT = {
+    "SITE_A": ["ska:obs_1"],
+    "SITE_B": ["ska:obs_2", "ska:skymodel_v3"],
+    "SITE_C": ["ska:obs_3"],
+}
+UPDATES_FRAGMENT = "10-update-interval"
+
+
+def set_update_interval(pool: Pool, seconds: int) -> None:
+    pool.write_config(UPDATES_FRAGMENT, f"UPDATE_INTERVAL = {seconds}\n")
+    pool.reconfig()
+
+
+def wait_until_quiet(pool: Pool, quiet_s: float = 3.0, timeout_s: float = 60.0) -> None:
+    """Wait until merged attributes survive ``quiet_s``: the startd has stopped updating (state
+    changes and the reconfig itself make it send fresh ads, wiping merges)."""
+    deadline = time.monotonic() + timeout_s
+    for probe in range(1_000_000):
+        names = [str(ad["Name"]) for ad in pool.slot_ads()]
+        pool.collector.advertise(
+            [classad2.ClassAd({"Name": n, "HydratorTestProbe": probe}) for n in names],
+            "MERGE_STARTD_AD",
+        )
+        time.sleep(quiet_s)
+        ads = pool.slot_ads(["HydratorTestProbe"])
+        if all(ad.get("HydratorTestProbe") == probe for ad in ads):
+            return
+        assert time.monotonic() < deadline, "the startd keeps updating its ads"
+
+
+def site_ads(pool: Pool) -> dict[str, classad2.ClassAd]:
+    ads = pool.collector.query(
+        htcondor2.AdType.Any, f'MyType == "{SITE_AD_TYPE}"', ["Name", "AvailableDatasets"]
+    )
+    return {str(ad["Name"]): ad for ad in ads}
+
+
+@pytest.fixture(scope="module")
+def dynamic_slot(condor_pool: Pool) -> Iterator[str]:
+    """A job running in the partitionable slot4, so that a dynamic slot exists."""
+    cluster = condor_pool.submit(
+        "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /dev/null\n"
+        'requirements = TARGET.GLIDEIN_Site == "SITE_C" && TARGET.PartitionableSlot =?= true\n'
+        "queue\n"
+    )
+    name = str(condor_pool.wait_for_job_state(cluster, [RUNNING], timeout_s=60)["RemoteHost"])
+    condor_pool.wait_for_slots(f"Name == {classad2.quote(name)}", count=1)
+    yield name
+    condor_pool.run_in_chroot(["condor_rm", str(cluster)], user="submitter", check=False)
+
+
+@pytest.fixture(scope="module")
+def slow_updates(condor_pool: Pool, dynamic_slot: str) -> Iterator[Pool]:
+    set_update_interval(condor_pool, 600)
+    wait_until_quiet(condor_pool)
+    yield condor_pool
+    condor_pool.remove_config(UPDATES_FRAGMENT)
+    condor_pool.reconfig()
+    build(_config(condor_pool), ATTRS).publish({}, frozenset(map(Site, CONTENT)), _now())
+
+
+def _config(pool: Pool, **overrides: object) -> CollectorConfig:
+    return CollectorConfig(
+        enabled=True, pool=pool.collector_address, token_dir=pool.token_dir, **overrides
+    )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@pytest.fixture
+def publisher(slow_updates: Pool) -> CollectorPublisher:
+    return build(_config(slow_updates), ATTRS)
+
+
+def merged(pool: Pool) -> dict[str, list[str] | None]:
+    """Slot name -> its AvailableDatasets (None when missing)."""
+    ads = pool.slot_ads(["AvailableDatasets", "DataLocalityDigest"])
+    return {str(ad["Name"]): ad.get("AvailableDatasets") for ad in ads}
+
+
+def test_site_ads_and_every_slot_carry_the_site_lists(
+    slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
+) -> None:
+    pool = slow_updates
+    report = publisher.publish(views(CONTENT), frozenset(), _now())
+
+    ads = site_ads(pool)
+    assert {name: list(ad["AvailableDatasets"]) for name, ad in ads.items()} == CONTENT
+    shown = pool.run_in_chroot(
+        ["condor_status", "-any", "-constraint", 'MyType == "DataLocality"', "-af", "Name"]
+    ).stdout.split()
+    assert sorted(shown) == sorted(CONTENT)
+
+    slots = merged(pool)
+    assert dynamic_slot in slots  # slot4_1@host, carved out of the partitionable slot4
+    for name, available in slots.items():
+        site = SLOT_SITES[name.split("@")[0].split("_")[0]]
+        assert available == CONTENT[site], name
+    assert report.sent == {"site_ad": 3, "merge": len(slots)}
+
+
+def test_second_publish_without_change_sends_nothing(
+    slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
+) -> None:
+    sites = views(CONTENT)
+    publisher.publish(sites, frozenset(), _now())
+    again = publisher.publish(sites, frozenset(), _now())
+    assert again.sent == {}
+    assert again.skipped_current == len(merged(slow_updates)) + len(CONTENT)
+
+
+def test_changed_site_re_merges_only_its_slots(
+    slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
+) -> None:
+    publisher.publish(views(CONTENT), frozenset(), _now())
+    changed = dict(CONTENT, SITE_A=["ska:obs_1", "ska:obs_9"])
+    report = publisher.publish(views(changed), frozenset(), _now())
+    assert report.sent == {"site_ad": 1, "merge": 1}  # slot1 is SITE_A's only slot
+    assert merged(slow_updates)[
+        next(n for n in merged(slow_updates) if n.startswith("slot1@"))
+    ] == ["ska:obs_1", "ska:obs_9"]
+
+
+def test_slots_wiped_by_the_startd_update_are_re_merged(
+    slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
+) -> None:
+    pool = slow_updates
+    sites = views(CONTENT)
+    publisher.publish(sites, frozenset(), _now())
+    one = next(n for n in merged(pool) if n.startswith("slot2@"))
+    # another writer left an outdated digest in slot2 only
+    pool.collector.advertise(
+        [classad2.ClassAd({"Name": one, "DataLocalityDigest": "outdated"})], "MERGE_STARTD_AD"
+    )
+    assert publisher.publish(sites, frozenset(), _now()).sent == {"merge": 1}
+
+    set_update_interval(pool, 5)  # the startd's next update wipes every merged attribute
+    deadline = time.monotonic() + 30
+    while any(merged(pool).values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    set_update_interval(pool, 600)
+    wait_until_quiet(pool)
+    wiped = merged(pool)
+    assert not any(wiped.values())
+
+    report = publisher.publish(sites, frozenset(), _now())
+    assert report.sent == {"merge": len(wiped)}
+    assert all(merged(pool).values())
+
+
+def test_removed_site_ad_is_invalidated(slow_updates: Pool, publisher: CollectorPublisher) -> None:
+    publisher.publish(views(CONTENT), frozenset(), _now())
+    without_b = {k: v for k, v in CONTENT.items() if k != "SITE_B"}
+    report = publisher.publish(views(without_b), frozenset({Site("SITE_B")}), _now())
+    assert report.sent.get("invalidate") == 1
+    assert sorted(site_ads(slow_updates)) == ["SITE_A", "SITE_C"]
+
+
+def test_publish_without_token_is_refused(slow_updates: Pool) -> None:
+    """A MERGE without NEGOTIATOR authorization fails loudly instead of vanishing.
+
+    Runs in a fresh process: this one caches security sessions made with the token."""
+    script = (
+        "from datetime import UTC, datetime\n"
+        "from hydrator.config import ClassAdConfig, CollectorConfig\n"
+        "from hydrator.errors import PublishError\n"
+        "from hydrator.publishers.collector import build\n"
+        "from tests.pool.views import views\n"
+        f"config = CollectorConfig(enabled=True, pool={slow_updates.collector_address!r},"
+        " token_dir='/nonexistent', site_ads=False)\n"
+        "try:\n"
+        "    build(config, ClassAdConfig()).publish(views({'SITE_A': ['ska:x']}), frozenset(),"
+        " datetime.now(UTC))\n"
+        "except PublishError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("_CONDOR_")},
+    ).stdout
+    assert out.startswith("refused: "), out
+    assert "MERGE_STARTD_AD" in out
+
+
+def test_collector_down_raises_publish_error_promptly(
+    slow_updates: Pool, publisher: CollectorPublisher
+) -> None:
+    pool = slow_updates
+    pool.daemon_off("collector")
+    try:
+        started = time.monotonic()
+        with pytest.raises(PublishError):
+            publisher.publish(views(CONTENT), frozenset(), _now())
+        assert time.monotonic() - started < 5
+    finally:
+        set_update_interval(pool, 5)  # so the startd re-advertises soon after the restart
+        pool.daemon_on("collector")
+        pool.wait_for_slots("true", timeout_s=60)
+        set_update_interval(pool, 600)
+    # the first publish after the restart works, although sessions cached for the old
+    # collector are stale
+    assert publisher.publish(views(CONTENT), frozenset(), _now()).sent.get("site_ad") == 3
