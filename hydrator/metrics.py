@@ -89,6 +89,13 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.source_calls = Counter(
+            "source_api_calls",
+            "API requests made by sources (retries included), by method.",
+            ["source", "method"],
+            namespace=ns,
+            registry=registry,
+        )
         self.invalid_records = Counter(
             "invalid_records",
             "Records skipped as malformed or with invalid names.",

@@ -183,7 +183,18 @@ class Service:
             log.exception("source %s raised an unexpected error", source.name)
             outcome = SourceFailure(source.name, f"unexpected {type(exc).__name__}: {exc}")
         self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
+        self._count_calls(source)
         return outcome
+
+    def _count_calls(self, source: Source) -> None:
+        """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
+        mapping method -> count (Rucio). Optional, so it is not part of the Source protocol."""
+        calls = getattr(source, "calls_last_fetch", None)
+        if isinstance(calls, int):
+            calls = {"request": calls}
+        if isinstance(calls, Mapping):
+            for method, count in calls.items():
+                self.metrics.source_calls.labels(source.name, str(method)).inc(int(count))
 
     def _publish(
         self, plan: Plan, now: datetime
