@@ -16,9 +16,10 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import reduce
 
 from hydrator.domain import (
     Change,
@@ -27,6 +28,7 @@ from hydrator.domain import (
     Plan,
     Replica,
     Site,
+    SiteView,
     Snapshot,
     SourceDelta,
     SourceFailure,
@@ -34,6 +36,8 @@ from hydrator.domain import (
     SourceState,
     SourceStatus,
     State,
+    better,
+    site_contents,
 )
 
 Key = tuple[Site, DatasetId]
@@ -74,7 +78,8 @@ def plan_cycle(
         state.inherit_derived(previous)
         changes: tuple[Change, ...] = ()
     else:
-        changes = _changes(previous.merged, state.merged)
+        merged, changes = _merge(previous, state, deltas)
+        state.adopt(merged, _contents(previous, state, merged, changes))
     state = _finish(state, _first_seen(previous.first_seen, changes, now))
     site_updated = state.site_updated
     old_contents = previous.contents
@@ -108,7 +113,9 @@ def _advance_source(
     before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
     if isinstance(outcome, SourceFailure):
-        after = replace(before, last_attempt=now, stale=True, error=outcome.error)
+        after = _carry_index(
+            before, replace(before, last_attempt=now, stale=True, error=outcome.error)
+        )
         kind = "permanent_error" if outcome.permanent else "transient_error"
         return after, _status(after, kind, reason=outcome.error), SourceDelta()
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
@@ -119,8 +126,15 @@ def _advance_source(
             f"{len(before.replicas)} last time (cycle {before.held_cycles + 1} of "
             f"{accept_after or 'unlimited'})"
         )
-        after = replace(
-            before, last_attempt=now, stale=True, error=reason, held_cycles=before.held_cycles + 1
+        after = _carry_index(
+            before,
+            replace(
+                before,
+                last_attempt=now,
+                stale=True,
+                error=reason,
+                held_cycles=before.held_cycles + 1,
+            ),
         )
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     after = SourceState(
@@ -130,9 +144,8 @@ def _advance_source(
         last_success=now,
         last_attempt=now,
     )
-    delta = SourceDelta(
-        added=outcome.replicas - before.replicas, removed=before.replicas - outcome.replicas
-    )
+    delta = _delta(before.replicas, outcome.replicas)
+    after.adopt_index(_patched(before, delta))
     return after, _status(after, "ok", snapshot=outcome), delta
 
 
@@ -157,19 +170,89 @@ def _status(
     )
 
 
-def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica]) -> tuple[Change, ...]:
+def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta:
+    """``after - before`` and ``before - after`` in one pass: a set operation reuses the
+    stored element hashes, so only equal pairs cost a (Python-level) comparison, once."""
+    if before is after:
+        return SourceDelta()
+    differ = after ^ before
+    added = differ & after
+    return SourceDelta(added=added, removed=differ - added)
+
+
+def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
+    """The index of ``before``'s replicas moved by ``delta`` (a copy; the old one is kept)."""
+    if not delta.added and not delta.removed:
+        return before.index
+    index = dict(before.index)  # a C-level copy that keeps the stored hashes
+    for r in delta.removed:
+        del index[r.key]
+    for r in delta.added:
+        index[r.key] = r
+    return index
+
+
+def _carry_index(before: SourceState, after: SourceState) -> SourceState:
+    """``after`` has ``before``'s replicas: reuse its index if it was built."""
+    if "index" in before.__dict__:
+        after.adopt_index(before.index)
+    return after
+
+
+def _merge(
+    previous: State, state: State, deltas: Mapping[str, SourceDelta]
+) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
+    """The new merged view and its changes, visiting only the keys some delta touched
+    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
+    touched = {r.key for d in deltas.values() for part in (d.added, d.removed) for r in part}
+    old = previous.merged
+    ordered = [state.sources[name] for name in sorted(state.sources)]
+    if len(ordered) == 1:
+        new = ordered[0].index
+    elif not ordered:
+        new = {}
+    else:
+        new = dict(old)
+        for key in touched:
+            reports = [s.index[key] for s in ordered if key in s.index]
+            if reports:
+                new[key] = reduce(better, reports)  # same order as merge_replicas
+            else:
+                new.pop(key, None)
+    return new, _changes(old, new, touched)
+
+
+def _changes(
+    old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: Iterable[Key]
+) -> tuple[Change, ...]:
     out: list[Change] = []
-    for key, replica in new.items():
-        prior = old.get(key)
+    for key in keys:
+        prior, replica = old.get(key), new.get(key)
         if prior is None:
-            out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
+            if replica is not None:
+                out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
+        elif replica is None:
+            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
         elif prior != replica:
             out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
-    for key, prior in old.items():
-        if key not in new:
-            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
-    out.sort()
+    out.sort(key=_change_order)  # Change's own order, by C-level keys
     return tuple(out)
+
+
+def _change_order(change: Change) -> tuple[str, str, str]:
+    return (change.site, change.dataset.scope, change.dataset.name)
+
+
+def _contents(
+    previous: State, state: State, merged: Mapping[Key, Replica], changes: tuple[Change, ...]
+) -> dict[Site, SiteView]:
+    """Site views: the previous one for a site no change touched, rebuilt for the others."""
+    old = previous.contents
+    touched = {c.site for c in changes}
+    sites = sorted(state.coverage)
+    rebuild = frozenset(s for s in sites if s in touched or s not in old)
+    fresh = site_contents(merged, rebuild) if rebuild else {}
+    return {s: fresh[s] if s in rebuild else old[s] for s in sites}
 
 
 def _first_seen(

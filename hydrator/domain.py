@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from operator import attrgetter
 from typing import NewType
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
@@ -188,6 +189,17 @@ class SourceState:
     error: str | None = None
     held_cycles: int = 0
 
+    @cached_property
+    def index(self) -> dict[tuple[Site, DatasetId], Replica]:
+        """(site, dataset) -> this source's replica; derived, never persisted. The core hands
+        it on from cycle to cycle (:meth:`adopt_index`) so a cycle costs O(changes), not
+        O(replicas). Never mutated once built."""
+        return {r.key: r for r in self.replicas}
+
+    def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> None:
+        """Use ``index`` as :attr:`index`; only for an index equal to what it would build."""
+        self.__dict__["index"] = index
+
 
 @dataclass(frozen=True)
 class State:
@@ -217,7 +229,7 @@ class State:
         """(site, dataset) -> the best report of all sources (for one source, a plain index)."""
         states = [self.sources[name] for name in sorted(self.sources)]
         if len(states) == 1:
-            return {r.key: r for r in states[0].replicas}
+            return states[0].index
         return merge_replicas(r for s in states for r in s.replicas)
 
     @cached_property
@@ -240,6 +252,24 @@ class State:
             if name in other.__dict__:
                 self.__dict__[name] = other.__dict__[name]
 
+    def adopt(
+        self,
+        merged: dict[tuple[Site, DatasetId], Replica],
+        contents: dict[Site, SiteView] | None = None,
+    ) -> None:
+        """Use views the core derived incrementally; only for views equal to what
+        :attr:`merged` and :attr:`contents` would build. Never mutated afterwards."""
+        self.__dict__["merged"] = merged
+        if contents is not None:
+            self.__dict__["contents"] = contents
+
+
+_by_id = attrgetter("scope", "name")
+
+
+def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
+    return (pair[0].scope, pair[0].name)
+
 
 def site_contents(
     merged: Mapping[tuple[Site, DatasetId], Replica], sites: frozenset[Site]
@@ -252,17 +282,19 @@ def site_contents(
         if site in lists:
             lists[site][replica.state].append((dataset, replica.fraction))
     views: dict[Site, SiteView] = {}
+    # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a Python
+    # __lt__ call per comparison; a dataset appears once per site, so pairs need no tie-break.
     for site in sorted(sites):
         by_state = lists[site]
-        available = tuple(sorted(d for d, _ in by_state[ReplicaState.AVAILABLE]))
-        partial = tuple(sorted(by_state[ReplicaState.PARTIAL]))
-        replicating = tuple(sorted(by_state[ReplicaState.REPLICATING]))
+        available = tuple(sorted((d for d, _ in by_state[ReplicaState.AVAILABLE]), key=_by_id))
+        partial = tuple(sorted(by_state[ReplicaState.PARTIAL], key=_by_pair))
+        replicating = tuple(sorted(by_state[ReplicaState.REPLICATING], key=_by_pair))
         views[site] = SiteView(
             site=site,
             available=available,
             partial=partial,
             replicating=replicating,
-            stuck=tuple(sorted(d for d, _ in by_state[ReplicaState.STUCK])),
+            stuck=tuple(sorted((d for d, _ in by_state[ReplicaState.STUCK]), key=_by_id)),
             updated=None,
             digest=content_digest(site, available, partial, replicating),
         )
@@ -279,9 +311,9 @@ def content_digest(
     ad's lists change, so publishers can skip targets that already carry it."""
     h = hashlib.sha256(site.encode())
     for label, names in (
-        (b"A", [str(d) for d in available]),
-        (b"P", [str(d) for d, _ in partial]),
-        (b"R", [str(d) for d, _ in replicating]),
+        (b"A", [f"{d.scope}:{d.name}" for d in available]),  # str(d), without a call each
+        (b"P", [f"{d.scope}:{d.name}" for d, _ in partial]),
+        (b"R", [f"{d.scope}:{d.name}" for d, _ in replicating]),
     ):
         h.update(b"\0" + label)
         for name in names:
