@@ -47,7 +47,7 @@ def wait_until_quiet(pool: Pool, quiet_s: float = 3.0, timeout_s: float = 60.0) 
     deadline = time.monotonic() + timeout_s
     for probe in range(1_000_000):
         names = [str(ad["Name"]) for ad in pool.slot_ads()]
-        pool.collector.advertise(
+        pool.advertise(
             [classad2.ClassAd({"Name": n, "HydratorTestProbe": probe}) for n in names],
             "MERGE_STARTD_AD",
         )
@@ -161,7 +161,7 @@ def test_slots_wiped_by_the_startd_update_are_re_merged(
     publisher.publish(sites, frozenset(), _now())
     one = next(n for n in merged(pool) if n.startswith("slot2@"))
     # another writer left an outdated digest in slot2 only
-    pool.collector.advertise(
+    pool.advertise(
         [classad2.ClassAd({"Name": one, "DataLocalityDigest": "outdated"})], "MERGE_STARTD_AD"
     )
     assert publisher.publish(sites, frozenset(), _now()).sent == {"merge": 1}

@@ -172,6 +172,14 @@ class Pool:
     def remove_config(self, name: str) -> None:
         (self.config_dir / name).unlink(missing_ok=True)
 
+    def advertise(self, ads: list[classad2.ClassAd], command: str) -> None:
+        """``Collector.advertise`` from this process with the pool's token, tried twice: the
+        first call after a collector restart fails on a stale cached security session."""
+        try:
+            self.collector.advertise(ads, command)
+        except htcondor2.HTCondorException:
+            self.collector.advertise(ads, command)
+
     # -- queries from the host ----------------------------------------------------------------
 
     def slot_ads(

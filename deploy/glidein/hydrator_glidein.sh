@@ -1,0 +1,1 @@
+../condor/hydrator-classad-hook
