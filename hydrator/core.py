@@ -37,6 +37,7 @@ from hydrator.domain import (
     SourceStatus,
     State,
     better,
+    patch_view,
     site_contents,
 )
 
@@ -137,14 +138,14 @@ def _advance_source(
             ),
         )
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
+    delta = _delta(before.replicas, outcome.replicas)
     after = SourceState(
         name=before.name,
-        replicas=outcome.replicas,
+        replicas=_moved(before.replicas, delta),
         sites=outcome.sites,
         last_success=now,
         last_attempt=now,
     )
-    delta = _delta(before.replicas, outcome.replicas)
     after.adopt_index(_patched(before, delta))
     return after, _status(after, "ok", snapshot=outcome), delta
 
@@ -178,6 +179,17 @@ def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta
     differ = after ^ before
     added = differ & after
     return SourceDelta(added=added, removed=differ - added)
+
+
+def _moved(before: frozenset[Replica], delta: SourceDelta) -> frozenset[Replica]:
+    """The snapshot in effect now, equal to the source's answer but made of the objects
+    already held where nothing changed, so the answer's own million objects can be freed
+    after the cycle instead of living on beside the index (C-level set copy, stored hashes)."""
+    if not delta.removed and not delta.added:
+        return before
+    if not before:
+        return delta.added
+    return (before - delta.removed) | delta.added
 
 
 def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
@@ -246,13 +258,23 @@ def _change_order(change: Change) -> tuple[str, str, str]:
 def _contents(
     previous: State, state: State, merged: Mapping[Key, Replica], changes: tuple[Change, ...]
 ) -> dict[Site, SiteView]:
-    """Site views: the previous one for a site no change touched, rebuilt for the others."""
+    """Site views: the previous one for a site no change touched, the previous one patched
+    with its changes for a touched site, a full build for a site not seen before."""
     old = previous.contents
-    touched = {c.site for c in changes}
+    touched: dict[Site, list[Change]] = {}
+    for change in changes:
+        touched.setdefault(change.site, []).append(change)
     sites = sorted(state.coverage)
-    rebuild = frozenset(s for s in sites if s in touched or s not in old)
-    fresh = site_contents(merged, rebuild) if rebuild else {}
-    return {s: fresh[s] if s in rebuild else old[s] for s in sites}
+    new_sites = frozenset(s for s in sites if s not in old)
+    built = site_contents(merged, new_sites) if new_sites else {}
+    return {
+        s: built[s]
+        if s in new_sites
+        else patch_view(old[s], touched[s])
+        if s in touched
+        else old[s]
+        for s in sites
+    }
 
 
 def _first_seen(
