@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Iterable
 
 import classad2
@@ -32,14 +33,22 @@ log = logging.getLogger(__name__)
 CRON_UPDATE_LINE = "- update:true"
 
 
+# ``scope:name`` as one pattern: neither part may contain a colon, so this accepts exactly the
+# pairs whose scope matches SCOPE_PATTERN and name matches NAME_PATTERN (one regex call per
+# name instead of two, and no ``str(d)`` method call: most of rendering a large site).
+_DID_PATTERN = re.compile(f"(?:{SCOPE_PATTERN.pattern}):(?:{NAME_PATTERN.pattern})")
+
+
 def safe_names(datasets: Iterable[DatasetId]) -> list[str]:
     """``scope:name`` strings of the valid datasets; an invalid one is logged and left out."""
     out: list[str] = []
+    valid = _DID_PATTERN.fullmatch
     for d in datasets:
-        if SCOPE_PATTERN.fullmatch(d.scope) and NAME_PATTERN.fullmatch(d.name):
-            out.append(str(d))
+        text = f"{d.scope}:{d.name}"  # str(d)
+        if valid(text):
+            out.append(text)
         else:  # unreachable through DatasetId's own check; kept as the last line of defence
-            log.error("refusing to render invalid dataset name %r", str(d))
+            log.error("refusing to render invalid dataset name %r", text)
     return out
 
 
