@@ -1,0 +1,187 @@
+"""HTTP benchmark: ``/v1/sites/<site>/classad`` on loopback, driven by ``wrk``.
+
+``python -m benchmarks.http_bench serve --db STATE`` runs the real endpoint
+(:class:`hydrator.http.HttpEndpoint` on a :class:`hydrator.service.Service` that loaded
+``STATE`` as the daemon does at startup) on 127.0.0.1 and a free port, prints the port, and
+serves until its stdin closes. :func:`measure` starts it in its own process (so the load
+generator and the server do not share an interpreter), fetches every site's ETag, checks that
+``If-None-Match`` gets a 304, then runs ``wrk`` twice, rotating over all sites: conditional GETs
+(``If-None-Match`` with the current ETag, answered 304) and plain GETs (200 with the body).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+LUA = """
+local paths = {%(paths)s}
+local etags = {%(etags)s}
+local conditional = %(conditional)s
+local i = 0
+request = function()
+  i = i %% #paths + 1
+  local headers = {}
+  if conditional then headers["If-None-Match"] = etags[i] end
+  return wrk.format("GET", paths[i], headers)
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'RESULT {"requests": %%d, "duration_us": %%d, "bytes": %%d, "errors_status": %%d, ' ..
+    '"errors_connect": %%d, "errors_read": %%d, "errors_write": %%d, "errors_timeout": %%d, ' ..
+    '"latency_mean_us": %%.1f, "latency_p50_us": %%d, "latency_p90_us": %%d, ' ..
+    '"latency_p99_us": %%d, "latency_p999_us": %%d, "latency_max_us": %%d}\\n',
+    summary.requests, summary.duration, summary.bytes, e.status, e.connect, e.read, e.write,
+    e.timeout, latency.mean, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9), latency.max))
+end
+"""
+
+
+def serve(db: Path) -> None:
+    from hydrator.config import Config
+    from hydrator.http import HttpEndpoint
+    from hydrator.service import Service
+    from hydrator.state import SqliteStateStore
+
+    config = Config.model_validate(
+        {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}
+    )
+    service = Service(config, sources=[], store=SqliteStateStore(db))
+    service.ready.set()
+    endpoint = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=60, wedged_after_s=3600)
+    endpoint.start()
+    print(endpoint.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    endpoint.stop()
+    service.close()
+
+
+def ensure_wrk() -> str:
+    """The ``wrk`` binary, installed from Debian (package ``wrk``) if missing."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk (apt-get install -y wrk) ...", file=sys.stderr)
+    subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=True, stdout=subprocess.DEVNULL)
+    found = shutil.which("wrk")
+    if not found:
+        raise RuntimeError("wrk is not installed and apt-get did not provide it")
+    return found
+
+
+def _get(url: str, etag: str | None = None) -> tuple[int, str, int]:
+    request = urllib.request.Request(url, headers={"If-None-Match": etag} if etag else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers.get("ETag", ""), len(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("ETag", ""), 0
+
+
+def _site_etags(base: str) -> dict[str, tuple[str, int]]:
+    with urllib.request.urlopen(base + "/v1/sites", timeout=10) as response:
+        doc = json.load(response)
+    sites = [s["site"] for s in doc["sites"]]
+    out: dict[str, tuple[str, int]] = {}
+    for site in sites:
+        path = f"/v1/sites/{site}/classad"
+        status, etag, size = _get(base + path)
+        again, _, _ = _get(base + path, etag)
+        if status != 200 or again != 304:
+            raise RuntimeError(f"{path}: GET {status}, conditional GET {again} (want 200, 304)")
+        out[path] = (etag, size)
+    return out
+
+
+def _wrk(
+    wrk: str, base: str, lua: Path, threads: int, connections: int, seconds: int
+) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            wrk,
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(lua),
+            base,
+        ],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
+    result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    result["requests_per_s"] = result["requests"] / (result["duration_us"] / 1e6)
+    return result
+
+
+def measure(db: Path, threads: int = 2, connections: int = 50, seconds: int = 10) -> dict[str, Any]:
+    """Start the endpoint on ``db``, run wrk conditional and plain; return both results."""
+    wrk = ensure_wrk()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.http_bench", "serve", "--db", str(db)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        base = f"http://127.0.0.1:{int(server.stdout.readline())}"
+        ads = _site_etags(base)
+        results: dict[str, Any] = {
+            "sites": len(ads),
+            "body_bytes_mean": sum(size for _, size in ads.values()) / max(1, len(ads)),
+            "body_bytes_max": max(size for _, size in ads.values()),
+            "wrk": {"threads": threads, "connections": connections, "duration_s": seconds},
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            for mode in ("conditional", "plain"):
+                lua = Path(tmp) / f"{mode}.lua"
+                lua.write_text(
+                    LUA
+                    % {
+                        "paths": ", ".join(json.dumps(p) for p in ads),
+                        "etags": ", ".join(json.dumps(e) for e, _ in ads.values()),
+                        "conditional": "true" if mode == "conditional" else "false",
+                    }
+                )
+                results[mode] = _wrk(wrk, base, lua, threads, connections, seconds)
+        return results
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["serve", "measure"])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    if args.mode == "serve":
+        serve(args.db)
+    else:
+        print(json.dumps(measure(args.db, seconds=args.seconds), indent=1))
+
+
+if __name__ == "__main__":
+    main()
