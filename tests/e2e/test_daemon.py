@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -103,14 +104,15 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
 def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
     for name in ("demo.toml", "demo-inventory.toml"):
         shutil.copy(REPO / "config" / name, tmp_path / name)
-    cmd = [sys.executable, "-m", "hydrator", "once", "--json", "--config", str(tmp_path / "demo.toml")]
-    import json
+    config = str(tmp_path / "demo.toml")
+    cmd = [sys.executable, "-m", "hydrator", "once", "--json", "--config", config]
 
     first = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
     ch = first["sites"]["SRCNET_CH"]
     assert ch["available"] == ["lofar:L654321_SB001", "ska:obs_1234", "ska:skymodel_v3"]
     assert ch["partial"] == [{"dataset": "ska:obs_1300", "fraction": 0.4}]
-    assert first["sites"]["SRCNET_UK"]["replicating"] == [{"dataset": "ska:obs_1400", "progress": 0.25}]
+    uk = first["sites"]["SRCNET_UK"]
+    assert uk["replicating"] == [{"dataset": "ska:obs_1400", "progress": 0.25}]
     assert first["sites"]["SRCNET_ES"]["stuck"] == ["ska:obs_1500"]
     assert len(first["changes"]) == first["summary"]["added"] == 11
     second = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
@@ -119,22 +121,32 @@ def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
     assert json.loads(dry.stdout)["changes"] == []
 
     shown = subprocess.run(
-        [sys.executable, "-m", "hydrator", "show", "SRCNET_AU", "--config", str(tmp_path / "demo.toml")],
-        check=True, capture_output=True, text=True,
+        [sys.executable, "-m", "hydrator", "show", "SRCNET_AU", "--config", config],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert 'AvailableDatasets = { "ska:obs_1400" }' in shown.splitlines()
     assert shown.splitlines()[-1] == "- update:true"
 
 
 def test_json_logs_carry_one_object_per_line_with_the_cycle_counts(tmp_path: Path) -> None:
-    import json
-
     for name in ("demo.toml", "demo-inventory.toml"):
         shutil.copy(REPO / "config" / name, tmp_path / name)
     result = subprocess.run(
-        [sys.executable, "-m", "hydrator", "--log-format", "json", "once",
-         "--config", str(tmp_path / "demo.toml")],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hydrator",
+            "--log-format",
+            "json",
+            "once",
+            "--config",
+            str(tmp_path / "demo.toml"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     records = [json.loads(line) for line in result.stderr.splitlines()]
     (cycle,) = [r for r in records if r["logger"] == "hydrator.cycle"]
