@@ -37,7 +37,7 @@ from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.domain import DatasetId, Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.publishers import PublishReport
-from hydrator.publishers.condor_queue import query_demand
+from hydrator.publishers.condor_queue import CondorPoolProbe, query_demand
 from hydrator.render import site_classad
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,8 @@ class CollectorPublisher:
         self.config = config
         self.attrs = attrs
         self._collector = collector if collector is not None else _connect(config)
+        self.probe = CondorPoolProbe(self._collector, config.slot_site_attribute)
+        """Reads jobs and slots for the matchmaking-quality metrics (a ``PoolProbe``)."""
 
     @property
     def name(self) -> str:

@@ -1,10 +1,16 @@
-"""Read the HTCondor job queues: which datasets idle jobs are waiting for (queries only).
+"""Read the HTCondor pool: which datasets idle jobs wait for, and where data-bound jobs run.
+
+Queries only (the collector publisher is the one module that writes).
 
 Jobs declare their data in ``RequiredDatasets``, a ClassAd list of ``scope:name`` strings
 (``+RequiredDatasets = {"ska:obs_1","ska:obs_2"}``); a comma- or space-separated string is
 accepted too, as some submit tools can only set strings. :func:`query_demand` asks every schedd
 the collector knows for its idle jobs' ``RequiredDatasets`` (a projection, nothing else) and
 counts idle jobs per dataset; names that are not valid dataset ids are skipped and counted.
+
+:class:`CondorPoolProbe` reads data-bound jobs (idle and running, with the site of the slot a
+running job occupies) and every slot with its site, for the matchmaking-quality metrics
+(:mod:`hydrator.locality`).
 
 ``htcondor2`` raises builtin exceptions; a schedd that cannot be read is skipped (counted in
 ``failed_schedds``); if the collector cannot be read, or no schedd could be, the result is
@@ -22,13 +28,14 @@ from typing import Any
 
 import htcondor2
 
-from hydrator.domain import DatasetId, InvalidNameError
+from hydrator.domain import DatasetId, InvalidNameError, Site
 from hydrator.errors import PublishError
+from hydrator.locality import PoolJob, PoolSlot
 
 log = logging.getLogger(__name__)
 
 REQUIRED_ATTRIBUTE = "RequiredDatasets"
-IDLE = 1
+IDLE, RUNNING = 1, 2
 _SEPARATORS = re.compile(r"[,\s]+")
 _ERRORS: tuple[type[BaseException], ...] = (
     htcondor2.HTCondorException,
@@ -74,31 +81,96 @@ def count_demand(values: Iterable[Any]) -> QueueDemand:
     return QueueDemand(dict(counts), invalid, jobs)
 
 
-def _schedd_values(schedd_ad: Any, constraint: str) -> list[Any]:
-    schedd = htcondor2.Schedd(schedd_ad)
-    ads = schedd.query(constraint=constraint, projection=[REQUIRED_ATTRIBUTE])
-    # eval gives Python values: a ClassAd list becomes a list of str
-    return [ad.eval(REQUIRED_ATTRIBUTE) for ad in ads if REQUIRED_ATTRIBUTE in ad]
-
-
-def query_demand(collector: htcondor2.Collector) -> QueueDemand:
-    """Idle jobs' datasets across every schedd of the pool (see the module docstring)."""
+def query_jobs(
+    collector: htcondor2.Collector, constraint: str, projection: list[str]
+) -> tuple[list[Any], int]:
+    """Job ads (projected) from every schedd, and how many schedds could not be read."""
     try:
         schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
     except _ERRORS as exc:
         raise PublishError(f"cannot list schedds: {exc}") from exc
-    constraint = f"JobStatus == {IDLE} && {REQUIRED_ATTRIBUTE} isnt undefined"
-    values: list[Any] = []
+    jobs: list[Any] = []
     failed = 0
-    for ad in schedds:
+    for schedd_ad in schedds:
         try:
-            values += _schedd_values(ad, constraint)
+            jobs += htcondor2.Schedd(schedd_ad).query(constraint=constraint, projection=projection)
         except _ERRORS as exc:
             failed += 1
-            log.warning("schedd %s: cannot read its queue: %s", ad.get("Name"), exc)
+            log.warning("schedd %s: cannot read its queue: %s", schedd_ad.get("Name"), exc)
     if schedds and failed == len(schedds):
         raise PublishError(f"none of {len(schedds)} schedds could be read")
+    return jobs, failed
+
+
+def query_demand(collector: htcondor2.Collector) -> QueueDemand:
+    """Idle jobs' datasets across every schedd of the pool (see the module docstring)."""
+    constraint = f"JobStatus == {IDLE} && {REQUIRED_ATTRIBUTE} isnt undefined"
+    jobs, failed = query_jobs(collector, constraint, [REQUIRED_ATTRIBUTE])
+    # eval gives Python values: a ClassAd list becomes a list of str
+    values = [ad.eval(REQUIRED_ATTRIBUTE) for ad in jobs if REQUIRED_ATTRIBUTE in ad]
     demand = count_demand(values)
     if demand.invalid:
         log.warning("skipped %d invalid dataset names in %s", demand.invalid, REQUIRED_ATTRIBUTE)
     return QueueDemand(demand.counts, demand.invalid, demand.jobs, failed)
+
+
+def valid_datasets(value: Any) -> frozenset[DatasetId]:
+    """The valid dataset ids in a ``RequiredDatasets`` value; invalid names are left out."""
+    out: set[DatasetId] = set()
+    for name in required_names(value):
+        try:
+            out.add(DatasetId.parse(name))
+        except InvalidNameError:
+            continue
+    return frozenset(out)
+
+
+class CondorPoolProbe:
+    """:class:`~hydrator.locality.PoolProbe` over a pool's collector and schedds."""
+
+    def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:
+        self._collector = collector
+        self._site_attribute = slot_site_attribute
+
+    def jobs_and_slots(self) -> tuple[list[PoolJob], list[PoolSlot]]:
+        """Data-bound idle/running jobs and every slot with a site; raises PublishError."""
+        site_of, slots = self._slots()
+        states = f"(JobStatus == {IDLE} || JobStatus == {RUNNING})"
+        constraint = f"{states} && {REQUIRED_ATTRIBUTE} isnt undefined"
+        ads, _ = query_jobs(
+            self._collector, constraint, [REQUIRED_ATTRIBUTE, "JobStatus", "RemoteHost"]
+        )
+        jobs = []
+        for ad in ads:
+            required = valid_datasets(ad.eval(REQUIRED_ATTRIBUTE))
+            if not required:
+                continue
+            running = ad.get("JobStatus") == RUNNING
+            host = ad.get("RemoteHost")
+            site = site_of.get(host) if running and isinstance(host, str) else None
+            jobs.append(PoolJob(required, running, site))
+        return jobs, slots
+
+    def _slots(self) -> tuple[dict[str, Site], list[PoolSlot]]:
+        attr = self._site_attribute
+        try:
+            ads = self._collector.query(
+                htcondor2.AdType.Slot,
+                f"isString({attr})",
+                ["Name", attr, "State", "PartitionableSlot", "Cpus"],
+            )
+        except _ERRORS as exc:
+            raise PublishError(f"cannot query slots: {exc}") from exc
+        site_of: dict[str, Site] = {}
+        slots: list[PoolSlot] = []
+        for ad in ads:
+            name, site = ad.get("Name"), ad.get(attr)
+            if not isinstance(name, str) or not isinstance(site, str):
+                continue
+            site_of[name] = Site(site)
+            # a partitionable slot stays Unclaimed while it has resources left to carve
+            free = ad.get("State") == "Unclaimed" and (
+                ad.get("PartitionableSlot") is not True or (ad.get("Cpus") or 0) > 0
+            )
+            slots.append(PoolSlot(Site(site), free))
+        return site_of, slots

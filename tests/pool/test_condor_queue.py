@@ -1,4 +1,4 @@
-"""Demand from the real queue: idle jobs' RequiredDatasets, counted per dataset."""
+"""Reading the real pool: idle jobs' RequiredDatasets per dataset, and where data-bound jobs run."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from hydrator.domain import DatasetId
-from hydrator.publishers.condor_queue import query_demand
-from tests.support.pool import IDLE, Pool
+from hydrator.domain import DatasetId, Site
+from hydrator.locality import PoolJob
+from hydrator.publishers.condor_queue import CondorPoolProbe, query_demand
+from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool
 
 pytestmark = pytest.mark.pool
 
@@ -53,3 +54,28 @@ def test_idle_jobs_required_datasets_are_counted(condor_pool: Pool, idle_jobs: l
     assert demand.invalid == 2
     assert demand.jobs == 5
     assert demand.failed_schedds == 0
+
+
+def test_probe_reports_data_bound_jobs_with_their_sites_and_all_slots(
+    condor_pool: Pool, idle_jobs: list[int]
+) -> None:
+    idle_jobs.append(condor_pool.submit(NEVER_MATCHING.format(required='{"ska:a"}', count=1)))
+    idle_jobs.append(
+        condor_pool.submit(
+            "executable = /bin/sleep\narguments = 300\noutput = /dev/null\nerror = /dev/null\n"
+            'requirements = TARGET.GLIDEIN_Site == "SITE_B"\n'
+            '+RequiredDatasets = {"ska:b", "not valid"}\nqueue\n'
+        )
+    )
+    condor_pool.wait_for_job_state(idle_jobs[0], [IDLE])
+    condor_pool.wait_for_job_state(idle_jobs[1], [RUNNING])
+    condor_pool.wait_for_slots('GLIDEIN_Site == "SITE_B" && State == "Claimed"', count=1)
+
+    jobs, slots = CondorPoolProbe(condor_pool.collector, "GLIDEIN_Site").jobs_and_slots()
+
+    ds = DatasetId.parse
+    assert PoolJob(frozenset({ds("ska:a")}), running=False) in jobs
+    assert PoolJob(frozenset({ds("ska:b")}), running=True, site=Site("SITE_B")) in jobs
+    assert {s.site for s in slots} == set(SLOT_SITES.values())
+    assert not any(s.unclaimed for s in slots if s.site == "SITE_B")  # slot2 runs the job
+    assert any(s.unclaimed for s in slots if s.site == "SITE_A")
