@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 class HydratorHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default listen backlog is 5: a burst of new connections (a squid or a
+    # wave of glideins) overflows it, the kernel drops the SYNs and the clients retry after
+    # 1 s; that was the p99 latency under wrk -c50 (benchmarks/RESULTS.md).
+    request_queue_size = 128
 
     def __init__(
         self, address: tuple[str, int], service: Service, max_age_s: int, wedged_after_s: float
@@ -50,6 +54,9 @@ class HydratorHTTPServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: HydratorHTTPServer
     protocol_version = "HTTP/1.1"  # keep-alive for squids and scrapers
+    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm holds the
+    # body back until the client's delayed ACK of the headers (up to 40 ms on Linux).
+    disable_nagle_algorithm = True
     timeout = 30  # an idle keep-alive connection does not hold a thread forever
     server_version = "hydrator"
     sys_version = ""
