@@ -278,6 +278,10 @@ class CollectorConfig(_Model):
     """Re-merge a current slot whose DataLocalityUpdated is older than this."""
     batch_size: int = Field(200, ge=1)
     timeout_s: PositiveSeconds = 20.0
+    locality_metrics: bool = True
+    """Read the schedds and slot ads each cycle for the matchmaking-quality metrics
+    (``hydrator_jobs_running_data_local_ratio`` ...): one collector query and one projected
+    query per schedd."""
 
 
 class Config(_Model):

@@ -56,6 +56,9 @@ def build_service(config: Config, metrics: Metrics | None = None) -> Service:
             "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
         )
     store = SqliteStateStore(config.daemon.state_path)
+    # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
+    probes = [getattr(p, "probe", None) for p in publishers]
+    probe = probes[0] if probes and config.collector.locality_metrics else None
     return Service(
         config,
         sources=sources,
@@ -63,4 +66,5 @@ def build_service(config: Config, metrics: Metrics | None = None) -> Service:
         publishers=publishers,
         metrics=metrics,
         demand=demand,
+        probe=probe,
     )

@@ -1,0 +1,132 @@
+"""Matchmaking quality on the real pool: data-bound jobs submitted with ``hydrator expr``
+requirements run on their data's site and count as local; a job pinned to a site without its data
+counts as remote; an idle job whose data is nowhere counts as ``nowhere``.
+
+The daemon (``hydrator run`` with ``[collector]`` enabled) merges the site lists into the slot
+ads so the negotiator can match; the metrics are read twice: from an in-process service built by
+the same wiring (``registry.get_sample_value``) and from the running daemon's ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from hydrator.config import load_config
+from hydrator.service import Service
+from hydrator.wiring import build_service
+from tests.pool.test_end_to_end import INVENTORY, Daemon, expressions, free_port, wait_for
+from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool
+
+pytestmark = [pytest.mark.pool, pytest.mark.slow]
+
+# INVENTORY: SITE_A holds ska:obs_1, SITE_B ska:obs_2, SITE_C ska:obs_3 (and skymodel_v3)
+SLEEP = "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /dev/null\n"
+
+
+@pytest.fixture
+def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path, free_port())
+    d.write_inventory(INVENTORY)
+    d.start(
+        f'[collector]\nenabled = true\npool = "{condor_pool.collector_address}"\n'
+        f'token_dir = "{condor_pool.token_dir}"\nrefresh_s = 600\n'
+    )
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def service(daemon: Daemon) -> Iterator[Service]:
+    """The same configuration, in process, with its own state file."""
+    text = (daemon.directory / "hydrator.toml").read_text()
+    path = daemon.directory / "in-process.toml"
+    path.write_text(text.replace('"state.sqlite"', '"in-process.sqlite"'))
+    svc = build_service(load_config(path))
+    assert svc.probe is not None, "[collector] enabled wires the pool probe"
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def jobs(condor_pool: Pool) -> Iterator[list[int]]:
+    clusters: list[int] = []
+    yield clusters
+    for cluster in clusters:
+        condor_pool.run_in_chroot(["condor_rm", str(cluster)], user=SUBMIT_USER, check=False)
+
+
+def data_bound(*datasets: str) -> str:
+    return SLEEP + expressions(*datasets) + "queue\n"
+
+
+def pinned(dataset: str, site: str) -> str:
+    lines = f'My.RequiredDatasets = {{"{dataset}"}}\nrequirements = GLIDEIN_Site == "{site}"\n'
+    return SLEEP + lines + "queue\n"
+
+
+def sample(svc: Service, name: str, **labels: str) -> float | None:
+    return svc.metrics.registry.get_sample_value(name, labels)
+
+
+def scraped(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def scraped_value(url: str, name: str, **labels: str) -> float | None:
+    return scraped(url).get((name, frozenset(labels.items())))
+
+
+def test_local_remote_and_nowhere_jobs_are_counted(
+    condor_pool: Pool, daemon: Daemon, service: Service, jobs: list[int]
+) -> None:
+    pool = condor_pool
+    jobs.append(pool.submit(data_bound("ska:obs_1")))  # SITE_A
+    jobs.append(pool.submit(data_bound("ska:obs_3")))  # SITE_C
+    jobs.append(pool.submit(data_bound("ska:obs_404")))  # held nowhere: stays idle
+    for cluster in jobs[:2]:
+        pool.wait_for_job_state(cluster, [RUNNING], timeout_s=90)
+    assert [pool.job_site(pool.job_ad(c)) for c in jobs[:2]] == ["SITE_A", "SITE_C"]  # type: ignore[arg-type]
+    pool.wait_for_job_state(jobs[2], [IDLE])
+
+    service.run_cycle()
+    assert sample(service, "hydrator_pool_queries_total", outcome="ok") == 1
+    assert sample(service, "hydrator_jobs_running", locality="local") == 2
+    assert sample(service, "hydrator_jobs_running", locality="remote") == 0
+    assert sample(service, "hydrator_jobs_running_data_local_ratio") == 1.0
+    assert sample(service, "hydrator_site_jobs_running", site="SITE_A", locality="local") == 1
+    assert sample(service, "hydrator_site_jobs_running", site="SITE_C", locality="local") == 1
+    assert sample(service, "hydrator_jobs_idle_data_bound", reason="nowhere") == 1
+    assert sample(service, "hydrator_jobs_idle_data_bound", reason="missed_locality") == 0
+    wait_for(
+        "daemon's /metrics: ratio 1.0",
+        lambda: scraped_value(daemon.url, "hydrator_jobs_running_data_local_ratio") == 1.0,
+    )
+
+    # obs_2 is at SITE_B only; pinned to SITE_C (its second slot is free) it runs remote
+    jobs.append(pool.submit(pinned("ska:obs_2", "SITE_C")))
+    pool.wait_for_job_state(jobs[3], [RUNNING], timeout_s=90)
+    service.run_cycle()
+    assert sample(service, "hydrator_jobs_running", locality="local") == 2
+    assert sample(service, "hydrator_jobs_running", locality="remote") == 1
+    assert sample(service, "hydrator_site_jobs_running", site="SITE_C", locality="remote") == 1
+    ratio = sample(service, "hydrator_jobs_running_data_local_ratio")
+    assert ratio is not None and math.isclose(ratio, 2 / 3)
+    wait_for(
+        "daemon's /metrics: one remote job",
+        lambda: scraped_value(daemon.url, "hydrator_jobs_running", locality="remote") == 1,
+    )
+    metrics = scraped(daemon.url)
+    assert math.isclose(metrics[("hydrator_jobs_running_data_local_ratio", frozenset())], 2 / 3)
+    nowhere = ("hydrator_jobs_idle_data_bound", frozenset({("reason", "nowhere")}))
+    assert metrics[nowhere] == 1
