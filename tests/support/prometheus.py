@@ -1,0 +1,208 @@
+"""A real Prometheus server and a real ``hydrator run`` daemon, for tests and the dashboard demo.
+
+Prometheus comes from Debian's ``prometheus`` package (installed with apt-get if missing). Both
+listen on 127.0.0.1 on free ports, write only into the given directory, and are stopped when the
+context manager exits (also after a failure); ``setpriv --pdeathsig`` stops them if the caller
+is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "prometheus" / "hydrator.rules.yml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def die_with_parent() -> list[str]:
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
+
+
+def ensure_prometheus() -> str:
+    """Path of the ``prometheus`` server binary, installing the Debian package if needed."""
+    found = shutil.which("prometheus")
+    if found is None:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        command = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
+        if subprocess.run(command, capture_output=True, env=env, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update"], capture_output=True, env=env, check=False)
+            subprocess.run(command, capture_output=True, env=env, check=True)
+        found = shutil.which("prometheus")
+    if found is None:
+        raise RuntimeError("prometheus is missing after installing the Debian package")
+    return found
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    """The first truthy ``predicate()``; AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except requests.RequestException:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout_s}s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass(frozen=True)
+class PrometheusServer:
+    url: str
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; the ``result`` list of a vector (raises on an error answer)."""
+        r = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
+        r.raise_for_status()
+        body = r.json()
+        if body["status"] != "success":
+            raise AssertionError(f"{expr}: {body}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        """The single sample's value of an instant query, None when the result is empty."""
+        result = self.query(expr)
+        if not result:
+            return None
+        assert len(result) == 1, result
+        return float(result[0]["value"][1])
+
+    def rules(self) -> list[dict[str, Any]]:
+        r = requests.get(f"{self.url}/api/v1/rules", timeout=5)
+        r.raise_for_status()
+        return [rule for g in r.json()["data"]["groups"] for rule in g["rules"]]
+
+
+def prometheus_config(
+    targets: Sequence[str], scrape_interval_s: float, rule_files: Sequence[Path] = ()
+) -> str:
+    interval = f"{int(scrape_interval_s * 1000)}ms"
+    return yaml.safe_dump(
+        {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": [
+                {
+                    "job_name": "hydrator",
+                    "scrape_timeout": interval,
+                    "static_configs": [{"targets": list(targets)}],
+                }
+            ],
+        }
+    )
+
+
+@contextlib.contextmanager
+def running_prometheus(
+    directory: Path,
+    targets: Sequence[str],
+    *,
+    scrape_interval_s: float = 1.0,
+    rule_files: Sequence[Path] = (),
+) -> Iterator[PrometheusServer]:
+    """Prometheus scraping ``targets`` (host:port) as job ``hydrator``; data in ``directory``."""
+    binary = ensure_prometheus()
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "prometheus.yml"
+    config.write_text(prometheus_config(targets, scrape_interval_s, rule_files))
+    port = free_port()
+    log = (directory / "prometheus.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            *die_with_parent(),
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+        stdout=log,
+        stderr=log,
+    )
+    server = PrometheusServer(f"http://127.0.0.1:{port}")
+    try:
+        wait_for("prometheus ready", lambda: requests.get(f"{server.url}/-/ready", timeout=2).ok)
+        yield server
+    finally:
+        stop(proc)
+        log.close()
+
+
+@dataclass
+class Daemon:
+    """``hydrator run`` on a copy of ``config/demo.toml``; edit ``inventory`` while it runs."""
+
+    directory: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def inventory(self) -> Path:
+        return self.directory / "demo-inventory.toml"
+
+
+@contextlib.contextmanager
+def running_demo_daemon(
+    directory: Path, *, interval_s: int = 1, extra_config: str = ""
+) -> Iterator[Daemon]:
+    """The shipped demo configuration on a free port, ``interval_s`` between cycles."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("demo.toml", "demo-inventory.toml"):
+        shutil.copy(REPO / "config" / name, directory / name)
+    port = free_port()
+    config = directory / "demo.toml"
+    text = config.read_text()
+    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
+    text = text.replace("interval_s = 10", f"interval_s = {interval_s}")
+    config.write_text(text + extra_config)
+    log = (directory / "daemon.log").open("ab")
+    proc = subprocess.Popen(
+        [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    daemon = Daemon(directory, port, proc)
+    try:
+        url = f"http://{daemon.target}/readyz"
+        wait_for("hydrator ready", lambda: requests.get(url, timeout=2).ok)
+        yield daemon
+    finally:
+        stop(proc)
+        log.close()
