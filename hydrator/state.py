@@ -123,11 +123,22 @@ class SqliteStateStore:
                 found = datasets[(scope, name)] = DatasetId(scope, name)
             return found
 
+        # One object per distinct site name and fraction, as for datasets and times: SQLite
+        # hands out a new str/float per row, ~190 MB of duplicates at a million replicas.
+        site_names: dict[str, Site] = {}
+        fractions: dict[float, float] = {}
+        states = {state.value: state for state in ReplicaState}  # not Enum(value): a Python call
+
         replicas: dict[str, list[Replica]] = {}
         query = "SELECT source, site, scope, name, state, fraction FROM replicas"
         for source, site, scope, name, state, fraction in self._db.execute(query):
             replicas.setdefault(source, []).append(
-                Replica(dataset(scope, name), Site(site), ReplicaState(state), fraction)
+                Replica(
+                    dataset(scope, name),
+                    site_names.setdefault(site, Site(site)),
+                    states[state],
+                    fractions.setdefault(fraction, fraction),
+                )
             )
         sources: dict[str, SourceState] = {}
         for row in self._db.execute("SELECT * FROM sources ORDER BY name"):
@@ -143,7 +154,7 @@ class SqliteStateStore:
                 held_cycles=held,
             )
         first_seen = {
-            (Site(site), dataset(scope, name)): times(at)
+            (site_names.setdefault(site, Site(site)), dataset(scope, name)): times(at)
             for site, scope, name, at in self._db.execute("SELECT * FROM first_seen")
         }
         return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
