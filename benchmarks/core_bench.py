@@ -238,6 +238,8 @@ def step_steady(args: argparse.Namespace) -> dict[str, Any]:
     state, views, start = startup(store)
     start["gc_s"] = GC.take()[0]
     pool = CollectorModel(fed, views, T0)
+    if args.gc_freeze:
+        gc.freeze()
     now = T0
     steady, churns = [], []
     for _ in range(args.cycles):
@@ -246,6 +248,8 @@ def step_steady(args: argparse.Namespace) -> dict[str, Any]:
         plan, record = cycle(fed, store, state, now, pool)
         state = plan.state
         del plan
+        if args.gc_freeze:  # what Service could do after each cycle (see ANALYSIS.md)
+            gc.freeze()
         steady.append(record)
     now += INTERVAL
     _, idle = cycle(fed, store, state, now, pool)
@@ -258,6 +262,7 @@ def step_steady(args: argparse.Namespace) -> dict[str, Any]:
         "no_change": idle,
         "db_bytes": db_bytes(args.db),
         "peak_rss_bytes": peak_rss_bytes(),
+        "gc_freeze": args.gc_freeze,
     }
 
 
@@ -268,6 +273,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() after startup and each cycle"
+    )
     args = parser.parse_args()
     result = step_import(args) if args.step == "import" else step_steady(args)
     json.dump(result, sys.stdout)

@@ -109,11 +109,12 @@ def targets(
         )
     for c in results["core"]:
         idle = c["steady"]["no_change"]
-        ok = idle["rows_written"] == 0 and idle["collector_updates_digest"] == 0
+        sent = idle["collector_merges"] + idle["collector_site_ads"]
+        ok = idle["rows_written"] == 0 and sent == 0
         out.append(
             _t(
-                f"no-change cycle at {c['replicas']:,}: 0 rows, 0 collector updates",
-                idle["rows_written"] + idle["collector_updates_digest"],
+                f"no-change cycle at {c['replicas']:,}: 0 rows written, 0 collector updates",
+                idle["rows_written"] + sent,
                 "rows+updates",
                 ok,
             )
@@ -205,6 +206,7 @@ def _md_core(results: dict[str, Any]) -> str:
         lines.append(
             f"| {s['replicas']:,} | {s['steady_core_s']:.2f} (max {s['steady_core_max_s']:.2f}) | {s['steady_plan_s']:.2f} | {s['steady_save_s']:.2f} | {s['steady_render_s']:.2f} | {s['steady_source_s']:.2f} | {idle['core_s']:.2f} | {st['total_s']:.2f} ({st['load_s']:.2f}+{st['views_s']:.2f}+{st['render_s']:.2f}) | {s['import_core_s']:.1f} | {s['peak_rss'] / MiB:.0f} ({s['harness_rss'] / MiB:.0f}) | {s['import_peak_rss'] / MiB:.0f} | {s['db_bytes'] / MiB:.1f} |"
         )
+    lines += _md_gc(results)
     lines += [
         "",
         "Rows written per cycle (replica rows + first-seen rows; a changed replica is a delete and an insert):",
@@ -221,14 +223,49 @@ def _md_core(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _md_gc(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "Time in the cyclic garbage collector (`gc.callbacks`), included in the phases above:",
+        "",
+        "| replicas | GC s in core (median) | GC s in source build (median) | full collections in core |",
+        "|---:|---:|---:|---:|",
+    ]
+    for c in results["core"]:
+        steady = c["steady"]["steady"]
+        lines.append(
+            f"| {c['replicas']:,} | {_median(steady, 'gc_core_s'):.2f} | {_median(steady, 'gc_source_s'):.2f} | {sum(r['gc_core_full_collections'] for r in steady)} in {len(steady)} cycles |"
+        )
+    for c in results["core"]:
+        if "steady_gc_freeze" not in c:
+            continue
+        frozen = core_summary({**c, "steady": c["steady_gc_freeze"]})
+        plain = core_summary(c)
+        before, after = c["steady"]["steady"], c["steady_gc_freeze"]["steady"]
+        lines += [
+            "",
+            f"**GC experiment** at {c['replicas']:,} replicas: the same restart and cycles with",
+            "`gc.freeze()` after startup and after each cycle (what `Service` could do; not done",
+            f"by the daemon today). Steady core {plain['steady_core_s']:.2f} -> {frozen['steady_core_s']:.2f} s"
+            f" (max {plain['steady_core_max_s']:.2f} -> {frozen['steady_core_max_s']:.2f}), source build"
+            f" {plain['steady_source_s']:.2f} -> {frozen['steady_source_s']:.2f} s; GC in the core"
+            f" {_median(before, 'gc_core_s'):.2f} -> {_median(after, 'gc_core_s'):.2f} s, in the source"
+            f" build {_median(before, 'gc_source_s'):.2f} -> {_median(after, 'gc_source_s'):.2f} s;"
+            f" peak RSS {plain['peak_rss'] / MiB:.0f} -> {frozen['peak_rss'] / MiB:.0f} MiB.",
+        ]
+    return lines
+
+
 def _md_http(h: dict[str, Any]) -> str:
     w = h["wrk"]
     rows = []
-    for mode in ("conditional", "plain"):
+    for mode in ("conditional", "plain", "conditional_c10"):
+        if mode not in h:
+            continue
         r = h[mode]
         errors = sum(r[k] for k in r if k.startswith("errors_"))
         rows.append(
-            f"| {mode} | {r['requests_per_s']:.0f} | {r['latency_p50_us'] / 1000:.1f} | {r['latency_p90_us'] / 1000:.1f} | {r['latency_p99_us'] / 1000:.1f} | {r['latency_p999_us'] / 1000:.1f} | {r['latency_max_us'] / 1000:.0f} | {errors} |"
+            f"| {mode} | {r.get('connections', w['connections'])} | {r['requests_per_s']:.0f} | {r['latency_p50_us'] / 1000:.1f} | {r['latency_p90_us'] / 1000:.1f} | {r['latency_p99_us'] / 1000:.1f} | {r['latency_p999_us'] / 1000:.1f} | {r['latency_max_us'] / 1000:.0f} | {errors} |"
         )
     return f"""## HTTP: `/v1/sites/<site>/classad` on loopback
 
@@ -238,8 +275,8 @@ state in its own process; requests rotate over all {h["sites"]} sites. *conditio
 with the current ETag, answered `304` (checked before the run); *plain*: `200` with the body
 (mean {h["body_bytes_mean"] / 1024:.0f} KiB, largest {h["body_bytes_max"] / 1024:.0f} KiB). wrk shares the 2 CPUs with the server.
 
-| request | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors |
-|---|---:|---:|---:|---:|---:|---:|---:|
+| request | connections | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 """
 

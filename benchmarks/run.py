@@ -61,25 +61,34 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
-def _step(step: str, replicas: int, db: Path, cycles: int) -> dict[str, Any]:
+def _step(
+    step: str, replicas: int, db: Path, cycles: int, gc_freeze: bool = False
+) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.core_bench", step, "--replicas", str(replicas)]
-    cmd += ["--db", str(db), "--cycles", str(cycles)]
+    cmd += ["--db", str(db), "--cycles", str(cycles)] + (["--gc-freeze"] if gc_freeze else [])
     out = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
 
-def run_core(replicas: int, work: Path, cycles: int) -> dict[str, Any]:
+def run_core(replicas: int, work: Path, cycles: int, gc_freeze: bool) -> dict[str, Any]:
+    """Import, then restart + steady cycles; with ``gc_freeze`` also the GC experiment."""
     db = work / f"state-{replicas}.sqlite"
     print(f"core {replicas:>9,} replicas: first import ...", flush=True)
     imported = _step("import", replicas, db, cycles)
-    print(
-        f"core {replicas:>9,} replicas: restart + {cycles} steady cycles + no-change ...",
-        flush=True,
-    )
+    frozen_db = work / f"state-{replicas}-gc-freeze.sqlite"
+    if gc_freeze:
+        shutil.copy(db, frozen_db)
+    print(f"core {replicas:>9,} replicas: restart + {cycles} steady cycles + no-change ...")
     steady = _step("steady", replicas, db, cycles)
     result = {"replicas": replicas, "import": imported, "steady": steady, "db": str(db)}
     print(report.core_line(result), flush=True)
+    if gc_freeze:
+        print(f"core {replicas:>9,} replicas: again with gc.freeze() after each cycle ...")
+        frozen = {"replicas": replicas, "import": imported}
+        frozen["steady"] = _step("steady", replicas, frozen_db, cycles, gc_freeze=True)
+        print("  with gc.freeze(): " + report.core_line(frozen), flush=True)
+        result["steady_gc_freeze"] = frozen["steady"]
     return result
 
 
@@ -88,7 +97,7 @@ def run_http(core: list[dict[str, Any]], work: Path, seconds: int) -> dict[str, 
 
     usable = [c for c in core if c["replicas"] <= 100_000] or core[:1]
     chosen = max(usable, key=lambda c: c["replicas"])
-    print(f"http: serving the {chosen['replicas']:,}-replica state, wrk {seconds} s x 2 ...")
+    print(f"http: serving the {chosen['replicas']:,}-replica state, wrk {seconds} s x 3 ...")
     result = http_bench.measure(Path(chosen["db"]), seconds=seconds)
     result["replicas"] = chosen["replicas"]
     print(report.http_line(result), flush=True)
@@ -116,19 +125,31 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3, help="steady cycles per scale")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--skip-rucio", action="store_true")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite RESULTS.md from results.json"
+    )
     args = parser.parse_args()
+    if args.report_only:
+        write_report(json.loads((HERE / "results.json").read_text()))
+        return
     scales = args.scales or ([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
     print(report.machine_line(results["machine"]), flush=True)
     work = Path(tempfile.mkdtemp(prefix="hydrator-bench-"))
     try:
-        results["core"] = [run_core(n, work, args.cycles) for n in scales]
+        largest = max(scales)
+        results["core"] = [run_core(n, work, args.cycles, n == largest) for n in scales]
         if not args.skip_http:
             results["http"] = run_http(results["core"], work, 5 if args.quick else 10)
         if not args.skip_rucio:
             results["rucio"] = run_rucio([10, 100] if args.quick else [10, 100, 1000])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    (HERE / "results.json").write_text(json.dumps(results, indent=1) + "\n")  # kept if below fails
+    write_report(results)
+
+
+def write_report(results: dict[str, Any]) -> None:
     targets = report.targets(results, TARGET_CYCLE_S, TARGET_RSS_BYTES, TARGET_RPS, TARGET_P99_US)
     results["targets"] = targets
     (HERE / "results.json").write_text(json.dumps(results, indent=1) + "\n")
