@@ -125,6 +125,19 @@ def valid_datasets(value: Any) -> frozenset[DatasetId]:
     return frozenset(out)
 
 
+_DYNAMIC_SLOT = re.compile(r"(?P<parent>[^@]+)_[0-9]+@(?P<host>.+)")
+
+
+def slot_site(site_of: Mapping[str, Site], slot_name: str) -> Site | None:
+    """The site of the slot named ``slot_name``. A dynamic slot (``slot4_1@host``) not yet in
+    the collector (its ad comes with the startd's next update) has its partitionable parent's
+    site (``slot4@host``): dynamic slots inherit the parent's attributes."""
+    site = site_of.get(slot_name)
+    if site is None and (m := _DYNAMIC_SLOT.fullmatch(slot_name)):
+        site = site_of.get(f"{m['parent']}@{m['host']}")
+    return site
+
+
 class CondorPoolProbe:
     """:class:`~hydrator.locality.PoolProbe` over a pool's collector and schedds."""
 
@@ -147,7 +160,7 @@ class CondorPoolProbe:
                 continue
             running = ad.get("JobStatus") == RUNNING
             host = ad.get("RemoteHost")
-            site = site_of.get(host) if running and isinstance(host, str) else None
+            site = slot_site(site_of, host) if running and isinstance(host, str) else None
             jobs.append(PoolJob(required, running, site))
         return jobs, slots
 

@@ -41,9 +41,10 @@ def set_update_interval(pool: Pool, seconds: int) -> None:
     pool.reconfig()
 
 
-def wait_until_quiet(pool: Pool, quiet_s: float = 3.0, timeout_s: float = 60.0) -> None:
+def wait_until_quiet(pool: Pool, quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
     """Wait until merged attributes survive ``quiet_s``: the startd has stopped updating (state
-    changes and the reconfig itself make it send fresh ads, wiping merges)."""
+    changes, and an update timer armed with the old 5 s interval, wipe merges); ``quiet_s`` is
+    longer than that old interval."""
     deadline = time.monotonic() + timeout_s
     for probe in range(1_000_000):
         names = [str(ad["Name"]) for ad in pool.slot_ads()]

@@ -7,7 +7,7 @@ import pytest
 
 from hydrator.domain import Site
 from hydrator.publishers.collector import Rendered, Target, is_current, plan_merges, plan_site_ads
-from hydrator.publishers.condor_queue import count_demand, required_names
+from hydrator.publishers.condor_queue import count_demand, required_names, slot_site
 
 NOW = 1_800_000_000.0
 REFRESH = 900.0
@@ -91,3 +91,12 @@ def test_count_demand_counts_a_job_once_per_dataset_and_skips_invalid_names() ->
     assert {str(k): v for k, v in demand.counts.items()} == {"ska:a": 2, "ska:b": 1}
     assert demand.invalid == 2
     assert demand.jobs == 3
+
+
+def test_slot_site_falls_back_to_the_partitionable_parent() -> None:
+    sites = {"slot1@h": Site("A"), "slot4@h": Site("C"), "slot4_2@h": Site("C2")}
+    assert slot_site(sites, "slot1@h") == "A"
+    assert slot_site(sites, "slot4_2@h") == "C2"
+    assert slot_site(sites, "slot4_1@h") == "C"  # not advertised yet
+    assert slot_site(sites, "slot9_1@h") is None
+    assert slot_site(sites, "slot1_1@other") is None

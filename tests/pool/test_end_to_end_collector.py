@@ -1,0 +1,83 @@
+"""End to end with the merge path: ``hydrator run`` with ``[collector]`` enabled publishes site
+ads and merges into slot ads; the attributes follow a data change within a cycle; a collector
+outage does not stop the daemon, which publishes again once the collector is back.
+
+A separate module from test_end_to_end.py so that the execute-node hook (a module fixture
+there) is gone: here the slot attributes can only come from the collector merges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import classad2
+import htcondor2
+import pytest
+import requests
+
+from tests.pool.test_end_to_end import CYCLE_S, INVENTORY, Daemon, free_port, wait_for
+from tests.support.pool import SLOT_SITES, Pool
+
+pytestmark = [pytest.mark.pool, pytest.mark.slow]
+
+SITE_ADS = 'MyType == "DataLocality"'
+
+
+@pytest.fixture
+def publishing_daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path, free_port())
+    d.write_inventory(INVENTORY)
+    d.start(
+        f'[collector]\nenabled = true\npool = "{condor_pool.collector_address}"\n'
+        f'token_dir = "{condor_pool.token_dir}"\nrefresh_s = 600\n'
+    )
+    yield d
+    d.stop()
+    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
+    invalidate["Requirements"] = classad2.ExprTree(SITE_ADS)
+    condor_pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
+
+
+def site_ads(pool: Pool) -> set[str]:
+    return {
+        str(ad["Name"]) for ad in pool.collector.query(htcondor2.AdType.Any, SITE_ADS, ["Name"])
+    }
+
+
+def slot1_available(pool: Pool) -> list[str] | None:
+    ads = [ad for ad in pool.slot_ads(["AvailableDatasets"]) if ad["Name"].startswith("slot1@")]
+    value = ads[0].get("AvailableDatasets") if ads else None
+    return list(value) if value is not None else None
+
+
+def test_merged_attributes_follow_a_data_change_within_a_cycle(
+    condor_pool: Pool, publishing_daemon: Daemon
+) -> None:
+    pool = condor_pool
+    assert SLOT_SITES["slot1"] == "SITE_A"
+    wait_for("site ads", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"})
+    wait_for("merged lists", lambda: slot1_available(pool) == ["ska:obs_1"])
+    publishing_daemon.write_inventory(dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
+    took = wait_for("changed lists", lambda: slot1_available(pool) == ["ska:obs_1", "ska:obs_new"])
+    print(f"data change merged into the slot ad in {took:.1f}s")
+    assert took < 2 * CYCLE_S + 3
+
+
+def test_collector_outage_does_not_stop_the_daemon(
+    condor_pool: Pool, publishing_daemon: Daemon
+) -> None:
+    pool, d = condor_pool, publishing_daemon
+    wait_for("site ads", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"})
+    pool.daemon_off("collector")
+    try:
+        time.sleep(3 * CYCLE_S + 1)  # a few cycles fail to publish
+        assert d.running()
+        assert requests.get(f"{d.url}/healthz", timeout=5).ok
+        assert requests.get(f"{d.url}/v1/sites/SITE_A/classad", timeout=5).ok
+    finally:
+        pool.daemon_on("collector")
+    wait_for("site ads again", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"}, 60)
+    pool.wait_for_slots("true", count=4, timeout_s=60)
+    wait_for("merged again", lambda: slot1_available(pool) == ["ska:obs_1"], 30)
