@@ -3,6 +3,7 @@ evaluates the shipped alert rules; everything is read back through Prometheus' H
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +86,21 @@ def test_shipped_alert_rules_load_and_evaluate_healthy(
     assert {r["name"]: r["health"] for r in rules} == {name: "ok" for name in alerts}
     firing = {r["name"] for r in rules if r["state"] == "firing"}
     assert firing == set(), "a healthy demo daemon raises no alert"
+
+
+def test_dashboard_renders_from_prometheus(
+    scraped: tuple[Daemon, PrometheusServer], tmp_path: Path
+) -> None:
+    from deploy.grafana.render import Prometheus, fetch, load_dashboard, render
+
+    _, prom = scraped
+    wait_for("two scrapes", lambda: (prom.value("count_over_time(up[1m])") or 0) >= 2)
+    dashboard = load_dashboard()
+    source = Prometheus(prom.url, scrape_interval_s=1.0)
+    now = time.time()
+    panel = next(p for p in dashboard["panels"] if p["title"] == "Datasets per site by state")
+    bars = {s.legend: s.values[-1] for s in fetch(source, panel, now - 60, now, 1.0)}
+    assert bars["SRCNET_CH available"] == 3.0 and bars["SRCNET_ES stuck"] == 1.0
+    out = tmp_path / "dashboard.png"
+    render(dashboard, source, now - 60, now, out)
+    assert out.read_bytes().startswith(b"\x89PNG")
