@@ -179,9 +179,10 @@ class Daemon:
 
 @contextlib.contextmanager
 def running_demo_daemon(
-    directory: Path, *, interval_s: int = 1, extra_config: str = ""
+    directory: Path, *, interval_s: int = 1, extra_config: str = "", extra_inventory: str = ""
 ) -> Iterator[Daemon]:
-    """The shipped demo configuration on a free port, ``interval_s`` between cycles."""
+    """The shipped demo configuration on a free port, ``interval_s`` between cycles;
+    ``extra_config`` and ``extra_inventory`` are appended to the copied files."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("demo.toml", "demo-inventory.toml"):
         shutil.copy(REPO / "config" / name, directory / name)
@@ -191,6 +192,8 @@ def running_demo_daemon(
     text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
     text = text.replace("interval_s = 10", f"interval_s = {interval_s}")
     config.write_text(text + extra_config)
+    inventory = directory / "demo-inventory.toml"
+    inventory.write_text(inventory.read_text() + extra_inventory)
     log = (directory / "daemon.log").open("ab")
     proc = subprocess.Popen(
         [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],
