@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -49,6 +50,15 @@ class HydratorHTTPServer(ThreadingHTTPServer):
         self.service = service
         self.max_age_s = max_age_s
         self.wedged_after_s = wedged_after_s
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request (squid, wrk, a killed hook) is routine: log it at
+        debug level instead of printing a traceback to stderr; anything else is an error."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.debug("client %s went away: %s", client_address, exc)
+        else:
+            log.exception("error while answering %s", client_address)
 
 
 class Handler(BaseHTTPRequestHandler):

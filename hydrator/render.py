@@ -52,12 +52,17 @@ def safe_names(datasets: Iterable[DatasetId]) -> list[str]:
     return out
 
 
+def published_updated(view: SiteView, attrs: ClassAdConfig) -> int:
+    """``DataLocalityUpdated`` as published: epoch seconds rounded down to the resolution."""
+    if view.updated is None:
+        return 0
+    resolution = attrs.updated_resolution_s
+    return int(view.updated.timestamp()) // resolution * resolution
+
+
 def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
     """The site's attributes as a ClassAd (lists of strings, site, epoch, digest)."""
-    updated = 0
-    if view.updated is not None:
-        resolution = attrs.updated_resolution_s
-        updated = int(view.updated.timestamp()) // resolution * resolution
+    updated = published_updated(view, attrs)
     ad = classad2.ClassAd()
     ad[attrs.available_attribute] = safe_names(view.available)
     ad[attrs.partial_attribute] = safe_names(d for d, _ in view.partial)

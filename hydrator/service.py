@@ -32,7 +32,7 @@ from hydrator.locality import PoolProbe, locality_report
 from hydrator.metrics import Metrics
 from hydrator.observe import log_cycle, record_cycle
 from hydrator.publishers import Publisher, PublishReport
-from hydrator.render import etag, render_cron
+from hydrator.render import etag, published_updated, render_cron
 from hydrator.sources import FetchContext, Source
 from hydrator.state import StateStore
 
@@ -78,9 +78,23 @@ class CycleReport:
     error: str | None = None
 
 
-def render_ads(views: Mapping[Site, SiteView], attrs: ClassAdConfig) -> dict[Site, SiteAd]:
+def render_ads(
+    views: Mapping[Site, SiteView],
+    attrs: ClassAdConfig,
+    previous: Mapping[Site, SiteAd] | None = None,
+) -> dict[Site, SiteAd]:
+    """Render each site's ad; reuse the ``previous`` body of a site whose lists (digest) and
+    published update time are unchanged, which is most sites in most cycles."""
     ads: dict[Site, SiteAd] = {}
     for site, view in views.items():
+        old = previous.get(site) if previous else None
+        if (
+            old is not None
+            and old.view.digest == view.digest
+            and published_updated(old.view, attrs) == published_updated(view, attrs)
+        ):
+            ads[site] = SiteAd(view, old.body, old.etag)
+            continue
         body = render_cron(view, attrs)
         ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
     return ads
@@ -147,7 +161,7 @@ class Service:
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
         self.published = Published(
-            render_ads(plan.sites, self.config.classad), plan.sources, started
+            render_ads(plan.sites, self.config.classad, self.published.ads), plan.sources, started
         )
         published, errors = self._publish(plan, started)
         self._measure_locality(plan)

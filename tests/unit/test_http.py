@@ -98,3 +98,25 @@ def test_health_fails_when_the_loop_is_wedged(tmp_path: Path, endpoint: tuple[st
     base, service = endpoint
     service.last_cycle_end -= 301  # type: ignore[attr-defined]
     assert requests.get(f"{base}/healthz", timeout=5).status_code == 503
+
+
+def test_clients_hanging_up_are_not_errors_but_bugs_are(
+    endpoint: tuple[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    base, service = endpoint
+    http = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=30, wedged_after_s=300)  # type: ignore[arg-type]
+    try:
+        for exc in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")):
+            try:
+                raise exc
+            except OSError:
+                http.server.handle_error(None, ("127.0.0.1", 1))
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        try:
+            raise ValueError("a bug in a handler")
+        except ValueError:
+            http.server.handle_error(None, ("127.0.0.1", 1))
+        (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert record.exc_info is not None
+    finally:
+        http.server.server_close()

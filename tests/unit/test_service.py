@@ -216,3 +216,20 @@ def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: objec
     service.probe = Probe(fail=True)  # type: ignore[assignment]
     assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
     assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
+
+
+def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: object) -> None:
+    from tests.unit.factories import rep, snap
+
+    a = snap("s", rep("A", "x"), rep("B", "y"))
+    b = snap("s", rep("A", "x"), rep("B", "y"), rep("B", "z"))
+    service = make(config, [Scripted("s", [a, a, b])], clock)
+    service.run_cycle()
+    first = service.published.ads
+    service.run_cycle()
+    second = service.published.ads
+    assert second[Site("A")].body is first[Site("A")].body, "same content: same bytes object"
+    service.run_cycle()
+    third = service.published.ads
+    assert third[Site("A")].body is first[Site("A")].body
+    assert third[Site("B")].etag != first[Site("B")].etag and b'"ska:z"' in third[Site("B")].body
