@@ -323,14 +323,14 @@ def axes_for(fig: Figure, grid: dict[str, int], height: int, panel_type: str) ->
     w = grid["w"] * COLUMN_IN / fig_w
     top = 1 - grid["y"] * ROW_IN / fig_h
     h = grid["h"] * ROW_IN / fig_h
-    pad_x, pad_y = 0.06 / fig_w * 10, 0.06 / fig_h * 10
+    pad_x, pad_y = 0.16 / fig_w, 0.16 / fig_h  # gap between panels, inches
     frame = fig.add_axes((x0 + pad_x / 2, top - h + pad_y / 2, w - pad_x, h - pad_y))
     frame.set_facecolor(PANEL)
     frame.set_xticks([])
     frame.set_yticks([])
     for spine in frame.spines.values():
         spine.set_color(GRID)
-    title_in, legend_in = 0.32, (0.62 if panel_type == "timeseries" else 0.12)
+    title_in, legend_in = 0.4, (0.62 if panel_type == "timeseries" else 0.12)
     left = {"timeseries": 0.55, "bargauge": 1.55, "stat": 0.12}[panel_type]
     inner = (
         x0 + pad_x / 2 + left / fig_w,
