@@ -96,6 +96,12 @@ class ClassAdConfig(_Model):
     """DataLocalityUpdated is rounded down to this many seconds, so an unchanged site's ad (and
     its ETag) stays the same between refreshes; it never claims more freshness than is true."""
 
+    advertise: Literal["all", "demand"] = "all"
+    """"demand": advertise only datasets that queued jobs declare in RequiredDatasets (needs
+    [collector] enabled = true to read the schedds)."""
+    max_datasets_per_site: int = Field(0, ge=0)
+    """Budget of dataset names per site ad (all lists together); the most-demanded win. 0: none."""
+
     @model_validator(mode="after")
     def _valid_unique(self) -> ClassAdConfig:
         names = {k: v for k, v in self.model_dump().items() if k.endswith("_attribute")}

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from hydrator.advertise import Advertised
 from hydrator.domain import ReplicaState, Site, SiteView
 from hydrator.locality import LocalityReport
 
@@ -139,6 +140,14 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.unadvertised = Gauge(
+            "datasets_unadvertised",
+            "Datasets a site holds that its ad leaves out, by reason "
+            "(not_demanded, over_budget; see [classad] advertise, max_datasets_per_site).",
+            ["site", "reason"],
+            namespace=ns,
+            registry=registry,
+        )
         self.classad_size = Gauge(
             "classad_size_bytes",
             "Size of the site's old-syntax ClassAd.",
@@ -212,6 +221,12 @@ class Metrics:
         self.unclaimed_with_data.clear()
         for site in report.missed_by_site:
             self.unclaimed_with_data.labels(site).set(report.unclaimed_by_site.get(site, 0))
+
+    def set_unadvertised(self, advertised: Iterable[Advertised]) -> None:
+        self.unadvertised.clear()
+        for a in advertised:
+            self.unadvertised.labels(a.view.site, "not_demanded").set(a.not_demanded)
+            self.unadvertised.labels(a.view.site, "over_budget").set(a.over_budget)
 
     def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
         """Replace the per-site gauges (sites that went away lose their series)."""

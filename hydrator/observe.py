@@ -106,7 +106,7 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
         for kind, count in reported.failed.items():
             metrics.collector_updates.labels(kind, "error").inc(count)
     sizes = {site: len(ad.body) for site, ad in published.ads.items()}
-    metrics.set_sites((ad.view for ad in published.ads.values()), sizes)
+    metrics.set_sites(report.plan.sites.values(), sizes)  # counts: the truth, not the ads
 
 
 def _record_source(metrics: Metrics, status: SourceStatus, now: datetime) -> None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
+from hydrator.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.config import ClassAdConfig, Config
 from hydrator.core import Policy, plan_cycle
 from hydrator.domain import (
@@ -124,6 +125,11 @@ class Service:
         self.probe = probe
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
+        self.advertise_policy = AdvertisePolicy(
+            demand_only=config.classad.advertise == "demand",
+            max_datasets_per_site=config.classad.max_datasets_per_site,
+        )
+        self._last_wanted: Mapping[DatasetId, int] = {}
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
@@ -160,23 +166,37 @@ class Service:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
+        advertised = self._advertise(plan.sites, context.wanted)
+        views = {site: a.view for site, a in advertised.items()}
         self.published = Published(
-            render_ads(plan.sites, self.config.classad, self.published.ads), plan.sources, started
+            render_ads(views, self.config.classad, self.published.ads), plan.sources, started
         )
-        published, errors = self._publish(plan, started)
+        published, errors = self._publish(views, plan.removed_sites, started)
+        self.metrics.set_unadvertised(advertised.values())
         self._measure_locality(plan)
         self.ready.set()
         duration = time.monotonic() - t0
         return CycleReport(started, duration, _outcome(plan, errors), plan, rows, published, errors)
 
     def _wanted(self) -> Mapping[DatasetId, int]:
+        """What queued jobs declare; on a failed query the last good answer (a schedd that
+        does not answer must not empty demand-driven ads)."""
         if self.demand is None:
             return {}
         try:
-            return self.demand()
+            self._last_wanted = self.demand()
         except HydratorError as exc:
-            log.warning("demand query failed, locating configured datasets only: %s", exc)
-            return {}
+            log.warning("queue query failed, using the previous demand: %s", exc)
+        return self._last_wanted
+
+    def _advertise(
+        self, sites: Mapping[Site, SiteView], wanted: Mapping[DatasetId, int]
+    ) -> dict[Site, Advertised]:
+        if not self.advertise_policy.narrows:
+            return {site: Advertised(view) for site, view in sites.items()}
+        return {
+            site: advertise(view, wanted, self.advertise_policy) for site, view in sites.items()
+        }
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         if not self.sources:
@@ -211,13 +231,13 @@ class Service:
                 self.metrics.source_calls.labels(source.name, str(method)).inc(int(count))
 
     def _publish(
-        self, plan: Plan, now: datetime
+        self, views: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         reports: dict[str, PublishReport] = {}
         errors: dict[str, str] = {}
         for publisher in self.publishers:
             try:
-                reports[publisher.name] = publisher.publish(plan.sites, plan.removed_sites, now)
+                reports[publisher.name] = publisher.publish(views, removed, now)
             except PublishError as exc:
                 log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
                 errors[publisher.name] = str(exc)

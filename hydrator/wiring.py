@@ -55,6 +55,10 @@ def build_service(config: Config, metrics: Metrics | None = None) -> Service:
         raise ConfigError(
             "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
         )
+    if config.classad.advertise == "demand" and demand is None:
+        raise ConfigError(
+            "classad.advertise", '"demand" needs [collector] enabled = true to read the queues'
+        )
     store = SqliteStateStore(config.daemon.state_path)
     # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
     probes = [getattr(p, "probe", None) for p in publishers]

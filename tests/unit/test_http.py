@@ -103,7 +103,7 @@ def test_health_fails_when_the_loop_is_wedged(tmp_path: Path, endpoint: tuple[st
 def test_clients_hanging_up_are_not_errors_but_bugs_are(
     endpoint: tuple[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:
-    base, service = endpoint
+    _base, service = endpoint
     http = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=30, wedged_after_s=300)  # type: ignore[arg-type]
     try:
         for exc in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")):
