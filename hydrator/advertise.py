@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from hydrator.domain import DatasetId, ReplicaState, SiteView, content_digest
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
 
 
 @dataclass(frozen=True)
@@ -41,28 +41,57 @@ class Advertised:
 
 
 _Entry = tuple[DatasetId, float, ReplicaState]
+_ADVERTISABLE = (ReplicaState.AVAILABLE, ReplicaState.PARTIAL, ReplicaState.REPLICATING)
 
 
 def advertise(
-    view: SiteView, wanted: Mapping[DatasetId, int], policy: AdvertisePolicy
+    view: SiteView,
+    wanted: Mapping[DatasetId, int],
+    policy: AdvertisePolicy,
+    held: Mapping[tuple[Site, DatasetId], Replica],
 ) -> Advertised:
-    """Narrow ``view`` by demand and budget; the view itself when nothing is left out."""
-    entries: list[_Entry] = [(d, 1.0, ReplicaState.AVAILABLE) for d in view.available]
-    entries += [(d, f, ReplicaState.PARTIAL) for d, f in view.partial]
-    entries += [(d, f, ReplicaState.REPLICATING) for d, f in view.replicating]
-    total = len(entries)
-    if policy.demand_only:
-        entries = [e for e in entries if wanted.get(e[0], 0) > 0]
-    not_demanded = total - len(entries)
-    over_budget = 0
-    budget = policy.max_datasets_per_site
-    if budget and len(entries) > budget:
-        entries.sort(key=lambda e: (-wanted.get(e[0], 0), -e[2].rank, e[0]))
-        over_budget = len(entries) - budget
-        entries = entries[:budget]
+    """Narrow ``view`` by demand and budget; the view itself when nothing is left out.
+
+    ``held`` is the state's (site, dataset) -> replica index, so the cost grows with the
+    demanded datasets and the budget, not with the names a site holds.
+    """
+    if not policy.narrows:
+        return Advertised(view)
+    total = len(view.available) + len(view.partial) + len(view.replicating)
+    demanded: list[_Entry] = []
+    for dataset in wanted:
+        replica = held.get((view.site, dataset))
+        if replica is not None and replica.state in _ADVERTISABLE:
+            demanded.append((dataset, replica.fraction, replica.state))
+    demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
+    candidates = len(demanded) if policy.demand_only else total
+    budget = policy.max_datasets_per_site or candidates
+    entries = demanded[:budget]
+    if not policy.demand_only and len(entries) < budget:
+        entries += _fill(view, {e[0] for e in demanded}, budget - len(entries))
+    not_demanded = total - candidates
+    over_budget = max(0, candidates - budget)
     if not_demanded == 0 and over_budget == 0:
         return Advertised(view)
     return Advertised(_narrowed(view, entries), not_demanded, over_budget)
+
+
+def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
+    """The next ``count`` undemanded entries in budget order: better state, then name (the
+    view's lists are already sorted by name)."""
+    out: list[_Entry] = []
+    lists: list[list[_Entry]] = [
+        [(d, 1.0, ReplicaState.AVAILABLE) for d in view.available[: count + len(taken)]],
+        [(d, f, ReplicaState.PARTIAL) for d, f in view.partial[: count + len(taken)]],
+        [(d, f, ReplicaState.REPLICATING) for d, f in view.replicating[: count + len(taken)]],
+    ]
+    for entries in lists:
+        for entry in entries:
+            if len(out) == count:
+                return out
+            if entry[0] not in taken:
+                out.append(entry)
+    return out
 
 
 def _narrowed(view: SiteView, entries: list[_Entry]) -> SiteView:

@@ -166,7 +166,7 @@ class Service:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
-        advertised = self._advertise(plan.sites, context.wanted)
+        advertised = self._advertise(plan, context.wanted)
         views = {site: a.view for site, a in advertised.items()}
         self.published = Published(
             render_ads(views, self.config.classad, self.published.ads), plan.sources, started
@@ -189,14 +189,9 @@ class Service:
             log.warning("queue query failed, using the previous demand: %s", exc)
         return self._last_wanted
 
-    def _advertise(
-        self, sites: Mapping[Site, SiteView], wanted: Mapping[DatasetId, int]
-    ) -> dict[Site, Advertised]:
-        if not self.advertise_policy.narrows:
-            return {site: Advertised(view) for site, view in sites.items()}
-        return {
-            site: advertise(view, wanted, self.advertise_policy) for site, view in sites.items()
-        }
+    def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
+        policy, held = self.advertise_policy, plan.state.merged
+        return {site: advertise(v, wanted, policy, held) for site, v in plan.sites.items()}
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         if not self.sources:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hydrator.advertise import AdvertisePolicy, advertise
-from hydrator.domain import DatasetId, Site, SiteView, content_digest
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
 
 A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
 SITE = Site("S")
@@ -18,6 +18,18 @@ VIEW = SiteView(
     None,
     content_digest(SITE, (A, B, C), ((D, 0.5),), ((E, 0.2),)),
 )
+
+
+HELD = {
+    (SITE, d): Replica(d, SITE, state, f)
+    for d, f, state in [
+        (A, 1.0, ReplicaState.AVAILABLE),
+        (B, 1.0, ReplicaState.AVAILABLE),
+        (C, 1.0, ReplicaState.AVAILABLE),
+        (D, 0.5, ReplicaState.PARTIAL),
+        (E, 0.2, ReplicaState.REPLICATING),
+    ]
+}
 
 
 def names(view: SiteView) -> list[str]:
@@ -49,10 +61,43 @@ def test_advertise_table(
     not_demanded: int,
     over_budget: int,
 ) -> None:
-    result = advertise(VIEW, wanted, policy)
+    result = advertise(VIEW, wanted, policy, HELD)
     assert "".join(names(result.view)) == kept
     assert (result.not_demanded, result.over_budget) == (not_demanded, over_budget)
     if kept == "abcde":
         assert result.view is VIEW
     else:
         assert result.view.digest != VIEW.digest, "a narrowed ad has its own digest"
+
+
+def test_budget_order_matches_a_full_sort() -> None:
+    """The fast path (demanded first, then fill from the sorted lists) equals sorting every
+    entry by (-demand, -state rank, name)."""
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        pool = [DatasetId("ska", f"n{i:02d}") for i in range(12)]
+        states = {d: rng.choice(list(ReplicaState)[:3]) for d in pool}
+        av = tuple(sorted(d for d in pool if states[d] is ReplicaState.AVAILABLE))
+        pa = tuple(sorted((d, 0.5) for d in pool if states[d] is ReplicaState.PARTIAL))
+        rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
+        view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
+        held = {
+            (SITE, d): Replica(
+                d,
+                SITE,
+                states[d],
+                1.0
+                if states[d] is ReplicaState.AVAILABLE
+                else 0.5
+                if states[d] is ReplicaState.PARTIAL
+                else 0.1,
+            )
+            for d in pool
+        }
+        wanted = {d: rng.randint(1, 3) for d in rng.sample(pool, 4)}
+        budget = rng.randint(1, 12)
+        result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
+        expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
+        assert sorted(names(result.view)) == sorted(d.name for d in expected)
