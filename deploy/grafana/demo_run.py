@@ -6,9 +6,10 @@
 What runs (all on 127.0.0.1, free ports, in a temporary directory; everything is stopped at the
 end, also on Ctrl-C):
 
-* ``hydrator run`` on a copy of ``config/demo.toml`` (cycle every 5 s) whose inventory also has
-  the test pool's three sites, with ``[collector]`` enabled so the site lists are merged into the
-  pool's slot ads and the matchmaking-quality metrics are read every cycle;
+* ``hydrator run`` on a copy of ``config/demo.toml`` (cycle every 5 s, at most 3 dataset names
+  per site ad, so one of SRCNET_CH's is left out) whose inventory also has the test pool's
+  sites, with ``[collector]`` enabled so the site lists are merged into the pool's slot ads and
+  the matchmaking-quality metrics are read every cycle;
 * the real HTCondor test pool (``scripts/condor-pool``, via ``tests/support/pool.py``; unless
   ``--no-pool``, when the matchmaking panels stay empty), with
   data-bound jobs from ``hydrator expr``: two that run where their data is, one pinned to a site
@@ -147,9 +148,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hydrator-dashboard-") as name:
         tmp = Path(name)
         with maybe_pool(not args.no_pool, tmp) as pool:
-            extra = ""
+            # appended to demo.toml, whose last table is [classad]: a budget SRCNET_CH exceeds
+            extra = "max_datasets_per_site = 3\n"
             if pool is not None:
-                extra = (
+                extra += (
                     f'\n[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
                     f'token_dir = "{pool.token_dir}"\n'
                 )

@@ -350,7 +350,7 @@ def render(
         {**p, "gridPos": {**p["gridPos"], "y": p["gridPos"]["y"] + header}}
         for p in dashboard["panels"]
     ]
-    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels) + 1  # + bottom margin
     step = max(prom.scrape_interval_s, (end - start) / 240)
     fig = plt.figure(figsize=(GRID_COLUMNS * COLUMN_IN, height * ROW_IN), facecolor=BACKGROUND)
     draw_header(fig, dashboard["title"], start, end, height)
