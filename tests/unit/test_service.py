@@ -233,3 +233,14 @@ def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: ob
     third = service.published.ads
     assert third[Site("A")].body is first[Site("A")].body
     assert third[Site("B")].etag != first[Site("B")].etag and b'"ska:z"' in third[Site("B")].body
+
+
+def test_without_a_pool_probe_the_local_ratio_is_unknown_not_zero(
+    config: Config, clock: object
+) -> None:
+    import math
+
+    service = make(config, [Scripted("s", [good(config)])], clock)
+    service.run_cycle()
+    ratio = service.metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
+    assert ratio is not None and math.isnan(ratio)
