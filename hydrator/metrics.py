@@ -184,6 +184,7 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
         self.jobs_idle = Gauge(
             "jobs_idle_data_bound",
             "Idle data-bound jobs by the best any site offers: "
