@@ -115,7 +115,38 @@ class Pool:
 
     @property
     def schedd(self) -> htcondor2.Schedd:
-        return htcondor2.Schedd(self.collector.locate(htcondor2.DaemonType.Schedd))
+        """The pool's schedd, located through the collector (never this host's local one)."""
+        location = self._locate(htcondor2.DaemonType.Schedd)
+        if location is None:
+            raise PoolError("the collector knows no schedd")
+        return htcondor2.Schedd(location)
+
+    def _locate(self, daemon_type: htcondor2.DaemonType) -> classad2.ClassAd | None:
+        try:
+            return self.collector.locate(daemon_type)
+        except htcondor2.HTCondorException:  # a collector (re)starting
+            return None
+
+    def wait_until_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the collector lists the schedd, the negotiator and every slot again
+        (after a collector restart). A daemon that has not re-advertised after 15 s is nudged
+        with a reconfig, which makes every daemon send its ad."""
+        deadline = time.monotonic() + timeout_s
+        nudge_at = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            schedd = self._locate(htcondor2.DaemonType.Schedd)
+            negotiator = self._locate(htcondor2.DaemonType.Negotiator)
+            try:
+                slots = len(self.slot_ads(constraint='SlotType != "Dynamic"'))
+            except htcondor2.HTCondorException:
+                slots = 0
+            if schedd is not None and negotiator is not None and slots >= len(SLOT_SITES):
+                return
+            if time.monotonic() > nudge_at:
+                self.reconfig()
+                nudge_at = time.monotonic() + 15
+            time.sleep(0.5)
+        raise PoolError(f"pool not ready after {timeout_s}s")
 
     # -- processes inside the chroot ----------------------------------------------------------
 
@@ -257,7 +288,9 @@ class Pool:
         self.run_in_chroot(["condor_off", "-daemon", subsystem])
 
     def daemon_on(self, subsystem: str) -> None:
+        """Start a daemon stopped by :meth:`daemon_off`; return when the pool is whole again."""
         self.run_in_chroot(["condor_on", "-daemon", subsystem])
+        self.wait_until_ready()
 
 
 @contextlib.contextmanager
