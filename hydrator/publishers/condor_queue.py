@@ -114,15 +114,16 @@ def query_demand(collector: htcondor2.Collector) -> QueueDemand:
     return QueueDemand(demand.counts, demand.invalid, demand.jobs, failed)
 
 
-def valid_datasets(value: Any) -> frozenset[DatasetId]:
-    """The valid dataset ids in a ``RequiredDatasets`` value; invalid names are left out."""
+def valid_datasets(value: Any) -> tuple[frozenset[DatasetId], list[str]]:
+    """The valid dataset ids in a ``RequiredDatasets`` value, and the invalid names left out."""
     out: set[DatasetId] = set()
+    invalid: list[str] = []
     for name in required_names(value):
         try:
             out.add(DatasetId.parse(name))
         except InvalidNameError:
-            continue
-    return frozenset(out)
+            invalid.append(name)
+    return frozenset(out), invalid
 
 
 _DYNAMIC_SLOT = re.compile(r"(?P<parent>[^@]+)_[0-9]+@(?P<host>.+)")
@@ -144,6 +145,8 @@ class CondorPoolProbe:
     def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:
         self._collector = collector
         self._site_attribute = slot_site_attribute
+        self._warned: set[str] = set()
+        self.invalid_last_query = 0  # invalid dataset names skipped in the last query
 
     def jobs_and_slots(self) -> tuple[list[PoolJob], list[PoolSlot]]:
         """Data-bound idle/running jobs and every slot with a site; raises PublishError."""
@@ -153,16 +156,26 @@ class CondorPoolProbe:
         ads, _ = query_jobs(
             self._collector, constraint, [REQUIRED_ATTRIBUTE, "JobStatus", "RemoteHost"]
         )
+        return self.pool_jobs(ads, site_of), slots
+
+    def pool_jobs(self, ads: Iterable[Any], site_of: Mapping[str, Site]) -> list[PoolJob]:
+        """Job ads -> :class:`PoolJob`; invalid names are counted, each logged once, skipped
+        (a job left with no valid name is not data-bound for these metrics)."""
         jobs = []
+        self.invalid_last_query = 0
         for ad in ads:
-            required = valid_datasets(ad.eval(REQUIRED_ATTRIBUTE))
+            required, invalid = valid_datasets(ad.eval(REQUIRED_ATTRIBUTE))
+            self.invalid_last_query += len(invalid)
+            for name in set(invalid) - self._warned:
+                self._warned.add(name)
+                log.warning("a job declares an invalid dataset name %r; skipped", name)
             if not required:
                 continue
             running = ad.get("JobStatus") == RUNNING
             host = ad.get("RemoteHost")
             site = slot_site(site_of, host) if running and isinstance(host, str) else None
             jobs.append(PoolJob(required, running, site))
-        return jobs, slots
+        return jobs
 
     def _slots(self) -> tuple[dict[str, Site], list[PoolSlot]]:
         attr = self._site_attribute
