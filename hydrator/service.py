@@ -129,14 +129,12 @@ class Service:
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
         )
-        self._last_wanted: Mapping[DatasetId, int] = {}
+        self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
-        self.published = Published(
-            render_ads(_stamped(self._state), config.classad), generated=None
-        )
+        self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
 
     @property
@@ -156,8 +154,17 @@ class Service:
             self._observe(report)
             return report
 
+    def _startup_views(self) -> dict[Site, SiteView]:
+        """What to serve from the saved state before the first cycle: nothing in demand mode
+        (the demand is not known yet; hooks keep their last good copy)."""
+        if self.advertise_policy.demand_only:
+            return {}
+        held, policy = self._state.merged, self.advertise_policy
+        return {s: advertise(v, {}, policy, held).view for s, v in _stamped(self._state).items()}
+
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
-        context = FetchContext(now=started, wanted=self._wanted())
+        wanted = self._wanted()
+        context = FetchContext(now=started, wanted=wanted or {})
         outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
             return CycleReport(started, time.monotonic() - t0, "abandoned")
@@ -166,21 +173,31 @@ class Service:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
-        advertised = self._advertise(plan, context.wanted)
-        views = {site: a.view for site, a in advertised.items()}
-        self.published = Published(
-            render_ads(views, self.config.classad, self.published.ads), plan.sources, started
-        )
-        published, errors = self._publish(views, plan.removed_sites, started)
-        self.metrics.set_unadvertised(advertised.values())
+        if self.advertise_policy.demand_only and wanted is None:
+            published: dict[str, PublishReport] = {}
+            errors = {"demand": "the queues have not been read yet: nothing advertised"}
+            log.warning("demand mode: the queues have not been read yet, publishing nothing")
+        else:
+            published, errors = self._advertise_and_publish(plan, wanted or {}, started)
         self._measure_locality(plan)
         self.ready.set()
         duration = time.monotonic() - t0
         return CycleReport(started, duration, _outcome(plan, errors), plan, rows, published, errors)
 
-    def _wanted(self) -> Mapping[DatasetId, int]:
+    def _advertise_and_publish(
+        self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
+    ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        advertised = self._advertise(plan, wanted)
+        views = {site: a.view for site, a in advertised.items()}
+        self.published = Published(
+            render_ads(views, self.config.classad, self.published.ads), plan.sources, started
+        )
+        self.metrics.set_unadvertised(advertised.values())
+        return self._publish(views, plan.removed_sites, started)
+
+    def _wanted(self) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
-        does not answer must not empty demand-driven ads)."""
+        does not answer must not empty demand-driven ads); None if never read."""
         if self.demand is None:
             return {}
         try:

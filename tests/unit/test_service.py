@@ -244,3 +244,49 @@ def test_without_a_pool_probe_the_local_ratio_is_unknown_not_zero(
     service.run_cycle()
     ratio = service.metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
     assert ratio is not None and math.isnan(ratio)
+
+
+def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
+    tmp_path: Path, clock: object
+) -> None:
+    from hydrator.domain import DatasetId
+    from hydrator.errors import PublishError as QueueError
+
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x", "ska:y"]\n')
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{"type": "static", "path": "inv.toml"}],
+            "classad": {"advertise": "demand"},
+        },
+        tmp_path,
+    )
+    answers: list[object] = [QueueError("schedd down"), {DatasetId("ska", "x"): 2}, QueueError("x")]
+
+    def demand() -> dict[DatasetId, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    source = StaticSource("static", tmp_path / "inv.toml", {})
+    service = Service(
+        config,
+        sources=[source],
+        store=SqliteStateStore(config.daemon.state_path),
+        demand=demand,
+        clock=clock,  # type: ignore[arg-type]
+    )
+    assert service.published.ads == {}
+    first = service.run_cycle()
+    assert first.outcome == "degraded" and service.published.ads == {}, "unknown demand: nothing"
+    service.run_cycle()
+    assert [str(d) for d in service.published.ads[Site("A")].view.available] == ["ska:x"]
+    service.run_cycle()  # the queue query fails: the last good demand stays in force
+    assert [str(d) for d in service.published.ads[Site("A")].view.available] == ["ska:x"]
+    service.close()
+
+    restarted = Service(
+        config, sources=[source], store=SqliteStateStore(config.daemon.state_path), demand=demand
+    )
+    assert restarted.published.ads == {}, "a restart in demand mode waits for the queues"
