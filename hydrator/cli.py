@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -139,8 +138,7 @@ def _show(config: Config, site: str | None) -> int:
     store = SqliteStateStore(path)
     state = store.load()
     store.close()
-    updated = state.site_updated
-    views = {s: replace(v, updated=updated.get(s)) for s, v in state.contents.items()}
+    views = state.stamped_views()
     if site is not None:
         if Site(site) not in views:
             print(

@@ -82,7 +82,6 @@ def plan_cycle(
         merged, changes = _merge(previous, state, deltas)
         state.adopt(merged, _contents(previous, state, merged, changes))
     state = _finish(state, _first_seen(previous.first_seen, changes, now))
-    site_updated = state.site_updated
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -94,7 +93,7 @@ def plan_cycle(
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites={s: replace(v, updated=site_updated.get(s)) for s, v in state.contents.items()},
+        sites=state.stamped_views(),
         changed_sites=changed_sites,
         removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
     )

@@ -17,7 +17,7 @@ import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
@@ -224,6 +224,11 @@ class State:
             if known:
                 updated[site] = min(known)
         return updated
+
+    def stamped_views(self) -> dict[Site, SiteView]:
+        """Per covered site, its published lists with ``updated`` set (:attr:`site_updated`)."""
+        updated = self.site_updated
+        return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
     @cached_property
     def merged(self) -> dict[tuple[Site, DatasetId], Replica]:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
@@ -160,7 +160,9 @@ class Service:
         if self.advertise_policy.demand_only:
             return {}
         held, policy = self._state.merged, self.advertise_policy
-        return {s: advertise(v, {}, policy, held).view for s, v in _stamped(self._state).items()}
+        return {
+            s: advertise(v, {}, policy, held).view for s, v in self._state.stamped_views().items()
+        }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
         wanted = self._wanted()
@@ -281,11 +283,6 @@ class Service:
             except Exception:  # closing is best effort at shutdown; say what failed
                 log.exception("closing %s failed", name)
         self.store.close()
-
-
-def _stamped(state: State) -> dict[Site, SiteView]:
-    updated = state.site_updated
-    return {s: replace(v, updated=updated.get(s)) for s, v in state.contents.items()}
 
 
 def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:

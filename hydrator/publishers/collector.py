@@ -37,20 +37,13 @@ from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.domain import DatasetId, Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.publishers import PublishReport
-from hydrator.publishers.condor_queue import CondorPoolProbe, query_demand
+from hydrator.publishers.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
 from hydrator.render import site_classad
 
 log = logging.getLogger(__name__)
 
 SITE_AD_TYPE = "DataLocality"
 ADVERTISE_ATTEMPTS = 2
-_HTCONDOR_ERRORS: tuple[type[BaseException], ...] = (
-    htcondor2.HTCondorException,
-    RuntimeError,
-    OSError,
-    ValueError,
-    TypeError,
-)
 
 
 @dataclass(frozen=True)
@@ -194,7 +187,7 @@ class CollectorPublisher:
     def _query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
         try:
             ads: list[Any] = self._collector.query(ad_type, constraint, projection)
-        except _HTCONDOR_ERRORS as exc:
+        except HTCONDOR_ERRORS as exc:
             raise PublishError(f"collector {self._where()}: query failed: {exc}") from exc
         return ads
 
@@ -237,7 +230,7 @@ class CollectorPublisher:
         for batch in batches(ads, self.config.batch_size):
             try:
                 self._send(list(batch), command)
-            except _HTCONDOR_ERRORS as exc:
+            except HTCONDOR_ERRORS as exc:
                 raise PublishError(
                     f"collector {self._where()}: {command} failed after {sent} of {len(ads)} "
                     f"ads: {exc}"
@@ -253,7 +246,7 @@ class CollectorPublisher:
             try:
                 self._collector.advertise(batch, command, True)
                 return
-            except _HTCONDOR_ERRORS as exc:
+            except HTCONDOR_ERRORS as exc:
                 if attempt == ADVERTISE_ATTEMPTS:
                     raise
                 log.info("%s attempt %d/%d failed: %s", command, attempt, ADVERTISE_ATTEMPTS, exc)
@@ -306,7 +299,7 @@ def _connect(config: CollectorConfig) -> htcondor2.Collector:
     htcondor2.param["QUERY_TIMEOUT"] = str(max(1, int(config.timeout_s)))
     try:
         return htcondor2.Collector(config.pool)
-    except _HTCONDOR_ERRORS as exc:
+    except HTCONDOR_ERRORS as exc:
         raise PublishError(f"collector {config.pool}: {exc}") from exc
 
 

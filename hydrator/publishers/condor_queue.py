@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 REQUIRED_ATTRIBUTE = "RequiredDatasets"
 IDLE, RUNNING = 1, 2
 _SEPARATORS = re.compile(r"[,\s]+")
-_ERRORS: tuple[type[BaseException], ...] = (
+# What the htcondor2 bindings raise for a daemon that cannot be reached or answers badly.
+HTCONDOR_ERRORS: tuple[type[BaseException], ...] = (
     htcondor2.HTCondorException,
     RuntimeError,
     OSError,
@@ -87,14 +88,14 @@ def query_jobs(
     """Job ads (projected) from every schedd, and how many schedds could not be read."""
     try:
         schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
-    except _ERRORS as exc:
+    except HTCONDOR_ERRORS as exc:
         raise PublishError(f"cannot list schedds: {exc}") from exc
     jobs: list[Any] = []
     failed = 0
     for schedd_ad in schedds:
         try:
             jobs += htcondor2.Schedd(schedd_ad).query(constraint=constraint, projection=projection)
-        except _ERRORS as exc:
+        except HTCONDOR_ERRORS as exc:
             failed += 1
             log.warning("schedd %s: cannot read its queue: %s", schedd_ad.get("Name"), exc)
     if schedds and failed == len(schedds):
@@ -185,7 +186,7 @@ class CondorPoolProbe:
                 f"isString({attr})",
                 ["Name", attr, "State", "PartitionableSlot", "Cpus"],
             )
-        except _ERRORS as exc:
+        except HTCONDOR_ERRORS as exc:
             raise PublishError(f"cannot query slots: {exc}") from exc
         site_of: dict[str, Site] = {}
         slots: list[PoolSlot] = []
