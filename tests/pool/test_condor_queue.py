@@ -9,18 +9,9 @@ import pytest
 from hydrator.domain import DatasetId, Site
 from hydrator.locality import PoolJob
 from hydrator.publishers.condor_queue import CondorPoolProbe, query_demand
-from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool
+from tests.support.pool import IDLE, NEVER_MATCHING, RUNNING, SLOT_SITES, Pool
 
 pytestmark = pytest.mark.pool
-
-NEVER_MATCHING = """\
-executable = /bin/true
-output = /dev/null
-error = /dev/null
-requirements = False
-+RequiredDatasets = {required}
-queue {count}
-"""
 
 
 @pytest.fixture

@@ -15,18 +15,10 @@ from hydrator.domain import Site
 from hydrator.publishers.collector import SITE_AD_TYPE
 from hydrator.service import Service
 from hydrator.wiring import build_service
-from tests.support.pool import IDLE, Pool
+from tests.support.pool import IDLE, NEVER_MATCHING, Pool
 
 pytestmark = pytest.mark.pool
 
-NEVER_MATCHING = """\
-executable = /bin/true
-output = /dev/null
-error = /dev/null
-requirements = False
-+RequiredDatasets = {required}
-queue {count}
-"""
 INVENTORY = """\
 [storage.B_DISK]
 site = "SITE_B"

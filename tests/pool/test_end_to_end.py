@@ -89,6 +89,13 @@ class Daemon:
         )
         return config
 
+    def start_publishing(self, pool: Pool) -> None:
+        """Start with the collector publisher on ``pool`` (refresh slow enough for tests)."""
+        self.start(
+            f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
+            f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\n'
+        )
+
     def start(self, extra_config: str = "") -> None:
         config = self.write_config(extra_config)
         self.proc = subprocess.Popen(

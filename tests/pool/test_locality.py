@@ -33,10 +33,7 @@ SLEEP = "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /
 def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path, free_port())
     d.write_inventory(INVENTORY)
-    d.start(
-        f'[collector]\nenabled = true\npool = "{condor_pool.collector_address}"\n'
-        f'token_dir = "{condor_pool.token_dir}"\nrefresh_s = 600\n'
-    )
+    d.start_publishing(condor_pool)
     yield d
     d.stop()
 

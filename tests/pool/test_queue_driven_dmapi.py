@@ -11,18 +11,9 @@ from hydrator.config import parse_config
 from hydrator.domain import Site
 from hydrator.wiring import build_service
 from tests.support.fake_dmapi import FakeSrcnet
-from tests.support.pool import IDLE, Pool
+from tests.support.pool import IDLE, NEVER_MATCHING, Pool
 
 pytestmark = pytest.mark.pool
-
-IDLE_JOB = """\
-executable = /bin/true
-output = /dev/null
-error = /dev/null
-requirements = False
-+RequiredDatasets = {{"ska:queued_{tag}"}}
-queue
-"""
 
 
 @pytest.fixture
@@ -66,7 +57,7 @@ def test_datasets_declared_by_queued_jobs_are_located(
         },
         tmp_path,
     )
-    cluster = condor_pool.submit(IDLE_JOB.format(tag="x"))
+    cluster = condor_pool.submit(NEVER_MATCHING.format(required='{"ska:queued_x"}', count=1))
     try:
         condor_pool.wait_for_job_state(cluster, [IDLE])
         service = build_service(config)

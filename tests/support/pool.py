@@ -46,6 +46,15 @@ LOCK_TIMEOUT_S = 900.0
 TEST_CONFIG_DIR = "etc/condor/hydrator-test.d"
 
 IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
+# A job that stays idle and declares datasets (format with required=<ClassAd value>, count=N).
+NEVER_MATCHING = """\
+executable = /bin/true
+output = /dev/null
+error = /dev/null
+requirements = False
++RequiredDatasets = {required}
+queue {count}
+"""
 JOB_STATES = {
     IDLE: "idle",
     RUNNING: "running",

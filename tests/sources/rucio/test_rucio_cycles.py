@@ -10,7 +10,7 @@ from hydrator.config import parse_config
 from hydrator.domain import Site
 from hydrator.service import Service
 from hydrator.wiring import build_service
-from tests.support.rucio_server import Federation, RucioServer
+from tests.support.rucio_server import Federation, RucioServer, source_config
 
 pytestmark = pytest.mark.rucio
 
@@ -20,19 +20,9 @@ def service_for(server: RucioServer, federation: Federation, state_dir: Path) ->
         {
             "daemon": {"state_path": str(state_dir / "state.sqlite")},
             "sources": [
-                {
-                    "type": "rucio",
-                    "rucio_host": server.url,
-                    "auth_host": server.url,
-                    "account": "root",
-                    "auth_type": "userpass",
-                    "username": server.username,
-                    "password_file": str(server.password_file),
-                    "rse_expression": federation.expression,
-                    "timeout_s": 2.0,
-                    "max_attempts": 2,
-                    "backoff_s": 0.05,
-                }
+                source_config(
+                    server, rse_expression=federation.expression, max_attempts=2
+                ).model_dump(mode="json", exclude_none=True)
             ],
             "sites": federation.overrides,
         },
