@@ -8,19 +8,27 @@ generator and the server do not share an interpreter), fetches every site's ETag
 ``If-None-Match`` gets a 304, then runs ``wrk``, rotating over all sites: conditional GETs
 (``If-None-Match`` with the current ETag, answered 304) and plain GETs (200 with the body) at
 50 connections, and conditional GETs at 10 connections (how the tail depends on concurrency).
-Server stderr (tracebacks of connections wrk resets at the end) goes to /dev/null.
+
+Then once more with ``serve --busy-replicas N``: the same endpoint while a thread of the server
+process runs core cycles (fetch, ``plan_cycle``, save, render, 1 % churn) back to back on a copy
+of the state, as :mod:`benchmarks.core_bench` times them. The daemon runs one cycle per poll
+interval, so this is the worst case for the GIL: the endpoint shares the interpreter with a
+thread that never waits. The published ads are not swapped, so ETags stay valid.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +59,27 @@ end
 """
 
 
-def serve(db: Path) -> None:
+def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
+    """Core cycles back to back on a copy of ``db`` until ``stop`` is set (see module doc)."""
+    from benchmarks.core_bench import INTERVAL, T0, cycle
+    from benchmarks.generate import Federation, Scale
+    from hydrator.state import SqliteStateStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "busy.sqlite"
+        shutil.copy(db, copy)
+        fed = Federation(Scale(replicas))
+        store = SqliteStateStore(copy)
+        state, now = store.load(), T0
+        while not stop.is_set():
+            fed.churn()
+            now += INTERVAL
+            plan, _ = cycle(fed, store, state, now)
+            state = plan.state
+        store.close()
+
+
+def serve(db: Path, busy_replicas: int = 0) -> None:
     from hydrator.config import Config
     from hydrator.http import HttpEndpoint
     from hydrator.service import Service
@@ -64,8 +92,15 @@ def serve(db: Path) -> None:
     service.ready.set()
     endpoint = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=60, wedged_after_s=3600)
     endpoint.start()
+    stop = threading.Event()
+    busy = threading.Thread(target=busy_cycles, args=(db, busy_replicas, stop), name="cycles")
+    if busy_replicas:
+        busy.start()
     print(endpoint.port, flush=True)
     sys.stdin.read()  # until the parent closes our stdin
+    stop.set()
+    if busy_replicas:
+        busy.join()
     endpoint.stop()
     service.close()
 
@@ -131,12 +166,13 @@ def _wrk(
     return result
 
 
-def measure(db: Path, threads: int = 2, connections: int = 50, seconds: int = 10) -> dict[str, Any]:
-    """Start the endpoint on ``db``, run wrk conditional and plain; return both results."""
-    wrk = ensure_wrk()
+@contextlib.contextmanager
+def _server(db: Path, busy_replicas: int = 0) -> Iterator[str]:
+    """The endpoint in its own process; yields its base URL; stops it on exit."""
     command = os.environ.get("HYDRATOR_BENCH_SERVE", "-m benchmarks.http_bench serve").split()
+    busy = ["--busy-replicas", str(busy_replicas)] if busy_replicas else []
     server = subprocess.Popen(
-        [sys.executable, *command, "--db", str(db)],
+        [sys.executable, *command, "--db", str(db), *busy],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -145,40 +181,59 @@ def measure(db: Path, threads: int = 2, connections: int = 50, seconds: int = 10
     )
     try:
         assert server.stdout is not None
-        base = f"http://127.0.0.1:{int(server.stdout.readline())}"
-        ads = _site_etags(base)
-        results: dict[str, Any] = {
-            "sites": len(ads),
-            "body_bytes_mean": sum(size for _, size in ads.values()) / max(1, len(ads)),
-            "body_bytes_max": max(size for _, size in ads.values()),
-            "wrk": {"threads": threads, "connections": connections, "duration_s": seconds},
-        }
-        with tempfile.TemporaryDirectory() as tmp:
-            for label, mode, conns in (
-                ("conditional", "conditional", connections),
-                ("plain", "plain", connections),
-                ("conditional_c10", "conditional", 10),
-            ):
-                lua = Path(tmp) / f"{label}.lua"
-                lua.write_text(
-                    LUA
-                    % {
-                        "paths": ", ".join(json.dumps(p) for p in ads),
-                        "etags": ", ".join(json.dumps(e) for e, _ in ads.values()),
-                        "conditional": "true" if mode == "conditional" else "false",
-                    }
-                )
-                results[label] = _wrk(wrk, base, lua, threads, conns, seconds)
-                results[label]["connections"] = conns
-        return results
+        yield f"http://127.0.0.1:{int(server.stdout.readline())}"
     finally:
         if server.stdin:
             server.stdin.close()
         try:
-            server.wait(timeout=15)
+            server.wait(timeout=60)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _lua(tmp: Path, label: str, ads: dict[str, tuple[str, int]], conditional: bool) -> Path:
+    lua = tmp / f"{label}.lua"
+    lua.write_text(
+        LUA
+        % {
+            "paths": ", ".join(json.dumps(p) for p in ads),
+            "etags": ", ".join(json.dumps(e) for e, _ in ads.values()),
+            "conditional": "true" if conditional else "false",
+        }
+    )
+    return lua
+
+
+def measure(
+    db: Path, threads: int = 2, connections: int = 50, seconds: int = 10, busy_replicas: int = 0
+) -> dict[str, Any]:
+    """Start the endpoint on ``db``, run wrk conditional and plain; with ``busy_replicas``
+    (the scale of ``db``) also conditional GETs during back-to-back cycles; return all results."""
+    wrk = ensure_wrk()
+    results: dict[str, Any] = {
+        "wrk": {"threads": threads, "connections": connections, "duration_s": seconds}
+    }
+    with tempfile.TemporaryDirectory() as tmp, _server(db) as base:
+        ads = _site_etags(base)
+        results["sites"] = len(ads)
+        results["body_bytes_mean"] = sum(size for _, size in ads.values()) / max(1, len(ads))
+        results["body_bytes_max"] = max(size for _, size in ads.values())
+        for label, conditional, conns in (
+            ("conditional", True, connections),
+            ("plain", False, connections),
+            ("conditional_c10", True, 10),
+        ):
+            lua = _lua(Path(tmp), label, ads, conditional)
+            results[label] = _wrk(wrk, base, lua, threads, conns, seconds)
+            results[label]["connections"] = conns
+    if busy_replicas:
+        with tempfile.TemporaryDirectory() as tmp, _server(db, busy_replicas) as base:
+            ads = _site_etags(base)
+            lua = _lua(Path(tmp), "conditional_cycling", ads, conditional=True)
+            results["conditional_cycling"] = _wrk(wrk, base, lua, threads, connections, seconds)
+            results["conditional_cycling"]["connections"] = connections
+    return results
 
 
 def main() -> None:
@@ -186,11 +241,15 @@ def main() -> None:
     parser.add_argument("mode", choices=["serve", "measure"])
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument(
+        "--busy-replicas", type=int, default=0, help="replicas in --db: also measure during cycles"
+    )
     args = parser.parse_args()
     if args.mode == "serve":
-        serve(args.db)
+        serve(args.db, args.busy_replicas)
     else:
-        print(json.dumps(measure(args.db, seconds=args.seconds), indent=1))
+        result = measure(args.db, seconds=args.seconds, busy_replicas=args.busy_replicas)
+        print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,9 @@ def run_http(core: list[dict[str, Any]], work: Path, seconds: int) -> dict[str, 
     usable = [c for c in core if c["replicas"] <= 100_000] or core[:1]
     chosen = max(usable, key=lambda c: c["replicas"])
     print(f"http: serving the {chosen['replicas']:,}-replica state, wrk {seconds} s x 3 ...")
-    result = http_bench.measure(Path(chosen["db"]), seconds=seconds)
+    result = http_bench.measure(
+        Path(chosen["db"]), seconds=seconds, busy_replicas=chosen["replicas"]
+    )
     result["replicas"] = chosen["replicas"]
     print(report.http_line(result), flush=True)
     return result

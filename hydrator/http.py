@@ -1,4 +1,4 @@
-"""The one HTTP listener (stdlib ``ThreadingHTTPServer``): site ClassAds, JSON, metrics, probes.
+"""The one HTTP listener: site ClassAds, JSON, metrics, probes; served by :mod:`.httpserver`.
 
 ==============================  =====================================================
 ``GET /v1/sites``               JSON: every site with counts, digest, updated; sources
@@ -12,163 +12,112 @@
 ==============================  =====================================================
 
 Responses are built from :attr:`Service.published`, an immutable object replaced whole after
-each cycle, so a request never sees half a cycle.
+each cycle, so a request never sees half a cycle. ClassAds and probes are answered on the event
+loop from bytes rendered once per change; JSON and metrics are built in the server's thread pool.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
-import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hydrator.domain import SITE_PATTERN, Site
+from hydrator.httpserver import Deferred, HttpServer, Request, Response
 from hydrator.report import site_json, sites_json
-from hydrator.service import Service
+from hydrator.service import Service, SiteAd
 
 log = logging.getLogger(__name__)
 
+_NOT_FOUND = Response(HTTPStatus.NOT_FOUND, b"not found\n")
+_UNKNOWN_SITE = Response(HTTPStatus.NOT_FOUND, b"unknown site\n")
+_OK = Response(HTTPStatus.OK, b"ok\n")
+_NOT_OK = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"not ok\n")
+_CLASSAD_TYPE = "text/plain; charset=utf-8"
 
-class HydratorHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # socketserver's default listen backlog is 5: a burst of new connections (a squid or a
-    # wave of glideins) overflows it, the kernel drops the SYNs and the clients retry after
-    # 1 s; that was the p99 latency under wrk -c50 (benchmarks/RESULTS.md).
-    request_queue_size = 128
 
-    def __init__(
-        self, address: tuple[str, int], service: Service, max_age_s: int, wedged_after_s: float
-    ) -> None:
-        super().__init__(address, Handler)
+class Routes:
+    """Maps a request to a response; the only part of the endpoint that knows the service."""
+
+    def __init__(self, service: Service, max_age_s: int, wedged_after_s: float) -> None:
         self.service = service
-        self.max_age_s = max_age_s
+        self.cache_control = f"max-age={max_age_s}"
         self.wedged_after_s = wedged_after_s
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request (squid, wrk, a killed hook) is routine: log it at
-        debug level instead of printing a traceback to stderr; anything else is an error."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            log.debug("client %s went away: %s", client_address, exc)
-        else:
-            log.exception("error while answering %s", client_address)
+    def __call__(self, request: Request) -> Response | Deferred:
+        parts = [p for p in request.path.split("/") if p]
+        if len(parts) == 4 and parts[:2] == ["v1", "sites"] and parts[3] == "classad":
+            return self._classad(parts[2], request)
+        if len(parts) == 3 and parts[:2] == ["v1", "sites"]:
+            ad = self._ad(parts[2])
+            return _UNKNOWN_SITE if ad is None else lambda: _json(site_json(ad.view))
+        return self._fixed.get("/".join(parts), lambda: _NOT_FOUND)()
 
+    @property
+    def _fixed(self) -> dict[str, Callable[[], Response | Deferred]]:
+        return {
+            "v1/sites": self._sites,
+            "metrics": lambda: self._metrics,
+            "healthz": self._health,
+            "readyz": lambda: _OK if self.service.ready.is_set() else _NOT_OK,
+        }
 
-class Handler(BaseHTTPRequestHandler):
-    server: HydratorHTTPServer
-    protocol_version = "HTTP/1.1"  # keep-alive for squids and scrapers
-    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm holds the
-    # body back until the client's delayed ACK of the headers (up to 40 ms on Linux).
-    disable_nagle_algorithm = True
-    timeout = 30  # an idle keep-alive connection does not hold a thread forever
-    server_version = "hydrator"
-    sys_version = ""
+    def _sites(self) -> Deferred:
+        published = self.service.published
+        return lambda: _json(sites_json(published))
 
-    def do_GET(self) -> None:
-        self._route(head=False)
+    def _health(self) -> Response:
+        idle_s = time.monotonic() - self.service.last_cycle_end
+        return _OK if idle_s < self.wedged_after_s else _NOT_OK
 
-    def do_HEAD(self) -> None:
-        self._route(head=True)
+    def _ad(self, name: str) -> SiteAd | None:
+        return self.service.published.ads.get(Site(name)) if SITE_PATTERN.fullmatch(name) else None
 
-    def _route(self, head: bool) -> None:
-        path = self.path.split("?", 1)[0]
-        parts = [p for p in path.split("/") if p]
-        if parts == ["v1", "sites"]:
-            self._json(sites_json(self.server.service.published), head)
-        elif len(parts) == 3 and parts[:2] == ["v1", "sites"]:
-            self._site(parts[2], head, classad=False)
-        elif len(parts) == 4 and parts[:2] == ["v1", "sites"] and parts[3] == "classad":
-            self._site(parts[2], head, classad=True)
-        elif parts == ["metrics"]:
-            body = generate_latest(self.server.service.metrics.registry)
-            self._send(HTTPStatus.OK, body, CONTENT_TYPE_LATEST, head)
-        elif parts == ["healthz"]:
-            self._probe(self._healthy(), head)
-        elif parts == ["readyz"]:
-            self._probe(self.server.service.ready.is_set(), head)
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head)
-
-    def _site(self, name: str, head: bool, classad: bool) -> None:
-        ad = (
-            self.server.service.published.ads.get(Site(name))
-            if SITE_PATTERN.fullmatch(name)
-            else None
-        )
+    def _classad(self, name: str, request: Request) -> Response:
+        ad = self._ad(name)
         if ad is None:
-            self._send(HTTPStatus.NOT_FOUND, b"unknown site\n", "text/plain", head)
-        elif not classad:
-            self._json(site_json(ad.view), head)
-        elif ad.etag in _etags(self.headers.get("If-None-Match")):
-            self._send(HTTPStatus.NOT_MODIFIED, b"", None, head=True, etag=ad.etag)
-        else:
-            self._send(HTTPStatus.OK, ad.body, "text/plain; charset=utf-8", head, etag=ad.etag)
+            return _UNKNOWN_SITE
+        headers = (("ETag", ad.etag), ("Cache-Control", self.cache_control))
+        if _matches(ad.etag, request.headers.get("if-none-match")):
+            return Response(HTTPStatus.NOT_MODIFIED, content_type=None, headers=headers)
+        return Response(HTTPStatus.OK, ad.body, _CLASSAD_TYPE, headers)
 
-    def _healthy(self) -> bool:
-        idle_s = time.monotonic() - self.server.service.last_cycle_end
-        return idle_s < self.server.wedged_after_s
-
-    def _probe(self, ok: bool, head: bool) -> None:
-        status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-        self._send(status, b"ok\n" if ok else b"not ok\n", "text/plain", head)
-
-    def _json(self, doc: Any, head: bool) -> None:
-        body = json.dumps(doc, indent=1).encode() + b"\n"
-        self._send(HTTPStatus.OK, body, "application/json", head)
-
-    def _send(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        ctype: str | None,
-        head: bool,
-        etag: str | None = None,
-    ) -> None:
-        self.send_response(status)
-        if ctype:
-            self.send_header("Content-Type", ctype)
-        if etag:
-            self.send_header("ETag", etag)
-            self.send_header("Cache-Control", f"max-age={self.server.max_age_s}")
-        self.send_header(
-            "Content-Length", "0" if status == HTTPStatus.NOT_MODIFIED else str(len(body))
-        )
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+    def _metrics(self) -> Response:
+        body = generate_latest(self.service.metrics.registry)
+        return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
 
 
-def _etags(header: str | None) -> set[str]:
+def _json(doc: Any) -> Response:
+    body = json.dumps(doc, indent=1).encode() + b"\n"
+    return Response(HTTPStatus.OK, body, "application/json")
+
+
+def _matches(etag: str, header: str | None) -> bool:
+    """RFC 9110 If-None-Match: ``*`` or any listed tag, weak comparison."""
     if not header:
-        return set()
-    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return "*" in tags or etag in tags
 
 
 class HttpEndpoint:
-    """Runs the server in a thread; ``port`` is the bound port (useful with port 0)."""
+    """The listener; ``port`` is the bound port (useful with port 0)."""
 
     def __init__(
         self, service: Service, host: str, port: int, max_age_s: int, wedged_after_s: float
     ) -> None:
-        self.server = HydratorHTTPServer((host, port), service, max_age_s, wedged_after_s)
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+        self.routes = Routes(service, max_age_s, wedged_after_s)
+        self.server = HttpServer(self.routes, host, port)
+        self.port = self.server.port
 
     def start(self) -> None:
-        self._thread.start()
-        log.info("listening on http://%s:%d", self.server.server_address[0], self.port)
+        self.server.start()
+        log.info("listening on http://%s:%d", self.server.address[0], self.port)
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=5)
+        self.server.stop()

@@ -1,0 +1,251 @@
+"""The asyncio HTTP/1.1 server on a real socket, spoken to byte by byte as squids and hooks do."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http import HTTPStatus
+
+import pytest
+
+from hydrator.httpserver import Deferred, HttpServer, Request, Response
+
+BIG = b"x" * (1 << 20)
+
+
+def handler(request: Request) -> Response | Deferred:
+    """``/fast``: from memory; ``/slow``: deferred 0.2 s; ``/big``: 1 MiB; ``/boom``: a bug."""
+    if request.path == "/fast":
+        return Response(
+            HTTPStatus.OK,
+            b"fast\n",
+            headers=(("X-Seen-Accept", request.headers.get("accept", "")),),
+        )
+    if request.path == "/slow":
+        return lambda: (time.sleep(0.2), Response(HTTPStatus.OK, b"slow\n"))[1]
+    if request.path == "/big":
+        return Response(HTTPStatus.OK, BIG)
+    if request.path == "/boom":
+        raise ValueError("a bug in a handler")
+    if request.path == "/slow-boom":
+        return lambda: 1 / 0  # type: ignore[return-value,operator]
+    return Response(HTTPStatus.NOT_FOUND, b"not found\n")
+
+
+@pytest.fixture
+def server() -> Iterator[HttpServer]:
+    http = HttpServer(handler, "127.0.0.1", 0, timeout_s=1.0)
+    http.start()
+    yield http
+    http.stop()
+
+
+def connect(server: HttpServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=5)
+
+
+class Reader:
+    """Reads responses off a socket: status, headers (lower-case names), body by Content-Length."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(1 << 16)
+        self.buffer += data
+        return bool(data)
+
+    def response(self, head: bool = False) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buffer:
+            if not self._fill():
+                raise EOFError("connection closed before a response")
+        raw, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        size = 0 if head or status == 304 else int(headers.get("content-length", "0"))
+        while len(self.buffer) < size:
+            if not self._fill():
+                raise EOFError("connection closed inside a body")
+        body, self.buffer = self.buffer[:size], self.buffer[size:]
+        return status, headers, body
+
+    def closed(self) -> bool:
+        """True if the server closes the connection (within the socket timeout)."""
+        try:
+            return not self._fill() and not self.buffer
+        except ConnectionResetError:
+            return True
+
+
+def get(path: str, *extra: str, method: str = "GET", version: str = "HTTP/1.1") -> bytes:
+    return "\r\n".join([f"{method} {path} {version}", "Host: t", *extra, "", ""]).encode()
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(server: HttpServer) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        for _ in range(3):
+            sock.sendall(get("/fast", "Accept: text/plain"))
+            status, headers, body = reader.response()
+            assert (status, body) == (200, b"fast\n")
+            assert headers["content-length"] == "5" and "connection" not in headers
+            assert headers["date"].endswith(" GMT") and headers["x-seen-accept"] == "text/plain"
+        sock.sendall(get("/fast", "Connection: close"))
+        status, headers, _ = reader.response()
+        assert headers["connection"] == "close" and reader.closed()
+
+
+def test_http_1_0_closes_unless_it_asks_for_keep_alive(server: HttpServer) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/fast", "Connection: keep-alive", version="HTTP/1.0"))
+        assert reader.response()[1]["connection"] == "keep-alive"
+        sock.sendall(get("/fast", version="HTTP/1.0"))
+        assert reader.response()[1]["connection"] == "close" and reader.closed()
+
+
+def test_pipelined_requests_are_answered_in_order_around_a_deferred_one(
+    server: HttpServer,
+) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/fast") + get("/slow") + get("/fast") + get("/nope"))
+        bodies = [reader.response()[2] for _ in range(4)]
+        assert bodies == [b"fast\n", b"slow\n", b"fast\n", b"not found\n"]
+
+
+def test_a_deferred_answer_does_not_hold_up_other_connections(server: HttpServer) -> None:
+    with connect(server) as slow, connect(server) as fast:
+        slow.sendall(get("/slow"))
+        t0 = time.monotonic()
+        fast.sendall(get("/fast"))
+        assert Reader(fast).response()[2] == b"fast\n"
+        assert time.monotonic() - t0 < 0.15  # did not wait for the 0.2 s deferred answer
+        assert Reader(slow).response()[2] == b"slow\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /fast HTTP/2.0\r\n\r\n", 505),
+        (b"GET /fast HTTP/1.1\r\nNoColonHere\r\n\r\n", 400),
+        (b"GET /fast HTTP/1.1\r\n folded: header\r\n\r\n", 400),
+        (b"GET fast HTTP/1.1\r\n\r\n", 400),
+        (b"GET /fast HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 400),
+        (b"GET /fast HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"GET /fast HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /fast HTTP/1.1\r\nX-Pad: " + b"a" * 20_000, 431),  # no end in sight
+    ],
+)
+def test_malformed_requests_get_a_status_and_the_connection_closes(
+    server: HttpServer, raw: bytes, status: int
+) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(raw)
+        got, headers, body = reader.response()
+        assert got == status and headers["connection"] == "close"
+        assert body.endswith(b"\n") and body.count(b"\n") == 1  # one line saying what is wrong
+        assert reader.closed()
+    with connect(server) as sock:  # and the server goes on serving
+        sock.sendall(get("/fast"))
+        assert Reader(sock).response()[0] == 200
+
+
+def test_other_methods_get_405_and_the_connection_stays_open(server: HttpServer) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/fast", "Content-Length: 0", method="POST"))
+        status, headers, _ = reader.response()
+        assert status == 405 and headers["allow"] == "GET, HEAD"
+        sock.sendall(get("/fast"))
+        assert reader.response()[0] == 200
+
+
+def test_head_sends_the_length_but_no_body_and_absolute_targets_and_queries_work(
+    server: HttpServer,
+) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/big", method="HEAD") + get("http://t:9620/fast?x=1"))
+        status, headers, body = reader.response(head=True)
+        assert (status, headers["content-length"], body) == (200, str(len(BIG)), b"")
+        assert reader.response()[2] == b"fast\n"  # the next response, not 1 MiB of x
+
+
+def test_idle_and_slowly_sent_requests_are_cut_off_after_the_timeout(server: HttpServer) -> None:
+    with connect(server) as idle:
+        t0 = time.monotonic()
+        assert Reader(idle).closed()
+        assert 0.9 < time.monotonic() - t0 < 3.0
+    with connect(server) as slowloris:
+        t0 = time.monotonic()
+        with pytest.raises(OSError):  # reset or broken pipe once the server gave up
+            for byte in get("/fast"):
+                slowloris.sendall(bytes([byte]))
+                time.sleep(0.1)  # a byte every 0.1 s never finishes a head within 1 s
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_bugs_answer_500_are_logged_and_hang_ups_are_not_errors(
+    server: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/boom") + get("/slow-boom") + get("/fast"))
+        assert [reader.response()[0] for _ in range(3)] == [500, 500, 200]
+    for _ in range(3):  # clients that hang up mid-answer or with a reset
+        with connect(server) as sock:
+            sock.sendall(get("/slow") + get("/big"))
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+    time.sleep(0.4)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.exc_info[0] for r in errors if r.exc_info] == [ValueError, ZeroDivisionError]
+    with connect(server) as sock:
+        sock.sendall(get("/fast"))
+        assert Reader(sock).response()[0] == 200
+
+
+def test_a_client_that_does_not_read_is_not_buffered_without_bound(server: HttpServer) -> None:
+    with connect(server) as sock:
+        sock.sendall(get("/big") * 100)  # 100 MiB of answers asked for, none read yet
+        time.sleep(0.5)
+        (connection,) = server.connections
+        assert connection.transport is not None
+        assert connection.transport.get_write_buffer_size() < 4 * len(BIG)
+        reader = Reader(sock)
+        assert all(reader.response()[2] == BIG for _ in range(100))
+
+
+def test_stop_closes_open_connections_and_frees_the_port() -> None:
+    http = HttpServer(handler, "127.0.0.1", 0)
+    http.start()
+    port = http.port
+    with connect(http) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/fast"))
+        assert reader.response()[0] == 200
+        done = threading.Event()
+        threading.Thread(target=lambda: (http.stop(), done.set()), daemon=True).start()
+        assert done.wait(5) and reader.closed()
+    http.stop()  # twice is fine
+    again = HttpServer(handler, "127.0.0.1", port)
+    again.stop()  # never started: also fine
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)
+
+
+def test_a_busy_port_fails_at_construction() -> None:
+    http = HttpServer(handler, "127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError):
+            HttpServer(handler, "127.0.0.1", http.port)
+    finally:
+        http.stop()
