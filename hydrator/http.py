@@ -11,81 +11,71 @@
 ``GET /readyz``                 200 after the first successful cycle, else 503
 ==============================  =====================================================
 
-Responses are built from :attr:`Service.published`, an immutable object replaced whole after
-each cycle, so a request never sees half a cycle. ClassAds and probes are answered on the event
-loop from bytes rendered once per change; JSON and metrics are built in the server's thread pool.
+Two processes answer. The public port belongs to the front (:mod:`hydrator.httpd`), a child
+process that serves ClassAds and probes from bytes the daemon sends it after each cycle (only
+the sites whose ETag changed), so their latency does not depend on the daemon's cycles. The
+front forwards JSON and ``/metrics`` to :class:`Routes` on a private ``127.0.0.1`` listener in
+the daemon, built from :attr:`Service.published`, an immutable object replaced whole after each
+cycle, so a request never sees half a cycle.
+
+:class:`HttpEndpoint` owns both: it binds the public socket itself (a busy port fails at start),
+hands it to the front, waits for the front to acknowledge every update (after a cycle returns,
+the front serves what it published), and restarts a front that dies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import select
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hydrator.domain import SITE_PATTERN, Site
-from hydrator.httpserver import Deferred, HttpServer, Request, Response
+from hydrator.httpd import Ad, Update, encode
+from hydrator.httpserver import Deferred, HttpServer, Request, Response, listen
+from hydrator.observe import JsonFormatter
 from hydrator.report import site_json, sites_json
-from hydrator.service import Service, SiteAd
+from hydrator.service import Service
 
 log = logging.getLogger(__name__)
 
 _NOT_FOUND = Response(HTTPStatus.NOT_FOUND, b"not found\n")
 _UNKNOWN_SITE = Response(HTTPStatus.NOT_FOUND, b"unknown site\n")
-_OK = Response(HTTPStatus.OK, b"ok\n")
-_NOT_OK = Response(HTTPStatus.SERVICE_UNAVAILABLE, b"not ok\n")
-_CLASSAD_TYPE = "text/plain; charset=utf-8"
+
+ACK_TIMEOUT_S = 10.0
+"""How long an update may take the front to apply before it is replaced."""
+RESTART_DELAY_S = 1.0
 
 
 class Routes:
-    """Maps a request to a response; the only part of the endpoint that knows the service."""
+    """The daemon's own answers: JSON views and metrics, built in the server's thread pool."""
 
-    def __init__(self, service: Service, max_age_s: int, wedged_after_s: float) -> None:
+    def __init__(self, service: Service) -> None:
         self.service = service
-        self.cache_control = f"max-age={max_age_s}"
-        self.wedged_after_s = wedged_after_s
 
     def __call__(self, request: Request) -> Response | Deferred:
         parts = [p for p in request.path.split("/") if p]
-        if len(parts) == 4 and parts[:2] == ["v1", "sites"] and parts[3] == "classad":
-            return self._classad(parts[2], request)
+        if parts == ["v1", "sites"]:
+            published = self.service.published
+            return lambda: _json(sites_json(published))
         if len(parts) == 3 and parts[:2] == ["v1", "sites"]:
-            ad = self._ad(parts[2])
+            name = parts[2]
+            ad = (
+                self.service.published.ads.get(Site(name)) if SITE_PATTERN.fullmatch(name) else None
+            )
             return _UNKNOWN_SITE if ad is None else lambda: _json(site_json(ad.view))
-        return self._fixed.get("/".join(parts), lambda: _NOT_FOUND)()
-
-    @property
-    def _fixed(self) -> dict[str, Callable[[], Response | Deferred]]:
-        return {
-            "v1/sites": self._sites,
-            "metrics": lambda: self._metrics,
-            "healthz": self._health,
-            "readyz": lambda: _OK if self.service.ready.is_set() else _NOT_OK,
-        }
-
-    def _sites(self) -> Deferred:
-        published = self.service.published
-        return lambda: _json(sites_json(published))
-
-    def _health(self) -> Response:
-        idle_s = time.monotonic() - self.service.last_cycle_end
-        return _OK if idle_s < self.wedged_after_s else _NOT_OK
-
-    def _ad(self, name: str) -> SiteAd | None:
-        return self.service.published.ads.get(Site(name)) if SITE_PATTERN.fullmatch(name) else None
-
-    def _classad(self, name: str, request: Request) -> Response:
-        ad = self._ad(name)
-        if ad is None:
-            return _UNKNOWN_SITE
-        headers = (("ETag", ad.etag), ("Cache-Control", self.cache_control))
-        if _matches(ad.etag, request.headers.get("if-none-match")):
-            return Response(HTTPStatus.NOT_MODIFIED, content_type=None, headers=headers)
-        return Response(HTTPStatus.OK, ad.body, _CLASSAD_TYPE, headers)
+        if parts == ["metrics"]:
+            return self._metrics
+        return _NOT_FOUND
 
     def _metrics(self) -> Response:
         body = generate_latest(self.service.metrics.registry)
@@ -97,27 +87,149 @@ def _json(doc: Any) -> Response:
     return Response(HTTPStatus.OK, body, "application/json")
 
 
-def _matches(etag: str, header: str | None) -> bool:
-    """RFC 9110 If-None-Match: ``*`` or any listed tag, weak comparison."""
-    if not header:
-        return False
-    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
-    return "*" in tags or etag in tags
-
-
 class HttpEndpoint:
-    """The listener; ``port`` is the bound port (useful with port 0)."""
+    """The public listener (``port``: the bound port, useful with port 0); see the module doc."""
 
     def __init__(
         self, service: Service, host: str, port: int, max_age_s: int, wedged_after_s: float
     ) -> None:
-        self.routes = Routes(service, max_age_s, wedged_after_s)
-        self.server = HttpServer(self.routes, host, port)
-        self.port = self.server.port
+        self.service = service
+        self.sock = listen(host, port)
+        self.port: int = self.sock.getsockname()[1]
+        self.backend = HttpServer(Routes(service), listen("127.0.0.1", 0))
+        self._options = ["--max-age-s", str(max_age_s), "--wedged-after-s", str(wedged_after_s)]
+        self._lock = threading.Lock()  # one update at a time; guards the fields below
+        self._front: subprocess.Popen[bytes] | None = None
+        self._sent: dict[Site, str] = {}  # the ETags the front holds
+        self._seq = 0
+        self._acks = b""
+        self._stopping = threading.Event()
+        self._listening = False
+        self._watcher = threading.Thread(target=self._watch, name="http-front", daemon=True)
 
     def start(self) -> None:
-        self.server.start()
-        log.info("listening on http://%s:%d", self.server.address[0], self.port)
+        self.backend.start()
+        with self._lock:
+            self._spawn()
+        self.service.add_listener(self.push)
+        self._listening = True
+        self._watcher.start()
+        log.info("listening on http://%s:%d", self.sock.getsockname()[0], self.port)
+
+    def push(self) -> None:
+        """Send the front what changed in :attr:`Service.published`; return once it serves it."""
+        with self._lock:
+            if self._front is not None and not self._stopping.is_set():
+                self._send()
 
     def stop(self) -> None:
-        self.server.stop()
+        """Stop the front (its stdin closes), the private listener and the public socket."""
+        self._stopping.set()
+        if self._listening:
+            self.service.remove_listener(self.push)
+            self._listening = False
+        with self._lock:
+            front, self._front = self._front, None
+        if front is not None:
+            _end(front)
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
+        self.backend.stop()
+        self.sock.close()
+
+    def _spawn(self) -> None:
+        """Start a front on the public socket and send it everything (under the lock)."""
+        fd = self.sock.fileno()
+        root = logging.getLogger()
+        fmt = (
+            "json" if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers) else "text"
+        )
+        command = [sys.executable, "-m", "hydrator.httpd", "--fd", str(fd)]
+        command += ["--backend-port", str(self.backend.port), *self._options]
+        command += [
+            "--log-format",
+            fmt,
+            "--log-level",
+            logging.getLevelName(root.getEffectiveLevel()),
+        ]
+        self._front = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,)
+        )
+        self._sent, self._acks = {}, b""
+        self._send()
+
+    def _send(self) -> None:
+        front = self._front
+        assert front is not None and front.stdin is not None
+        published = self.service.published
+        ads: dict[str, Ad] = {
+            site: Ad(ad.etag, ad.body)
+            for site, ad in published.ads.items()
+            if self._sent.get(site) != ad.etag
+        }
+        removed = tuple(site for site in self._sent if site not in published.ads)
+        self._seq += 1
+        update = Update(
+            self._seq,
+            self.service.ready.is_set(),
+            self.service.last_cycle_end,
+            ads,
+            removed,
+            full=not self._sent,
+        )
+        try:
+            front.stdin.write(encode(update))
+            front.stdin.flush()
+            self._await_ack(front, self._seq)
+        except (OSError, TimeoutError) as exc:
+            log.error("the HTTP front did not take update %d (%s): restarting it", self._seq, exc)
+            front.kill()  # the watcher starts a new one, which is sent everything
+            return
+        self._sent = {site: ad.etag for site, ad in published.ads.items()}
+
+    def _await_ack(self, front: subprocess.Popen[bytes], seq: int) -> None:
+        assert front.stdout is not None
+        fd, deadline = front.stdout.fileno(), time.monotonic() + ACK_TIMEOUT_S
+        while not self._acks.endswith(f"{seq}\n".encode()):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"no acknowledgement within {ACK_TIMEOUT_S:.0f} s")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise ConnectionError("the front exited")
+            self._acks = (self._acks + chunk)[-64:]
+
+    def _watch(self) -> None:
+        """Restart the front whenever it exits while the endpoint is running."""
+        while not self._stopping.is_set():
+            front = self._front
+            if front is not None:
+                code = front.wait()
+                if self._stopping.is_set():
+                    return
+                log.error("the HTTP front exited with status %s: restarting it", code)
+                self.service.metrics.http_front_restarts.inc()
+                _end(front)
+            if self._stopping.wait(RESTART_DELAY_S):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                try:
+                    self._spawn()
+                except OSError as exc:
+                    log.error("could not start the HTTP front: %s", exc)
+                    self._front = None
+
+
+def _end(front: subprocess.Popen[bytes]) -> None:
+    """Close the front's stdin (it exits), wait, kill if it does not; close its pipes."""
+    for pipe in (front.stdin, front.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    try:
+        front.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        front.kill()
+        front.wait()

@@ -277,10 +277,19 @@ class _Connection(asyncio.Protocol):
 _INTERNAL_ERROR = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n")
 
 
-class HttpServer:
-    """Serves ``handler`` on ``host:port`` (port 0: any free one, see :attr:`port`).
+def listen(host: str, port: int, backlog: int = 128) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free one); ``OSError`` if busy.
 
-    The socket is bound in the constructor, so a busy port fails at start-up with ``OSError``.
+    The backlog absorbs a burst of new connections (a squid, a wave of glideins): a full accept
+    queue drops SYNs, which clients retry after 1 s, and that shows as a 1 s tail.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
+
+
+class HttpServer:
+    """Serves ``handler`` on the listening socket ``sock`` (see :func:`listen`).
+
     :meth:`start` runs the loop in a daemon thread; :meth:`stop` closes the listener and every
     connection, and waits for the thread.
     """
@@ -288,21 +297,16 @@ class HttpServer:
     def __init__(
         self,
         handler: Handler,
-        host: str,
-        port: int,
+        sock: socket.socket,
         *,
         timeout_s: float = 30.0,
-        backlog: int = 128,
         deferred_workers: int = 2,
     ) -> None:
         self.handler = handler
         self.timeout_s = timeout_s
         self.clock = _Clock()
         self.connections: set[_Connection] = set()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # A burst of new connections (a squid, a wave of glideins) must not overflow the accept
-        # queue: dropped SYNs are retried after 1 s, which shows as a 1 s tail.
-        self.sock = socket.create_server((host, port), family=family, backlog=backlog)
+        self.sock = sock
         self.address: tuple[str, int] = self.sock.getsockname()[:2]
         self.port = self.address[1]
         self.loop = asyncio.new_event_loop()
@@ -310,6 +314,10 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
         self._started = threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def start(self) -> None:
         self._thread.start()

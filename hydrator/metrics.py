@@ -43,6 +43,12 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.http_front_restarts = Counter(
+            "http_front_restarts",
+            "Times the HTTP front process exited or stopped answering and was restarted.",
+            namespace=ns,
+            registry=registry,
+        )
         self._sources(ns, registry)
         self._content(ns, registry)
 

@@ -136,6 +136,15 @@ class Service:
         self._state = store.load()
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
+        :attr:`ready` and :attr:`last_cycle_end` say what the cycle did; its errors are logged."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
 
     @property
     def state(self) -> State:
@@ -152,6 +161,11 @@ class Service:
                 report = CycleReport(started, time.monotonic() - t0, "failed", error=str(exc))
             self.last_cycle_end = time.monotonic()
             self._observe(report)
+            for listener in list(self._listeners):
+                try:
+                    listener()
+                except Exception:  # a listener's bug must not end the daemon's cycles
+                    log.exception("after-cycle listener %r failed", listener)
             return report
 
     def _startup_views(self) -> dict[Site, SiteView]:

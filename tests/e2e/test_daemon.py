@@ -60,6 +60,27 @@ def demo(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc/*/stat)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def gone(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return fields[0] == "Z"  # exited, not yet reaped by whoever adopted it
+
+
 def classad(base: str, site: str) -> requests.Response:
     return requests.get(f"{base}/v1/sites/{site}/classad", timeout=5)
 
@@ -94,11 +115,26 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert changed.status_code == 200 and changed.headers["ETag"] != tag
     assert classad(base, "NO_SUCH_SITE").status_code == 404
 
+    (front,) = children(proc.pid)  # the HTTP front (hydrator.httpd)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+    assert gone(front)
     assert proc.stderr is not None
     log = proc.stderr.read().decode()
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
+
+
+def test_a_killed_daemon_leaves_no_http_front_behind(
+    demo: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    base, _, proc = demo
+    wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
+    (front,) = children(proc.pid)
+    proc.kill()  # no chance to stop the front: it sees its stdin close
+    proc.wait()
+    wait_for(lambda: gone(front), timeout_s=5)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{base}/healthz", timeout=2)
 
 
 def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from http import HTTPStatus
 
 import pytest
 
-from hydrator.httpserver import Deferred, HttpServer, Request, Response
+from hydrator.httpserver import Deferred, HttpServer, Request, Response, listen
 
 BIG = b"x" * (1 << 20)
 
@@ -36,7 +36,7 @@ def handler(request: Request) -> Response | Deferred:
 
 @pytest.fixture
 def server() -> Iterator[HttpServer]:
-    http = HttpServer(handler, "127.0.0.1", 0, timeout_s=1.0)
+    http = HttpServer(handler, listen("127.0.0.1", 0), timeout_s=1.0)
     http.start()
     yield http
     http.stop()
@@ -225,7 +225,7 @@ def test_a_client_that_does_not_read_is_not_buffered_without_bound(server: HttpS
 
 
 def test_stop_closes_open_connections_and_frees_the_port() -> None:
-    http = HttpServer(handler, "127.0.0.1", 0)
+    http = HttpServer(handler, listen("127.0.0.1", 0))
     http.start()
     port = http.port
     with connect(http) as sock:
@@ -236,16 +236,12 @@ def test_stop_closes_open_connections_and_frees_the_port() -> None:
         threading.Thread(target=lambda: (http.stop(), done.set()), daemon=True).start()
         assert done.wait(5) and reader.closed()
     http.stop()  # twice is fine
-    again = HttpServer(handler, "127.0.0.1", port)
+    again = HttpServer(handler, listen("127.0.0.1", port))
     again.stop()  # never started: also fine
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
-def test_a_busy_port_fails_at_construction() -> None:
-    http = HttpServer(handler, "127.0.0.1", 0)
-    try:
-        with pytest.raises(OSError):
-            HttpServer(handler, "127.0.0.1", http.port)
-    finally:
-        http.stop()
+def test_a_busy_port_fails_when_listening() -> None:
+    with listen("127.0.0.1", 0) as sock, pytest.raises(OSError):
+        listen("127.0.0.1", sock.getsockname()[1])
