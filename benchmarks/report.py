@@ -74,6 +74,11 @@ def http_line(h: dict[str, Any]) -> str:
         f"http ({h['replicas']:,} replicas, body mean {h['body_bytes_mean'] / 1024:.0f} KiB):"
         f" conditional {c['requests_per_s']:.0f} req/s p99 {c['latency_p99_us'] / 1000:.1f} ms;"
         f" plain {p['requests_per_s']:.0f} req/s p99 {p['latency_p99_us'] / 1000:.1f} ms"
+        + "".join(
+            f"; while cycling {b['requests_per_s']:.0f} req/s p99 {b['latency_p99_us'] / 1000:.1f} ms"
+            for b in [h["conditional_cycling"]]
+            if "conditional_cycling" in h
+        )
     )
 
 
@@ -121,23 +126,26 @@ def targets(
         )
     http = results.get("http")
     if http:
-        c = http["conditional"]
-        out.append(
-            _t(
-                f"conditional GET >= {rps:.0f} req/s",
-                c["requests_per_s"],
-                "req/s",
-                c["requests_per_s"] >= rps,
+        for mode, when in (("conditional", ""), ("conditional_cycling", " while cycles run")):
+            if mode not in http:
+                continue
+            c = http[mode]
+            out.append(
+                _t(
+                    f"conditional GET >= {rps:.0f} req/s{when}",
+                    c["requests_per_s"],
+                    "req/s",
+                    c["requests_per_s"] >= rps,
+                )
             )
-        )
-        out.append(
-            _t(
-                f"conditional GET p99 < {p99_us / 1000:.0f} ms",
-                c["latency_p99_us"] / 1000,
-                "ms",
-                c["latency_p99_us"] < p99_us,
+            out.append(
+                _t(
+                    f"conditional GET p99 < {p99_us / 1000:.0f} ms{when}",
+                    c["latency_p99_us"] / 1000,
+                    "ms",
+                    c["latency_p99_us"] < p99_us,
+                )
             )
-        )
     return out
 
 
@@ -259,7 +267,7 @@ def _md_gc(results: dict[str, Any]) -> list[str]:
 def _md_http(h: dict[str, Any]) -> str:
     w = h["wrk"]
     rows = []
-    for mode in ("conditional", "plain", "conditional_c10"):
+    for mode in ("conditional", "plain", "conditional_c10", "conditional_cycling"):
         if mode not in h:
             continue
         r = h[mode]
@@ -270,10 +278,13 @@ def _md_http(h: dict[str, Any]) -> str:
     return f"""## HTTP: `/v1/sites/<site>/classad` on loopback
 
 `wrk -t{w["threads"]} -c{w["connections"]} -d{w["duration_s"]}s` against the real endpoint
-(`hydrator.http.HttpEndpoint`, stdlib `ThreadingHTTPServer`) serving the {h["replicas"]:,}-replica
-state in its own process; requests rotate over all {h["sites"]} sites. *conditional*: `If-None-Match`
-with the current ETag, answered `304` (checked before the run); *plain*: `200` with the body
-(mean {h["body_bytes_mean"] / 1024:.0f} KiB, largest {h["body_bytes_max"] / 1024:.0f} KiB). wrk shares the 2 CPUs with the server.
+(`hydrator.http.HttpEndpoint`: the daemon process and its HTTP front, `hydrator.httpd`) serving
+the {h["replicas"]:,}-replica state; requests rotate over all {h["sites"]} sites. *conditional*:
+`If-None-Match` with the current ETag, answered `304` (checked before the run); *plain*: `200`
+with the body (mean {h["body_bytes_mean"] / 1024:.0f} KiB, largest {h["body_bytes_max"] / 1024:.0f} KiB); *conditional_c10*: 10
+connections; *conditional_cycling*: while the daemon process runs core cycles (plan, save,
+render, 1 % churn) back to back, the worst case for a daemon that cycles once per interval.
+wrk shares the 2 CPUs with the server.
 
 | request | connections | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|

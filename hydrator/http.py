@@ -181,7 +181,7 @@ class HttpEndpoint:
             front.stdin.write(encode(update))
             front.stdin.flush()
             self._await_ack(front, self._seq)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, ValueError, TimeoutError) as exc:  # ValueError: its pipe is closed
             log.error("the HTTP front did not take update %d (%s): restarting it", self._seq, exc)
             front.kill()  # the watcher starts a new one, which is sent everything
             return
@@ -209,7 +209,8 @@ class HttpEndpoint:
                     return
                 log.error("the HTTP front exited with status %s: restarting it", code)
                 self.service.metrics.http_front_restarts.inc()
-                _end(front)
+                with self._lock:
+                    _end(front)
             if self._stopping.wait(RESTART_DELAY_S):
                 return
             with self._lock:
