@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import re
 import socket
 import threading
 import time
@@ -41,6 +42,7 @@ MAX_HEAD_BYTES = 16 * 1024
 """Largest request line + headers accepted; a hook or squid sends a few hundred bytes."""
 
 _ALLOWED = ("GET", "HEAD")
+_TARGET = re.compile(r"[\x21-\x7e]+")  # visible ASCII: no spaces, controls or raw UTF-8 (RFC 3986)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,8 @@ def _parse_head(head: bytes) -> tuple[Request, bool]:
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     if "transfer-encoding" in headers or headers.get("content-length", "0").strip() != "0":
         raise _BadRequest(HTTPStatus.BAD_REQUEST, "request bodies are not accepted")
+    if not _TARGET.fullmatch(target):
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "request target has characters not allowed")
     if target.startswith(("http://", "https://")):
         target = "/" + target.split("/", 3)[3] if target.count("/") >= 3 else "/"
     elif not target.startswith("/"):
@@ -168,6 +172,8 @@ class _Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         while not self.busy and not self.closing and not self.write_paused:
+            while self.buffer.startswith(b"\r\n"):  # RFC 9112 2.2: ignore CRLF before a request
+                del self.buffer[:2]
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buffer) > MAX_HEAD_BYTES:

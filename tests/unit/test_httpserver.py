@@ -108,6 +108,13 @@ def test_http_1_0_closes_unless_it_asks_for_keep_alive(server: HttpServer) -> No
         assert reader.response()[1]["connection"] == "close" and reader.closed()
 
 
+def test_empty_lines_before_a_request_are_ignored(server: HttpServer) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(get("/fast") + b"\r\n" + get("/fast"))  # as some clients send after a body
+        assert [reader.response()[0] for _ in range(2)] == [200, 200]
+
+
 def test_pipelined_requests_are_answered_in_order_around_a_deferred_one(
     server: HttpServer,
 ) -> None:
@@ -136,6 +143,9 @@ def test_a_deferred_answer_does_not_hold_up_other_connections(server: HttpServer
         (b"GET /fast HTTP/1.1\r\nNoColonHere\r\n\r\n", 400),
         (b"GET /fast HTTP/1.1\r\n folded: header\r\n\r\n", 400),
         (b"GET fast HTTP/1.1\r\n\r\n", 400),
+        (b"GET /fa\nst HTTP/1.1\r\n\r\n", 400),
+        (b"GET /fa\x00st HTTP/1.1\r\n\r\n", 400),
+        ("GET /f\u00e4st HTTP/1.1\r\n\r\n".encode(), 400),
         (b"GET /fast HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 400),
         (b"GET /fast HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
         (b"GET /fast HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n", 431),
