@@ -105,7 +105,9 @@ def _parse_head(head: bytes) -> tuple[Request, bool]:
         raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed request line")
     method, target, version = parts
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise _BadRequest(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"unsupported version {version}")
+        raise _BadRequest(
+            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"unsupported version {version[:16]!r}"
+        )
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")

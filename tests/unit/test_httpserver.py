@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -9,8 +10,18 @@ from collections.abc import Iterator
 from http import HTTPStatus
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hydrator.httpserver import Deferred, HttpServer, Request, Response, listen
+from hydrator.httpserver import (
+    Deferred,
+    HttpServer,
+    Request,
+    Response,
+    _BadRequest,
+    _parse_head,
+    listen,
+)
 
 BIG = b"x" * (1 << 20)
 
@@ -255,3 +266,45 @@ def test_stop_closes_open_connections_and_frees_the_port() -> None:
 def test_a_busy_port_fails_when_listening() -> None:
     with listen("127.0.0.1", 0) as sock, pytest.raises(OSError):
         listen("127.0.0.1", sock.getsockname()[1])
+
+
+REQUEST_PIECES = st.sampled_from(
+    [b"GET", b"HEAD", b"POST", b" ", b"/", b"/fast", b"http://h/", b"?q", b"HTTP/1.1", b"HTTP/1.0",
+     b"\r\n", b"\n", b":", b"Connection", b"close", b"keep-alive", b"Content-Length", b"0", b"5",
+     b"Transfer-Encoding", b"\x00", b"\xff", b"\t", b"%2F", b"x" * 100]
+)  # fmt: skip
+HEADS = st.one_of(st.binary(max_size=300), st.lists(REQUEST_PIECES, max_size=30).map(b"".join))
+
+
+@given(HEADS)
+@settings(max_examples=2000, deadline=None)
+def test_any_request_head_parses_to_a_clean_request_or_a_bad_request_error(head: bytes) -> None:
+    try:
+        request, _ = _parse_head(head)
+    except _BadRequest as exc:
+        assert exc.status in (400, 505) and "\n" not in str(exc)
+        return
+    assert request.method and request.path.startswith("/")
+    assert all(0x21 <= ord(c) <= 0x7E for c in request.path)
+
+
+@given(st.lists(HEADS, min_size=1, max_size=3))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_whatever_a_client_sends_the_server_answers_or_closes_and_keeps_serving(
+    server: HttpServer, caplog: pytest.LogCaptureFixture, heads: list[bytes]
+) -> None:
+    with connect(server) as sock:
+        sock.settimeout(2)
+        with contextlib.suppress(OSError):
+            sock.sendall(b"\r\n\r\n".join(heads) + b"\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+            assert not data or data.startswith(b"HTTP/1.1 ")
+    with connect(server) as sock:
+        sock.sendall(get("/fast"))
+        assert Reader(sock).response()[0] == 200
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
