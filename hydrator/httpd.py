@@ -15,7 +15,9 @@ What it answers itself, from what the daemon sent it:
 - ``/readyz``: ``200`` once the daemon says a cycle has saved state.
 
 Everything else (JSON views, ``/metrics``, unknown paths) is forwarded to the daemon's private
-listener on ``127.0.0.1`` and the answer relayed (``502`` if the daemon does not answer).
+listener on ``127.0.0.1`` and the answer relayed (``502`` if the daemon does not answer). The
+front's own metrics (:class:`FrontMetrics`: requests by route and status, open connections) are
+appended to the daemon's ``/metrics`` answer, so one scrape sees both processes.
 
 The daemon (:class:`hydrator.http.HttpEndpoint`) starts this module with the listening socket as
 an inherited descriptor and writes :func:`encode` frames to its stdin; after applying a frame the
@@ -38,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import BinaryIO
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from hydrator.httpserver import Deferred, HttpServer, Request, Response
 from hydrator.observe import setup_logging
@@ -132,11 +136,53 @@ class Held:
         return Held(ads, update.ready, update.last_cycle_end)
 
 
+class FrontMetrics:
+    """What the front counts; exposed with the daemon's metrics (see the module doc)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "http_requests",
+            "Requests answered on the public port, by route (classad, healthz, readyz, json,"
+            " metrics, other, invalid) and status code.",
+            ["route", "code"],
+            namespace="hydrator",
+            registry=registry,
+        )
+        self.connections = Gauge(
+            "http_connections",
+            "Client connections open on the public port.",
+            namespace="hydrator",
+            registry=registry,
+        )
+
+    def observe(self, request: Request, status: HTTPStatus) -> None:
+        self.requests.labels(route_of(request.path), str(status.value)).inc()
+
+
+def route_of(path: str) -> str:
+    """A bounded label for a request path (never the site name)."""
+    if not path:
+        return "invalid"
+    if path.startswith("/v1/sites/") and path.endswith("/classad"):
+        return "classad"
+    if path in ("/healthz", "/readyz", "/metrics"):
+        return path[1:]
+    return "json" if path.startswith("/v1/sites") else "other"
+
+
 class FrontRoutes:
     """Answers ClassAds and probes from :attr:`held`; hands the rest to the daemon."""
 
-    def __init__(self, backend_port: int, max_age_s: int, wedged_after_s: float) -> None:
+    def __init__(
+        self,
+        backend_port: int,
+        max_age_s: int,
+        wedged_after_s: float,
+        metrics: FrontMetrics | None = None,
+    ) -> None:
         self.held = Held()
+        self.metrics = metrics
         self.backend_port = backend_port
         self.cache_control = f"max-age={max_age_s}"
         self.wedged_after_s = wedged_after_s
@@ -174,6 +220,8 @@ class FrontRoutes:
         finally:
             connection.close()
         headers = tuple((k, v) for k, v in answer.getheaders() if k.lower() in _RELAYED_HEADERS)
+        if request.path == "/metrics" and answer.status == HTTPStatus.OK and self.metrics:
+            body += generate_latest(self.metrics.registry)
         return Response(HTTPStatus(answer.status), body, answer.getheader("Content-Type"), headers)
 
 
@@ -210,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_format, args.log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    routes = FrontRoutes(args.backend_port, args.max_age_s, args.wedged_after_s)
-    server = HttpServer(routes, socket.socket(fileno=args.fd))
+    metrics = FrontMetrics(CollectorRegistry())
+    routes = FrontRoutes(args.backend_port, args.max_age_s, args.wedged_after_s, metrics)
+    server = HttpServer(routes, socket.socket(fileno=args.fd), observer=metrics.observe)
+    metrics.connections.set_function(lambda: len(server.connections))
     serve(routes, server, sys.stdin.buffer, sys.stdout.buffer)
     return 0
 

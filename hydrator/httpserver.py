@@ -72,6 +72,8 @@ Deferred = Callable[[], Response]
 """A handler's slow part, run in the thread pool; its result is sent when it returns."""
 Handler = Callable[[Request], Response | Deferred]
 """Answers a request from memory (a :class:`Response`) or hands back a :data:`Deferred`."""
+Observer = Callable[[Request, HTTPStatus], None]
+"""Told of every response as it is sent (a malformed request has the path ``""``)."""
 
 
 class _Clock:
@@ -233,6 +235,8 @@ class _Connection(asyncio.Protocol):
 
     def _send(self, request: Request, response: Response, keep_alive: bool) -> None:
         assert self.transport is not None
+        if self.server.observer is not None:
+            self.server.observer(request, response.status)
         status = response.status
         lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Date: {self.server.clock.date()}"]
         lines.append("Server: hydrator")
@@ -309,8 +313,10 @@ class HttpServer:
         *,
         timeout_s: float = 30.0,
         deferred_workers: int = 2,
+        observer: Observer | None = None,
     ) -> None:
         self.handler = handler
+        self.observer = observer
         self.timeout_s = timeout_s
         self.clock = _Clock()
         self.connections: set[_Connection] = set()

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from hydrator.config import load_config
+from hydrator.httpd import FrontMetrics
+from hydrator.httpserver import Request
 from hydrator.locality import LocalityReport
 from hydrator.metrics import Metrics
 from hydrator.wiring import build_service
@@ -67,9 +70,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     finally:
         service.close()
     metrics.set_locality(LocalityReport())  # what a probe sets each cycle
+    front = FrontMetrics(CollectorRegistry())  # appended to the scrape by the HTTP front
+    front.observe(Request("GET", "/healthz", {}), HTTPStatus.OK)
     names: set[str] = set()
     primary: set[str] = set()
-    for family in metrics.registry.collect():
+    for family in [*metrics.registry.collect(), *front.registry.collect()]:
         suffixes = SUFFIXES[family.type]
         names |= {family.name + s for s in suffixes} | {s.name for s in family.samples}
         primary.add(family.name + suffixes[0])

@@ -28,6 +28,7 @@ EXPORTED = {
     "hydrator_classad_size_bytes", "hydrator_jobs_running_data_local_ratio",
     "hydrator_jobs_running", "hydrator_jobs_idle_data_bound",
     "hydrator_sites_unclaimed_slots_with_data", "hydrator_http_front_restarts_total",
+    "hydrator_http_requests_total", "hydrator_http_connections",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,33 @@ def test_metrics_are_exposed(endpoint: tuple[str, object]) -> None:
     assert 'hydrator_datasets{site="SITE_A",state="available"} 2.0' in text
     assert 'hydrator_cycles_total{outcome="ok"} 1.0' in text
     assert "hydrator_classad_size_bytes" in text
+
+
+def test_the_fronts_requests_are_counted_by_route_and_status_in_the_same_scrape(
+    endpoint: tuple[str, object],
+) -> None:
+    base, service = endpoint
+    service.run_cycle()  # type: ignore[attr-defined]
+    url = f"{base}/v1/sites/SITE_A/classad"
+    tag = requests.get(url, timeout=5).headers["ETag"]
+    for _ in range(3):
+        requests.get(url, headers={"If-None-Match": tag}, timeout=5)
+    requests.get(f"{base}/v1/sites/NOT_A_SITE/classad", timeout=5)
+    requests.get(f"{base}/healthz", timeout=5)
+    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        sock.recv(1024)
+    text = requests.get(f"{base}/metrics", timeout=5).text
+    assert 'hydrator_http_requests_total{code="200",route="classad"} 1.0' in text
+    assert 'hydrator_http_requests_total{code="304",route="classad"} 3.0' in text
+    assert 'hydrator_http_requests_total{code="404",route="classad"} 1.0' in text
+    assert 'hydrator_http_requests_total{code="200",route="healthz"} 1.0' in text
+    assert 'hydrator_http_requests_total{code="400",route="invalid"} 1.0' in text
+    assert "NOT_A_SITE" not in text  # site names from clients never become labels
+    assert "hydrator_http_connections 1.0" in text  # the scrape's own connection
+    assert 'hydrator_cycles_total{outcome="ok"} 1.0' in text  # and the daemon's metrics
+    helps = [line for line in text.splitlines() if line.startswith("# HELP ")]
+    assert len(helps) == len(set(helps))
 
 
 def test_health_fails_when_no_cycle_ends_for_too_long(tmp_path: Path) -> None:
