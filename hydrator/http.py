@@ -144,7 +144,8 @@ class HttpEndpoint:
         fmt = (
             "json" if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers) else "text"
         )
-        command = [sys.executable, "-m", "hydrator.httpd", "--fd", str(fd)]
+        # -P: the working directory (the state directory, say) is not put on sys.path
+        command = [sys.executable, "-P", "-m", "hydrator.httpd", "--fd", str(fd)]
         command += ["--backend-port", str(self.backend.port), *self._options]
         command += [
             "--log-format",
