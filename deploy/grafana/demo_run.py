@@ -15,7 +15,9 @@ end, also on Ctrl-C):
   data-bound jobs from ``hydrator expr``: two that run where their data is, one pinned to a site
   without its data (remote), one whose data is nowhere, one whose data sits at a site with a free
   slot it is not allowed to use (missed locality);
-* Prometheus (Debian package) scraping every 5 s with the shipped alert rules.
+* Prometheus (Debian package) scraping every 5 s with the shipped alert rules;
+* a loop that fetches site ClassAds as glidein hooks do (each site every second, with
+  ``If-None-Match``), plus a hook at a site the hydrator does not know (answered 404).
 
 A script changes the world during the run: at 30 % the demo inventory changes (datasets added
 and removed), at 50 % it is broken (invalid TOML: the source fails and goes stale), at 65 % it is
@@ -31,9 +33,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import requests
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -101,6 +106,36 @@ def edit(inventory: Path, old: str, new: str) -> None:
     if old not in text:
         raise RuntimeError(f"{inventory}: {old!r} not found")
     inventory.write_text(text.replace(old, new))
+
+
+@contextlib.contextmanager
+def hooks_fetching(base: str) -> Iterator[None]:
+    """A thread fetching every site's ClassAd each second as hooks do, until the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        etags: dict[str, str] = {}
+        with requests.Session() as http:
+            while not stop.wait(1.0):
+                try:
+                    sites = [
+                        s["site"] for s in http.get(f"{base}/v1/sites", timeout=5).json()["sites"]
+                    ]
+                    for site in [*sites, "SITE_NOT_MAPPED"]:
+                        headers = {"If-None-Match": etags[site]} if site in etags else {}
+                        r = http.get(f"{base}/v1/sites/{site}/classad", headers=headers, timeout=5)
+                        if r.status_code == 200:
+                            etags[site] = r.headers["ETag"]
+                except requests.RequestException as exc:
+                    log(f"hook fetch failed: {exc}")
+
+    thread = threading.Thread(target=loop, name="hooks", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def scenario(inventory: Path, pool: Pool | None, jobs: list[int], seconds: float) -> None:
@@ -173,7 +208,8 @@ def main() -> None:
                 log(f"hydrator {daemon.target}, prometheus {prom.url}; {args.minutes} minutes")
                 start = time.time()
                 try:
-                    scenario(daemon.inventory, pool, jobs, args.minutes * 60)
+                    with hooks_fetching(f"http://{daemon.target}"):
+                        scenario(daemon.inventory, pool, jobs, args.minutes * 60)
                     end = time.time()
                     prometheus = Prometheus(prom.url, SCRAPE_S)
                     render(load_dashboard(), prometheus, start, end, args.out)

@@ -225,6 +225,9 @@ def draw_timeseries(ax: Axes, panel: dict[str, Any], series: list[Series]) -> No
             ax.fill_between(xs, low, ys, color=color, alpha=0.25, linewidth=0)
         ax.plot(xs, line, color=color, linewidth=1.6, label=s.legend)
     ax.set_ylim(bottom=defaults.get("min", None), top=defaults.get("max", None))
+    low_y, high_y = ax.get_ylim()
+    if decimals == 0 and high_y - low_y < 1:  # flat zero: one integer step, as Grafana draws it
+        ax.set_ylim(low_y, low_y + 1)
     if decimals == 0:
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
     else:
