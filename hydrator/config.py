@@ -226,6 +226,9 @@ class DmapiSourceConfig(_SourceBase):
     """Datasets (namespace:name) to locate every cycle."""
     datasets_from_queue: bool = False
     """Also locate the datasets queued jobs declare in RequiredDatasets (needs [collector])."""
+    max_relocates_per_cycle: int = Field(1000, ge=0)
+    """Datasets located in an earlier cycle that are located again per cycle, longest-unchecked
+    first (0: all, every cycle). Datasets never located yet are always located."""
     timeout_s: PositiveSeconds = 10.0
     """Timeout of one HTTP request (connect and each read), seconds."""
     max_attempts: int = Field(3, ge=1)

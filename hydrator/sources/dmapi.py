@@ -33,6 +33,13 @@ dataset"), and whether a listed RSE holds *all* files of a dataset. The API repo
 completeness, rule or transfer state, so a listed replica is reported AVAILABLE: this
 source never produces PARTIAL or REPLICATING entries.
 
+Cost: one locate request per dataset, as the API has no bulk query. A dataset never located
+before is located in the cycle it appears; of those located before, at most
+``max_relocates_per_cycle`` are located again per cycle, longest-unchecked first, and the others
+keep their last answer. With 50,000 datasets wanted and the default 1000, each is re-checked
+every 50 cycles while a new one is seen at once; the answer kept is in memory only, so the
+first cycle after a start locates everything.
+
 Errors: any locate that still fails after its retries fails the whole fetch
 (TransientSourceError), because a dataset whose locate failed must not vanish from the sites
 that hold it. Authentication failures and malformed answers are PermanentSourceError.
@@ -260,6 +267,15 @@ def _children(items: object, key: str | None) -> Iterable[dict[str, Any]]:
             yield from _children(item.get(key), None)
 
 
+def _check_not_all_refused(results: Mapping[DatasetId, LocateResult]) -> None:
+    """One refused dataset is skipped; every one refused is an access problem of ours."""
+    rejected = [r.status for r in results.values() if isinstance(r, _Rejected)]
+    if results and len(rejected) == len(results):
+        raise PermanentSourceError(
+            f"every locate was refused (HTTP {sorted(set(rejected))}); check access"
+        )
+
+
 def _json(resp: requests.Response, label: str) -> Any:
     try:
         return resp.json()
@@ -323,6 +339,8 @@ class DmapiSource:
         self._nodes_at = 0.0
         self._reported: set[str] = set()
         self._reported_lock = threading.Lock()
+        self._fetches = 0
+        self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
         self.calls_last_fetch = 0
         self.seconds_last_fetch = 0.0
 
@@ -343,10 +361,17 @@ class DmapiSource:
                 if isinstance(provider, StaticToken):
                     provider.reset()
             datasets, invalid = self._targets(context)
+            due = self._due(datasets)
             nodes = self._site_capabilities(run)
-            if datasets:
+            if due:
                 self._dm_token.token(run)  # fail here, once, rather than in every worker
-            results = self._locate_all(datasets, run)
+            located = self._locate_all(due, run)
+            self._fetches += 1
+            known = {d: self._known[d] for d in datasets if d in self._known}
+            known.update((d, (result, self._fetches)) for d, result in located.items())
+            self._known = known  # also forgets the datasets no longer wanted
+            results = {d: result for d, (result, _) in known.items()}
+            _check_not_all_refused(results)
             return self._snapshot(results, nodes, invalid)
         finally:
             self.calls_last_fetch = run.calls
@@ -367,6 +392,16 @@ class DmapiSource:
         if self._config.datasets_from_queue:
             wanted.update(context.wanted)
         return sorted(wanted), invalid
+
+    def _due(self, datasets: list[DatasetId]) -> list[DatasetId]:
+        """Those to locate this fetch: every new one, then the budget, longest-unchecked first."""
+        new = [d for d in datasets if d not in self._known]
+        known = sorted((d for d in datasets if d in self._known), key=lambda d: self._known[d][1])
+        budget = self._config.max_relocates_per_cycle
+        if budget and len(known) > budget:
+            log.debug("%s: locating %d of %d known datasets again", self.name, budget, len(known))
+            known = known[:budget]
+        return new + known
 
     # ---- storage areas -> sites
 
@@ -430,12 +465,7 @@ class DmapiSource:
             error = failed.exception()
             assert error is not None
             raise error
-        results = {futures[f]: f.result() for f in done}
-        rejected = sum(isinstance(r, _Rejected) for r in results.values())
-        if results and rejected == len(results):
-            statuses = sorted({r.status for r in results.values() if isinstance(r, _Rejected)})
-            raise PermanentSourceError(f"every locate was refused (HTTP {statuses}); check access")
-        return results
+        return {futures[f]: f.result() for f in done}
 
     def _locate(self, dataset: DatasetId, run: Run) -> LocateResult:
         # Names may contain "/"; it is percent-encoded too so that dot segments in a name

@@ -193,6 +193,57 @@ def test_datasets_queued_jobs_want_are_located_when_enabled(
     assert ("MARSSRC-VALLES", "ska:obs_2") not in pairs(disabled)
 
 
+def test_known_datasets_are_relocated_within_the_budget_longest_unchecked_first(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
+    names = [f"ska:obs_{i:02d}" for i in range(30)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("RSE_A", AREA_A))
+    source = make_source(datasets=names, max_relocates_per_cycle=10)
+
+    per_fetch = []
+    for _ in range(4):
+        fake.located.clear()
+        snapshot = source.fetch(CTX)
+        per_fetch.append(sorted(f"{scope}:{name}" for scope, name in fake.located))
+        assert len(snapshot.replicas) == 30  # nothing vanishes while it waits for its turn
+    assert per_fetch[0] == names  # the first fetch locates everything
+    assert [len(f) for f in per_fetch[1:]] == [10, 10, 10]
+    assert sorted(d for fetch in per_fetch[1:] for d in fetch) == names  # each in turn, once
+    assert source.calls_last_fetch == 10
+
+    fake.add_dataset("ska", "obs_05")  # moved away: seen when its turn comes
+    fake.located.clear()
+    assert ("SITE_A", "ska:obs_05") not in pairs(source.fetch(CTX))
+    assert ("ska", "obs_05") in fake.located
+
+
+def test_a_newly_wanted_dataset_is_located_at_once_even_over_the_budget(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
+    for i in range(5):
+        fake.add_dataset("ska", f"obs_{i}", ("RSE_A", AREA_A))
+    source = make_source(
+        datasets=["ska:obs_0", "ska:obs_1"], datasets_from_queue=True, max_relocates_per_cycle=1
+    )
+    source.fetch(CTX)
+    queued = FetchContext(now=NOW, wanted={DatasetId("ska", f"obs_{i}"): 1 for i in (2, 3, 4)})
+    fake.located.clear()
+    snapshot = source.fetch(queued)
+    assert {("ska", f"obs_{i}") for i in (2, 3, 4)} <= set(fake.located)
+    assert len(fake.located) == 4  # the three new ones and one known one
+    assert {d for _, d in pairs(snapshot)} == {f"ska:obs_{i}" for i in range(5)}
+
+    fake.located.clear()
+    gone = source.fetch(CTX)  # the jobs left the queue: their datasets are no longer reported
+    assert {d for _, d in pairs(gone)} == {"ska:obs_0", "ska:obs_1"}
+    fake.located.clear()
+    source.fetch(queued)  # and when they come back, they are new again
+    assert {("ska", f"obs_{i}") for i in (2, 3, 4)} <= set(fake.located)
+
+
 def test_concurrency_is_bounded(fake: FakeSrcnet, make_source: MakeSource) -> None:
     fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
     names = [f"ska:obs_{i}" for i in range(24)]
