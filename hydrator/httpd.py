@@ -31,6 +31,7 @@ import argparse
 import http.client
 import json
 import logging
+import resource
 import signal
 import socket
 import struct
@@ -246,6 +247,18 @@ def serve(routes: FrontRoutes, server: HttpServer, updates: BinaryIO, acks: Bina
     server.stop()
 
 
+def raise_descriptor_limit() -> int:
+    """Lift the soft limit on open files to the hard one and return it: every client connection
+    is a descriptor, and glideins fetching without a squid can hold thousands at once."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    limit = hard if hard != resource.RLIM_INFINITY else soft
+    if 0 < limit < 4096:
+        log.warning("only %d open files allowed: as many client connections at most", limit)
+    return limit
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hydrator.httpd", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
@@ -256,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_format, args.log_level)
+    raise_descriptor_limit()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     metrics = FrontMetrics(CollectorRegistry())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import time
@@ -201,6 +202,24 @@ def test_a_front_that_dies_is_restarted_with_everything_and_counted(tmp_path: Pa
     assert front.poll() is not None and http._front is None
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz", timeout=2)
+
+
+def test_the_front_lifts_its_open_files_limit_to_the_hard_one(tmp_path: Path) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # what the front inherits
+    try:
+        _, service, http = _started(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert http._front is not None
+        limits = Path(f"/proc/{http._front.pid}/limits").read_text().splitlines()
+        (line,) = [x for x in limits if x.startswith("Max open files")]
+        front_soft, front_hard = line.split()[3:5]
+        assert front_soft == front_hard == str(hard)
+    finally:
+        http.stop()
+        service.close()
 
 
 def _started(tmp_path: Path, wedged_after_s: float = 300) -> tuple[str, Any, HttpEndpoint]:
