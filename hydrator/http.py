@@ -109,10 +109,10 @@ class HttpEndpoint:
 
     def start(self) -> None:
         self.backend.start()
+        self.service.add_listener(self.push)  # first: no cycle can end unseen by the front
+        self._listening = True
         with self._lock:
             self._spawn()
-        self.service.add_listener(self.push)
-        self._listening = True
         self._watcher.start()
         log.info("listening on http://%s:%d", self.sock.getsockname()[0], self.port)
 

@@ -141,6 +141,7 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False  # the client is not reading what we send
         self.closing = False
         self.deadline = 0.0  # monotonic time after which the connection is idle or too slow
+        self.pending = 0  # bytes not yet sent, when last looked at
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -164,6 +165,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self._arm()  # the client is reading: a slow download is not an idle connection
         if self.transport is not None and not self.busy and not self.closing:
             self.transport.resume_reading()
             self._process()  # pipelined requests already read
@@ -254,6 +256,7 @@ class _Connection(asyncio.Protocol):
             self.transport.write(head)
         else:
             self.transport.writelines((head, response.body))
+        self.pending = self.transport.get_write_buffer_size()
         if not keep_alive:
             self._close()
 
@@ -275,15 +278,18 @@ class _Connection(asyncio.Protocol):
 
     def _expire(self) -> None:
         self.timer = None
-        if self.closing:
+        if self.closing or self.transport is None:
             return
+        pending = self.transport.get_write_buffer_size()
+        if 0 < pending < self.pending:  # the client reads a long answer: not idle, just slow
+            self._arm()
+        self.pending = pending
         left = self.deadline - time.monotonic()
         if left > 0 or self.busy:
             self.timer = self.server.loop.call_later(max(left, 1.0), self._expire)
             return
         log.debug("closing a connection idle or stalled for %.0f s", self.server.timeout_s)
-        if self.transport is not None:
-            self.transport.abort()
+        self.transport.abort()
 
 
 _INTERNAL_ERROR = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n")
