@@ -297,10 +297,16 @@ _INTERNAL_ERROR = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n"
 
 def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: any free one); ``OSError`` if busy.
+    ``::`` listens on IPv6 and IPv4 alike (``[http] listen = "[::]:9620"``).
 
     The backlog absorbs a burst of new connections (a squid, a wave of glideins): a full accept
     queue drops SYNs, which clients retry after 1 s, and that shows as a 1 s tail.
     """
+    if host == "::":  # every address: IPv6 and, where the system can, IPv4 on the same socket
+        dualstack = socket.has_dualstack_ipv6()
+        return socket.create_server(
+            (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=dualstack
+        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=backlog)
 

@@ -352,3 +352,10 @@ def test_a_client_that_stops_reading_mid_answer_is_cut_off() -> None:
     finally:
         sock.close()
         http.stop()
+
+
+def test_listening_on_every_ipv6_address_also_takes_ipv4() -> None:
+    with listen("::", 0) as sock:
+        port = sock.getsockname()[1]
+        for address in ("::1", "127.0.0.1"):
+            socket.create_connection((address, port), timeout=2).close()
