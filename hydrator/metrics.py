@@ -103,6 +103,14 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.source_deferred = Gauge(
+            "source_deferred_checks",
+            "Checks the last fetch left to later cycles because of its per-cycle budget"
+            " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
         self.invalid_records = Counter(
             "invalid_records",
             "Records skipped as malformed or with invalid names.",

@@ -250,7 +250,12 @@ class Service:
 
     def _count_calls(self, source: Source) -> None:
         """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
-        mapping method -> count (Rucio). Optional, so it is not part of the Source protocol."""
+        mapping method -> count (Rucio); those with a per-cycle budget expose
+        ``deferred_last_fetch``, the checks left to later cycles. Optional, so neither is part
+        of the Source protocol."""
+        deferred = getattr(source, "deferred_last_fetch", None)
+        if isinstance(deferred, int):
+            self.metrics.source_deferred.labels(source.name).set(deferred)
         calls = getattr(source, "calls_last_fetch", None)
         if isinstance(calls, int):
             calls = {"request": calls}

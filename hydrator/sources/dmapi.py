@@ -343,6 +343,7 @@ class DmapiSource:
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
         self.calls_last_fetch = 0
         self.seconds_last_fetch = 0.0
+        self.deferred_last_fetch = 0  # known datasets not located again (over the budget)
 
     @property
     def name(self) -> str:
@@ -398,7 +399,8 @@ class DmapiSource:
         new = [d for d in datasets if d not in self._known]
         known = sorted((d for d in datasets if d in self._known), key=lambda d: self._known[d][1])
         budget = self._config.max_relocates_per_cycle
-        if budget and len(known) > budget:
+        self.deferred_last_fetch = max(0, len(known) - budget) if budget else 0
+        if self.deferred_last_fetch:
             log.debug("%s: locating %d of %d known datasets again", self.name, budget, len(known))
             known = known[:budget]
         return new + known

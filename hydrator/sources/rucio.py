@@ -206,6 +206,11 @@ class RucioSource:
         self.deep_checks_skipped_last_fetch = 0
 
     @property
+    def deferred_last_fetch(self) -> int:
+        """Deep checks left to later cycles (the lagging summary was used instead)."""
+        return self.deep_checks_skipped_last_fetch
+
+    @property
     def name(self) -> str:
         return self.config.name
 

@@ -112,6 +112,20 @@ def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock
     assert m("hydrator_source_errors_total", {"source": "s", "kind": "transient"}) == 2
 
 
+def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: object) -> None:
+    source = Scripted("s", [good(config), good(config)])
+    source.deferred_last_fetch = 7  # type: ignore[attr-defined]  # as DMAPI and Rucio set it
+    source.calls_last_fetch = {"locate": 3}  # type: ignore[attr-defined]
+    service = make(config, [source], clock)
+    service.run_cycle()
+    source.deferred_last_fetch = 0  # type: ignore[attr-defined]  # caught up
+    service.run_cycle()
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_source_deferred_checks", {"source": "s"}) == 0
+    assert m("hydrator_source_api_calls_total", {"source": "s", "method": "locate"}) == 6
+    assert m("hydrator_source_deferred_checks", {"source": "other"}) is None
+
+
 def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: object) -> None:
     recorder = Recorder(fail=True)
     service = make(config, [Scripted("s", [good(config)])], clock, [recorder])

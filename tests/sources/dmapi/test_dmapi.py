@@ -212,6 +212,7 @@ def test_known_datasets_are_relocated_within_the_budget_longest_unchecked_first(
     assert [len(f) for f in per_fetch[1:]] == [10, 10, 10]
     assert sorted(d for fetch in per_fetch[1:] for d in fetch) == names  # each in turn, once
     assert source.calls_last_fetch == 10
+    assert source.deferred_last_fetch == 20  # reported as hydrator_source_deferred_checks
 
     fake.add_dataset("ska", "obs_05")  # moved away: seen when its turn comes
     fake.located.clear()
