@@ -170,14 +170,8 @@ class HttpEndpoint:
         }
         removed = tuple(site for site in self._sent if site not in published.ads)
         self._seq += 1
-        update = Update(
-            self._seq,
-            self.service.ready.is_set(),
-            self.service.last_cycle_end,
-            ads,
-            removed,
-            full=not self._sent,
-        )
+        ready, last_cycle_end = self.service.ready.is_set(), self.service.last_cycle_end
+        update = Update(self._seq, ready, last_cycle_end, ads, removed)
         try:
             front.stdin.write(encode(update))
             front.stdin.flush()

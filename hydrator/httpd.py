@@ -67,14 +67,14 @@ class Ad:
 
 @dataclass(frozen=True, slots=True)
 class Update:
-    """One frame: what changed since the previous frame (everything if ``full``)."""
+    """One frame: what changed since the previous frame. The daemon diffs against what the front
+    acknowledged, and a new front starts empty, so a first frame simply lists every ad."""
 
     seq: int
     ready: bool
     last_cycle_end: float
     ads: Mapping[str, Ad] = field(default_factory=dict)
     removed: tuple[str, ...] = ()
-    full: bool = False
 
 
 def encode(update: Update) -> bytes:
@@ -84,7 +84,6 @@ def encode(update: Update) -> bytes:
         "ready": update.ready,
         "last_cycle_end": update.last_cycle_end,
         "removed": list(update.removed),
-        "full": update.full,
         "ads": [[site, ad.etag, len(ad.body)] for site, ad in update.ads.items()],
     }
     raw = json.dumps(header).encode()
@@ -107,9 +106,7 @@ def read_update(stream: BinaryIO) -> Update | None:
             return None
         ads[site] = Ad(etag, body)
     removed = tuple(header["removed"])
-    return Update(
-        header["seq"], header["ready"], header["last_cycle_end"], ads, removed, header["full"]
-    )
+    return Update(header["seq"], header["ready"], header["last_cycle_end"], ads, removed)
 
 
 def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
@@ -132,7 +129,7 @@ class Held:
     last_cycle_end: float = 0.0
 
     def apply(self, update: Update) -> Held:
-        ads = {} if update.full else dict(self.ads)
+        ads = dict(self.ads)
         for site in update.removed:
             ads.pop(site, None)
         ads.update(update.ads)
@@ -260,16 +257,15 @@ def serve(routes: FrontRoutes, server: HttpServer, updates: BinaryIO, acks: Bina
     server.stop()
 
 
-def raise_descriptor_limit() -> int:
-    """Lift the soft limit on open files to the hard one and return it: every client connection
-    is a descriptor, and glideins fetching without a squid can hold thousands at once."""
+def raise_descriptor_limit() -> None:
+    """Lift the soft limit on open files to the hard one: every client connection is a
+    descriptor, and glideins fetching without a squid can hold thousands at once."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     limit = hard if hard != resource.RLIM_INFINITY else soft
     if 0 < limit < 4096:
         log.warning("only %d open files allowed: as many client connections at most", limit)
-    return limit
 
 
 def main(argv: list[str] | None = None) -> int:

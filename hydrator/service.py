@@ -245,10 +245,10 @@ class Service:
             log.exception("source %s raised an unexpected error", source.name)
             outcome = SourceFailure(source.name, f"unexpected {type(exc).__name__}: {exc}")
         self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
-        self._count_calls(source)
+        self._record_source_counts(source)
         return outcome
 
-    def _count_calls(self, source: Source) -> None:
+    def _record_source_counts(self, source: Source) -> None:
         """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
         mapping method -> count (Rucio); those with a per-cycle budget expose
         ``deferred_last_fetch``, the checks left to later cycles. Optional, so neither is part
