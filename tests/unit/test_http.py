@@ -25,19 +25,8 @@ INVENTORY = (
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[tuple[str, object]]:
-    (tmp_path / "inv.toml").write_text(INVENTORY)
-    config = parse_config(
-        {
-            "daemon": {"state_path": "s.sqlite"},
-            "http": {"max_age_s": 30},
-            "sources": [{"type": "static", "path": "inv.toml"}],
-        },
-        tmp_path,
-    )
-    service = build_service(config)
-    http = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=30, wedged_after_s=300)
-    http.start()
-    yield f"http://127.0.0.1:{http.port}", service
+    base, service, http = _started(tmp_path)
+    yield base, service
     http.stop()
     service.close()
 

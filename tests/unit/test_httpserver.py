@@ -310,17 +310,28 @@ def test_whatever_a_client_sends_the_server_answers_or_closes_and_keeps_serving(
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
-def test_a_slow_download_is_not_cut_off_as_idle() -> None:
+@contextlib.contextmanager
+def big_answer_over_small_buffers() -> Iterator[tuple[HttpServer, socket.socket]]:
+    """A server (1 s timeout) and a client that asked for /big, both with 4 KiB socket buffers,
+    so the answer stays in the server's own buffer until the client reads it."""
     listener = listen("127.0.0.1", 0)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # inherited by connections
     http = HttpServer(handler, listener, timeout_s=1.0)
     http.start()
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # so the server must wait for us
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(5)
     try:
         sock.connect(("127.0.0.1", http.port))
         sock.sendall(get("/big"))
+        yield http, sock
+    finally:
+        sock.close()
+        http.stop()
+
+
+def test_a_slow_download_is_not_cut_off_as_idle() -> None:
+    with big_answer_over_small_buffers() as (_, sock):
         received, t0 = b"", time.monotonic()
         while len(received) < len(BIG) + 100:
             chunk = sock.recv(4096)
@@ -330,28 +341,13 @@ def test_a_slow_download_is_not_cut_off_as_idle() -> None:
             time.sleep(0.012)  # over 3 s for 1 MiB: several times the 1 s timeout
         assert received.endswith(BIG), f"cut off after {len(received)} bytes"
         assert time.monotonic() - t0 > 3
-    finally:
-        sock.close()
-        http.stop()
 
 
 def test_a_client_that_stops_reading_mid_answer_is_cut_off() -> None:
-    listener = listen("127.0.0.1", 0)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    http = HttpServer(handler, listener, timeout_s=1.0)
-    http.start()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(5)
-    try:
-        sock.connect(("127.0.0.1", http.port))
-        sock.sendall(get("/big"))
+    with big_answer_over_small_buffers() as (http, sock):
         sock.recv(4096)
         time.sleep(3.5)  # stalled: nothing read for several timeouts
         assert not http.connections  # the server gave up and freed the connection
-    finally:
-        sock.close()
-        http.stop()
 
 
 def test_listening_on_every_ipv6_address_also_takes_ipv4() -> None:
