@@ -33,6 +33,7 @@ from hydrator.locality import PoolProbe, locality_report
 from hydrator.metrics import Metrics
 from hydrator.observe import log_cycle, record_cycle
 from hydrator.publishers import Publisher, PublishReport
+from hydrator.redact import redact
 from hydrator.render import etag, published_updated, render_cron
 from hydrator.sources import FetchContext, Source
 from hydrator.state import StateStore
@@ -158,7 +159,8 @@ class Service:
                 report = self._cycle(started, t0, dry_run)
             except HydratorError as exc:
                 log.error("cycle failed: %s", exc)
-                report = CycleReport(started, time.monotonic() - t0, "failed", error=str(exc))
+                error = redact(str(exc))
+                report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
             self.last_cycle_end = time.monotonic()
             self._observe(report)
             for listener in list(self._listeners):
@@ -240,10 +242,11 @@ class Service:
         except SourceError as exc:
             log.warning("source %s failed: %s", source.name, exc)
             permanent = isinstance(exc, PermanentSourceError)
-            outcome = SourceFailure(source.name, str(exc), permanent)
+            outcome = SourceFailure(source.name, redact(str(exc)), permanent)
         except Exception as exc:  # a bug in one adapter must not stop the others or the daemon
             log.exception("source %s raised an unexpected error", source.name)
-            outcome = SourceFailure(source.name, f"unexpected {type(exc).__name__}: {exc}")
+            reason = redact(f"unexpected {type(exc).__name__}: {exc}")
+            outcome = SourceFailure(source.name, reason)
         self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
         self._record_source_counts(source)
         return outcome
@@ -273,7 +276,7 @@ class Service:
                 reports[publisher.name] = publisher.publish(views, removed, now)
             except PublishError as exc:
                 log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
-                errors[publisher.name] = str(exc)
+                errors[publisher.name] = redact(str(exc))
         return reports, errors
 
     def _measure_locality(self, plan: Plan) -> None:
