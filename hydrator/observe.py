@@ -175,6 +175,8 @@ def _record_source(metrics: Metrics, status: SourceStatus, now: datetime) -> Non
     if status.outcome.endswith("_error"):
         metrics.source_errors.labels(name, status.outcome.removesuffix("_error")).inc()
     metrics.invalid_records.labels(name).inc(status.invalid)
+    if status.outcome in ("ok", "held"):  # it answered: its invalid records are known
+        metrics.source_invalid.labels(name).set(status.invalid)
     metrics.unmapped.labels(name).set(len(status.unmapped))
     metrics.source_stale.labels(name).set(0 if status.fresh else 1)
     if status.last_success is not None:

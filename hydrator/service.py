@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
@@ -129,12 +129,15 @@ class Service:
         self.advertise_policy = AdvertisePolicy(
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
+            max_ad_bytes=config.classad.max_ad_bytes,
         )
+        self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
+        self.published = Published()
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
@@ -175,9 +178,10 @@ class Service:
         (the demand is not known yet; hooks keep their last good copy)."""
         if self.advertise_policy.demand_only:
             return {}
-        held, policy = self._state.merged, self.advertise_policy
+        held, policy, size = self._state.merged, self.advertise_policy, self._ad_size
         return {
-            s: advertise(v, {}, policy, held).view for s, v in self._state.stamped_views().items()
+            s: advertise(v, {}, policy, held, size).view
+            for s, v in self._state.stamped_views().items()
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
@@ -225,8 +229,44 @@ class Service:
         return self._last_wanted
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
-        policy, held = self.advertise_policy, plan.state.merged
-        return {site: advertise(v, wanted, policy, held) for site, v in plan.sites.items()}
+        policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
+        advertised = {
+            site: advertise(v, wanted, policy, held, size) for site, v in plan.sites.items()
+        }
+        self._warn_over_size(advertised)
+        return advertised
+
+    def _ad_size(self, view: SiteView) -> int:
+        """Bytes of ``view``'s ad as the hook gets it: the published body when the lists are
+        unchanged; else, when even an upper bound (the empty ad, plus each name's length and 3
+        bytes for its quotes and comma) is under the limit, that bound; else a rendering."""
+        old = self.published.ads.get(view.site)
+        if old is not None and old.view.digest == view.digest:
+            return len(old.body)
+        empty = replace(view, available=(), partial=(), replicating=())
+        bound = len(render_cron(empty, self.config.classad).encode("utf-8"))
+        lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
+        bound += sum(len(d.scope) + len(d.name) + 4 for names in lists for d in names)
+        if bound <= self.advertise_policy.max_ad_bytes:
+            return bound
+        return len(render_cron(view, self.config.classad).encode("utf-8"))
+
+    def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
+        """One warning when a site's ad starts being cut to fit, one line when it fits again."""
+        over = frozenset(site for site, a in advertised.items() if a.over_size)
+        limit = self.advertise_policy.max_ad_bytes
+        for site in sorted(over - self._over_size):
+            log.warning(
+                "site %s: its ad would exceed [classad] max_ad_bytes = %d; leaving out %d "
+                "dataset(s), least demanded first (hydrator_datasets_unadvertised"
+                '{reason="over_size"}); /v1/sites still lists them all',
+                site,
+                limit,
+                advertised[site].over_size,
+            )
+        for site in sorted(self._over_size - over):
+            log.info("site %s: its ad fits max_ad_bytes = %d again", site, limit)
+        self._over_size = over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         if not self.sources:

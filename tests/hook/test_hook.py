@@ -338,3 +338,11 @@ def test_max_bytes_is_configurable_and_refuses_a_larger_answer_loudly(
     assert (out.returncode, out.stdout) == (0, GOOD_LINES + "-\n")
     assert "larger than 2000 bytes" in out.stderr
     assert run_hook(url, tmp_path / "cache").stdout.startswith('AvailableDatasets = { "ska:obs_1"')
+
+
+def test_the_hook_and_the_daemon_default_to_the_same_size_limit() -> None:
+    """[classad] max_ad_bytes and the hook's --max-bytes must agree (docs/security.md)."""
+    from hydrator.config import ClassAdConfig
+
+    assert f"\nDEFAULT_MAX_BYTES={ClassAdConfig().max_ad_bytes}\n" in HOOK.read_text()
+    assert GLIDEIN.resolve() == HOOK.resolve(), "the glidein script is the same file"
