@@ -64,8 +64,8 @@ def advertise(
 
     ``held`` is the state's (site, dataset) -> replica index, so the cost grows with the
     demanded datasets and the budget, not with the names a site holds. ``size`` gives the
-    bytes of a view's published ad; without it (or without ``max_ad_bytes``) size is not
-    checked.
+    bytes of a view's published ad, or any number on the same side of ``max_ad_bytes`` (it is
+    only compared with it); without it, or without ``max_ad_bytes``, size is not checked.
     """
     narrowed = _by_demand_and_budget(view, wanted, policy, held)
     limit = policy.max_ad_bytes

@@ -237,19 +237,24 @@ class Service:
         return advertised
 
     def _ad_size(self, view: SiteView) -> int:
-        """Bytes of ``view``'s ad as the hook gets it: the published body when the lists are
-        unchanged; else, when even an upper bound (the empty ad, plus each name's length and 3
-        bytes for its quotes and comma) is under the limit, that bound; else a rendering."""
+        """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
+        ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
+        lists are unchanged; else bounds from the names over the empty ad (each name costs its
+        length and two quotes, plus at most a comma); a rendering only between the bounds."""
         old = self.published.ads.get(view.site)
         if old is not None and old.view.digest == view.digest:
             return len(old.body)
+        attrs = self.config.classad
         empty = replace(view, available=(), partial=(), replicating=())
-        bound = len(render_cron(empty, self.config.classad).encode("utf-8"))
         lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
-        bound += sum(len(d.scope) + len(d.name) + 4 for names in lists for d in names)
-        if bound <= self.advertise_policy.max_ad_bytes:
-            return bound
-        return len(render_cron(view, self.config.classad).encode("utf-8"))
+        lengths = [len(d.scope) + len(d.name) + 3 for names in lists for d in names]
+        lower = len(render_cron(empty, attrs).encode("utf-8")) + sum(lengths)
+        upper, limit = lower + len(lengths), self.advertise_policy.max_ad_bytes
+        if upper <= limit:
+            return upper
+        if lower > limit:
+            return lower
+        return len(render_cron(view, attrs).encode("utf-8"))
 
     def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
         """One warning when a site's ad starts being cut to fit, one line when it fits again."""
