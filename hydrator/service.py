@@ -137,7 +137,7 @@ class Service:
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
-        self.published = Published()
+        self.published = Published()  # empty, for _ad_size while the startup views are cut
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
