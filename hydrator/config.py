@@ -101,6 +101,10 @@ class ClassAdConfig(_Model):
     [collector] enabled = true to read the schedds)."""
     max_datasets_per_site: int = Field(0, ge=0)
     """Budget of dataset names per site ad (all lists together); the most-demanded win. 0: none."""
+    max_ad_bytes: int = Field(60000, ge=1024, le=60000)
+    """Largest site ad in bytes, as served to the execute-node hook (whose own limit, default
+    60000 because STARTD_CRON reads lines into a 64 KiB buffer, must not be smaller: hook option
+    --max-bytes / HYDRATOR_MAX_BYTES). A larger ad is cut, least-demanded datasets first."""
 
     @model_validator(mode="after")
     def _valid_unique(self) -> ClassAdConfig:

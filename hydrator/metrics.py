@@ -113,7 +113,16 @@ class Metrics:
         )
         self.invalid_records = Counter(
             "invalid_records",
-            "Records skipped as malformed or with invalid names.",
+            "Records skipped as malformed or with invalid names (a bad record is counted in"
+            " every answer that holds it).",
+            ["source"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.source_invalid = Gauge(
+            "source_invalid_records",
+            "Records skipped as malformed or with invalid names in the source's last answer"
+            " (unchanged while it fails): alert on its rise, not on its level.",
             ["source"],
             namespace=ns,
             registry=registry,
@@ -156,8 +165,9 @@ class Metrics:
         )
         self.unadvertised = Gauge(
             "datasets_unadvertised",
-            "Datasets a site holds that its ad leaves out, by reason "
-            "(not_demanded, over_budget; see [classad] advertise, max_datasets_per_site).",
+            "Datasets a site holds that its ad leaves out, by reason (not_demanded, "
+            "over_budget, over_size; see [classad] advertise, max_datasets_per_site, "
+            "max_ad_bytes).",
             ["site", "reason"],
             namespace=ns,
             registry=registry,
@@ -242,6 +252,7 @@ class Metrics:
         for a in advertised:
             self.unadvertised.labels(a.view.site, "not_demanded").set(a.not_demanded)
             self.unadvertised.labels(a.view.site, "over_budget").set(a.over_budget)
+            self.unadvertised.labels(a.view.site, "over_size").set(a.over_size)
 
     def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
         """Replace the per-site gauges (sites that went away lose their series)."""

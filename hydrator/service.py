@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +33,7 @@ from hydrator.locality import PoolProbe, locality_report
 from hydrator.metrics import Metrics
 from hydrator.observe import log_cycle, record_cycle
 from hydrator.publishers import Publisher, PublishReport
+from hydrator.redact import redact
 from hydrator.render import etag, published_updated, render_cron
 from hydrator.sources import FetchContext, Source
 from hydrator.state import StateStore
@@ -128,12 +129,15 @@ class Service:
         self.advertise_policy = AdvertisePolicy(
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
+            max_ad_bytes=config.classad.max_ad_bytes,
         )
+        self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
+        self.published = Published()  # empty, for _ad_size while the startup views are cut
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
@@ -158,7 +162,8 @@ class Service:
                 report = self._cycle(started, t0, dry_run)
             except HydratorError as exc:
                 log.error("cycle failed: %s", exc)
-                report = CycleReport(started, time.monotonic() - t0, "failed", error=str(exc))
+                error = redact(str(exc))
+                report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
             self.last_cycle_end = time.monotonic()
             self._observe(report)
             for listener in list(self._listeners):
@@ -173,9 +178,10 @@ class Service:
         (the demand is not known yet; hooks keep their last good copy)."""
         if self.advertise_policy.demand_only:
             return {}
-        held, policy = self._state.merged, self.advertise_policy
+        held, policy, size = self._state.merged, self.advertise_policy, self._ad_size
         return {
-            s: advertise(v, {}, policy, held).view for s, v in self._state.stamped_views().items()
+            s: advertise(v, {}, policy, held, size).view
+            for s, v in self._state.stamped_views().items()
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
@@ -223,8 +229,49 @@ class Service:
         return self._last_wanted
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
-        policy, held = self.advertise_policy, plan.state.merged
-        return {site: advertise(v, wanted, policy, held) for site, v in plan.sites.items()}
+        policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
+        advertised = {
+            site: advertise(v, wanted, policy, held, size) for site, v in plan.sites.items()
+        }
+        self._warn_over_size(advertised)
+        return advertised
+
+    def _ad_size(self, view: SiteView) -> int:
+        """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
+        ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
+        lists are unchanged; else bounds from the names over the empty ad (each name costs its
+        length and two quotes, plus at most a comma); a rendering only between the bounds."""
+        old = self.published.ads.get(view.site)
+        if old is not None and old.view.digest == view.digest:
+            return len(old.body)
+        attrs = self.config.classad
+        empty = replace(view, available=(), partial=(), replicating=())
+        lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
+        lengths = [len(d.scope) + len(d.name) + 3 for names in lists for d in names]
+        lower = len(render_cron(empty, attrs).encode("utf-8")) + sum(lengths)
+        upper, limit = lower + len(lengths), self.advertise_policy.max_ad_bytes
+        if upper <= limit:
+            return upper
+        if lower > limit:
+            return lower
+        return len(render_cron(view, attrs).encode("utf-8"))
+
+    def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
+        """One warning when a site's ad starts being cut to fit, one line when it fits again."""
+        over = frozenset(site for site, a in advertised.items() if a.over_size)
+        limit = self.advertise_policy.max_ad_bytes
+        for site in sorted(over - self._over_size):
+            log.warning(
+                "site %s: its ad would exceed [classad] max_ad_bytes = %d; leaving out %d "
+                "dataset(s), least demanded first (hydrator_datasets_unadvertised"
+                '{reason="over_size"}); /v1/sites still lists them all',
+                site,
+                limit,
+                advertised[site].over_size,
+            )
+        for site in sorted(self._over_size - over):
+            log.info("site %s: its ad fits max_ad_bytes = %d again", site, limit)
+        self._over_size = over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         if not self.sources:
@@ -240,10 +287,11 @@ class Service:
         except SourceError as exc:
             log.warning("source %s failed: %s", source.name, exc)
             permanent = isinstance(exc, PermanentSourceError)
-            outcome = SourceFailure(source.name, str(exc), permanent)
+            outcome = SourceFailure(source.name, redact(str(exc)), permanent)
         except Exception as exc:  # a bug in one adapter must not stop the others or the daemon
             log.exception("source %s raised an unexpected error", source.name)
-            outcome = SourceFailure(source.name, f"unexpected {type(exc).__name__}: {exc}")
+            reason = redact(f"unexpected {type(exc).__name__}: {exc}")
+            outcome = SourceFailure(source.name, reason)
         self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
         self._record_source_counts(source)
         return outcome
@@ -273,7 +321,7 @@ class Service:
                 reports[publisher.name] = publisher.publish(views, removed, now)
             except PublishError as exc:
                 log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
-                errors[publisher.name] = str(exc)
+                errors[publisher.name] = redact(str(exc))
         return reports, errors
 
     def _measure_locality(self, plan: Plan) -> None:

@@ -11,7 +11,8 @@ Errors (``raise ... from`` the ``requests`` exception)::
     TransientSourceError   attempts exhausted, Retry-After too long, or the fetch was aborted
     PermanentSourceError   the request cannot be made at all (invalid URL, TLS setup, ...)
 
-Nothing here logs headers or bodies: they may carry bearer tokens or client secrets.
+Nothing here logs headers or bodies: they may carry bearer tokens or client secrets; library
+error messages pass :func:`hydrator.redact.redact` before they go into an error.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -186,5 +188,6 @@ class HttpClient:
 
 
 def _describe(exc: requests.RequestException) -> str:
-    """The exception's class and message; requests messages name URLs, never headers."""
-    return f"{type(exc).__name__}: {exc}"
+    """The exception's class and message, redacted: requests names URLs (which may carry
+    credentials) and, when it refuses a header, the header's value (a bearer token)."""
+    return redact(f"{type(exc).__name__}: {exc}")

@@ -70,6 +70,7 @@ from hydrator.domain import (
     check_site,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.redact import checked_secret, read_secret
 from hydrator.sources import FetchContext
 from hydrator.sources._http import HttpClient, RetryPolicy, Run
 
@@ -104,7 +105,7 @@ class StaticToken:
     def token(self, run: Run) -> str:
         with self._lock:
             if self._token is None:
-                self._token = _read_secret(self._path, self._what)
+                self._token = read_secret(self._path, self._what)
             return self._token
 
     def invalidate(self, token: str) -> None:
@@ -159,8 +160,8 @@ class ClientCredentials:
 
     def _fetch(self, run: Run) -> tuple[str, float]:
         label = f"token for audience {self._audience!r}"
-        client_id = _read_secret(self._id_file, "client id")
-        secret = _read_secret(self._secret_file, "client secret")
+        client_id = read_secret(self._id_file, "client id")
+        secret = read_secret(self._secret_file, "client secret")
         form = {"grant_type": "client_credentials", "audience": self._audience}
         if self._scope:
             form["scope"] = self._scope
@@ -177,22 +178,12 @@ class ClientCredentials:
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise PermanentSourceError(f"{label}: token endpoint answer has no access_token")
+        checked_secret(token, f"{label}: the access_token from the token endpoint {self._url}")
         expires_in = body.get("expires_in")
         if not isinstance(expires_in, int | float) or isinstance(expires_in, bool):
             expires_in = DEFAULT_TOKEN_LIFETIME_S
         log.info("obtained a %s valid for %.0f s", label, expires_in)
         return token, float(expires_in)
-
-
-def _read_secret(path: Path, what: str) -> str:
-    """The stripped content of a secret file; the error names the file, never the content."""
-    try:
-        value = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise PermanentSourceError(f"cannot read the {what} file {path}: {exc.strerror}") from exc
-    if not value:
-        raise PermanentSourceError(f"the {what} file {path} is empty")
-    return value
 
 
 # --------------------------------------------------------------------------- parsing

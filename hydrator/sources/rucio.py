@@ -87,9 +87,12 @@ from hydrator.domain import (
     check_site,
 )
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
+from hydrator.observe import adopt_library_loggers
+from hydrator.redact import read_secret, redact
 from hydrator.sources import FetchContext
 
 log = logging.getLogger(__name__)
+adopt_library_loggers()  # rucio's own stderr handler would bypass the redacting formatter
 
 T = TypeVar("T")
 
@@ -478,7 +481,7 @@ class RucioSource:
 
     def _translate(self, method: str, exc: Exception) -> SourceError:
         """The hydrator's error for a library exception, by its class and HTTP status."""
-        where = self.config.rucio_host or "the server in $RUCIO_CONFIG"
+        where = redact(self.config.rucio_host or "the server in $RUCIO_CONFIG")  # user:pw@
         kind = type(exc).__name__
         status = self._last_status
         if isinstance(exc, _AUTH_ERRORS) or status in (401, 403):
@@ -613,13 +616,11 @@ def _from_summary(row: _Row, cycle: _Cycle) -> Replica | None:
 
 
 def _read_secret(path: Path | None, key: str) -> str:
-    """The first line of a secret file; the error names the key, never the content."""
+    """The stripped content of a secret file, checked (no whitespace or control characters
+    inside) and remembered for redaction; the error names the key and file, never the content."""
     if path is None:
         raise PermanentSourceError(f"rucio: {key} is required for this auth_type")
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise PermanentSourceError(f"rucio: cannot read {key} {path}: {exc.strerror}") from exc
+    return read_secret(path, f"rucio {key.removesuffix('_file')}")
 
 
 def _path(path: Path | None) -> str | None:
@@ -632,5 +633,6 @@ def _as_list(fn: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> lis
 
 
 def _line(exc: Exception) -> str:
+    """The first line of a library error, redacted (it may quote a header or a URL)."""
     text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    return redact(text[0])[:200] if text else type(exc).__name__

@@ -29,6 +29,7 @@ EXPORTED = {
     "hydrator_jobs_running", "hydrator_jobs_idle_data_bound",
     "hydrator_sites_unclaimed_slots_with_data", "hydrator_http_front_restarts_total",
     "hydrator_http_requests_total", "hydrator_http_connections",
+    "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
 }
 
 

@@ -7,6 +7,7 @@ against the real daemon inside the real pool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -34,12 +35,17 @@ GOOD = (
 GOOD_LINES = GOOD.removesuffix("- update:true\n")
 
 
+STREAM_CAP_BYTES = 200 * 2**20  # a test server must end some day; no hook should get near it
+
+
 @dataclass
 class Answer:
     status: int = 200
     body: str = GOOD
     etag: str = '"v1"'
     delay_s: float = 0.0
+    endless: bool = False  # a chunked answer that never ends (up to STREAM_CAP_BYTES)
+    sent_bytes: int = 0
     requests: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -61,6 +67,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if answer.endless:
+            self._stream_without_end(answer)
+            return
         body = answer.body.encode()
         self.send_response(answer.status)
         self.send_header("ETag", answer.etag)
@@ -68,6 +77,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _stream_without_end(self, answer: Answer) -> None:
+        """What a broken or hostile endpoint may do: chunk after chunk of plausible lines."""
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        line = b'AvailableDatasets = { "ska:obs_1" }\n' * 1800
+        chunk = f"{len(line):x}\r\n".encode() + line + b"\r\n"
+        try:
+            while answer.sent_bytes < STREAM_CAP_BYTES:
+                self.wfile.write(chunk)
+                answer.sent_bytes += len(line)
+                time.sleep(0.0005)  # some 100 MB/s at most, so a test cannot fill the disk
+        except OSError:
+            return  # the client hung up: what a bounded hook does
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -90,9 +114,14 @@ def server() -> Iterator[tuple[str, Answer]]:
 
 
 def run_hook(
-    url: str, cache: Path, *args: str, site: str = "SITE_A", timeout_s: float = 10
+    url: str,
+    cache: Path,
+    *args: str,
+    site: str = "SITE_A",
+    timeout_s: float = 10,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cache.parent)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(cache.parent), **(env or {})}
     return subprocess.run(
         [str(HOOK), "--url", url, "--site", site, "--cache-dir", str(cache), *args],
         capture_output=True,
@@ -144,6 +173,7 @@ def test_slot_attribute_restricts_the_merge_to_the_sites_slots(
         "<html>proxy error</html>\n",
         "",
         GOOD.replace('"ska:obs_9"', '"' + "x" * 70000 + '"'),  # beyond the cron line buffer
+        GOOD.replace('DataLocalitySite = "SITE_A"\n', ""),  # whose ad is it?
     ],
     ids=[
         "attribute",
@@ -155,6 +185,7 @@ def test_slot_attribute_restricts_the_merge_to_the_sites_slots(
         "html",
         "empty",
         "huge",
+        "no-site-line",
     ],
 )
 def test_bad_answer_falls_back_to_the_last_good_copy(
@@ -249,3 +280,69 @@ def test_glidein_mode_reads_glidein_config_prints_lines_and_seeds_the_startd(
     assert condor_vars.read_text().splitlines()[0] == "AvailableDatasets C - + N Y -"
     assert len(condor_vars.read_text().splitlines()) == 6
     assert (tmp_path / "hydrator-cache" / "SITE_A.classad").read_text() == GOOD_LINES
+
+
+def _largest_file_while(proc: subprocess.Popen[str], *dirs: Path) -> int:
+    """The largest size any file under ``dirs`` reached while ``proc`` ran (polled)."""
+    largest = 0
+    while proc.poll() is None:
+        for d in dirs:
+            for path in d.rglob("*"):
+                with contextlib.suppress(OSError):  # removed meanwhile
+                    largest = max(largest, path.stat().st_size)
+        time.sleep(0.005)
+    return largest
+
+
+def test_an_endless_chunked_answer_is_cut_at_max_bytes_and_the_copy_kept(
+    server: tuple[str, Answer], tmp_path: Path
+) -> None:
+    url, answer = server
+    run_hook(url, tmp_path / "cache")
+    answer.endless, answer.etag = True, '"v2"'
+    work = tmp_path / "tmp"
+    work.mkdir()
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [str(HOOK), "--url", url, "--site", "SITE_A", "--cache-dir", str(tmp_path / "cache")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": os.environ["PATH"], "TMPDIR": str(work), "HYDRATOR_TIMEOUT_S": "8"},
+    )
+    largest = _largest_file_while(proc, work, tmp_path / "cache")
+    out, err = proc.communicate(timeout=20)
+
+    assert (proc.returncode, out) == (0, GOOD_LINES + "-\n")
+    assert largest <= 60001, f"the hook wrote {largest} bytes"
+    assert time.monotonic() - started < 6, "the hook waited for its timeout instead of stopping"
+    assert answer.sent_bytes < STREAM_CAP_BYTES
+    assert "larger than 60000 bytes" in err
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_max_bytes_is_configurable_and_refuses_a_larger_answer_loudly(
+    server: tuple[str, Answer], tmp_path: Path, how: str
+) -> None:
+    url, answer = server
+    run_hook(url, tmp_path / "cache")
+    answer.body = GOOD.replace('"ska:obs_9"', ",".join(f'"ska:obs_{i}"' for i in range(300)))
+    answer.etag = '"v2"'
+    assert 2000 < len(answer.body) < 60000
+    args, env = (
+        (("--max-bytes", "2000"), {}) if how == "flag" else ((), {"HYDRATOR_MAX_BYTES": "2000"})
+    )
+
+    out = run_hook(url, tmp_path / "cache", *args, env=env)
+
+    assert (out.returncode, out.stdout) == (0, GOOD_LINES + "-\n")
+    assert "larger than 2000 bytes" in out.stderr
+    assert run_hook(url, tmp_path / "cache").stdout.startswith('AvailableDatasets = { "ska:obs_1"')
+
+
+def test_the_hook_and_the_daemon_default_to_the_same_size_limit() -> None:
+    """[classad] max_ad_bytes and the hook's --max-bytes must agree (docs/security.md)."""
+    from hydrator.config import ClassAdConfig
+
+    assert f"\nDEFAULT_MAX_BYTES={ClassAdConfig().max_ad_bytes}\n" in HOOK.read_text()
+    assert GLIDEIN.resolve() == HOOK.resolve(), "the glidein script is the same file"

@@ -21,8 +21,9 @@ statuses are this fake's choice; the real services' docs do not state them.
 
 Failure injection: :meth:`FakeSrcnet.fail_next` (any status, optional ``Retry-After``),
 :meth:`FakeSrcnet.malformed_next` (a 200 whose body is not JSON), :meth:`expire_tokens`,
-``reject_tokens`` (every bearer token refused), ``broken`` (DIDs whose locate always fails
-with 500), ``locate_delay_s`` (to observe concurrency); ``counts`` (per endpoint, and
+``reject_tokens`` (every bearer token refused), ``access_token`` (the token endpoint answers
+this string, e.g. one with a line break, instead of minting one), ``broken`` (DIDs whose locate
+always fails with 500), ``locate_delay_s`` (to observe concurrency); ``counts`` (per endpoint, and
 ``http_401``/``http_403`` refusals), ``located`` and ``max_in_flight`` record what clients did.
 Listens on 127.0.0.1, on a free port.
 """
@@ -121,6 +122,7 @@ class FakeSrcnet:
         self.nodes: list[dict[str, Any]] = []
         self.locate_delay_s = 0.0
         self.reject_tokens = False
+        self.access_token: str | None = None  # answered by /token instead of a minted token
         self.broken: set[tuple[str, str]] = set()  # DIDs whose locate always answers 500
         self.counts: Counter[str] = Counter()
         self.located: list[tuple[str, str]] = []
@@ -302,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not set(scopes) <= fake.allowed_scopes:
             self._send(400, {"error": "invalid_scope"})
             return
-        token = fake.issue_token(form["audience"], " ".join(scopes))
+        token = fake.access_token or fake.issue_token(form["audience"], " ".join(scopes))
         answer = {
             "access_token": token,
             "token_type": "Bearer",

@@ -101,3 +101,54 @@ def test_budget_order_matches_a_full_sort() -> None:
         result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
         expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
         assert sorted(names(result.view)) == sorted(d.name for d in expected)
+
+
+def _big_view(count: int) -> tuple[SiteView, dict[tuple[Site, DatasetId], Replica]]:
+    """``count`` available datasets with long names (about 60 bytes each in the ad)."""
+    datasets = tuple(DatasetId("ska", f"observation_{i:05d}_" + "x" * 40) for i in range(count))
+    view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
+    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
+    return view, held
+
+
+@pytest.mark.parametrize("limit", [1024, 5000, 60000])
+def test_an_ad_over_max_ad_bytes_is_cut_to_fit_most_demanded_first(limit: int) -> None:
+    from hydrator.config import ClassAdConfig
+    from hydrator.render import render_cron
+
+    attrs = ClassAdConfig()
+
+    def size(view: SiteView) -> int:
+        return len(render_cron(view, attrs).encode())
+
+    view, held = _big_view(2000)
+    assert size(view) > limit
+    wanted = {view.available[-1]: 5, view.available[-2]: 1}  # the last names, by name order
+    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), held, size)
+
+    kept = result.view.available
+    assert size(result.view) <= limit
+    assert limit - size(result.view) < 70, "one more name would have fitted"
+    assert {view.available[-1], view.available[-2]} <= set(kept), "most demanded first"
+    assert set(kept) - set(wanted) == set(view.available[: len(kept) - 2]), "then by name"
+    assert (result.over_size, result.over_budget, result.not_demanded) == (2000 - len(kept), 0, 0)
+    assert result.view.digest == content_digest(SITE, kept, (), ())
+
+
+def test_an_ad_under_max_ad_bytes_is_left_alone() -> None:
+    view, held = _big_view(10)
+    result = advertise(view, {}, AdvertisePolicy(max_ad_bytes=60000), held, lambda v: 900)
+    assert result.view is view and result.over_size == 0
+
+
+def test_size_composes_with_demand_and_budget() -> None:
+    view, held = _big_view(50)
+    wanted = {d: 1 for d in view.available[:30]}
+    policy = AdvertisePolicy(demand_only=True, max_datasets_per_site=20, max_ad_bytes=1000)
+
+    def size(v: SiteView) -> int:  # a model: 100 bytes of frame, 60 per name
+        return 100 + 60 * len(v.available)
+
+    result = advertise(view, wanted, policy, held, size)
+    assert result.view.available == view.available[:15]
+    assert (result.not_demanded, result.over_budget, result.over_size) == (20, 10, 5)

@@ -304,3 +304,47 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
         config, sources=[source], store=SqliteStateStore(config.daemon.state_path), demand=demand
     )
     assert restarted.published.ads == {}, "a restart in demand mode waits for the queues"
+
+
+def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
+    config: Config, clock: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.unit.factories import rep, snap
+
+    big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
+    small = snap("s", *(rep("A", f"n{i:04d}") for i in range(1200)))  # not a suspicious drop
+    service = make(config, [Scripted("s", [big, big, small])], clock)
+    unadvertised = {"site": "A", "reason": "over_size"}
+    m = service.metrics.registry.get_sample_value
+
+    with caplog.at_level("INFO", logger="hydrator.service"):
+        for _ in range(2):
+            service.run_cycle()
+            body = service.published.ads[Site("A")].body
+            assert 59_900 < len(body) <= 60_000 == config.classad.max_ad_bytes
+            kept = len(service.published.ads[Site("A")].view.available)
+            assert m("hydrator_datasets_unadvertised", unadvertised) == 2000 - kept
+        warnings = [r for r in caplog.records if "max_ad_bytes" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+        service.run_cycle()
+    assert m("hydrator_datasets_unadvertised", unadvertised) == 0
+    assert "site A: its ad fits max_ad_bytes = 60000 again" in caplog.text
+
+
+def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fails(
+    config: Config, clock: object
+) -> None:
+    from tests.unit.factories import rep
+
+    def answer(invalid: int) -> Snapshot:
+        return Snapshot.of("s", [rep("A", "x")], [], invalid, frozenset())
+
+    script = [answer(1), answer(1), TransientSourceError("HTTP 503"), answer(3)]
+    service = make(config, [Scripted("s", script)], clock)
+    m = service.metrics.registry.get_sample_value
+    seen = []
+    for _ in script:
+        service.run_cycle()
+        seen.append(m("hydrator_source_invalid_records", {"source": "s"}))
+    assert seen == [1, 1, 1, 3]
+    assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer

@@ -12,6 +12,7 @@ import pytest
 
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.observe import setup_logging
 from hydrator.sources import FetchContext
 from hydrator.sources._http import parse_retry_after
 from tests.sources.dmapi.conftest import FakeClock, MakeSource
@@ -348,6 +349,67 @@ def test_wrong_client_secret_is_permanent_and_secrets_never_logged(
     for secret in [srcnet.client_secret, "wrong-secret", *issued]:
         assert secret not in caplog.text
         assert secret not in str(failure.value)
+
+
+def test_a_token_file_with_a_line_break_is_refused_naming_the_file_and_never_sent(
+    srcnet: FakeSrcnet, make_source: MakeSource, tmp_path: Path
+) -> None:
+    token = srcnet.issue_token(DM_AUDIENCE, DM_SCOPE)
+    dm_file = tmp_path / "dm.token"
+    dm_file.write_text(f"{token}\n{token}-second-line\n")
+    source = make_source(
+        auth="static", token_file=dm_file, datasets=DATASETS, site_capabilities_url=None
+    )
+
+    with pytest.raises(PermanentSourceError) as failure:
+        source.fetch(CTX)
+
+    assert f"token file {dm_file} holds whitespace or control characters" in str(failure.value)
+    assert token not in str(failure.value)
+    assert srcnet.counts["locate"] == 0
+
+
+def test_an_access_token_with_cr_lf_is_refused_naming_the_endpoint(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    srcnet.access_token = "first-part\r\nX-Evil: second-part"
+    source = make_source(datasets=DATASETS, site_capabilities_url=None)
+
+    with pytest.raises(PermanentSourceError) as failure:
+        source.fetch(CTX)
+
+    message = str(failure.value)
+    endpoint = f"the access_token from the token endpoint {srcnet.token_url}"
+    assert f"{endpoint} holds whitespace" in message
+    assert "first-part" not in message and "second-part" not in message
+    assert srcnet.counts["locate"] == 0
+
+
+def test_storage_area_ids_with_line_breaks_cannot_forge_text_log_lines(
+    srcnet: FakeSrcnet, make_source: MakeSource, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forged = "2026-01-01 00:00:00,000 ERROR hydrator.service: forged"
+    srcnet.set_raw_entries(
+        "ska",
+        "evil",
+        [
+            {
+                "identifier": f"RSE\n{forged}",
+                "associated_storage_area_id": f"AREA\n{forged}",
+                "replicas": ["davs://evil/x"],
+            }
+        ],
+    )
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("text", "INFO")
+        make_source(datasets=["ska:evil"]).fetch(CTX)
+    finally:
+        root.handlers[:], root.level = saved
+    lines = capsys.readouterr().err.splitlines()
+    assert any("no site for RSE" in line for line in lines)
+    assert not any(line.startswith(forged) for line in lines), lines
 
 
 def test_a_token_without_the_service_scope_is_refused_permanently(
