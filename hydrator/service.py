@@ -134,6 +134,8 @@ class Service:
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
+        for table, count in store.rejected_rows.items():
+            self.metrics.state_rejected_rows.labels(table).set(count)
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
