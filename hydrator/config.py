@@ -138,6 +138,9 @@ class StaticSourceConfig(_SourceBase):
     name: str = "static"
     path: ConfigPath
     """Inventory file; re-read every cycle (format in config/demo-inventory.toml)."""
+    settle_s: float = Field(2.0, ge=0)
+    """Seconds the file must be unmodified before a cycle uses it, so one rewritten in place is
+    never read half-written; replace it by writing a temporary file and renaming it instead."""
 
 
 class RucioSourceConfig(_SourceBase):
