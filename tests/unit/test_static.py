@@ -146,14 +146,35 @@ def test_a_file_rewritten_in_place_is_never_used_half_written(tmp_path: Path) ->
     assert len(static.fetch(CTX).replicas) == full
 
 
+# Rewrites a 4 MiB file in place without pause: a read of it overlaps some of the writes.
+CONTINUOUS_WRITER = """
+import sys, time
+path, until = sys.argv[1], float(sys.argv[2])
+body = '[storage.E]\\nsite = "S"\\navailable = ["ska:d"]\\n' + ("#" + "x" * 65534 + "\\n") * 64
+print("writing", flush=True)
+with open(path, "r+") as f:
+    while time.time() < until:
+        f.seek(0)
+        f.truncate()
+        for i in range(0, len(body), 65536):
+            f.write(body[i : i + 65536])
+            f.flush()
+"""
+
+
 def test_a_change_during_the_read_is_detected_even_without_a_settle_time(tmp_path: Path) -> None:
     path = tmp_path / "inv.toml"
-    inventory(path, 200)  # ~1 MB: each read overlaps several of the writer's writes
+    inventory(path, 1)
     static = StaticSource("inv", path, {}, settle_s=0)
-    writer = rewrite_in_place(path, 200, pause_s=0, for_s=5)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", CONTINUOUS_WRITER, str(path), str(time.time() + 10)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
     try:
         with pytest.raises(TransientSourceError, match="changed while being read"):
-            for _ in range(200):
+            while writer.poll() is None:
                 # a read between two writes may be cut mid-table: not valid TOML
                 with contextlib.suppress(PermanentSourceError):
                     static.fetch(CTX)
