@@ -174,8 +174,8 @@ class SqliteStateStore:
         self._rejected = dict.fromkeys(TABLES, 0)
         self._db: sqlite3.Connection | None = None
         try:
-            if path.exists() and path.stat().st_size == 0:
-                raise StateError(f"state database {path} is empty (0 bytes); {WHAT_TO_DO}")
+            if path.exists():
+                _check_file(path, writable=not read_only)
             if read_only:
                 if path.exists():
                     self._db = self._connect(f"file:{urllib.parse.quote(str(path))}?mode=ro")
@@ -324,6 +324,22 @@ def _insert(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) ->
     ]
     db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+def _check_file(path: Path, writable: bool) -> None:
+    """Refuse a state file this process may not open (as a writer: for writing) or that is
+    empty, before SQLite would take it for a new database or fail on the first write."""
+    try:
+        with path.open("r+b" if writable else "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        access = "read and write" if writable else "read"
+        raise StateError(
+            f"state database {path}: cannot open: {exc.strerror} (the hydrator's user must "
+            f"{access} it)"
+        ) from exc
+    if size == 0:
+        raise StateError(f"state database {path} is empty (0 bytes); {WHAT_TO_DO}")
 
 
 def _reason(exc: BaseException) -> str:

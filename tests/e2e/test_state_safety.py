@@ -166,6 +166,34 @@ def test_an_unusable_state_location_is_one_line_and_exit_2(demo: Path) -> None:
     assert str(demo.parent) in one_line(result) and "Permission denied" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("mode", "refused", "needed"),
+    [(0o000, ["show", "once", "run"], "read"), (0o444, ["once", "run"], "read and write")],
+    # a writer's message asks for "read and write" whatever is missing
+    ids=["unreadable", "read-only"],
+)
+def test_a_state_file_the_user_may_not_use_is_one_line_and_exit_2(
+    demo: Path, mode: int, refused: list[str], needed: str
+) -> None:
+    """A read-only state would fail every cycle's save: refused at start instead."""
+    assert hydrator(demo, "once").returncode == 0
+    state = demo.parent / "demo-state.sqlite"
+    state.chmod(mode)
+    for command in refused:
+        result = subprocess.run(
+            file_modes_enforced([sys.executable, "-m", "hydrator", command, "--config", str(demo)]),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 2, (command, result.stderr)
+        line = one_line(result)
+        assert f"{state}: cannot open: Permission denied" in line
+        assert f"user must {needed}" in line
+
+
 def test_a_hand_edited_state_cannot_inject_classad_lines(demo: Path) -> None:
     """Rows are checked as fresh input is: an injected site or dataset name is never printed."""
     assert hydrator(demo, "once").returncode == 0

@@ -195,3 +195,9 @@ def test_a_young_file_is_used_once_it_has_settled(tmp_path: Path) -> None:
     assert len(static.fetch(CTX).replicas) == 200
     now[0] = mtime - 3600  # an mtime an hour ahead (clock skew) does not block it for good
     assert len(static.fetch(CTX).replicas) == 200
+
+
+def test_an_inventory_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "inv.toml"
+    path.write_bytes(b'\xef\xbb\xbf[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    assert [str(r.dataset) for r in StaticSource("inv", path, {}).fetch(CTX).replicas] == ["ska:x"]
