@@ -388,23 +388,8 @@ class _Loader:
             raise ValueError(f"invalid time {value!r}")
         return self.times(value)
 
-    def replica(self, site: Any, scope: Any, name: Any, state: Any, fraction: Any) -> Replica:
-        found = self._states.get(state)
-        if found is None:
-            raise ValueError(f"invalid replica state {state!r}")
-        if not isinstance(fraction, float | int):
-            raise ValueError(f"invalid fraction {fraction!r}")
-        value = self._fractions.setdefault(fraction, fraction)
-        return Replica(self.dataset(scope, name), self.site(site), found, value)
-
     def load(self, db: sqlite3.Connection) -> State:
-        replicas: dict[str, list[Replica]] = {}
-        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
-        for source, *row in db.execute(query):
-            try:
-                replicas.setdefault(source, []).append(self.replica(*row))
-            except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
-                self.reject("replicas", exc)
+        replicas = self.replicas(db)
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
             try:
@@ -418,6 +403,29 @@ class _Loader:
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("first_seen", exc)
         return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
+
+    def replicas(self, db: sqlite3.Connection) -> dict[str, list[Replica]]:
+        """Source -> its replica rows that pass the checks (the hot loop: locals, no calls
+        but the caches' and Replica's own checks)."""
+        replicas: dict[str, list[Replica]] = {}
+        dataset, site, states, fractions = self.dataset, self.site, self._states, self._fractions
+        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
+        for source, name_of_site, scope, name, state, fraction in db.execute(query):
+            try:
+                replica = Replica(
+                    dataset(scope, name),
+                    site(name_of_site),
+                    states[state],
+                    fractions.setdefault(fraction, fraction),  # Replica checks 0 <= it <= 1
+                )
+            except KeyError:
+                self.reject("replicas", f"invalid replica state {state!r}")
+                continue
+            except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
+                self.reject("replicas", exc)
+                continue
+            replicas.setdefault(source, []).append(replica)
+        return replicas
 
     def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
         """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""
