@@ -211,6 +211,8 @@ class SqliteStateStore:
             )
         finally:
             db.close()
+        for suffix in ("-wal", "-shm"):  # left by a deleted database: never replay them here
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
         temporary.rename(self.path)
 
     def _check_schema(self) -> None:
