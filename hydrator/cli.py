@@ -1,7 +1,8 @@
 """The ``hydrator`` command: ``run``, ``once``, ``check-config``, ``show``, ``expr``.
 
-Exit codes: 0 success; 1 a cycle failed or there is no state to show; 2 bad configuration or
-arguments (one line on stderr naming the key).
+Exit codes: 0 success; 1 a cycle failed or there is no state to show; 2 the process could not
+start: bad configuration or arguments, a state file that is locked by another writer, damaged or
+not writable (one line on stderr naming the key or the file, never a traceback).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from hydrator import __version__
 from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
 from hydrator.domain import DatasetId, InvalidNameError, Site
-from hydrator.errors import ConfigError, HydratorError
+from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.observe import cycle_fields, setup_logging
 
 if TYPE_CHECKING:
@@ -42,9 +43,17 @@ def _parser() -> argparse.ArgumentParser:
         )
         return cmd
 
-    with_config("run", "run the daemon until SIGTERM/SIGINT")
+    run = with_config("run", "run the daemon until SIGTERM/SIGINT")
     once = with_config("once", "run one cycle and print what changed")
-    once.add_argument("--dry-run", action="store_true", help="neither save nor publish")
+    once.add_argument(
+        "--dry-run", action="store_true", help="neither save nor publish; reads the state only"
+    )
+    for writer in (run, once):
+        writer.add_argument(
+            "--reset-state",
+            action="store_true",
+            help="move the state file aside (to <state>.reset-<time>) and start empty",
+        )
     once.add_argument("--json", action="store_true", help="print a machine-readable report")
     with_config("check-config", "validate the configuration; exit 2 naming the bad key")
     show = with_config("show", "print the saved state as the published site ClassAds")
@@ -72,38 +81,49 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "expr":
-            return _expr(args)
-        config = load_config(args.config or default_config_path())
-        setup_logging(
-            args.log_format or config.daemon.log_format, args.log_level or config.daemon.log_level
-        )
-        if args.command == "check-config":
-            print(f"ok: {len(config.sources)} source(s), state at {config.daemon.state_path}")
-            return EXIT_OK
-        if args.command == "show":
-            return _show(config, args.site)
-        return _run(config) if args.command == "run" else _once(config, args.dry_run, args.json)
+        return _dispatch(args)
     except ConfigError as exc:
         print(f"hydrator: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StateError as exc:  # raised at start-up only: a cycle reports its own failures
+        print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except HydratorError as exc:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
 
-def _run(config: Config) -> int:
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "expr":
+        return _expr(args)
+    config = load_config(args.config or default_config_path())
+    setup_logging(
+        args.log_format or config.daemon.log_format, args.log_level or config.daemon.log_level
+    )
+    if args.command == "check-config":
+        print(f"ok: {len(config.sources)} source(s), state at {config.daemon.state_path}")
+        return EXIT_OK
+    if args.command == "show":
+        return _show(config, args.site)
+    if args.command == "run":
+        return _run(config, args.reset_state)
+    return _once(config, args.dry_run, args.json, args.reset_state)
+
+
+def _run(config: Config, reset: bool) -> int:
     from hydrator.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
     from hydrator.wiring import build_service  # noqa: PLC0415
 
-    return run_daemon(config, build_service(config))
+    return run_daemon(config, build_service(config, reset=reset))
 
 
-def _once(config: Config, dry_run: bool, as_json: bool) -> int:
+def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
     from hydrator.report import cycle_json  # noqa: PLC0415
     from hydrator.wiring import build_service  # noqa: PLC0415
 
-    service = build_service(config)
+    if dry_run and reset:
+        raise ConfigError("--reset-state", "writes the state; not with --dry-run")
+    service = build_service(config, read_only=dry_run, reset=reset)
     try:
         report = service.run_cycle(dry_run=dry_run)
     finally:
@@ -135,9 +155,11 @@ def _show(config: Config, site: str | None) -> int:
     if not path.exists():
         print(f"hydrator: no state at {path} yet: run `hydrator once` first", file=sys.stderr)
         return EXIT_FAILED
-    store = SqliteStateStore(path)
-    state = store.load()
-    store.close()
+    store = SqliteStateStore(path, read_only=True)
+    try:
+        state = store.load()
+    finally:
+        store.close()
     views = state.stamped_views()
     if site is not None:
         if Site(site) not in views:

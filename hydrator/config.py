@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,10 +28,14 @@ ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 SOURCE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
+# Strict models take a TOML string for a path: the one conversion allowed.
+ConfigPath = Annotated[Path, Field(strict=False)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "60", "yes" and true are not coerced to numbers/booleans (an int is a float);
+    # allow_inf_nan=False: inf and nan are refused wherever a number is expected.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class DaemonConfig(_Model):
@@ -40,7 +45,7 @@ class DaemonConfig(_Model):
     """Seconds between cycle starts."""
     jitter_s: float = Field(5.0, ge=0)
     """Up to this many seconds of random delay added to each cycle start."""
-    state_path: Path = Path("/var/lib/hydrator/state.sqlite")
+    state_path: ConfigPath = Path("/var/lib/hydrator/state.sqlite")
     """SQLite file holding the last good state; created if missing."""
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -135,8 +140,11 @@ class StaticSourceConfig(_SourceBase):
 
     type: Literal["static"]
     name: str = "static"
-    path: Path
+    path: ConfigPath
     """Inventory file; re-read every cycle (format in config/demo-inventory.toml)."""
+    settle_s: float = Field(2.0, ge=0)
+    """Seconds the file must be unmodified before a cycle uses it, so one rewritten in place is
+    never read half-written; replace it by writing a temporary file and renaming it instead."""
 
 
 class RucioSourceConfig(_SourceBase):
@@ -156,17 +164,17 @@ class RucioSourceConfig(_SourceBase):
     """How to authenticate; unset: from $RUCIO_CONFIG."""
     username: str | None = None
     """Userpass identity (auth_type = userpass)."""
-    password_file: Path | None = None
+    password_file: ConfigPath | None = None
     """File holding the userpass password (first line); re-read after an auth failure."""
-    client_cert: Path | None = None
+    client_cert: ConfigPath | None = None
     """X.509 certificate (auth_type = x509)."""
-    client_key: Path | None = None
+    client_key: ConfigPath | None = None
     """X.509 private key, mode 0400 or 0600 (auth_type = x509)."""
-    client_proxy: Path | None = None
+    client_proxy: ConfigPath | None = None
     """X.509 proxy (auth_type = x509_proxy)."""
-    token_file: Path | None = None
+    token_file: ConfigPath | None = None
     """File holding an OIDC bearer token (auth_type = oidc)."""
-    ca_cert: Path | None = None
+    ca_cert: ConfigPath | None = None
     """CA bundle or directory to verify the server; unset: the system/certifi bundle."""
     timeout_s: PositiveSeconds = 30.0
     """Timeout of one HTTP request, seconds."""
@@ -206,19 +214,19 @@ class DmapiSourceConfig(_SourceBase):
     name: str = "dmapi"
     base_url: str
     """e.g. https://data-management.srcnet.skao.int/api/v1"""
-    token_file: Path | None = None
+    token_file: ConfigPath | None = None
     """A static bearer token for the DMAPI, re-read every cycle and after an HTTP 401."""
     token_url: str | None = None
     """OAuth2 token endpoint for the client-credentials grant, e.g. https://ska-iam.stfc.ac.uk/token"""
-    client_id_file: Path | None = None
-    client_secret_file: Path | None = None
+    client_id_file: ConfigPath | None = None
+    client_secret_file: ConfigPath | None = None
     audience: str = "data-management-api"
     """Audience requested for the DMAPI token (the DMAPI checks the token's ``aud``)."""
     scope: str = "data-management-api-service"
     """Scope(s) requested for the DMAPI token, space-separated."""
     site_capabilities_url: str | None = None
     """Site Capabilities API base (…/api/v1); maps storage-area ids to sites via /nodes."""
-    site_capabilities_token_file: Path | None = None
+    site_capabilities_token_file: ConfigPath | None = None
     """Static bearer token for the Site Capabilities API (needed with token_file)."""
     site_capabilities_audience: str = "site-capabilities-api"
     """Audience requested for the Site Capabilities token (client credentials)."""
@@ -247,7 +255,7 @@ class DmapiSourceConfig(_SourceBase):
     """Fetch a new client-credentials token this many seconds before the old one expires."""
     max_concurrency: int = Field(8, ge=1, le=64)
     """Locate requests in flight at once."""
-    ca_cert: Path | None = None
+    ca_cert: ConfigPath | None = None
     """CA bundle for TLS verification; default: the system/certifi bundle."""
 
     @model_validator(mode="after")
@@ -279,7 +287,7 @@ class CollectorConfig(_Model):
     enabled: bool = False
     pool: str | None = None
     """Collector host:port; empty uses the local HTCondor configuration."""
-    token_dir: Path | None = None
+    token_dir: ConfigPath | None = None
     """Directory with an IDTOKEN allowed to MERGE_STARTD_AD (sets _CONDOR_SEC_TOKEN_DIRECTORY)."""
     slot_site_attribute: str = "GLIDEIN_Site"
     """Slot-ad attribute naming the slot's site."""
@@ -334,16 +342,51 @@ def default_config_path() -> Path:
 
 
 def load_config(path: Path) -> Config:
-    """Read, validate and resolve a configuration file; raise ConfigError naming the key."""
+    """Read, validate and resolve a configuration file; raise ConfigError naming the key.
+
+    A UTF-8 byte order mark (which some editors write) is stripped. Every file a ``*_file``
+    key (or ``client_cert``/``client_key``/``client_proxy``) names must be a readable file.
+    """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError("", f"{path}: no such configuration file") from None
     except OSError as exc:
         raise ConfigError("", f"{path}: cannot read: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"{path}: not valid TOML: {exc}") from None
-    return parse_config(raw, base_dir=path.parent)
+    config = parse_config(raw, base_dir=path.parent)
+    check_files(config)
+    return config
+
+
+_FILE_KEYS = ("client_cert", "client_key", "client_proxy")
+
+
+def check_files(config: Config) -> None:
+    """Raise ConfigError naming the first key whose file is missing, not a regular file or
+    unreadable by this process (secrets are re-read later; a typo must not wait for that)."""
+    for index, source in enumerate(config.sources):
+        for key, value in source:
+            if isinstance(value, Path) and (key.endswith("_file") or key in _FILE_KEYS):
+                problem = _unreadable(value)
+                if problem:
+                    raise ConfigError(f"sources[{index}].{key}", f"{value}: {problem}")
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a regular file, or None (stat first: opening a FIFO
+    would block)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return "not a regular file"
+        with path.open("rb") as handle:
+            handle.read(0)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    return None
 
 
 def parse_config(raw: dict[str, Any], base_dir: Path) -> Config:
@@ -361,8 +404,14 @@ def _message(error: Any) -> str:
         return "unknown key"
     if error["type"] == "missing":
         return "required key is missing"
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    given = error.get("input")
+    if error["type"] in ("int_type", "float_type", "bool_type"):
+        if isinstance(given, str):
+            return f"{message}, not the string {given[:40]!r} (write it without quotes)"
+        if isinstance(given, bool):
+            return f"{message}, not a boolean"
+    return message
 
 
 def _dotted(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:

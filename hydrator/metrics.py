@@ -134,6 +134,14 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+        self.state_rejected_rows = Gauge(
+            "state_rejected_rows",
+            "Rows of the state database ignored as invalid when it was loaded at start, by table"
+            " (never published; --reset-state or a repaired file clears them).",
+            ["table"],
+            namespace=ns,
+            registry=registry,
+        )
 
     def _content(self, ns: str, registry: CollectorRegistry) -> None:
         self.datasets = Gauge(

@@ -138,6 +138,8 @@ class Service:
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._state = store.load()
         self.published = Published()  # empty, for _ad_size while the startup views are cut
+        for table, count in store.rejected_rows.items():
+            self.metrics.state_rejected_rows.labels(table).set(count)
         self.published = Published(render_ads(self._startup_views(), config.classad))
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []

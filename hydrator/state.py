@@ -11,28 +11,47 @@ Schema version 1::
     sources(name, last_success, last_attempt, stale, error, held_cycles, sites)
     replicas(source, site, scope, name, state, fraction)      last good snapshot per source
     first_seen(site, scope, name, at)
+
+One writer: a writer holds an exclusive ``flock`` on ``<state>.lock`` (:class:`StateLock`, the
+file holds its PID; the kernel drops the lock when the process ends, even by SIGKILL). Readers
+(``hydrator show``, ``once --dry-run``) open the database read-only and take no lock.
+
+Nothing read back is trusted: every row is checked with the rules fresh input meets
+(:class:`~hydrator.domain.DatasetId`, :func:`~hydrator.domain.check_site`); a row that fails is
+counted in :attr:`SqliteStateStore.rejected_rows`, logged once per load, and never used. A file
+that exists but is empty or not a hydrator database is an error, never an empty start.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
+import math
+import os
 import sqlite3
-from collections.abc import Iterable
+import urllib.parse
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.domain import (
     ChangeKind,
     DatasetId,
+    InvalidNameError,
     Plan,
     Replica,
     ReplicaState,
     Site,
     SourceState,
     State,
+    check_site,
 )
 from hydrator.errors import StateError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -49,10 +68,17 @@ CREATE TABLE IF NOT EXISTS first_seen (
     site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (site, scope, name)) WITHOUT ROWID;
 """
+TABLES = ("replicas", "sources", "first_seen")
+WHAT_TO_DO = "move it away (keep it to inspect) or start `hydrator run|once --reset-state`"
 
 
 class StateStore(Protocol):
     def load(self) -> State: ...
+
+    @property
+    def rejected_rows(self) -> Mapping[str, int]:
+        """Rows the last :meth:`load` ignored as invalid, by table (every table listed)."""
+        ...
 
     def save(self, plan: Plan) -> int:
         """Persist the plan's state in one transaction; return the number of rows written."""
@@ -80,101 +106,170 @@ class _Times:
         return found
 
 
-class SqliteStateStore:
-    """:class:`StateStore` on a SQLite file; the parent directory must exist and be writable."""
+class StateLock:
+    """The one-writer lock: an exclusive ``flock`` on ``<state>.lock``, which holds the PID.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    Raises :class:`StateError` naming the holder's PID when another process holds it. The lock
+    file stays (removing it would let two processes lock two different files); the lock itself
+    goes with the file descriptor: :meth:`release`, process exit, or SIGKILL.
+    """
+
+    def __init__(self, state_path: Path) -> None:
+        self.path = state_path.with_name(state_path.name + ".lock")
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StateError(f"state lock {self.path}: cannot open: {exc.strerror}") from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            self.release()
+            raise StateError(
+                f"state {state_path} is in use by another hydrator (pid {holder}, lock "
+                f"{self.path}): stop it first; `hydrator show` and `once --dry-run` only read"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def reset_state(path: Path, now: datetime) -> Path | None:
+    """Move the state file (and its ``-wal``/``-shm``) aside to ``<path>.reset-<UTC time>``, so
+    the next open starts empty; return the new name, or None if there was no file. Call it only
+    while holding the :class:`StateLock`."""
+    if not path.exists():
+        return None
+    kept = path.with_name(f"{path.name}.reset-{now.strftime('%Y%m%dT%H%M%SZ')}")
+    try:
+        for suffix in ("-wal", "-shm", ""):  # the database last: its name marks completion
+            side = path.with_name(path.name + suffix)
+            if side.exists():
+                side.rename(kept.with_name(kept.name + suffix))
+    except OSError as exc:
+        raise StateError(f"state database {path}: cannot move it aside: {exc.strerror}") from exc
+    log.warning("state database %s moved to %s (--reset-state): starting empty", path, kept)
+    return kept
+
+
+class SqliteStateStore:
+    """:class:`StateStore` on a SQLite file; the parent directory must exist and be writable.
+
+    ``read_only``: opened with ``mode=ro`` (a missing file loads as an empty state and is not
+    created; :meth:`save` raises). ``lock``: the writer's :class:`StateLock`, released by
+    :meth:`close`. A new database is built under a temporary name and renamed into place, so
+    a crash while creating it never leaves an empty file behind.
+    """
+
+    def __init__(
+        self, path: Path, *, read_only: bool = False, lock: StateLock | None = None
+    ) -> None:
+        self.path = path
+        self.read_only = read_only
+        self._lock = lock
+        self._rejected = dict.fromkeys(TABLES, 0)
+        self._db: sqlite3.Connection | None = None
+        try:
+            if path.exists():
+                _check_file(path, writable=not read_only)
+            if read_only:
+                if path.exists():
+                    self._db = self._connect(f"file:{urllib.parse.quote(str(path))}?mode=ro")
+                    self._check_schema()
+                return
+            if not path.exists():
+                self._create()
+            self._db = self._connect(str(path))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._check_schema()
-        except sqlite3.Error as exc:
-            raise StateError(f"state database {path}: {exc}") from exc
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"state database {path}: {_reason(exc)}; {WHAT_TO_DO}") from exc
+        except StateError:
+            self.close()
+            raise
+
+    @staticmethod
+    def _connect(target: str) -> sqlite3.Connection:
+        uri = target.startswith("file:")
+        return sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
+
+    def _create(self) -> None:
+        """A complete, empty database at :attr:`path`, appearing at once (rename)."""
+        temporary = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
+        temporary.unlink(missing_ok=True)
+        db = self._connect(str(temporary))
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(
+                f"BEGIN; {_SCHEMA} INSERT INTO meta VALUES "
+                f"('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
+            )
+        finally:
+            db.close()
+        for suffix in ("-wal", "-shm"):  # left by a deleted database: never replay them here
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        temporary.rename(self.path)
 
     def _check_schema(self) -> None:
-        self._db.executescript(_SCHEMA)
+        assert self._db is not None
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        if not {"meta", *TABLES} <= tables:
+            raise StateError(f"state database {self.path} is not a hydrator state; {WHAT_TO_DO}")
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._db.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-        elif row[0] != str(SCHEMA_VERSION):
+        if row is None or row[0] != str(SCHEMA_VERSION):
             raise StateError(
-                f"state database {self.path} has schema version {row[0]}; "
+                f"state database {self.path} has schema version {row and row[0]}; "
                 f"this hydrator reads version {SCHEMA_VERSION}"
             )
 
+    @property
+    def rejected_rows(self) -> Mapping[str, int]:
+        return dict(self._rejected)
+
     def load(self) -> State:
-        """The saved state (empty on a new database)."""
+        """The saved state (empty on a new database); invalid rows are left out."""
+        if self._db is None:
+            return State()
         try:
-            return self._load()
+            loader = _Loader()
+            state = loader.load(self._db)
         except (sqlite3.Error, ValueError, KeyError) as exc:
-            raise StateError(f"state database {self.path} unreadable: {exc}") from exc
-
-    def _load(self) -> State:
-        times = _Times()
-        datasets: dict[tuple[str, str], DatasetId] = {}
-
-        def dataset(scope: str, name: str) -> DatasetId:
-            found = datasets.get((scope, name))
-            if found is None:
-                found = datasets[(scope, name)] = DatasetId(scope, name)
-            return found
-
-        # One object per distinct site name and fraction, as for datasets and times: SQLite
-        # hands out a new str/float per row, ~190 MB of duplicates at a million replicas.
-        site_names: dict[str, Site] = {}
-        fractions: dict[float, float] = {}
-        states = {state.value: state for state in ReplicaState}  # not Enum(value): a Python call
-
-        replicas: dict[str, list[Replica]] = {}
-        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
-        for source, site, scope, name, state, fraction in self._db.execute(query):
-            replicas.setdefault(source, []).append(
-                Replica(
-                    dataset(scope, name),
-                    site_names.setdefault(site, Site(site)),
-                    states[state],
-                    fractions.setdefault(fraction, fraction),
-                )
+            raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
+        self._rejected = loader.rejected
+        total = sum(loader.rejected.values())
+        if total:
+            counts = ", ".join(f"{t}: {n}" for t, n in loader.rejected.items() if n)
+            log.warning(
+                "state database %s: %d invalid row(s) ignored (%s), e.g. %s",
+                self.path,
+                total,
+                counts,
+                loader.first_problem,
             )
-        sources: dict[str, SourceState] = {}
-        for row in self._db.execute("SELECT * FROM sources ORDER BY name"):
-            name, last_success, last_attempt, stale, error, held, sites = row
-            sources[name] = SourceState(
-                name=name,
-                replicas=frozenset(replicas.get(name, ())),
-                sites=frozenset(Site(s) for s in json.loads(sites)),
-                last_success=times(last_success),
-                last_attempt=times(last_attempt),
-                stale=bool(stale),
-                error=error,
-                held_cycles=held,
-            )
-        first_seen = {
-            (site_names.setdefault(site, Site(site)), dataset(scope, name)): times(at)
-            for site, scope, name, at in self._db.execute("SELECT * FROM first_seen")
-        }
-        return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
+        return state
 
     def save(self, plan: Plan) -> int:
+        if self._db is None or self.read_only:
+            raise StateError(f"state database {self.path} is open read-only")
         try:
-            return self._save(plan)
+            return self._save(self._db, plan)
         except sqlite3.Error as exc:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise StateError(f"state database {self.path} not written: {exc}") from exc
 
-    def _save(self, plan: Plan) -> int:
-        db = self._db
+    def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
         written = 0
         db.execute("BEGIN IMMEDIATE")
         for source, delta in plan.source_deltas.items():
             written += _delete(db, source, delta.removed)
             written += _insert(db, source, delta.added)
-        written += self._save_first_seen(plan)
+        written += self._save_first_seen(db, plan)
         db.execute("DELETE FROM sources")  # a handful of rows; dropped sources go too
         for s in plan.state.sources.values():
             db.execute(
@@ -192,15 +287,15 @@ class SqliteStateStore:
         db.execute("COMMIT")
         return written
 
-    def _save_first_seen(self, plan: Plan) -> int:
+    def _save_first_seen(self, db: sqlite3.Connection, plan: Plan) -> int:
         gone = [c for c in plan.changes if c.kind is ChangeKind.REMOVED]
         new = [c for c in plan.changes if c.kind is ChangeKind.ADDED]
-        self._db.executemany(
+        db.executemany(
             "DELETE FROM first_seen WHERE site=? AND scope=? AND name=?",
             [(c.site, c.dataset.scope, c.dataset.name) for c in gone],
         )
         at = plan.state.first_seen
-        self._db.executemany(
+        db.executemany(
             "INSERT OR REPLACE INTO first_seen VALUES (?, ?, ?, ?)",
             [
                 (c.site, c.dataset.scope, c.dataset.name, _epoch(at[(c.site, c.dataset)]))
@@ -210,7 +305,12 @@ class SqliteStateStore:
         return len(gone) + len(new)
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _delete(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) -> int:
@@ -226,3 +326,134 @@ def _insert(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) ->
     ]
     db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+def _check_file(path: Path, writable: bool) -> None:
+    """Refuse a state file this process may not open (as a writer: for writing) or that is
+    empty, before SQLite would take it for a new database or fail on the first write."""
+    try:
+        with path.open("r+b" if writable else "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        access = "read and write" if writable else "read"
+        raise StateError(
+            f"state database {path}: cannot open: {exc.strerror} (the hydrator's user must "
+            f"{access} it)"
+        ) from exc
+    if size == 0:
+        raise StateError(f"state database {path} is empty (0 bytes); {WHAT_TO_DO}")
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, without the errno prefix of an OSError."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+    return str(exc)
+
+
+class _Loader:
+    """Rows -> :class:`State`, each row checked as fresh input is; rejects counted by table.
+
+    One object per distinct site name, dataset, fraction and time, as SQLite hands out a new
+    str/float per row (~190 MB of duplicates at a million replicas); names are checked once
+    per distinct value, so the checks cost little.
+    """
+
+    def __init__(self) -> None:
+        self.rejected = dict.fromkeys(TABLES, 0)
+        self.first_problem: str | None = None
+        self.times = _Times()
+        self._datasets: dict[tuple[str, str], DatasetId] = {}
+        self._sites: dict[str, Site] = {}
+        self._fractions: dict[float, float] = {}
+        self._states = {s.value: s for s in ReplicaState}  # not Enum(value): a Python call
+
+    def reject(self, table: str, problem: object) -> None:
+        self.rejected[table] += 1
+        if self.first_problem is None:
+            self.first_problem = f"{table}: {problem}"
+
+    def dataset(self, scope: str, name: str) -> DatasetId:
+        found = self._datasets.get((scope, name))
+        if found is None:
+            found = self._datasets[(scope, name)] = DatasetId(scope, name)
+        return found
+
+    def site(self, name: str) -> Site:
+        found = self._sites.get(name)
+        if found is None:
+            found = self._sites[name] = check_site(name)
+        return found
+
+    def time(self, value: Any) -> datetime | None:
+        if value is not None and not (isinstance(value, float | int) and math.isfinite(value)):
+            raise ValueError(f"invalid time {value!r}")
+        return self.times(value)
+
+    def load(self, db: sqlite3.Connection) -> State:
+        replicas = self.replicas(db)
+        sources: dict[str, SourceState] = {}
+        for row in db.execute("SELECT * FROM sources ORDER BY name"):
+            try:
+                sources[row[0]] = self.source(row, replicas.get(row[0], ()))
+            except (ValueError, TypeError, OverflowError, OSError) as exc:
+                self.reject("sources", exc)
+        first_seen: dict[tuple[Site, DatasetId], datetime | None] = {}
+        for site, scope, name, at in db.execute("SELECT * FROM first_seen"):
+            try:
+                first_seen[(self.site(site), self.dataset(scope, name))] = self.time(at)
+            except (ValueError, TypeError, OverflowError, OSError) as exc:
+                self.reject("first_seen", exc)
+        return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
+
+    def replicas(self, db: sqlite3.Connection) -> dict[str, list[Replica]]:
+        """Source -> its replica rows that pass the checks (the hot loop: locals, no calls
+        but the caches' and Replica's own checks)."""
+        replicas: dict[str, list[Replica]] = {}
+        dataset, site, states, fractions = self.dataset, self.site, self._states, self._fractions
+        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
+        for source, name_of_site, scope, name, state, fraction in db.execute(query):
+            try:
+                replica = Replica(
+                    dataset(scope, name),
+                    site(name_of_site),
+                    states[state],
+                    fractions.setdefault(fraction, fraction),  # Replica checks 0 <= it <= 1
+                )
+            except KeyError:
+                self.reject("replicas", f"invalid replica state {state!r}")
+                continue
+            except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
+                self.reject("replicas", exc)
+                continue
+            replicas.setdefault(source, []).append(replica)
+        return replicas
+
+    def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
+        """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""
+        name, last_success, last_attempt, stale, error, held, sites = row
+        if not isinstance(name, str) or not SOURCE_NAME_PATTERN.fullmatch(name):
+            raise InvalidNameError(f"invalid source name {name!r}")
+        if stale not in (0, 1) or not isinstance(held, int) or held < 0:
+            raise ValueError(f"source {name}: invalid stale/held_cycles {stale!r}/{held!r}")
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"source {name}: invalid error {error!r}")
+        names = json.loads(sites)
+        if not isinstance(names, list):
+            raise ValueError(f"source {name}: sites is not a list")
+        covered: set[Site] = set()
+        for site in names:
+            try:
+                covered.add(self.site(site))
+            except InvalidNameError as exc:
+                self.reject("sources", f"source {name}: {exc}")
+        return SourceState(
+            name=name,
+            replicas=frozenset(replicas),
+            sites=frozenset(covered),
+            last_success=self.time(last_success),
+            last_attempt=self.time(last_attempt),
+            stale=bool(stale),
+            error=error,
+            held_cycles=held,
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from hydrator.config import Config, SourceConfig
@@ -17,7 +18,7 @@ from hydrator.metrics import Metrics
 from hydrator.publishers import Publisher
 from hydrator.service import Demand, Service
 from hydrator.sources import Source
-from hydrator.state import SqliteStateStore
+from hydrator.state import SqliteStateStore, StateLock, reset_state
 
 _SOURCE_MODULES = {
     "static": "hydrator.sources.static",
@@ -44,11 +45,39 @@ def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
     return [publisher], demand
 
 
-def build_service(config: Config, metrics: Metrics | None = None) -> Service:
-    """Everything a cycle needs; raises ConfigError/StateError with a one-line message."""
-    state_dir = config.daemon.state_path.parent
-    if not state_dir.is_dir():
-        raise StateError(f"daemon.state_path: directory {state_dir} does not exist")
+def build_service(
+    config: Config,
+    metrics: Metrics | None = None,
+    *,
+    read_only: bool = False,
+    reset: bool = False,
+) -> Service:
+    """Everything a cycle needs; raises ConfigError/StateError with a one-line message.
+
+    A writer (``read_only`` false) first takes the state's :class:`StateLock`, held until
+    :meth:`Service.close`; ``reset`` then moves the existing state file aside. A reader takes
+    no lock and opens the state read-only (``hydrator once --dry-run``).
+    """
+    path = config.daemon.state_path
+    if not path.parent.is_dir():
+        raise StateError(f"daemon.state_path: directory {path.parent} does not exist")
+    lock = None if read_only else StateLock(path)
+    try:
+        if reset:
+            reset_state(path, datetime.now(UTC))
+        store = SqliteStateStore(path, read_only=read_only, lock=lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    try:
+        return _service(config, store, metrics)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Service:
     sources = [build_source(s, config.sites) for s in config.sources]
     publishers, demand = build_publishers(config)
     if any(getattr(s, "datasets_from_queue", False) for s in config.sources) and demand is None:
@@ -59,7 +88,6 @@ def build_service(config: Config, metrics: Metrics | None = None) -> Service:
         raise ConfigError(
             "classad.advertise", '"demand" needs [collector] enabled = true to read the queues'
         )
-    store = SqliteStateStore(config.daemon.state_path)
     # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
     probes = [getattr(p, "probe", None) for p in publishers]
     probe = probes[0] if probes and config.collector.locality_metrics else None

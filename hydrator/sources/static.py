@@ -11,13 +11,20 @@ catalogue covers. Format (one table per storage element)::
 A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
 storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
 raises :class:`~hydrator.errors.PermanentSourceError` (the last good snapshot stays in use).
+
+Replace the file atomically: write a temporary file in the same directory and rename it over
+the inventory. A file rewritten in place is never used half-written: one that changed while it
+was read (size, mtime or inode), or was modified less than ``settle_s`` ago, raises
+:class:`~hydrator.errors.TransientSourceError` and is read again next cycle.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,7 @@ from hydrator.domain import (
     Snapshot,
     check_site,
 )
-from hydrator.errors import PermanentSourceError
+from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.sources import FetchContext
 
 log = logging.getLogger(__name__)
@@ -42,10 +49,22 @@ _KEYS = {"site", "available", "partial", "replicating", "stuck"}
 class StaticSource:
     """:class:`~hydrator.sources.Source` over an inventory file."""
 
-    def __init__(self, name: str, path: Path, sites: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        sites: Mapping[str, str],
+        *,
+        settle_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``settle_s``: seconds a file must be unmodified before it is used (0: no wait);
+        ``clock``: wall-clock seconds since the epoch, compared with the file's mtime."""
         self._name = name
         self.path = path
         self.sites = dict(sites)
+        self.settle_s = settle_s
+        self._clock = clock
         self._warned: set[str] = set()
 
     @property
@@ -54,9 +73,7 @@ class StaticSource:
 
     def fetch(self, context: FetchContext) -> Snapshot:
         try:
-            raw = tomllib.loads(self.path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise PermanentSourceError(f"{self.path}: cannot read: {exc.strerror}") from exc
+            raw = tomllib.loads(self._read().decode("utf-8-sig"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise PermanentSourceError(f"{self.path}: not valid TOML: {exc}") from exc
         storage = raw.get("storage")
@@ -79,6 +96,26 @@ class StaticSource:
                 else:
                     replicas.append(replica)
         return Snapshot.of(self.name, replicas, sites, invalid, unmapped)
+
+    def _read(self) -> bytes:
+        """The file's bytes, if it held still during the read and for ``settle_s`` before."""
+        try:
+            with self.path.open("rb") as handle:
+                before = os.fstat(handle.fileno())
+                data = handle.read()
+                after = os.fstat(handle.fileno())
+        except OSError as exc:
+            raise PermanentSourceError(f"{self.path}: cannot read: {exc.strerror}") from exc
+        advice = "re-read next cycle (write a temporary file and rename it over this one)"
+        if _version(before) != _version(after):
+            raise TransientSourceError(f"{self.path}: changed while being read; {advice}")
+        age_s = self._clock() - after.st_mtime
+        if abs(age_s) < self.settle_s:
+            raise TransientSourceError(
+                f"{self.path}: modified {age_s:.1f} s ago, less than settle_s = "
+                f"{self.settle_s:g}; {advice}"
+            )
+        return data
 
     def _site_of(self, element: str, entry: Any) -> Site | None:
         name = self.sites.get(element) or (entry.get("site") if isinstance(entry, dict) else None)
@@ -128,5 +165,9 @@ def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
             yield (None, key, None)
 
 
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:
-    return StaticSource(config.name, config.path, sites)
+    return StaticSource(config.name, config.path, sites, settle_s=config.settle_s)

@@ -55,7 +55,7 @@ def daemon(
     """A sandboxed ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
     sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
     port = _free_port()
-    shutil.copy(REPO / "config" / "demo-inventory.toml", tmp_path)
+    shutil.copy2(REPO / "config" / "demo-inventory.toml", tmp_path)  # old mtime: settled
     demo = (REPO / "config" / "demo.toml").read_text()
     config = tmp_path / "hydrator.toml"
     config.write_text(demo.replace("127.0.0.1:9620", f"127.0.0.1:{port}"))

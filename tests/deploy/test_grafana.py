@@ -62,7 +62,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     """Metric names from a live registry after one cycle of the demo configuration."""
     tmp = tmp_path_factory.mktemp("demo")
     for name in ("demo.toml", "demo-inventory.toml"):
-        shutil.copy(REPO / "config" / name, tmp / name)
+        shutil.copy2(REPO / "config" / name, tmp / name)  # old mtime: settled
     metrics = Metrics(CollectorRegistry())
     service = build_service(load_config(tmp / "demo.toml"), metrics)
     try:

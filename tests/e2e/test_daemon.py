@@ -42,7 +42,7 @@ def wait_for(predicate: object, timeout_s: float = 20.0) -> None:
 def demo(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     """The demo config, copied so the test can edit its inventory, on a free port."""
     for name in ("demo.toml", "demo-inventory.toml"):
-        shutil.copy(REPO / "config" / name, tmp_path / name)
+        shutil.copy2(REPO / "config" / name, tmp_path / name)  # keeps the old mtime
     port = free_port()
     text = (tmp_path / "demo.toml").read_text()
     text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
@@ -139,7 +139,7 @@ def test_a_killed_daemon_leaves_no_http_front_behind(
 
 def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
     for name in ("demo.toml", "demo-inventory.toml"):
-        shutil.copy(REPO / "config" / name, tmp_path / name)
+        shutil.copy2(REPO / "config" / name, tmp_path / name)  # keeps the old mtime
     config = str(tmp_path / "demo.toml")
     cmd = [sys.executable, "-m", "hydrator", "once", "--json", "--config", config]
 
@@ -168,7 +168,7 @@ def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
 
 def test_json_logs_carry_one_object_per_line_with_the_cycle_counts(tmp_path: Path) -> None:
     for name in ("demo.toml", "demo-inventory.toml"):
-        shutil.copy(REPO / "config" / name, tmp_path / name)
+        shutil.copy2(REPO / "config" / name, tmp_path / name)  # keeps the old mtime
     result = subprocess.run(
         [
             sys.executable,

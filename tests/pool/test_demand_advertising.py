@@ -50,7 +50,7 @@ def service(condor_pool: Pool, tmp_path: Path) -> Iterator[Service]:
     config = parse_config(
         {
             "daemon": {"state_path": "state.sqlite"},
-            "sources": [{"type": "static", "path": "inv.toml"}],
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
             "classad": {"advertise": "demand", "max_datasets_per_site": 2},
             "collector": {
                 "enabled": True,

@@ -84,7 +84,8 @@ class Daemon:
         config.write_text(
             f'[daemon]\ninterval_s = {CYCLE_S}\njitter_s = 0\nstate_path = "state.sqlite"\n\n'
             f'[http]\nlisten = "127.0.0.1:{self.port}"\nmax_age_s = 1\n\n'
-            '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n\n'
+            '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
+            "settle_s = 0\n\n"  # write_inventory renames a complete file into place
             f"[sites]\n{sites}\n[classad]\nupdated_resolution_s = 1\n\n{extra}"
         )
         return config

@@ -185,7 +185,7 @@ def running_demo_daemon(
     ``extra_config`` and ``extra_inventory`` are appended to the copied files."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("demo.toml", "demo-inventory.toml"):
-        shutil.copy(REPO / "config" / name, directory / name)
+        shutil.copy2(REPO / "config" / name, directory / name)
     port = free_port()
     config = directory / "demo.toml"
     text = config.read_text()
@@ -194,6 +194,8 @@ def running_demo_daemon(
     config.write_text(text + extra_config)
     inventory = directory / "demo-inventory.toml"
     inventory.write_text(inventory.read_text() + extra_inventory)
+    settled = time.time() - 60  # as if written a minute ago: past the static source's settle_s
+    os.utime(inventory, (settled, settled))
     log = (directory / "daemon.log").open("ab")
     proc = subprocess.Popen(
         [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],

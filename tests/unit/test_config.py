@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hydrator.cli import main
-from hydrator.config import load_config
+from hydrator.config import load_config, parse_config
+from tests.support.privileges import file_modes_enforced
 
 REPO = Path(__file__).parents[2]
 STATIC = '[[sources]]\ntype = "static"\npath = "inv.toml"\n'
@@ -34,6 +39,18 @@ STATIC = '[[sources]]\ntype = "static"\npath = "inv.toml"\n'
         (STATIC + STATIC, "two sources are named 'static'"),
         ("[daemon]\n", "sources: required key is missing"),
         ("[daemon\n", "not valid TOML"),
+        # strict: no coercion, finite numbers only (issue 12, item 4)
+        (STATIC + "[daemon]\ninterval_s = inf\n", "daemon.interval_s: Input should be a finite"),
+        (STATIC + "[daemon]\ninterval_s = nan\n", "daemon.interval_s: Input should be a finite"),
+        (
+            STATIC + '[daemon]\ninterval_s = "60"\n',
+            "daemon.interval_s: Input should be a valid number, not the string '60'",
+        ),
+        (STATIC + '[http]\nenabled = "yes"\n', "http.enabled: Input should be a valid boolean"),
+        (STATIC + "[http]\nenabled = 1\n", "http.enabled: Input should be a valid boolean"),
+        (STATIC + "[http]\nmax_age_s = true\n", "http.max_age_s: Input should be a valid integer"),
+        (STATIC + "[safety]\nmax_drop_fraction = true\n", "safety.max_drop_fraction: Input"),
+        (STATIC + "[classad]\nupdated_resolution_s = 1.5\n", "classad.updated_resolution_s:"),
     ],
 )
 def test_bad_config_exits_2_with_one_line_naming_the_key(
@@ -61,10 +78,81 @@ def test_default_path_comes_from_the_environment(
     assert "ok: 1 source(s)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["demo.toml", "hydrator.example.toml"])
-def test_shipped_configs_are_valid(name: str) -> None:
-    config = load_config(REPO / "config" / name)
+SHIPPED = sorted(
+    p
+    for p in [*REPO.glob("config/*.toml"), *REPO.glob("deploy/**/*.toml")]
+    if "inventory" not in p.name
+)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_shipped_configs_are_valid(path: Path) -> None:
+    """Every configuration the repository ships passes the strict schema (its secret files
+    exist only where it is deployed, so those are checked by the next test, not here)."""
+    config = parse_config(tomllib.loads(path.read_text()), base_dir=path.parent)
     assert config.sources
+
+
+def test_shipped_configs_include_the_demo_and_the_deployments() -> None:
+    names = {str(p.relative_to(REPO)) for p in SHIPPED}
+    assert {"config/demo.toml", "config/hydrator.example.toml"} <= names
+    assert "deploy/kubernetes/hydrator.toml" in names
+    load_config(REPO / "config" / "demo.toml")  # the demo needs no secret file: loads fully
+
+
+def test_a_secret_file_that_does_not_exist_is_named_with_its_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The example names credentials under /run/credentials, absent on a developer machine."""
+    assert main(["check-config", "--config", str(REPO / "config" / "hydrator.example.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "sources[1].token_file: /run/credentials/hydrator.service/hydrator_rucio-token:" in err
+
+
+DMAPI = '[[sources]]\ntype = "dmapi"\nbase_url = "https://x"\ntoken_file = "{}"\n'
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda d: d / "missing.token", "no such file"),
+        (lambda d: d, "not a regular file"),
+    ],
+    ids=["missing", "directory"],
+)
+def test_a_file_key_must_name_a_readable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, problem: str
+) -> None:
+    target = make(tmp_path)
+    (tmp_path / "h.toml").write_text(DMAPI.format(target))
+    assert main(["check-config", "--config", str(tmp_path / "h.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"sources[0].token_file: {target}: {problem}" in err
+    (tmp_path / "tok").write_text("abc\n")
+    (tmp_path / "h.toml").write_text(DMAPI.format(tmp_path / "tok"))
+    assert main(["check-config", "--config", str(tmp_path / "h.toml")]) == 0
+
+
+def test_an_unreadable_file_key_is_refused(tmp_path: Path) -> None:
+    token = tmp_path / "tok"
+    token.write_text("abc\n")
+    token.chmod(0o000)
+    (tmp_path / "h.toml").write_text(DMAPI.format(token))
+    command = [sys.executable, "-m", "hydrator", "check-config", "--config", f"{tmp_path}/h.toml"]
+    result = subprocess.run(
+        file_modes_enforced(command), capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"sources[0].token_file: {token}: cannot read: Permission denied" in result.stderr
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    """Editors on Windows save one; it is stripped rather than reported as bad TOML."""
+    (tmp_path / "h.toml").write_bytes(b"\xef\xbb\xbf" + STATIC.encode())
+    assert load_config(tmp_path / "h.toml").sources[0].name == "static"
 
 
 def test_relative_paths_resolve_against_the_config_directory() -> None:

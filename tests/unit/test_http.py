@@ -214,7 +214,10 @@ def test_the_front_lifts_its_open_files_limit_to_the_hard_one(tmp_path: Path) ->
 def _started(tmp_path: Path, wedged_after_s: float = 300) -> tuple[str, Any, HttpEndpoint]:
     (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
-        {"daemon": {"state_path": "s.sqlite"}, "sources": [{"type": "static", "path": "inv.toml"}]},
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+        },
         tmp_path,
     )
     service = build_service(config)

@@ -16,7 +16,7 @@ import pytest
 from hydrator.core import Policy, plan_cycle
 from hydrator.domain import State
 from hydrator.errors import StateError
-from hydrator.state import SqliteStateStore
+from hydrator.state import SqliteStateStore, StateLock
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy()
@@ -108,3 +108,102 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
     names = {r.dataset.name for r in loaded.sources["r"].replicas}
     assert names in ({f"old{i}" for i in range(100)}, {f"new{i}" for i in range(n)})
     assert len(loaded.first_seen) in (100, n)
+
+
+def _saved(path: Path) -> None:
+    store = SqliteStateStore(path)
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.5))}
+    store.save(plan_cycle(State(), outcome, t(0), POLICY))
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "table"),
+    [
+        ("INSERT INTO replicas VALUES ('r', 'A\nB = 1', 'ska', 'z', 'available', 1.0)", "replicas"),
+        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z\"', 'available', 1.0)", "replicas"),
+        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'everywhere', 1.0)", "replicas"),
+        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
+        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
+        ("INSERT INTO replicas VALUES ('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
+        ("INSERT INTO first_seen VALUES ('A', 'ska', 'bad name', 0)", "first_seen"),
+        ("INSERT INTO first_seen VALUES ('A', 'ska', 'z', 1e300)", "first_seen"),
+        ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
+        ("INSERT INTO sources VALUES ('R\nX', 0, 0, 0, NULL, 0, '[]')", "sources"),
+        ("INSERT INTO sources VALUES ('q', 0, 0, 0, NULL, 0, 'not json')", "sources"),
+        ("INSERT INTO sources VALUES ('q', 0, 0, 5, NULL, -1, '[]')", "sources"),
+    ],
+)
+def test_invalid_rows_are_counted_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, sql: str, table: str
+) -> None:
+    """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql)
+    store = SqliteStateStore(path, read_only=True)
+    loaded = store.load()
+    assert store.rejected_rows == {"replicas": 0, "sources": 0, "first_seen": 0, table: 1}
+    replicas = loaded.sources["r"].replicas
+    assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
+    assert {str(site) for view in [loaded.stamped_views()] for site in view} <= {"A", "B"}
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "1 invalid row(s) ignored" in warnings[0].getMessage()
+    assert "\n" not in warnings[0].getMessage()
+
+
+def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
+    from hydrator.config import parse_config
+    from hydrator.service import Service
+
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO first_seen VALUES ('A\nB', 'ska', 'z', 0)")
+    config = parse_config(
+        {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
+        tmp_path,
+    )
+    service = Service(config, sources=[], store=SqliteStateStore(path, read_only=True))
+    sample = service.metrics.registry.get_sample_value
+    assert sample("hydrator_state_rejected_rows", {"table": "first_seen"}) == 1
+    assert sample("hydrator_state_rejected_rows", {"table": "replicas"}) == 0
+
+
+def test_a_reader_creates_nothing_and_cannot_save(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    reader = SqliteStateStore(path, read_only=True)
+    assert reader.load() == State() and not path.exists()
+    with pytest.raises(StateError, match="read-only"):
+        reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
+    _saved(path)
+    reader = SqliteStateStore(path, read_only=True)
+    with pytest.raises(StateError, match="read-only"):
+        reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
+
+
+def test_a_second_lock_names_the_first_holder(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    first = StateLock(path)
+    assert (tmp_path / "s.sqlite.lock").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(StateError, match=rf"in use by another hydrator \(pid {os.getpid()}"):
+        StateLock(path)
+    first.release()
+    StateLock(path).release()
+
+
+def test_a_new_database_appears_complete_or_not_at_all(tmp_path: Path) -> None:
+    """Created under a temporary name and renamed: no 0-byte file is ever left behind."""
+    path = tmp_path / "s.sqlite"
+    SqliteStateStore(path).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+    assert SqliteStateStore(path, read_only=True).load() == State()
+
+
+def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (x)")
+    with pytest.raises(StateError, match="is not a hydrator state; move it away"):
+        SqliteStateStore(path)
