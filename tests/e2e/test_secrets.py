@@ -69,6 +69,7 @@ CH_DISK = "SRCNET_CH"
 type = "static"
 name = "static"
 path = "inventory.toml"
+settle_s = 0
 
 [[sources]]
 type = "dmapi"
