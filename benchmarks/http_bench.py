@@ -2,14 +2,15 @@
 
 ``python -m benchmarks.http_bench serve --db STATE`` runs the real endpoint
 (:class:`hydrator.http.HttpEndpoint` on a :class:`hydrator.service.Service` that loaded
-``STATE`` as the daemon does at startup) on 127.0.0.1 and a free port, prints the port, and
-serves until its stdin closes. :func:`measure` starts it in its own process (so the load
-generator and the server do not share an interpreter), fetches every site's ETag, checks that
+``STATE`` as the daemon does at startup; its aiohttp child serves) on 127.0.0.1 and a free
+port, prints the port, and serves until its stdin closes. :func:`measure` starts it in its
+own process (so the load generator and the server do not share an interpreter), fetches every
+site's ETag, checks that
 ``If-None-Match`` gets a 304, then runs ``wrk``, rotating over all sites: conditional GETs
 (``If-None-Match`` with the current ETag, answered 304) and plain GETs (200 with the body) at
 50 connections, and conditional GETs at 10 connections (how the tail depends on concurrency).
 
-Then once more with ``serve --busy-replicas N``: the same endpoint while a thread of the server
+Then once more with ``serve --busy-replicas N``: the same endpoint while a thread of the daemon
 process runs core cycles (fetch, ``plan_cycle``, save, render, 1 % churn) back to back on a copy
 of the state, as :mod:`benchmarks.core_bench` times them. The daemon runs one cycle per poll
 interval, so this is the worst case for the GIL: the endpoint shares the interpreter with a
@@ -80,7 +81,7 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
 
 
 def serve(db: Path, busy_replicas: int = 0) -> None:
-    from hydrator.config import Config
+    from hydrator.config import Config, HttpConfig
     from hydrator.http import HttpEndpoint
     from hydrator.service import Service
     from hydrator.state import SqliteStateStore
@@ -89,8 +90,7 @@ def serve(db: Path, busy_replicas: int = 0) -> None:
         {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}
     )
     service = Service(config, sources=[], store=SqliteStateStore(db))
-    service.ready.set()
-    endpoint = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=60, wedged_after_s=3600)
+    endpoint = HttpEndpoint(service, HttpConfig(listen="127.0.0.1:0"), wedged_after_s=3600)
     endpoint.start()
     stop = threading.Event()
     busy = threading.Thread(target=busy_cycles, args=(db, busy_replicas, stop), name="cycles")
