@@ -80,7 +80,7 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
         store.close()
 
 
-def serve(db: Path, busy_replicas: int = 0) -> None:
+def serve(db: Path, busy_replicas: int = 0, max_age_s: int = 60) -> None:
     from hydrator.config import Config, HttpConfig
     from hydrator.http import HttpEndpoint
     from hydrator.service import Service
@@ -90,7 +90,8 @@ def serve(db: Path, busy_replicas: int = 0) -> None:
         {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}
     )
     service = Service(config, sources=[], store=SqliteStateStore(db))
-    endpoint = HttpEndpoint(service, HttpConfig(listen="127.0.0.1:0"), wedged_after_s=3600)
+    http = HttpConfig(listen="127.0.0.1:0", max_age_s=max_age_s)
+    endpoint = HttpEndpoint(service, http, wedged_after_s=3600)
     endpoint.start()
     stop = threading.Event()
     busy = threading.Thread(target=busy_cycles, args=(db, busy_replicas, stop), name="cycles")
@@ -241,12 +242,13 @@ def main() -> None:
     parser.add_argument("mode", choices=["serve", "measure"])
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--max-age-s", type=int, default=60, help="serve: Cache-Control max-age")
     parser.add_argument(
         "--busy-replicas", type=int, default=0, help="replicas in --db: also measure during cycles"
     )
     args = parser.parse_args()
     if args.mode == "serve":
-        serve(args.db, args.busy_replicas)
+        serve(args.db, args.busy_replicas, args.max_age_s)
     else:
         result = measure(args.db, seconds=args.seconds, busy_replicas=args.busy_replicas)
         print(json.dumps(result, indent=1))
