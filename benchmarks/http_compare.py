@@ -96,13 +96,14 @@ def conditional_wrk(
     base: str, seconds: int, connections: int = 50, rate_per_s: int = 0
 ) -> dict[str, Any]:
     """wrk conditional GETs over every site; as fast as the server answers, or with
-    ``rate_per_s`` at most that many (each connection waits connections/rate between requests;
+    ``rate_per_s`` about that many: each connection waits between an answer and its next
+    request (wrk's ``delay``, 10 % shorter than connections/rate, as the answer takes time too;
     latency is counted from sending, so it excludes that wait)."""
     ads = http_bench._site_etags(base)
     with tempfile.TemporaryDirectory() as tmp:
         lua = http_bench._lua(Path(tmp), "conditional", ads, conditional=True)
         if rate_per_s:
-            delay_ms = 1000 * connections // rate_per_s
+            delay_ms = 900 * connections // rate_per_s
             lua.write_text(lua.read_text() + f"delay = function() return {delay_ms} end\n")
         return http_bench._wrk(http_bench.ensure_wrk(), base, lua, 2, connections, seconds)
 
@@ -281,6 +282,9 @@ def main() -> None:
     parser.add_argument("--squid-seconds", type=int, default=60)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "http-compare")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "http_results.json")
+    parser.add_argument(
+        "--only-cycling", action="store_true", help="redo step 1 only, into the existing --out"
+    )
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -296,6 +300,14 @@ def main() -> None:
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
+    if args.only_cycling:
+        results = json.loads(args.out.read_text())
+        for name, checkout in (("old", args.old.resolve()), ("new", REPO)):
+            cycling = step_cycling(checkout, big, args.replicas, args.seconds)
+            results[name]["cycling"] = cycling
+            results[name]["cycling"]["load"] = os.getloadavg()
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        return
     results: dict[str, Any] = {"load_before": os.getloadavg(), "started": time.time()}
     for name, checkout in (("old", args.old.resolve()), ("new", REPO)):
         print(

@@ -6,6 +6,7 @@ every limit of ``[http]`` tried by a client that exceeds it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -31,7 +32,10 @@ INVENTORY = (
 Started = tuple[str, Service, HttpEndpoint]
 
 
-def _started(tmp_path: Path, wedged_after_s: float = 300, **http: Any) -> Started:
+@contextlib.contextmanager
+def serving(tmp_path: Path, wedged_after_s: float = 300, **http: Any) -> Iterator[Started]:
+    """The endpoint on a static inventory in ``tmp_path``; ``http``: [http] keys. Stopped (and
+    the service closed) when the context exits."""
     if not (tmp_path / "inv.toml").exists():
         (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
@@ -44,16 +48,18 @@ def _started(tmp_path: Path, wedged_after_s: float = 300, **http: Any) -> Starte
     )
     service = build_service(config)
     endpoint = HttpEndpoint(service, config.http, wedged_after_s=wedged_after_s)
-    endpoint.start()
-    return f"http://127.0.0.1:{endpoint.port}", service, endpoint
+    try:
+        endpoint.start()
+        yield f"http://127.0.0.1:{endpoint.port}", service, endpoint
+    finally:
+        endpoint.stop()
+        service.close()
 
 
 @pytest.fixture
 def started(tmp_path: Path) -> Iterator[Started]:
-    base, service, endpoint = _started(tmp_path)
-    yield base, service, endpoint
-    endpoint.stop()
-    service.close()
+    with serving(tmp_path) as started:
+        yield started
 
 
 def get(url: str, **headers: str) -> requests.Response:
@@ -79,27 +85,19 @@ def test_readiness_and_classads_with_etag_and_cache_control(started: Started) ->
 
 def test_readyz_waits_for_every_source_unless_the_state_has_it(tmp_path: Path) -> None:
     (tmp_path / "inv.toml").write_text("this is not TOML [")
-    base, service, endpoint = _started(tmp_path)
-    try:
+    with serving(tmp_path) as (base, service, _endpoint):
         service.run_cycle()  # the source fails: nothing known, not ready, and why
         r = get(f"{base}/readyz")
         assert r.status_code == 503 and "static" in r.text and "inv.toml" in r.text
         (tmp_path / "inv.toml").write_text(INVENTORY)
         service.run_cycle()
         assert get(f"{base}/readyz").status_code == 200
-    finally:
-        endpoint.stop()
-        service.close()
     (tmp_path / "inv.toml").write_text("this is not TOML [")
-    base, service, endpoint = _started(tmp_path)  # a restart: the state holds last-known-good
-    try:
+    with serving(tmp_path) as (base, service, _):  # a restart: the state holds last-known-good
         assert get(f"{base}/readyz").status_code == 200
         service.run_cycle()
         assert get(f"{base}/readyz").status_code == 200
         assert '"ska:x"' in get(f"{base}/v1/sites/SITE_A/classad").text
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_conditional_get_answers_304_until_the_content_changes(started: Started) -> None:
@@ -156,22 +154,17 @@ def test_metrics_of_the_daemon_and_the_server_in_one_scrape(started: Started) ->
 
 
 def test_health_fails_when_no_cycle_ends_for_too_long(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path, wedged_after_s=1.0)
-    try:
+    with serving(tmp_path, wedged_after_s=1.0) as (base, service, _endpoint):
         assert get(f"{base}/healthz").status_code == 200
         time.sleep(1.2)
         r = get(f"{base}/healthz")
         assert r.status_code == 503 and "no cycle ended" in r.text
         service.run_cycle()
         assert get(f"{base}/healthz").status_code == 200
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_changes_are_served_when_the_cycle_returns(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path)
-    try:
+    with serving(tmp_path) as (base, service, _endpoint):
         service.run_cycle()
         url = f"{base}/v1/sites/SITE_A/classad"
         first = get(url)
@@ -188,14 +181,10 @@ def test_changes_are_served_when_the_cycle_returns(tmp_path: Path) -> None:
         assert get(url).status_code == 404  # SITE_A is gone
         assert get(f"{base}/v1/sites/SITE_A").status_code == 404
         assert '"ska:b"' in get(f"{base}/v1/sites/SITE_B/classad").text
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_a_server_that_dies_is_restarted_and_counted(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path)
-    try:
+    with serving(tmp_path) as (base, service, endpoint):
         service.run_cycle()
         child = endpoint._child
         assert child is not None
@@ -207,9 +196,6 @@ def test_a_server_that_dies_is_restarted_and_counted(tmp_path: Path) -> None:
         assert r.status_code == 200 and '"ska:x"' in r.text and endpoint._child is not child
         assert time.monotonic() - t0 < 5
         assert "hydrator_http_front_restarts_total 1.0" in get(f"{base}/metrics").text
-    finally:
-        endpoint.stop()
-        service.close()
     assert child.poll() is not None and endpoint._child is None
     assert not endpoint.directory.exists()
     with pytest.raises(requests.ConnectionError):
@@ -217,40 +203,34 @@ def test_a_server_that_dies_is_restarted_and_counted(tmp_path: Path) -> None:
 
 
 def test_a_stopped_server_does_not_hold_up_cycles(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path)
-    child = endpoint._child
-    assert child is not None
-    try:
+    with serving(tmp_path) as (base, service, endpoint):
+        child = endpoint._child
+        assert child is not None
         os.kill(child.pid, signal.SIGSTOP)
-        t0 = time.monotonic()
-        for i in range(3):
-            (tmp_path / "inv.toml").write_text(INVENTORY.replace('"ska:y"', f'"ska:n{i}"'))
-            assert service.run_cycle().outcome == "ok"
-        assert time.monotonic() - t0 < 5
-        os.kill(child.pid, signal.SIGCONT)
+        try:
+            t0 = time.monotonic()
+            for i in range(3):
+                (tmp_path / "inv.toml").write_text(INVENTORY.replace('"ska:y"', f'"ska:n{i}"'))
+                assert service.run_cycle().outcome == "ok"
+            assert time.monotonic() - t0 < 5
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
         assert '"ska:n2"' in get(f"{base}/v1/sites/SITE_A/classad").text
-    finally:
-        os.kill(child.pid, signal.SIGCONT)
-        endpoint.stop()
-        service.close()
 
 
 def test_the_server_lifts_its_open_files_limit_to_the_hard_one(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # what the server inherits
-    try:
-        base, service, endpoint = _started(tmp_path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            base, _, endpoint = stack.enter_context(serving(tmp_path))
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         get(f"{base}/healthz")  # answered: the server has started
         assert endpoint._child is not None
         limits = Path(f"/proc/{endpoint._child.pid}/limits").read_text().splitlines()
         (line,) = [x for x in limits if x.startswith("Max open files")]
         assert line.split()[3:5] == [str(hard), str(hard)]
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def connect(base: str) -> socket.socket:
@@ -278,8 +258,7 @@ def closed_within(sock: socket.socket, timeout_s: float, drip: bytes = b"") -> f
 def test_clients_that_send_slowly_or_nothing_are_cut_off_and_others_are_served(
     tmp_path: Path,
 ) -> None:
-    base, service, endpoint = _started(tmp_path, idle_timeout_s=1.0)
-    try:
+    with serving(tmp_path, idle_timeout_s=1.0) as (base, _service, _endpoint):
         get(f"{base}/healthz")
         idle, crlf, drip = connect(base), connect(base), connect(base)
         drip.sendall(b"GET /v1/sites HTTP/1.1\r\n")
@@ -291,14 +270,10 @@ def test_clients_that_send_slowly_or_nothing_are_cut_off_and_others_are_served(
         assert keep.get(f"{base}/healthz", timeout=5).status_code == 200
         time.sleep(1.5)
         assert keep.get(f"{base}/healthz", timeout=5).status_code == 200  # reconnects
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_connections_over_the_limit_are_closed_and_counted(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path, max_connections=3)
-    try:
+    with serving(tmp_path, max_connections=3) as (base, _service, _endpoint):
         held = [connect(base) for _ in range(3)]
         held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
@@ -309,34 +284,23 @@ def test_connections_over_the_limit_are_closed_and_counted(tmp_path: Path) -> No
         time.sleep(0.3)
         text = get(f"{base}/metrics").text
         assert "hydrator_http_rejected_connections_total 1.0" in text
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_a_header_over_the_limit_gets_400(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path, max_header_bytes=1024)
-    try:
+    with serving(tmp_path, max_header_bytes=1024) as (base, _service, _endpoint):
         assert get(f"{base}/healthz", **{"X-Pad": "a" * 900}).status_code == 200
         assert get(f"{base}/healthz", **{"X-Pad": "a" * 1100}).status_code == 400
         assert get(f"{base}/healthz" + "?" + "a" * 1100).status_code == 400
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_the_configured_backlog_is_applied(tmp_path: Path) -> None:
-    base, service, endpoint = _started(tmp_path, backlog=77)
-    try:
+    with serving(tmp_path, backlog=77) as (base, _service, _endpoint):
         get(f"{base}/healthz")  # the server child has called listen() again by now
         port = base.rsplit(":", 1)[1]
         out = subprocess.run(
             ["ss", "-ltnH", f"sport = :{port}"], check=True, capture_output=True, text=True
         ).stdout.split()
         assert out[2] == "77", out  # Send-Q of a listening socket: its backlog
-    finally:
-        endpoint.stop()
-        service.close()
 
 
 def test_a_busy_listen_address_is_a_config_error(tmp_path: Path, started: Started) -> None:
@@ -350,10 +314,6 @@ def test_a_busy_listen_address_is_a_config_error(tmp_path: Path, started: Starte
 
 
 def test_listening_on_every_ipv6_address_also_takes_ipv4(tmp_path: Path) -> None:
-    _, service, endpoint = _started(tmp_path, listen="[::]:0")
-    try:
+    with serving(tmp_path, listen="[::]:0") as (_, _service, endpoint):
         for host in ("127.0.0.1", "[::1]"):
             assert get(f"http://{host}:{endpoint.port}/healthz").status_code == 200
-    finally:
-        endpoint.stop()
-        service.close()
