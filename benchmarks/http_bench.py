@@ -168,13 +168,17 @@ def _wrk(
 
 
 @contextlib.contextmanager
-def _server(db: Path, busy_replicas: int = 0) -> Iterator[str]:
-    """The endpoint in its own process; yields its base URL; stops it on exit."""
+def _server(
+    db: Path, busy_replicas: int = 0, checkout: Path = REPO, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
+    """The endpoint in its own process, from the code in ``checkout``; yields its base URL and
+    pid; stops it on exit."""
     command = os.environ.get("HYDRATOR_BENCH_SERVE", "-m benchmarks.http_bench serve").split()
     busy = ["--busy-replicas", str(busy_replicas)] if busy_replicas else []
     server = subprocess.Popen(
-        [sys.executable, *command, "--db", str(db), *busy],
-        cwd=REPO,
+        [sys.executable, *command, "--db", str(db), *busy, *extra],
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -182,7 +186,7 @@ def _server(db: Path, busy_replicas: int = 0) -> Iterator[str]:
     )
     try:
         assert server.stdout is not None
-        yield f"http://127.0.0.1:{int(server.stdout.readline())}"
+        yield f"http://127.0.0.1:{int(server.stdout.readline())}", server.pid
     finally:
         if server.stdin:
             server.stdin.close()
@@ -215,7 +219,7 @@ def measure(
     results: dict[str, Any] = {
         "wrk": {"threads": threads, "connections": connections, "duration_s": seconds}
     }
-    with tempfile.TemporaryDirectory() as tmp, _server(db) as base:
+    with tempfile.TemporaryDirectory() as tmp, _server(db) as (base, _):
         ads = _site_etags(base)
         results["sites"] = len(ads)
         results["body_bytes_mean"] = sum(size for _, size in ads.values()) / max(1, len(ads))
@@ -229,7 +233,7 @@ def measure(
             results[label] = _wrk(wrk, base, lua, threads, conns, seconds)
             results[label]["connections"] = conns
     if busy_replicas:
-        with tempfile.TemporaryDirectory() as tmp, _server(db, busy_replicas) as base:
+        with tempfile.TemporaryDirectory() as tmp, _server(db, busy_replicas) as (base, _):
             ads = _site_etags(base)
             lua = _lua(Path(tmp), "conditional_cycling", ads, conditional=True)
             results["conditional_cycling"] = _wrk(wrk, base, lua, threads, connections, seconds)

@@ -67,29 +67,11 @@ def server(
 ) -> Iterator[tuple[str, int]]:
     """``http_bench serve`` from ``checkout``; yields (base URL, pid of the process holding the
     client connections: the front / the aiohttp child)."""
-    command = [sys.executable, "-m", "benchmarks.http_bench", "serve", "--db", str(db)]
-    if busy_replicas:
-        command += ["--busy-replicas", str(busy_replicas)]
-    if checkout == REPO:
-        command += ["--max-age-s", str(max_age_s)]
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    proc = subprocess.Popen(
-        command, cwd=checkout, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        base = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+    extra = ("--max-age-s", str(max_age_s)) if checkout == REPO else ()
+    with http_bench._server(db, busy_replicas, checkout, extra) as (base, pid):
         http_bench._get(base + "/healthz")  # the child is serving
-        (child,) = child_pids(proc.pid)
+        (child,) = child_pids(pid)
         yield base, child
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def conditional_wrk(

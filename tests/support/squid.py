@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.prometheus import stop
+
 REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
@@ -96,12 +98,7 @@ def running_squid() -> Iterator[Squid]:
         _wait_listening(squid, proc)
         yield squid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         shutil.rmtree(directory, ignore_errors=True)
 
 
