@@ -76,6 +76,9 @@ class HttpConfig(_Model):
     idle_timeout_s: float = Field(15.0, gt=0)
     """A connection with no complete request within this many seconds of its opening or of
     its previous answer is closed: idle keep-alive, bare CRLFs, one byte a second."""
+    send_timeout_s: float = Field(60.0, gt=0)
+    """A connection whose client takes none of its answer (nothing acknowledged, or a zero
+    window) for this long is dropped by the kernel (TCP_USER_TIMEOUT), freeing what it held."""
     backlog: int = Field(1024, ge=1, le=65535)
     """Listen backlog: connections the kernel queues before they are accepted (a wave of
     glideins, a restart of the server); capped by net.core.somaxconn."""

@@ -57,21 +57,30 @@ DOCUMENTS: dict[str, Callable[[Service], Any]] = {
 for the URL of each)."""
 
 
-def listen(host: str, port: int, backlog: int) -> socket.socket:
+def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: any free one). ``::`` listens on IPv6
     and IPv4 alike (``[http] listen = "[::]:9620"``). Raises :class:`ConfigError` naming
-    ``http.listen`` when the address is busy or cannot be had."""
+    ``http.listen`` when the address is busy or cannot be had.
+
+    ``TCP_USER_TIMEOUT`` (Linux, tcp(7)), inherited by every accepted connection: the kernel
+    drops a connection whose sent data stays unacknowledged, or whose window stays zero, for
+    ``send_timeout_s``, so a client that stops reading cannot hold its connection and the
+    answer buffered for it."""
     try:
         if host == "::":  # every address: IPv6 and, where the system can, IPv4 on the same socket
             dualstack = socket.has_dualstack_ipv6()
-            return socket.create_server(
+            sock = socket.create_server(
                 (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=dualstack
             )
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return socket.create_server((host, port), family=family, backlog=backlog)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host, port), family=family, backlog=backlog)
     except OSError as exc:
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         raise ConfigError("http.listen", f"cannot listen on {where}: {exc.strerror}") from exc
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(send_timeout_s * 1000))
+    return sock
 
 
 class Spool:
@@ -101,7 +110,7 @@ class HttpEndpoint:
         self.service = service
         self.config = config
         self.wedged_after_s = wedged_after_s
-        self.sock = listen(config.host, config.port, config.backlog)
+        self.sock = listen(config.host, config.port, config.backlog, config.send_timeout_s)
         self.port: int = self.sock.getsockname()[1]
         self.directory = Path(tempfile.mkdtemp(prefix="hydrator-http-"))  # mode 0700
         for sub in ("classad", "site"):

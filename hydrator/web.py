@@ -29,7 +29,8 @@ Limits (``[http]`` in the configuration): at most ``max_connections`` client con
 are closed as soon as accepted, and counted); a request line or header field longer than
 ``max_header_bytes`` gets ``400``; a connection with no complete request within
 ``idle_timeout_s`` of its opening or of its previous answer is closed (clients that send
-nothing, bare CRLFs, or one byte a second); the listen backlog is set by the daemon.
+nothing, bare CRLFs, or one byte a second); the daemon sets the listen backlog and
+``TCP_USER_TIMEOUT`` on the socket (a client that stops reading is dropped by the kernel).
 """
 
 from __future__ import annotations

@@ -317,3 +317,21 @@ def test_listening_on_every_ipv6_address_also_takes_ipv4(tmp_path: Path) -> None
     with serving(tmp_path, listen="[::]:0") as (_, _service, endpoint):
         for host in ("127.0.0.1", "[::1]"):
             assert get(f"http://{host}:{endpoint.port}/healthz").status_code == 200
+
+
+def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(tmp_path: Path) -> None:
+    many = ", ".join(f'"ska:d{i}"' for i in range(20_000))  # a JSON view of ~400 KB
+    (tmp_path / "inv.toml").write_text(f'[storage.A]\nsite = "SITE_A"\navailable = [{many}]\n')
+    with serving(tmp_path, send_timeout_s=1.0) as (base, service, _endpoint):
+        service.run_cycle()
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        stalled.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        stalled.sendall(b"GET /v1/sites/SITE_A HTTP/1.1\r\nHost: x\r\n\r\n")  # never read
+        gauge = "hydrator_http_connections 2.0"  # the stalled one and this scrape
+        assert gauge in get(f"{base}/metrics").text
+        deadline = time.monotonic() + 8  # well before the 15 s idle timeout
+        while gauge in get(f"{base}/metrics").text:
+            assert time.monotonic() < deadline, "the stalled connection is still held"
+            time.sleep(0.25)
+        stalled.close()
