@@ -9,7 +9,9 @@
 - sends a 64 KiB header and reports the status (or that the connection was closed).
 
 Candidates: aiohttp (its own asyncio loop), uvicorn + Starlette (httptools parser, with and
-without uvloop). Prints a JSON document; docs/http.md has the numbers and the choice.
+without uvloop). Prints a JSON document; docs/http.md has the numbers and the choice. Only
+aiohttp is a project dependency: ``.venv/bin/pip install uvicorn starlette httptools uvloop``
+first.
 """
 
 from __future__ import annotations
