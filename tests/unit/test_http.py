@@ -202,10 +202,11 @@ def test_a_server_that_dies_is_restarted_and_counted(tmp_path: Path) -> None:
         requests.get(f"{base}/healthz", timeout=2)
 
 
-def test_a_stopped_server_does_not_hold_up_cycles(tmp_path: Path) -> None:
+def test_a_stopped_server_holds_up_neither_cycles_nor_the_daemons_stop(tmp_path: Path) -> None:
     with serving(tmp_path) as (base, service, endpoint):
         child = endpoint._child
         assert child is not None
+        assert endpoint.directory.stat().st_mode & 0o777 == 0o700  # private
         os.kill(child.pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
@@ -216,6 +217,10 @@ def test_a_stopped_server_does_not_hold_up_cycles(tmp_path: Path) -> None:
         finally:
             os.kill(child.pid, signal.SIGCONT)
         assert '"ska:n2"' in get(f"{base}/v1/sites/SITE_A/classad").text
+        os.kill(child.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        endpoint.stop()  # what SIGTERM to the daemon does; the stopped server is killed
+        assert time.monotonic() - t0 < 8 and child.poll() is not None
 
 
 def test_the_server_lifts_its_open_files_limit_to_the_hard_one(tmp_path: Path) -> None:
