@@ -5,7 +5,7 @@ served into a private directory after each cycle (each file atomically: temp fil
 rename), and starts this module with ``subprocess`` (``python -m hydrator.web``; exec, not
 fork) and the socket as an inherited descriptor. Nothing else passes between the two processes:
 the daemon never waits for this one, and this one exits when its standard input (a pipe the
-daemon holds open) ends, i.e. when the daemon stops or dies.
+daemon holds open) ends, i.e. when the daemon stops or dies, and then removes the directory.
 
 Why a process of its own: a cycle is CPU-bound Python, and in the daemon's process it would
 stall the server through the GIL (``benchmarks/ANALYSIS.md``). Why aiohttp: ``docs/http.md``.
@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
@@ -351,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     asyncio.run(serve(sock, Files(args.dir), limits, sys.stdin.fileno()))
+    # The daemon stopped or died (SIGKILL leaves it no chance): its directory goes too.
+    shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 
 

@@ -124,15 +124,19 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
 
 
-def test_a_killed_daemon_leaves_no_http_front_behind(
+def test_a_killed_daemon_leaves_no_http_server_or_files_behind(
     demo: tuple[str, Path, subprocess.Popen[bytes]],
 ) -> None:
     base, _, proc = demo
     wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
     (front,) = children(proc.pid)
-    proc.kill()  # no chance to stop the front: it sees its stdin close
+    args = Path(f"/proc/{front}/cmdline").read_bytes().split(b"\0")
+    served = Path(args[args.index(b"--dir") + 1].decode())
+    assert (served / "status.json").exists()
+    proc.kill()  # no chance to stop the server: it sees its stdin close
     proc.wait()
     wait_for(lambda: gone(front), timeout_s=5)
+    assert not served.exists(), "the served files are removed with the server"
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz", timeout=2)
 
