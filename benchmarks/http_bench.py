@@ -2,14 +2,15 @@
 
 ``python -m benchmarks.http_bench serve --db STATE`` runs the real endpoint
 (:class:`hydrator.http.HttpEndpoint` on a :class:`hydrator.service.Service` that loaded
-``STATE`` as the daemon does at startup) on 127.0.0.1 and a free port, prints the port, and
-serves until its stdin closes. :func:`measure` starts it in its own process (so the load
-generator and the server do not share an interpreter), fetches every site's ETag, checks that
+``STATE`` as the daemon does at startup; its aiohttp child serves) on 127.0.0.1 and a free
+port, prints the port, and serves until its stdin closes. :func:`measure` starts it in its
+own process (so the load generator and the server do not share an interpreter), fetches every
+site's ETag, checks that
 ``If-None-Match`` gets a 304, then runs ``wrk``, rotating over all sites: conditional GETs
 (``If-None-Match`` with the current ETag, answered 304) and plain GETs (200 with the body) at
 50 connections, and conditional GETs at 10 connections (how the tail depends on concurrency).
 
-Then once more with ``serve --busy-replicas N``: the same endpoint while a thread of the server
+Then once more with ``serve --busy-replicas N``: the same endpoint while a thread of the daemon
 process runs core cycles (fetch, ``plan_cycle``, save, render, 1 % churn) back to back on a copy
 of the state, as :mod:`benchmarks.core_bench` times them. The daemon runs one cycle per poll
 interval, so this is the worst case for the GIL: the endpoint shares the interpreter with a
@@ -79,8 +80,8 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
         store.close()
 
 
-def serve(db: Path, busy_replicas: int = 0) -> None:
-    from hydrator.config import Config
+def serve(db: Path, busy_replicas: int = 0, max_age_s: int = 60) -> None:
+    from hydrator.config import Config, HttpConfig
     from hydrator.http import HttpEndpoint
     from hydrator.service import Service
     from hydrator.state import SqliteStateStore
@@ -89,8 +90,8 @@ def serve(db: Path, busy_replicas: int = 0) -> None:
         {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}
     )
     service = Service(config, sources=[], store=SqliteStateStore(db))
-    service.ready.set()
-    endpoint = HttpEndpoint(service, "127.0.0.1", 0, max_age_s=60, wedged_after_s=3600)
+    http = HttpConfig(listen="127.0.0.1:0", max_age_s=max_age_s)
+    endpoint = HttpEndpoint(service, http, wedged_after_s=3600)
     endpoint.start()
     stop = threading.Event()
     busy = threading.Thread(target=busy_cycles, args=(db, busy_replicas, stop), name="cycles")
@@ -167,13 +168,17 @@ def _wrk(
 
 
 @contextlib.contextmanager
-def _server(db: Path, busy_replicas: int = 0) -> Iterator[str]:
-    """The endpoint in its own process; yields its base URL; stops it on exit."""
+def _server(
+    db: Path, busy_replicas: int = 0, checkout: Path = REPO, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
+    """The endpoint in its own process, from the code in ``checkout``; yields its base URL and
+    pid; stops it on exit."""
     command = os.environ.get("HYDRATOR_BENCH_SERVE", "-m benchmarks.http_bench serve").split()
     busy = ["--busy-replicas", str(busy_replicas)] if busy_replicas else []
     server = subprocess.Popen(
-        [sys.executable, *command, "--db", str(db), *busy],
-        cwd=REPO,
+        [sys.executable, *command, "--db", str(db), *busy, *extra],
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -181,7 +186,7 @@ def _server(db: Path, busy_replicas: int = 0) -> Iterator[str]:
     )
     try:
         assert server.stdout is not None
-        yield f"http://127.0.0.1:{int(server.stdout.readline())}"
+        yield f"http://127.0.0.1:{int(server.stdout.readline())}", server.pid
     finally:
         if server.stdin:
             server.stdin.close()
@@ -214,7 +219,7 @@ def measure(
     results: dict[str, Any] = {
         "wrk": {"threads": threads, "connections": connections, "duration_s": seconds}
     }
-    with tempfile.TemporaryDirectory() as tmp, _server(db) as base:
+    with tempfile.TemporaryDirectory() as tmp, _server(db) as (base, _):
         ads = _site_etags(base)
         results["sites"] = len(ads)
         results["body_bytes_mean"] = sum(size for _, size in ads.values()) / max(1, len(ads))
@@ -228,7 +233,7 @@ def measure(
             results[label] = _wrk(wrk, base, lua, threads, conns, seconds)
             results[label]["connections"] = conns
     if busy_replicas:
-        with tempfile.TemporaryDirectory() as tmp, _server(db, busy_replicas) as base:
+        with tempfile.TemporaryDirectory() as tmp, _server(db, busy_replicas) as (base, _):
             ads = _site_etags(base)
             lua = _lua(Path(tmp), "conditional_cycling", ads, conditional=True)
             results["conditional_cycling"] = _wrk(wrk, base, lua, threads, connections, seconds)
@@ -241,12 +246,13 @@ def main() -> None:
     parser.add_argument("mode", choices=["serve", "measure"])
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--max-age-s", type=int, default=60, help="serve: Cache-Control max-age")
     parser.add_argument(
         "--busy-replicas", type=int, default=0, help="replicas in --db: also measure during cycles"
     )
     args = parser.parse_args()
     if args.mode == "serve":
-        serve(args.db, args.busy_replicas)
+        serve(args.db, args.busy_replicas, args.max_age_s)
     else:
         result = measure(args.db, seconds=args.seconds, busy_replicas=args.busy_replicas)
         print(json.dumps(result, indent=1))

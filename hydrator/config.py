@@ -70,6 +70,23 @@ class HttpConfig(_Model):
     """host:port; use 0.0.0.0 only behind a firewall or in a pod."""
     max_age_s: int = Field(60, ge=0)
     """Cache-Control max-age of site ClassAds, so site squids can absorb glidein fetches."""
+    stale_if_error_s: int = Field(86400, ge=0)
+    """Cache-Control stale-if-error of site ClassAds: how long a squid may go on serving its
+    copy while the hydrator cannot be reached (jobs can check DataLocalityUpdated)."""
+    max_connections: int = Field(16384, ge=1)
+    """Client connections open at once; more are closed on arrival (and counted). Each is a
+    file descriptor: the server lifts its soft limit to the hard one."""
+    max_header_bytes: int = Field(8190, ge=256, le=65536)
+    """Longest request line or header field accepted (longer: 400); a hook sends ~100."""
+    idle_timeout_s: float = Field(15.0, gt=0)
+    """A connection with no complete request within this many seconds of its opening or of
+    its previous answer is closed: idle keep-alive, bare CRLFs, one byte a second."""
+    send_timeout_s: float = Field(60.0, gt=0)
+    """A connection whose client takes none of its answer (nothing acknowledged, or a zero
+    window) for this long is dropped by the kernel (TCP_USER_TIMEOUT), freeing what it held."""
+    backlog: int = Field(1024, ge=1, le=65535)
+    """Listen backlog: connections the kernel queues before they are accepted (a wave of
+    glideins, a restart of the server); capped by net.core.somaxconn."""
 
     @field_validator("listen")
     @classmethod

@@ -1,26 +1,24 @@
-"""The one HTTP listener: site ClassAds, JSON, metrics, probes; served by :mod:`.httpserver`.
+"""The daemon's side of the HTTP endpoint: the public socket, the files served, the server child.
 
 ==============================  =====================================================
 ``GET /v1/sites``               JSON: every site with counts, digest, updated; sources
 ``GET /v1/sites/<site>``        JSON: one site's datasets by state, with fractions
 ``GET /v1/sites/<site>/classad`` text/plain old-syntax ClassAd + ``- update:true``;
-                                ``ETag``, ``Cache-Control: max-age``, ``304`` on
-                                ``If-None-Match``, ``404`` for an unknown site
-``GET /metrics``                Prometheus text format
+                                ``ETag``, ``Cache-Control: max-age, stale-if-error``,
+                                ``304`` on ``If-None-Match``, ``404`` for an unknown site
+``GET /metrics``                Prometheus text format (the daemon's and the server's)
 ``GET /healthz``                200 while the cycle loop is not wedged
-``GET /readyz``                 200 after the first successful cycle, else 503
+``GET /readyz``                 200 once every source answered once or has saved state
 ==============================  =====================================================
 
-Two processes answer. The public port belongs to the front (:mod:`hydrator.httpd`), a child
-process that serves ClassAds and probes from bytes the daemon sends it after each cycle (only
-the sites whose ETag changed), so their latency does not depend on the daemon's cycles. The
-front forwards JSON and ``/metrics`` to :class:`Routes` on a private ``127.0.0.1`` listener in
-the daemon, built from :attr:`Service.published`, an immutable object replaced whole after each
-cycle, so a request never sees half a cycle.
-
-:class:`HttpEndpoint` owns both: it binds the public socket itself (a busy port fails at start),
-hands it to the front, waits for the front to acknowledge every update (after a cycle returns,
-the front serves what it published), and restarts a front that dies.
+:class:`HttpEndpoint` binds the public socket (a busy address is a
+:class:`~hydrator.errors.ConfigError` at start-up), writes what is served into a private
+directory after every cycle, each file atomically (temp file, fsync, rename), and starts the
+server (:mod:`hydrator.web`, aiohttp) as a child process that inherits the socket and serves
+those files. The daemon never waits for the server: if it is slow, stopped or dead, cycles go on
+and only the files change. A server that exits is started again (the socket stays open
+meanwhile, so clients wait in the accept queue rather than being refused); the server exits when
+the daemon does, as its standard input (a pipe the daemon holds) then ends.
 """
 
 from __future__ import annotations
@@ -29,183 +27,197 @@ import contextlib
 import json
 import logging
 import os
-import select
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
-import time
-from http import HTTPStatus
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 
-from hydrator.domain import SITE_PATTERN, Site
-from hydrator.httpd import Ad, Update, encode
-from hydrator.httpserver import Deferred, HttpServer, Request, Response, listen
+from hydrator.config import HttpConfig
+from hydrator.domain import Site
+from hydrator.errors import ConfigError
 from hydrator.observe import JsonFormatter
 from hydrator.report import site_json, sites_json
 from hydrator.service import Service
 
 log = logging.getLogger(__name__)
 
-_NOT_FOUND = Response(HTTPStatus.NOT_FOUND, b"not found\n")
-_UNKNOWN_SITE = Response(HTTPStatus.NOT_FOUND, b"unknown site\n")
-
-ACK_TIMEOUT_S = 10.0
-"""How long an update may take the front to apply before it is replaced."""
 RESTART_DELAY_S = 1.0
 
+DOCUMENTS: dict[str, Callable[[Service], Any]] = {
+    "sites.json": lambda service: sites_json(service.published),
+}
+"""JSON views rewritten after every cycle: file name -> builder (see :data:`hydrator.web.ROUTES`
+for the URL of each)."""
 
-class Routes:
-    """The daemon's own answers: JSON views and metrics, built in the server's thread pool."""
 
-    def __init__(self, service: Service) -> None:
-        self.service = service
+def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free one). ``::`` listens on IPv6
+    and IPv4 alike (``[http] listen = "[::]:9620"``). Raises :class:`ConfigError` naming
+    ``http.listen`` when the address is busy or cannot be had.
 
-    def __call__(self, request: Request) -> Response | Deferred:
-        parts = [p for p in request.path.split("/") if p]
-        if parts == ["v1", "sites"]:
-            published = self.service.published
-            return lambda: _json(sites_json(published))
-        if len(parts) == 3 and parts[:2] == ["v1", "sites"]:
-            name = parts[2]
-            ad = (
-                self.service.published.ads.get(Site(name)) if SITE_PATTERN.fullmatch(name) else None
+    ``TCP_USER_TIMEOUT`` (Linux, tcp(7)), inherited by every accepted connection: the kernel
+    drops a connection whose sent data stays unacknowledged, or whose window stays zero, for
+    ``send_timeout_s``, so a client that stops reading cannot hold its connection and the
+    answer buffered for it."""
+    try:
+        if host == "::":  # every address: IPv6 and, where the system can, IPv4 on the same socket
+            dualstack = socket.has_dualstack_ipv6()
+            sock = socket.create_server(
+                (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=dualstack
             )
-            return _UNKNOWN_SITE if ad is None else lambda: _json(site_json(ad.view))
-        if parts == ["metrics"]:
-            return self._metrics
-        return _NOT_FOUND
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ConfigError("http.listen", f"cannot listen on {where}: {exc.strerror}") from exc
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(send_timeout_s * 1000))
+    return sock
 
-    def _metrics(self) -> Response:
-        body = generate_latest(self.service.metrics.registry)
-        return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
 
+class Spool:
+    """A private directory of files, each replaced atomically (temp file, fsync, rename)."""
 
-def _json(doc: Any) -> Response:
-    body = json.dumps(doc, indent=1).encode() + b"\n"
-    return Response(HTTPStatus.OK, body, "application/json")
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, name: str, body: bytes) -> None:
+        path = self.root / name
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def remove(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / name).unlink()
 
 
 class HttpEndpoint:
     """The public listener (``port``: the bound port, useful with port 0); see the module doc."""
 
-    def __init__(
-        self, service: Service, host: str, port: int, max_age_s: int, wedged_after_s: float
-    ) -> None:
+    def __init__(self, service: Service, config: HttpConfig, wedged_after_s: float) -> None:
         self.service = service
-        self.sock = listen(host, port)
+        self.config = config
+        self.wedged_after_s = wedged_after_s
+        self.sock = listen(config.host, config.port, config.backlog, config.send_timeout_s)
         self.port: int = self.sock.getsockname()[1]
-        self.backend = HttpServer(Routes(service), listen("127.0.0.1", 0))
-        self._options = ["--max-age-s", str(max_age_s), "--wedged-after-s", str(wedged_after_s)]
-        self._lock = threading.Lock()  # one update at a time; guards the fields below
-        self._front: subprocess.Popen[bytes] | None = None
-        self._sent: dict[Site, str] = {}  # the ETags the front holds
-        self._seq = 0
-        self._acks = b""
+        self.directory = Path(tempfile.mkdtemp(prefix="hydrator-http-"))  # mode 0700
+        for sub in ("classad", "site"):
+            (self.directory / sub).mkdir()
+        self.spool = Spool(self.directory)
+        self._written: dict[Site, tuple[str, object]] = {}  # site -> (ETag, JSON version)
+        self._lock = threading.Lock()  # guards _child
+        self._writing = threading.Lock()  # one writer at a time: cycles, the watcher
+        self._child: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
-        self._listening = False
-        self._watcher = threading.Thread(target=self._watch, name="http-front", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="http-server", daemon=True)
 
     def start(self) -> None:
-        self.backend.start()
-        self.service.add_listener(self.push)  # first: no cycle can end unseen by the front
-        self._listening = True
+        self.write()
+        self.service.add_listener(self.write)
         with self._lock:
             self._spawn()
         self._watcher.start()
-        log.info("listening on http://%s:%d", self.sock.getsockname()[0], self.port)
+        log.info("listening on http://%s:%d", self.config.host, self.port)
 
-    def push(self) -> None:
-        """Send the front what changed in :attr:`Service.published`; return once it serves it."""
-        with self._lock:
-            if self._front is not None and not self._stopping.is_set():
-                self._send()
+    def write(self) -> None:
+        """Write what the service now publishes (changed ads and site views only); never
+        raises: a file that cannot be written is logged, and the server keeps the old one."""
+        with self._writing:
+            self._write_all()
+
+    def _write_all(self) -> None:
+        try:
+            self._write_sites()
+            for name, build in DOCUMENTS.items():
+                self.spool.write(name, _json(build(self.service)))
+            self.spool.write("metrics.txt", generate_latest(self.service.metrics.registry))
+            ready, reason = self.service.readiness()
+            status = {
+                "ready": ready,
+                "reason": reason,
+                "cycle_end_monotonic": self.service.last_cycle_end,
+                "wedged_after_s": self.wedged_after_s,
+            }
+            self.spool.write("status.json", _json(status))
+        except OSError as exc:
+            log.error("cannot write the files the HTTP server serves: %s", exc)
+
+    def _write_sites(self) -> None:
+        ads = self.service.published.ads
+        for site, ad in ads.items():
+            version = (ad.view.digest, ad.view.updated)
+            etag, written = self._written.get(site, ("", None))
+            if etag != ad.etag:
+                self.spool.write(f"classad/{site}", ad.body)
+            if written != version:
+                self.spool.write(f"site/{site}.json", _json(site_json(ad.view)))
+            self._written[site] = (ad.etag, version)
+        for site in [s for s in self._written if s not in ads]:
+            self.spool.remove(f"classad/{site}")
+            self.spool.remove(f"site/{site}.json")
+            del self._written[site]
 
     def stop(self) -> None:
-        """Stop the front (its stdin closes), the private listener and the public socket."""
+        """Stop the server child, close the public socket, remove the directory."""
         self._stopping.set()
-        if self._listening:
-            self.service.remove_listener(self.push)
-            self._listening = False
+        with contextlib.suppress(ValueError):
+            self.service.remove_listener(self.write)
         with self._lock:
-            front, self._front = self._front, None
-        if front is not None:
-            _end(front)
+            child, self._child = self._child, None
+        if child is not None:
+            _end(child)
         if self._watcher.is_alive():
             self._watcher.join(timeout=5)
-        self.backend.stop()
         self.sock.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
-    def _spawn(self) -> None:
-        """Start a front on the public socket and send it everything (under the lock)."""
-        fd = self.sock.fileno()
-        root = logging.getLogger()
+    def _command(self) -> list[str]:
+        c, root = self.config, logging.getLogger()
         fmt = (
             "json" if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers) else "text"
         )
         # -P: the working directory (the state directory, say) is not put on sys.path
-        command = [sys.executable, "-P", "-m", "hydrator.httpd", "--fd", str(fd)]
-        command += ["--backend-port", str(self.backend.port), *self._options]
-        command += [
-            "--log-format",
-            fmt,
-            "--log-level",
-            logging.getLevelName(root.getEffectiveLevel()),
+        return [
+            *(sys.executable, "-P", "-m", "hydrator.web", "--fd", str(self.sock.fileno())),
+            *("--dir", str(self.directory), "--max-age-s", str(c.max_age_s)),
+            *("--stale-if-error-s", str(c.stale_if_error_s)),
+            *("--max-connections", str(c.max_connections)),
+            *("--max-header-bytes", str(c.max_header_bytes)),
+            *("--idle-timeout-s", str(c.idle_timeout_s), "--backlog", str(c.backlog)),
+            *("--log-format", fmt, "--log-level", logging.getLevelName(root.getEffectiveLevel())),
         ]
-        self._front = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,)
+
+    def _spawn(self) -> None:
+        """Start the server on the public socket (under the lock). Its stdin is a pipe this
+        process holds and never writes: it ends when the daemon stops or dies."""
+        self._child = subprocess.Popen(
+            self._command(), stdin=subprocess.PIPE, pass_fds=(self.sock.fileno(),)
         )
-        self._sent, self._acks = {}, b""
-        self._send()
-
-    def _send(self) -> None:
-        front = self._front
-        assert front is not None and front.stdin is not None
-        published = self.service.published
-        ads: dict[str, Ad] = {
-            site: Ad(ad.etag, ad.body)
-            for site, ad in published.ads.items()
-            if self._sent.get(site) != ad.etag
-        }
-        removed = tuple(site for site in self._sent if site not in published.ads)
-        self._seq += 1
-        ready, last_cycle_end = self.service.ready.is_set(), self.service.last_cycle_end
-        update = Update(self._seq, ready, last_cycle_end, ads, removed)
-        try:
-            front.stdin.write(encode(update))
-            front.stdin.flush()
-            self._await_ack(front, self._seq)
-        except (OSError, ValueError, TimeoutError) as exc:  # ValueError: its pipe is closed
-            log.error("the HTTP front did not take update %d (%s): restarting it", self._seq, exc)
-            front.kill()  # the watcher starts a new one, which is sent everything
-            return
-        self._sent = {site: ad.etag for site, ad in published.ads.items()}
-
-    def _await_ack(self, front: subprocess.Popen[bytes], seq: int) -> None:
-        assert front.stdout is not None
-        fd, deadline = front.stdout.fileno(), time.monotonic() + ACK_TIMEOUT_S
-        while not self._acks.endswith(f"{seq}\n".encode()):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError(f"no acknowledgement within {ACK_TIMEOUT_S:.0f} s")
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise ConnectionError("the front exited")
-            self._acks = (self._acks + chunk)[-64:]
 
     def _watch(self) -> None:
-        """Restart the front whenever it exits while the endpoint is running."""
+        """Restart the server whenever it exits while the endpoint is running."""
         while not self._stopping.is_set():
-            front = self._front
-            if front is not None:
-                code = front.wait()
+            child = self._child
+            if child is not None:
+                code = child.wait()
                 if self._stopping.is_set():
                     return
-                log.error("the HTTP front exited with status %s: restarting it", code)
+                log.error("the HTTP server exited with status %s: restarting it", code)
                 self.service.metrics.http_front_restarts.inc()
-                with self._lock:
-                    _end(front)
+                self.write()  # the count, on /metrics
+                _end(child)
             if self._stopping.wait(RESTART_DELAY_S):
                 return
             with self._lock:
@@ -214,18 +226,21 @@ class HttpEndpoint:
                 try:
                     self._spawn()
                 except OSError as exc:
-                    log.error("could not start the HTTP front: %s", exc)
-                    self._front = None
+                    log.error("could not start the HTTP server: %s", exc)
+                    self._child = None
 
 
-def _end(front: subprocess.Popen[bytes]) -> None:
-    """Close the front's stdin (it exits), wait, kill if it does not; close its pipes."""
-    for pipe in (front.stdin, front.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
+def _json(doc: Any) -> bytes:
+    return json.dumps(doc, indent=1).encode() + b"\n"
+
+
+def _end(child: subprocess.Popen[bytes]) -> None:
+    """Close the child's stdin (it exits), wait, kill if it does not."""
+    if child.stdin is not None:
+        with contextlib.suppress(OSError):
+            child.stdin.close()
     try:
-        front.wait(timeout=5)
+        child.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        front.kill()
-        front.wait()
+        child.kill()
+        child.wait()

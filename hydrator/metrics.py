@@ -45,7 +45,7 @@ class Metrics:
         )
         self.http_front_restarts = Counter(
             "http_front_restarts",
-            "Times the HTTP front process exited or stopped answering and was restarted.",
+            "Times the HTTP server process exited and was restarted.",
             namespace=ns,
             registry=registry,
         )

@@ -26,6 +26,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
+from hydrator.errors import ConfigError
 from hydrator.http import HttpEndpoint
 from hydrator.service import Service
 
@@ -112,9 +113,11 @@ def run_daemon(config: Config, service: Service) -> int:
     endpoint = None
     if config.http.enabled:
         wedged_after_s = max(5 * config.daemon.interval_s, 300.0)
-        endpoint = HttpEndpoint(
-            service, config.http.host, config.http.port, config.http.max_age_s, wedged_after_s
-        )
+        try:
+            endpoint = HttpEndpoint(service, config.http, wedged_after_s)
+        except ConfigError:  # the listen address is busy: one line, exit 2
+            service.close()
+            raise
         endpoint.start()
     scheduler = BackgroundScheduler(timezone=UTC)
     schedule_cycles(scheduler, service.run_cycle, config.daemon.interval_s, config.daemon.jitter_s)

@@ -156,6 +156,21 @@ class Service:
     def state(self) -> State:
         return self._state
 
+    def readiness(self) -> tuple[bool, str]:
+        """``(ready, reason)``: ready once every configured source has answered successfully
+        at least once, in this run or in the saved state (its last-known-good data is then
+        served); the reason names the sources still missing and their last error."""
+        errors = {s.name: s.reason for s in self.published.sources}
+        missing = []
+        for source in self.sources:
+            saved = self._state.sources.get(source.name)
+            if saved is None or saved.last_success is None:
+                error = errors.get(source.name)
+                missing.append(f"{source.name} ({error})" if error else source.name)
+        if missing:
+            return False, "no successful answer yet from source(s): " + ", ".join(missing)
+        return True, f"every source ({len(self.sources)}) has answered at least once"
+
     def run_cycle(self, dry_run: bool = False) -> CycleReport:
         """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
         with self._lock:

@@ -115,7 +115,7 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert changed.status_code == 200 and changed.headers["ETag"] != tag
     assert classad(base, "NO_SUCH_SITE").status_code == 404
 
-    (front,) = children(proc.pid)  # the HTTP front (hydrator.httpd)
+    (front,) = children(proc.pid)  # the HTTP server (hydrator.web)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert gone(front)
@@ -124,17 +124,42 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
 
 
-def test_a_killed_daemon_leaves_no_http_front_behind(
+def test_a_killed_daemon_leaves_no_http_server_or_files_behind(
     demo: tuple[str, Path, subprocess.Popen[bytes]],
 ) -> None:
     base, _, proc = demo
     wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
     (front,) = children(proc.pid)
-    proc.kill()  # no chance to stop the front: it sees its stdin close
+    args = Path(f"/proc/{front}/cmdline").read_bytes().split(b"\0")
+    served = Path(args[args.index(b"--dir") + 1].decode())
+    assert (served / "status.json").exists()
+    proc.kill()  # no chance to stop the server: it sees its stdin close
     proc.wait()
     wait_for(lambda: gone(front), timeout_s=5)
+    assert not served.exists(), "the served files are removed with the server"
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz", timeout=2)
+
+
+def test_a_busy_listen_address_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for name in ("demo.toml", "demo-inventory.toml"):
+        shutil.copy(REPO / "config" / name, tmp_path / name)
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        text = (tmp_path / "demo.toml").read_text()
+        (tmp_path / "demo.toml").write_text(
+            text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "demo.toml")],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "http.listen" in line and f"127.0.0.1:{port}" in line and "in use" in line
 
 
 def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:

@@ -173,6 +173,22 @@ def test_a_restart_serves_the_saved_state_before_its_first_cycle(
     assert restarted.ready.is_set(), "a cycle that saved state makes the daemon ready"
 
 
+def test_readiness_needs_every_source_answered_once_now_or_in_the_saved_state(
+    config: Config, clock: object
+) -> None:
+    down = TransientSourceError("down")
+    service = make(
+        config, [Scripted("s", [down, good(config)]), Scripted("t", [good(config)] * 2)], clock
+    )
+    assert service.readiness() == (False, "no successful answer yet from source(s): s, t")
+    service.run_cycle()  # t answers, s does not
+    assert service.readiness() == (False, "no successful answer yet from source(s): s (down)")
+    service.run_cycle()
+    assert service.readiness()[0]
+    restarted = make(config, [Scripted("s", [down]), Scripted("t", [down])], clock)
+    assert restarted.readiness()[0], "the saved state holds last-known-good for both"
+
+
 def test_cycles_never_overlap(config: Config, clock: object) -> None:
     entered = threading.Event()
     release = threading.Event()
