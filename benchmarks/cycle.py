@@ -95,6 +95,8 @@ class PoolStub:
         self.slots = {name: {"Name": name, slot_site_attribute: s} for name, s in slots.items()}
         self.site_ads: dict[str, dict[str, Any]] = {}
         self.encoded_bytes = 0
+        attrs = ClassAdConfig()
+        self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute)  # what is queried
 
     def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
         ads = self.site_ads if constraint.startswith("MyType") else self.slots
@@ -104,7 +106,7 @@ class PoolStub:
         now = int(time.time())
         for ad in ads:
             self.encoded_bytes += len(ad.printOld())
-            fields = {key: ad.get(key) for key in ad}
+            fields = {key: ad.get(key) for key in self.kept}
             name = str(fields.get("Name"))
             if command == "MERGE_STARTD_AD" and name in self.slots:
                 self.slots[name].update(fields)
