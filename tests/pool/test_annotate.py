@@ -242,3 +242,30 @@ def test_an_identity_without_edit_rights_is_refused_counted_and_ads_still_served
     name = condor_pool.schedd_name()
     log = (d.directory / "daemon.log").read_text()
     assert log.count(f"schedd {name}: edit refused or failed") == 1  # once per change of state
+
+
+def test_a_stopped_schedd_keeps_its_jobs_in_the_demand_until_it_is_back(
+    condor_pool: Pool, editor_token: Path, daemon_dir: Daemon
+) -> None:
+    """The daemon remembers a schedd it has read: while the schedd is down (no collector ad,
+    as when it restarts) it is counted as failed and its last good jobs stay in /v1/demand."""
+    d, pool = daemon_dir, condor_pool
+    cluster = submit_idle(pool, '{"ska:obs_1"}', count=2)
+    pool.wait_for_job_state(cluster, [IDLE])
+    d.start(daemon_jobs_config(pool, editor_token))
+    url = f"{d.url}/v1/demand"
+    wait_for("demand", lambda: requests.get(url, timeout=5).json()["jobs"] == 2)
+    name = pool.schedd_name()
+
+    pool.daemon_off("schedd")
+    try:
+        wait_for("stale", lambda: requests.get(url, timeout=5).json()["stale_schedds"] == [name])
+        doc = requests.get(url, timeout=5).json()
+        assert (doc["jobs"], doc["sites"]["SITE_A"]["complete"]) == (2, 2)  # not "no jobs"
+        unavailable = "hydrator_job_schedd_failures_total"
+        assert (scraped_value(d.url, unavailable, reason="unavailable") or 0) >= 1
+        assert requests.get(f"{d.url}/v1/sites/SITE_A/classad", timeout=5).ok
+    finally:
+        pool.daemon_on("schedd")
+    wait_for("fresh again", lambda: requests.get(url, timeout=5).json()["stale_schedds"] == [], 60)
+    assert f"schedd {name}: job annotation works again" in (d.directory / "daemon.log").read_text()

@@ -315,6 +315,13 @@ class Pool:
         """Start a daemon stopped by :meth:`daemon_off`; return when the pool is whole again."""
         self.run_in_chroot(["condor_on", "-daemon", subsystem])
         self.wait_until_ready()
+        if subsystem == "schedd":
+            # this process's cached session with the old schedd is rejected once
+            # ("SECMAN:2004:Server rejected our session id"), which drops it
+            try:
+                self.schedd.query(constraint="false", projection=["ClusterId"])
+            except htcondor2.HTCondorException:
+                self.schedd.query(constraint="false", projection=["ClusterId"])
 
 
 @contextlib.contextmanager
