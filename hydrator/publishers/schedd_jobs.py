@@ -215,4 +215,7 @@ def build(config: JobsConfig, collector: CollectorConfig) -> ScheddJobs:
         raise ConfigError("jobs.constraint", f"not a ClassAd expression: {exc}") from None
     if collector.token_dir is not None:
         htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(collector.token_dir)
-    return ScheddJobs(config, collector.pool)
+    try:
+        return ScheddJobs(config, collector.pool)
+    except HTCONDOR_ERRORS as exc:
+        raise ConfigError("collector.pool", f"cannot use {collector.pool!r}: {exc}") from None
