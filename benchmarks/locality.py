@@ -682,7 +682,7 @@ def _plot_frontend(ax: Any, runs: Sequence[Mapping[str, Any]]) -> None:
         if s.get("moved_at_s") is not None:
             ax.axvline(s["moved_at_s"], color=line.get_color(), linestyle=":", linewidth=1)
     ax.set(
-        title="frontend requests at sites holding the data (dotted: data moved)",
+        title="(e) frontend requests at sites holding the data\n(dotted: data moved)",
         xlabel="s since submit",
         ylabel="% of requests",
         ylim=(0, 110),
