@@ -3,6 +3,8 @@
 ==============================  =====================================================
 ``GET /v1/sites``               JSON: every site with counts, digest, updated; sources
 ``GET /v1/sites/<site>``        JSON: one site's datasets by state, with fractions
+``GET /v1/demand``              JSON: idle data-bound jobs per site (``[jobs]``); ``ETag``,
+                                ``304`` on ``If-None-Match``
 ``GET /v1/sites/<site>/classad`` text/plain old-syntax ClassAd + ``- update:true``;
                                 ``ETag``, ``Cache-Control: max-age``, ``304`` on
                                 ``If-None-Match``, ``404`` for an unknown site
@@ -40,10 +42,11 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hydrator.domain import SITE_PATTERN, Site
-from hydrator.httpd import Ad, Update, encode
+from hydrator.httpd import Ad, Update, encode, etag_matches
 from hydrator.httpserver import Deferred, HttpServer, Request, Response, listen
 from hydrator.observe import JsonFormatter
-from hydrator.report import site_json, sites_json
+from hydrator.render import etag
+from hydrator.report import demand_json, site_json, sites_json
 from hydrator.service import Service
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,9 @@ class Routes:
                 self.service.published.ads.get(Site(name)) if SITE_PATTERN.fullmatch(name) else None
             )
             return _UNKNOWN_SITE if ad is None else lambda: _json(site_json(ad.view))
+        if parts == ["v1", "demand"]:
+            published = self.service.published
+            return lambda: _tagged_json(demand_json(published), request)
         if parts == ["metrics"]:
             return self._metrics
         return _NOT_FOUND
@@ -85,6 +91,15 @@ class Routes:
 def _json(doc: Any) -> Response:
     body = json.dumps(doc, indent=1).encode() + b"\n"
     return Response(HTTPStatus.OK, body, "application/json")
+
+
+def _tagged_json(doc: Any, request: Request) -> Response:
+    """JSON with an ``ETag``; ``304`` when the client holds it already."""
+    text = json.dumps(doc, indent=1) + "\n"
+    headers = (("ETag", etag(text)),)
+    if etag_matches(headers[0][1], request.headers.get("if-none-match")):
+        return Response(HTTPStatus.NOT_MODIFIED, content_type=None, headers=headers)
+    return Response(HTTPStatus.OK, text.encode(), "application/json", headers)
 
 
 class HttpEndpoint:

@@ -222,7 +222,8 @@ class FrontRoutes:
         """The daemon's answer to the same request (as GET: HEAD drops the body here)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.backend_port, timeout=60)
         try:
-            connection.request("GET", request.path)
+            relayed = {"If-None-Match": request.headers.get("if-none-match", "")}
+            connection.request("GET", request.path, headers={k: v for k, v in relayed.items() if v})
             answer = connection.getresponse()
             body = answer.read()
         except OSError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 
 from hydrator.config import Config, SourceConfig
 from hydrator.errors import ConfigError, StateError
+from hydrator.jobs import AnnotateSettings, Annotator
 from hydrator.metrics import Metrics
 from hydrator.publishers import Publisher
 from hydrator.service import Demand, Service
@@ -44,6 +45,19 @@ def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
     return [publisher], demand
 
 
+def build_annotator(config: Config) -> Annotator | None:
+    """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
+    if not config.jobs.annotate:
+        return None
+    module: Any = importlib.import_module("hydrator.publishers.schedd_jobs")
+    settings = AnnotateSettings(
+        desired_sites=bool(config.jobs.desired_sites_attribute),
+        overwrite_desired_sites=config.jobs.overwrite_desired_sites,
+        max_edits=config.jobs.max_edits_per_cycle,
+    )
+    return Annotator(module.build(config.jobs, config.collector), settings)
+
+
 def build_service(config: Config, metrics: Metrics | None = None) -> Service:
     """Everything a cycle needs; raises ConfigError/StateError with a one-line message."""
     state_dir = config.daemon.state_path.parent
@@ -71,4 +85,5 @@ def build_service(config: Config, metrics: Metrics | None = None) -> Service:
         metrics=metrics,
         demand=demand,
         probe=probe,
+        annotator=build_annotator(config),
     )
