@@ -17,10 +17,12 @@ inventory (A_DISK..D_DISK); the execute-node hook runs as one STARTD_CRON job pe
 2 s) and puts each site's lists into its slots, as on real execute nodes.
 
 Data: ska:exp_a at SITE_A, ska:exp_b at SITE_B, ska:exp_c at SITE_C, nothing at SITE_D. Each
-scenario submits one cluster of 30 jobs (10 per dataset, interleaved, ``sleep 4``) at once: a
-workflow larger than the pool. When half of them have started, ska:exp_a is replicated to
-SITE_D and, 5 s later, removed from SITE_A (the inventory file is rewritten; the daemon's next
-cycle follows). Scenarios, one after another, each from the initial data:
+scenario submits one cluster of 48 jobs (16 per dataset, interleaved, ``sleep 2``) at once: a
+workflow larger than the pool (2 s: a slot is free again well before the negotiator's next
+5 s cycle; a job length close to the cycle made rounds 5 or 10 s long by chance). When half of
+them have started, ska:exp_a is replicated to SITE_D and, 5 s later, removed from SITE_A (the
+inventory file is rewritten; the daemon's next cycle follows). Scenarios, one after another,
+each from the initial data:
 
 (a) no locality: ``RequiredDatasets`` only;
 (b) site list fixed at submit (CMS): ``DESIRED_Sites`` = the dataset's sites at submit time and
@@ -39,7 +41,7 @@ cycle follows). Scenarios, one after another, each from the initial data:
 
 Scoring (``locality_model.score``): data-local = the slot's site (``MATCH_EXP_JOB_GLIDEIN_Site``,
 GlideinWMS's ``$$(GLIDEIN_Site)`` convention) held all the job's data at its start second
-(``JobStartDate``); stranded = idle at the scenario's end (all done, or 120 s) while its data
+(``JobStartDate``); stranded = idle at the scenario's end (all done, or 150 s) while its data
 is complete somewhere; wait = ``JobStartDate - QDate``.
 """
 
@@ -73,7 +75,14 @@ from hydrator.config import ClassAdConfig
 from hydrator.domain import DatasetId
 from hydrator.expr import job_expressions
 from tests.pool.test_end_to_end import Daemon, free_port, install_hook, remove_hook, wait_for
-from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool, running_pool
+from tests.support.pool import (
+    EDITOR_IDENTITY,
+    IDLE,
+    RUNNING,
+    SUBMIT_USER,
+    Pool,
+    running_pool,
+)
 
 HERE = Path(__file__).parent
 REPO = HERE.parent
@@ -91,9 +100,9 @@ INITIAL: Inventory = {
     "SITE_D": frozenset(),
 }
 MOVING, MOVE_FROM, MOVE_TO = "ska:exp_a", "SITE_A", "SITE_D"
-JOBS_PER_DATASET = 10
-SLEEP_S = 4
-DEADLINE_S = 120.0
+JOBS_PER_DATASET = 16
+SLEEP_S = 2
+DEADLINE_S = 150.0
 MOVE_OVERLAP_S = 5.0
 POLL_S = 1.0
 FRONTEND_PERIOD_S = 5.0
@@ -280,12 +289,12 @@ def annotated_match_expr() -> tuple[str, str]:
     return 'glidein["attrs"].get("GLIDEIN_Site") in (job.get("DataLocalitySites") or [])', "const"
 
 
-def annotation_config(pool: Pool) -> str:
-    """Daemon config added for (e2): the job annotation of issue 11."""
+def annotation_config(pool: Pool, token_dir: Path) -> str:
+    """Daemon config added for (e2): the job annotation of issue 11, as the pool's dedicated
+    editor identity (``token_dir`` holds its IDTOKEN); no slot merging (the hook does that)."""
     return (
-        f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
-        f'token_dir = "{pool.token_dir}"\nmerge_slots = false\nsite_ads = false\n'
-        "locality_metrics = false\n\n[jobs]\nannotate = true\n"
+        f'[collector]\nenabled = false\npool = "{pool.collector_address}"\n'
+        f'token_dir = "{token_dir}"\n\n[jobs]\nannotate = true\n'
     )
 
 
@@ -376,8 +385,12 @@ class Experiment:
         wait_for("slots unclaimed, glideins as set", quiet, timeout_s)
 
     def restart_daemon(self, annotate: bool) -> None:
+        extra = ""
+        if annotate:
+            tokens = self.pool.token_dir_for(EDITOR_IDENTITY, self.daemon.directory / "editor")
+            extra = annotation_config(self.pool, tokens)
         self.daemon.stop()
-        self.daemon.start(annotation_config(self.pool) if annotate else "")
+        self.daemon.start(extra)
         self.annotating = annotate
 
     def run(self, scenario: Scenario) -> dict[str, Any]:

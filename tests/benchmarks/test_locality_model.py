@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.locality import (
+    JOBS_PER_DATASET,
     NO_DATA_MATCH_EXPR,
     SITES,
     choose_slots,
@@ -148,4 +149,4 @@ def test_scenario_jobs_carry_the_hydrator_expressions() -> None:
         },
     )
     assert "ska:exp_a SITE_A" in text
-    assert text.count("\nska:exp_") == 30
+    assert text.count("\nska:exp_") == 3 * JOBS_PER_DATASET
