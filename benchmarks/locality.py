@@ -281,12 +281,9 @@ def required_of(job: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(str(v) for v in value)
 
 
-def annotated_match_expr() -> tuple[str, str]:
-    """The documented ``match_expr`` and where it came from."""
-    if PROVISIONING_DOC.exists():
-        return match_expr_from_doc(PROVISIONING_DOC.read_text(encoding="utf-8")), "doc"
-    # until docs/provisioning.md exists (issue 11 items 1-3)
-    return 'glidein["attrs"].get("GLIDEIN_Site") in (job.get("DataLocalitySites") or [])', "const"
+def annotated_match_expr() -> str:
+    """The GlideinWMS ``match_expr`` docs/provisioning.md gives, exactly as written there."""
+    return match_expr_from_doc(PROVISIONING_DOC.read_text(encoding="utf-8"))
 
 
 def annotation_config(pool: Pool, token_dir: Path) -> str:
@@ -571,7 +568,7 @@ def pool_layout(path: Path) -> Iterator[None]:
         os.environ.pop("HYDRATOR_POOL_EXTRA_CONFIG", None)
 
 
-def parameters(match_expr_source: str) -> dict[str, Any]:
+def parameters(annotated_expr: str) -> dict[str, Any]:
     return {
         "sites": list(SITES),
         "slots_per_site": SLOTS_PER_SITE,
@@ -583,7 +580,9 @@ def parameters(match_expr_source: str) -> dict[str, Any]:
         "deadline_s": DEADLINE_S,
         "frontend_period_s": FRONTEND_PERIOD_S,
         "glidein_budget": GLIDEIN_BUDGET,
-        "annotated_match_expr_from": match_expr_source,
+        "no_data_match_expr": NO_DATA_MATCH_EXPR,
+        "annotated_match_expr": annotated_expr,
+        "annotated_match_expr_from": str(PROVISIONING_DOC.relative_to(REPO)),
         "hydrator_interval_s": 1,
         "hook_period_s": 2,
     }
@@ -592,7 +591,7 @@ def parameters(match_expr_source: str) -> dict[str, Any]:
 def run_experiment(only: Sequence[str] = ()) -> dict[str, Any]:
     """Every scenario (or those named in ``only``) on the real pool; the pool is stopped and
     unmounted afterwards."""
-    expr, source = annotated_match_expr()
+    expr = annotated_match_expr()
     meta = machine()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hydrator-locality-") as tmp:
@@ -613,7 +612,7 @@ def run_experiment(only: Sequence[str] = ()) -> dict[str, Any]:
         load_avg_at_end=os.getloadavg(),
         wall_s=round(time.monotonic() - started, 1),
     )
-    return {"meta": meta, "parameters": parameters(source), "scenarios": results}
+    return {"meta": meta, "parameters": parameters(expr), "scenarios": results}
 
 
 # -- the report ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from benchmarks.locality import (
     JOBS_PER_DATASET,
     NO_DATA_MATCH_EXPR,
     SITES,
+    annotated_match_expr,
     choose_slots,
     job_lines,
     submit_description,
@@ -150,3 +151,25 @@ def test_scenario_jobs_carry_the_hydrator_expressions() -> None:
     )
     assert "ska:exp_a SITE_A" in text
     assert text.count("\nska:exp_") == 3 * JOBS_PER_DATASET
+
+
+def test_the_documented_match_expr_requests_glideins_only_where_the_data_is() -> None:
+    """docs/provisioning.md's match_expr over jobs as the bindings (list) or the XML fallback
+    (string) give them; a job not yet annotated or whose data is nowhere requests nothing."""
+    jobs = [
+        {"RequiredDatasets": ["ska:a"], "DataLocalitySites": ["SITE_A"]},
+        {"RequiredDatasets": ["ska:b"], "DataLocalitySites": '{ "SITE_B","SITE_D" }'},
+        {"RequiredDatasets": ["ska:b"], "DataLocalitySites": "SITE_B,SITE_D"},
+        {"RequiredDatasets": ["ska:x"], "DataLocalitySites": []},
+        {"RequiredDatasets": ["ska:a"]},
+    ]
+    held = {"ska:a": {"SITE_A"}, "ska:b": {"SITE_B", "SITE_D"}}
+    requests = count_requests(
+        jobs,
+        SITES,
+        compile_match_expr(annotated_match_expr()),
+        lambda job: frozenset(held.get(job["RequiredDatasets"][0], ())),
+    )
+    assert requests.by_site == {"SITE_A": 1.0, "SITE_B": 1.0, "SITE_C": 0.0, "SITE_D": 1.0}
+    assert requests.unmatched_jobs == 2
+    assert requests.share_at_data_sites == 1.0
