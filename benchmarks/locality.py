@@ -31,6 +31,7 @@ each from the initial data:
 (d) hydrator, rank only: the ``hydrator expr`` rank, no requirements;
 (e) provisioning: the jobs of (c), but a slot may only take jobs while a "glidein" runs on it
     (``GlideinOn``). A simulated GlideinWMS frontend (``benchmarks/locality_model.py``) every 5 s
+    (first 2.5 s after the submission: half a period, the expected phase of a periodic frontend)
     evaluates ``match_expr`` over the idle jobs' ads read from the schedd and one entry per site,
     counts each job 1/n at each of its n matching entries, and splits a budget of 6 glideins
     (half the pool; at most 3 per site) in proportion; a busy glidein stays until its job ends.
@@ -421,7 +422,8 @@ class Experiment:
         schedd = self.pool.schedd
         match = compile_match_expr(scenario.match_expr) if scenario.match_expr else None
         run.frontend = [] if match is not None else None
-        next_frontend = 0.0
+        # a periodic frontend's expected phase relative to a submission: half its period
+        next_frontend = run.submitted + FRONTEND_PERIOD_S / 2
         total = JOBS_PER_DATASET * len(DATASETS)
         while True:
             now = time.time()
@@ -432,7 +434,7 @@ class Experiment:
                 return
             self.move_data(run, started=total - idle, total=total, now=now)
             if match is not None and run.frontend is not None and now >= next_frontend:
-                run.frontend.append(self.frontend_cycle(ads, match, now - run.submitted))
+                run.frontend.append(self.frontend_cycle(ads, match, run.submitted))
                 next_frontend = now + FRONTEND_PERIOD_S
             time.sleep(POLL_S)
 
@@ -450,8 +452,9 @@ class Experiment:
             self.set_data(moved(self.inventory, keep_old=False))
             run.moved = time.time()
 
-    def frontend_cycle(self, ads: Sequence[Any], match: Any, t_s: float) -> dict[str, Any]:
-        """One frontend pass over the idle jobs: requests, glideins per site, slots toggled."""
+    def frontend_cycle(self, ads: Sequence[Any], match: Any, submitted: float) -> dict[str, Any]:
+        """One frontend pass over the idle jobs: requests, glideins per site, slots toggled.
+        Whether a site holds a job's data is judged now (after a data move in this poll)."""
         now = time.time()
         idle = [job_dict(ad) for ad in ads if ad["JobStatus"] == IDLE]
         requests = count_requests(
@@ -466,7 +469,7 @@ class Experiment:
         )
         self.set_glideins(choose_slots(per_site, busy))
         return {
-            "t_s": round(t_s, 1),
+            "t_s": round(now - submitted, 1),
             "idle": len(idle),
             "requests": {s: round(v, 3) for s, v in requests.by_site.items()},
             "at_data_sites": requests.at_data_sites,
