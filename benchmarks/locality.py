@@ -1,7 +1,7 @@
 """The locality experiment (issue 11): do data-bound jobs run where their data is, and does
 provisioning follow the data? On the real test pool, with the hydrator daemon running.
 
-    .venv/bin/python -m benchmarks.locality run       # ~10 min, holds the pool lock; root
+    .venv/bin/python -m benchmarks.locality run       # ~5 min, holds the pool lock; root
     .venv/bin/python -m benchmarks.locality report    # table and plot again from the JSON
 
 ``run`` writes ``benchmarks/locality.json`` and ``benchmarks/locality.png`` and prints the
