@@ -107,14 +107,13 @@ def demand_json(published: Published) -> dict[str, Any]:
     incoming, not all complete; every published site is listed, with zeros), and the jobs
     whose data is nowhere. ``stale_schedds``: schedds that did not answer in the last cycle,
     counted from their last good read. Before the queues were read, or with ``[jobs]
-    annotate = false``, ``jobs`` is null."""
+    annotate = false``, ``jobs`` is null. No timestamp: the body (and its ETag) changes only
+    when the numbers do."""
     demand = published.demand
-    generated = published.generated.isoformat() if published.generated else None
     if demand is None:
-        return {"generated": generated, "jobs": None, "sites": {}, "nowhere": None}
+        return {"jobs": None, "sites": {}, "nowhere": None, "stale_schedds": []}
     sites = sorted(set(published.ads) | set(demand.complete) | set(demand.partial))
     return {
-        "generated": generated,
         "jobs": demand.jobs,
         "sites": {
             s: {"complete": demand.complete.get(s, 0), "partial": demand.partial.get(s, 0)}

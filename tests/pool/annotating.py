@@ -51,6 +51,8 @@ class Annotating:
     directory: Path
     pool: Pool
     token_dir: Path
+    source: str = '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
+    """The ``[[sources]]`` table (default: the static inventory)."""
 
     def write_inventory(self, text: str = INVENTORY) -> None:
         path = self.directory / "inventory.toml"
@@ -62,8 +64,7 @@ class Annotating:
         path = self.directory / "hydrator.toml"
         path.write_text(
             '[daemon]\nstate_path = "state.sqlite"\n\n[http]\nenabled = false\n\n'
-            '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n\n'
-            f"[sites]\n{sites}\n"
+            f"{self.source}\n[sites]\n{sites}\n"
             f'[collector]\nenabled = false\npool = "{self.pool.collector_address}"\n'
             f'token_dir = "{self.token_dir}"\n\n[jobs]\nannotate = true\n{jobs}\n{extra}'
         )
