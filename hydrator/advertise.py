@@ -11,20 +11,33 @@ keep lists to hundreds of names per slot), so a big site's full list is costly. 
 
 The full truth stays in the state, ``hydrator once --json`` and the ``hydrator_datasets``
 metric; ``hydrator_datasets_unadvertised{reason}`` counts what the ads leave out. Pure.
+
+With ``[classad] advertise_stuck`` the ads also carry the stuck transfers (``StuckDatasets``):
+not budgeted (they claim nothing usable), narrowed to demanded datasets in demand mode, and
+folded into the digest so a change of that list reaches the ads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    content_digest,
+    stuck_digest,
+)
 
 
 @dataclass(frozen=True)
 class AdvertisePolicy:
     demand_only: bool = False
     max_datasets_per_site: int = 0  # 0: no budget
+    stuck: bool = False  # the ads list stuck transfers too (digest covers them)
 
     @property
     def narrows(self) -> bool:
@@ -55,6 +68,19 @@ def advertise(
     ``held`` is the state's (site, dataset) -> replica index, so the cost grows with the
     demanded datasets and the budget, not with the names a site holds.
     """
+    advertised = _narrow(view, wanted, policy, held)
+    if not policy.stuck:
+        return advertised
+    v = advertised.view
+    return replace(advertised, view=replace(v, digest=stuck_digest(v.digest, v.stuck)))
+
+
+def _narrow(
+    view: SiteView,
+    wanted: Mapping[DatasetId, int],
+    policy: AdvertisePolicy,
+    held: Mapping[tuple[Site, DatasetId], Replica],
+) -> Advertised:
     if not policy.narrows:
         return Advertised(view)
     total = len(view.available) + len(view.partial) + len(view.replicating)
@@ -62,7 +88,9 @@ def advertise(
     for dataset in wanted:
         replica = held.get((view.site, dataset))
         if replica is not None and replica.state in _ADVERTISABLE:
-            demanded.append((dataset, replica.fraction, replica.state))
+            moving = replica.state is ReplicaState.REPLICATING
+            shown = replica.progress if moving else replica.fraction
+            demanded.append((dataset, shown, replica.state))
     demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
     candidates = len(demanded) if policy.demand_only else total
     budget = policy.max_datasets_per_site or candidates
@@ -73,7 +101,8 @@ def advertise(
     over_budget = max(0, candidates - budget)
     if not_demanded == 0 and over_budget == 0:
         return Advertised(view)
-    return Advertised(_narrowed(view, entries), not_demanded, over_budget)
+    keep = wanted.__contains__ if policy.demand_only else None
+    return Advertised(_narrowed(view, entries, keep), not_demanded, over_budget)
 
 
 def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
@@ -94,11 +123,23 @@ def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
     return out
 
 
-def _narrowed(view: SiteView, entries: list[_Entry]) -> SiteView:
+def _narrowed(
+    view: SiteView, entries: list[_Entry], keep: Callable[[DatasetId], bool] | None
+) -> SiteView:
+    """The view with only ``entries`` in its lists; the transfers reported beside them are
+    kept for the datasets ``keep`` accepts (all when None)."""
     available = tuple(sorted(d for d, _, s in entries if s is ReplicaState.AVAILABLE))
     partial = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.PARTIAL))
     replicating = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.REPLICATING))
     digest = content_digest(view.site, available, partial, replicating)
+    listed = {d for d, _ in partial}
     return replace(
-        view, available=available, partial=partial, replicating=replicating, digest=digest
+        view,
+        available=available,
+        partial=partial,
+        replicating=replicating,
+        digest=digest,
+        partial_bytes=tuple(p for p in view.partial_bytes if p[0] in listed),
+        stuck=view.stuck if keep is None else tuple(d for d in view.stuck if keep(d)),
+        incoming=view.incoming if keep is None else tuple(p for p in view.incoming if keep(p[0])),
     )

@@ -2,8 +2,10 @@
 
 A *dataset* is a Rucio DID ``scope:name`` (DMAPI calls the scope a namespace). A *site* is the
 name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much of a dataset a
-site holds. Sources produce :class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the
-saved :class:`State` plus this cycle's snapshots into a :class:`Plan`.
+site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
+two independent facts, of which presence decides the advertised list. Sources produce
+:class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the saved :class:`State` plus
+this cycle's snapshots into a :class:`Plan`.
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
@@ -71,16 +73,20 @@ class DatasetId:
 
 
 class ReplicaState(enum.Enum):
-    """How a site holds a dataset, best first."""
+    """Which list a (site, dataset) goes into: presence first, then the transfer.
 
-    AVAILABLE = "available"  # every file of the dataset is at the site
-    PARTIAL = "partial"  # some files are at the site (``fraction`` < 1)
-    REPLICATING = "replicating"  # an active rule/transfer towards the site
-    STUCK = "stuck"  # a rule towards the site is stuck; reported, never advertised as usable
+    Presence (how much of the dataset is at the site) decides whenever files are there; only
+    a dataset absent from the site is classed by its transfer. Best first.
+    """
+
+    AVAILABLE = "available"  # every file is at the site, whatever any rule says
+    PARTIAL = "partial"  # some files are at the site (``fraction`` < 1), whatever any rule says
+    REPLICATING = "replicating"  # no file at the site yet; an active transfer towards it
+    STUCK = "stuck"  # no file at the site; the transfer towards it is stuck (never advertised)
 
     @property
     def rank(self) -> int:
-        """Higher is better; used to merge reports deterministically."""
+        """Higher is better; used to order and budget entries deterministically."""
         return _RANK[self]
 
 
@@ -92,41 +98,116 @@ _RANK = {
 }
 
 
+class Transfer(enum.Enum):
+    """The transfer towards a site, independent of what is already there."""
+
+    NONE = "none"  # nothing is being moved there (or the source cannot tell: DMAPI)
+    REPLICATING = "replicating"  # an active rule/transfer towards the site
+    STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
+
+
+_TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
+
+
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """One site's holding of one dataset, as one source reports it.
+    """One site's holding of one dataset, as one source reports it: two facts in one record.
 
-    ``fraction`` is the share of the dataset's files present at the site, 0..1 (1.0 when
-    AVAILABLE; for REPLICATING, the progress of the rule so far).
+    Presence: ``state`` AVAILABLE (complete), PARTIAL (``fraction`` of the files and
+    ``bytes_fraction`` of the bytes present, 0..1) or absent (REPLICATING or STUCK, fractions
+    0). Transfer: ``transfer`` with ``progress`` (0..1: the rule's files done). ``state`` is
+    the list the pair is advertised in, derived from both by :func:`holding`; an absent
+    dataset with no transfer is no replica at all.
     """
 
     dataset: DatasetId
     site: Site
     state: ReplicaState
     fraction: float = 1.0
+    transfer: Transfer = Transfer.NONE
+    progress: float = 0.0
+    bytes_fraction: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
+        if not (
+            0.0 <= self.fraction <= 1.0
+            and 0.0 <= self.progress <= 1.0
+            and 0.0 <= self.bytes_fraction <= 1.0
+        ):
+            raise ValueError(
+                f"replica fractions outside 0..1 for {self.dataset} at {self.site}: files "
+                f"{self.fraction!r}, bytes {self.bytes_fraction!r}, progress {self.progress!r}"
+            )
+        state = self.state
+        if (state is ReplicaState.REPLICATING and self.transfer is not Transfer.REPLICATING) or (
+            state is ReplicaState.STUCK and self.transfer is not Transfer.STUCK
+        ):
+            raise ValueError(
+                f"replica of {self.dataset} at {self.site}: state {state.value} needs a "
+                f"{state.value} transfer, not {self.transfer.value}"
+            )
 
     @property
     def key(self) -> tuple[Site, DatasetId]:
         return (self.site, self.dataset)
 
+    @property
+    def present(self) -> bool:
+        """True when some or all files are at the site (AVAILABLE or PARTIAL)."""
+        return self.state is ReplicaState.AVAILABLE or self.state is ReplicaState.PARTIAL
 
-def better(a: Replica, b: Replica) -> Replica:
-    """The more useful of two reports of the same (site, dataset); total and deterministic."""
-    ka = (a.state.rank, a.fraction)
-    kb = (b.state.rank, b.fraction)
-    return a if ka >= kb else b
+
+def holding(
+    dataset: DatasetId,
+    site: Site,
+    files: float,
+    bytes_: float,
+    *,
+    transfer: Transfer = Transfer.NONE,
+    progress: float = 0.0,
+) -> Replica | None:
+    """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
+    transfer; None when nothing is present and nothing is moving."""
+    files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
+    progress = min(1.0, max(0.0, progress))
+    if files >= 1.0:
+        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, transfer, progress)
+    if files > 0.0:
+        return Replica(dataset, site, ReplicaState.PARTIAL, files, transfer, progress, bytes_)
+    if transfer is Transfer.NONE:
+        return None
+    state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
+    return Replica(dataset, site, state, 0.0, transfer, progress, 0.0)
+
+
+def combine(a: Replica, b: Replica) -> Replica:
+    """Two reports of the same (site, dataset) as one; total and deterministic.
+
+    Presence from the report that holds more (complete > partial by files, then bytes >
+    absent); the transfer from the one with the more urgent transfer (stuck > replicating >
+    none, then progress). One source's absent-and-stuck never hides another's files.
+    """
+    if a == b:
+        return a
+    pa = (_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
+    pb = (_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
+    present = a if pa >= pb else b
+    ta = (_TRANSFER_RANK[a.transfer], a.progress)
+    tb = (_TRANSFER_RANK[b.transfer], b.progress)
+    moving = a if ta >= tb else b
+    if present is moving:
+        return present
+    if not present.present:  # both absent: the transfer decides the list
+        return moving
+    return replace(present, transfer=moving.transfer, progress=moving.progress)
 
 
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
-    """Collapse reports to one per (site, dataset), keeping the :func:`better` one."""
+    """Collapse reports to one per (site, dataset) with :func:`combine`."""
     merged: dict[tuple[Site, DatasetId], Replica] = {}
     for r in replicas:
         old = merged.get(r.key)
-        merged[r.key] = r if old is None else better(old, r)
+        merged[r.key] = r if old is None else combine(old, r)
     return merged
 
 
@@ -294,16 +375,21 @@ def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
     rebuilding it with :func:`site_contents`, at the cost of the changes plus a C-level copy
     and a sort of nearly sorted lists, instead of a Python loop over every replica."""
     lists = _SiteLists()
-    gone: dict[ReplicaState, list[DatasetId]] = {state: [] for state in ReplicaState}
+    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
+        key: [] for key in (*ReplicaState, *Transfer)
+    }
     for change in changes:
         if change.old is not None:
             gone[change.old.state].append(change.dataset)
+            gone[change.old.transfer].append(change.dataset)
         if change.new is not None:
             lists.add(change.dataset, change.new)
     lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _by_id)
     lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _by_pair)
+    lists.partial_bytes += _without(view.partial_bytes, gone[ReplicaState.PARTIAL], _by_pair)
     lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _by_pair)
-    lists.stuck += _without(view.stuck, gone[ReplicaState.STUCK], _by_id)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _by_pair)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _by_id)
     return lists.view(view.site)
 
 
@@ -334,19 +420,21 @@ def _without(
 
 
 class _SiteLists:
-    """One site's datasets by state while :func:`site_contents` collects them.
+    """One site's datasets by list while :func:`site_contents` collects them.
 
     Plain attributes and identity tests, not a dict keyed by the enum (whose ``__hash__`` is
     a Python call), and no (dataset, fraction) pair for the available ones, which are most:
     at a million replicas this is a large share of a cycle and of its garbage.
     """
 
-    __slots__ = ("available", "partial", "replicating", "stuck")
+    __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
 
     def __init__(self) -> None:
         self.available: list[DatasetId] = []
         self.partial: list[tuple[DatasetId, float]] = []
+        self.partial_bytes: list[tuple[DatasetId, float]] = []
         self.replicating: list[tuple[DatasetId, float]] = []
+        self.incoming: list[tuple[DatasetId, float]] = []
         self.stuck: list[DatasetId] = []
 
     def add(self, dataset: DatasetId, replica: Replica) -> None:
@@ -355,10 +443,16 @@ class _SiteLists:
             self.available.append(dataset)
         elif state is ReplicaState.PARTIAL:
             self.partial.append((dataset, replica.fraction))
+            self.partial_bytes.append((dataset, replica.bytes_fraction))
         elif state is ReplicaState.REPLICATING:
-            self.replicating.append((dataset, replica.fraction))
-        else:
+            self.replicating.append((dataset, replica.progress))
+        transfer = replica.transfer
+        if transfer is Transfer.NONE:
+            return
+        if transfer is Transfer.STUCK:
             self.stuck.append(dataset)
+        else:
+            self.incoming.append((dataset, replica.progress))
 
     def view(self, site: Site) -> SiteView:
         # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a
@@ -376,6 +470,8 @@ class _SiteLists:
             stuck=tuple(sorted(self.stuck, key=_by_id)),
             updated=None,
             digest=content_digest(site, available, partial, replicating),
+            partial_bytes=tuple(sorted(self.partial_bytes, key=_by_pair)),
+            incoming=tuple(sorted(self.incoming, key=_by_pair)),
         )
 
 
@@ -399,10 +495,19 @@ def content_digest(
     return h.hexdigest()[:16]
 
 
+def stuck_digest(digest: str, stuck: Iterable[DatasetId]) -> str:
+    """``digest`` extended with the stuck transfers, for ads that also list those (always
+    different from ``digest``, so turning the list on re-sends every ad once)."""
+    h = hashlib.sha256(digest.encode() + b"\0S")
+    for d in stuck:
+        h.update(f"\n{d.scope}:{d.name}".encode())
+    return h.hexdigest()[:16]
+
+
 class ChangeKind(enum.Enum):
     ADDED = "added"
     REMOVED = "removed"
-    CHANGED = "changed"  # state or fraction changed
+    CHANGED = "changed"  # state, a fraction, or the transfer changed
 
 
 @dataclass(frozen=True, order=True)
@@ -440,7 +545,14 @@ class SourceStatus:
 
 @dataclass(frozen=True)
 class SiteView:
-    """One site as published: the lists of a site ClassAd, sorted, plus when and what."""
+    """One site as published: the lists of a site ClassAd, sorted by dataset, plus when and
+    what. Presence first: ``available`` (complete), ``partial`` (some files; share of files)
+    and ``replicating`` (no file yet, an active transfer; its progress) are disjoint and are
+    what the ClassAd lists. The transfers are reported beside them, whatever is present:
+    ``stuck`` (stuck transfers) and ``incoming`` (active transfers, with progress).
+    ``partial_bytes`` holds the share of bytes present of each ``partial`` dataset.
+    ``digest`` covers the three advertised lists only.
+    """
 
     site: Site
     available: tuple[DatasetId, ...]
@@ -449,6 +561,8 @@ class SiteView:
     stuck: tuple[DatasetId, ...]
     updated: datetime | None
     digest: str
+    partial_bytes: tuple[tuple[DatasetId, float], ...] = ()
+    incoming: tuple[tuple[DatasetId, float], ...] = ()
 
 
 @dataclass(frozen=True)

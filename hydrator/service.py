@@ -128,6 +128,7 @@ class Service:
         self.advertise_policy = AdvertisePolicy(
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
+            stuck=config.classad.advertise_stuck,
         )
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()

@@ -5,12 +5,20 @@ moment leaves the old state or the new one, never a mix. A cycle writes only wha
 the replica rows in the plan's source deltas, the first-seen rows of added/removed entries,
 and one status row per source. A cycle with no change writes no replica rows.
 
-Schema version 1::
+Schema version 2::
 
     meta(key, value)                      schema_version
     sources(name, last_success, last_attempt, stale, error, held_cycles, sites)
-    replicas(source, site, scope, name, state, fraction)      last good snapshot per source
+    replicas(source, site, scope, name, state, fraction,      last good snapshot per source
+             transfer, progress, bytes_fraction)
     first_seen(site, scope, name, at)
+
+Version 1 (up to f139dde) had one state per replica that mixed presence and transfer:
+``replicating``/``stuck`` rows carried the rule's progress in ``fraction``. Opening such a file
+migrates it in one transaction (:func:`_migrate_v1`): those rows become absent-with-a-transfer
+(``fraction`` 0, ``progress`` the old fraction), partial rows get ``bytes_fraction`` = their
+file fraction. Every advertised list, and so every site digest, stays as it was: the first
+cycle after an upgrade sends updates only where the sources' answer changes a list.
 """
 
 from __future__ import annotations
@@ -31,10 +39,11 @@ from hydrator.domain import (
     Site,
     SourceState,
     State,
+    Transfer,
 )
 from hydrator.errors import StateError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,6 +53,8 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS replicas (
     source TEXT NOT NULL, site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, fraction REAL NOT NULL,
+    transfer TEXT NOT NULL DEFAULT 'none', progress REAL NOT NULL DEFAULT 0,
+    bytes_fraction REAL NOT NULL DEFAULT 1,
     PRIMARY KEY (source, site, scope, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS first_seen (
     site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
@@ -100,10 +111,12 @@ class SqliteStateStore:
             self._db.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+        elif row[0] == "1":
+            _migrate_v1(self._db)
         elif row[0] != str(SCHEMA_VERSION):
             raise StateError(
                 f"state database {self.path} has schema version {row[0]}; "
-                f"this hydrator reads version {SCHEMA_VERSION}"
+                f"this hydrator reads version {SCHEMA_VERSION} (and upgrades version 1)"
             )
 
     def load(self) -> State:
@@ -128,16 +141,24 @@ class SqliteStateStore:
         site_names: dict[str, Site] = {}
         fractions: dict[float, float] = {}
         states = {state.value: state for state in ReplicaState}  # not Enum(value): a Python call
+        transfers = {transfer.value: transfer for transfer in Transfer}
 
         replicas: dict[str, list[Replica]] = {}
-        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
-        for source, site, scope, name, state, fraction in self._db.execute(query):
+        query = (
+            "SELECT source, site, scope, name, state, fraction, transfer, progress, bytes_fraction"
+            " FROM replicas"
+        )
+        for row in self._db.execute(query):
+            source, site, scope, name, state, fraction, transfer, progress, size = row
             replicas.setdefault(source, []).append(
                 Replica(
                     dataset(scope, name),
                     site_names.setdefault(site, Site(site)),
                     states[state],
                     fractions.setdefault(fraction, fraction),
+                    transfers[transfer],
+                    fractions.setdefault(progress, progress),
+                    fractions.setdefault(size, size),
                 )
             )
         sources: dict[str, SourceState] = {}
@@ -221,8 +242,44 @@ def _delete(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) ->
 
 def _insert(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) -> int:
     rows = [
-        (source, r.site, r.dataset.scope, r.dataset.name, r.state.value, r.fraction)
+        (
+            source,
+            r.site,
+            r.dataset.scope,
+            r.dataset.name,
+            r.state.value,
+            r.fraction,
+            r.transfer.value,
+            r.progress,
+            r.bytes_fraction,
+        )
         for r in replicas
     ]
-    db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?)", rows)
+    db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+def _migrate_v1(db: sqlite3.Connection) -> None:
+    """Schema 1 -> 2 in one transaction (a kill leaves version 1, migrated again next start).
+
+    Adding columns with constant defaults rewrites no row (SQLite stores the default in the
+    schema); only the few replicating/stuck rows and the partial rows are updated.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for column in (
+            "transfer TEXT NOT NULL DEFAULT 'none'",
+            "progress REAL NOT NULL DEFAULT 0",
+            "bytes_fraction REAL NOT NULL DEFAULT 1",
+        ):
+            db.execute(f"ALTER TABLE replicas ADD COLUMN {column}")
+        db.execute(
+            "UPDATE replicas SET transfer = state, progress = fraction, fraction = 0,"
+            " bytes_fraction = 0 WHERE state IN ('replicating', 'stuck')"
+        )
+        db.execute("UPDATE replicas SET bytes_fraction = fraction WHERE state = 'partial'")
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise

@@ -4,9 +4,12 @@ catalogue covers. Format (one table per storage element)::
     [storage.CH_DISK]                 # site from the config's [sites], else ``site`` below
     site = "SRCNET_CH"
     available = ["ska:obs_1234"]
-    partial = { "ska:obs_1300" = 0.4 }        # dataset -> fraction of files present
-    replicating = { "ska:obs_1400" = 0.1 }    # dataset -> progress of the transfer
-    stuck = ["ska:obs_1500"]
+    partial = { "ska:obs_1300" = 0.4 }        # dataset -> share of files (and bytes) present
+    replicating = { "ska:obs_1400" = 0.1 }    # absent, transfer active: dataset -> progress
+    stuck = ["ska:obs_1500"]                  # absent, transfer stuck (list: progress 0)
+
+Each key is one presence/transfer combination a catalogue reports; a list means fraction 1.0
+for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``.
 
 A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
 storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
@@ -29,6 +32,7 @@ from hydrator.domain import (
     ReplicaState,
     Site,
     Snapshot,
+    Transfer,
     check_site,
 )
 from hydrator.errors import PermanentSourceError
@@ -95,8 +99,13 @@ class StaticSource:
         try:
             if state is None:
                 raise ValueError(f"unknown key {name!r}")
+            dataset, kind = DatasetId.parse(name), ReplicaState(state)
+            if kind is ReplicaState.REPLICATING or kind is ReplicaState.STUCK:
+                progress = 0.0 if fraction is None else float(fraction)
+                transfer = Transfer(kind.value)
+                return Replica(dataset, site, kind, 0.0, transfer, progress, 0.0)
             value = 1.0 if fraction is None else float(fraction)
-            return Replica(DatasetId.parse(name), site, ReplicaState(state), value)
+            return Replica(dataset, site, kind, value, bytes_fraction=value)
         except (ValueError, TypeError) as exc:
             self._warn_once(f"{self.path}: storage.{element}: skipped: {exc}")
             return None

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from hydrator.advertise import AdvertisePolicy, advertise
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    Transfer,
+    content_digest,
+    holding,
+)
 
 A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
 SITE = Site("S")
@@ -21,13 +30,13 @@ VIEW = SiteView(
 
 
 HELD = {
-    (SITE, d): Replica(d, SITE, state, f)
-    for d, f, state in [
-        (A, 1.0, ReplicaState.AVAILABLE),
-        (B, 1.0, ReplicaState.AVAILABLE),
-        (C, 1.0, ReplicaState.AVAILABLE),
-        (D, 0.5, ReplicaState.PARTIAL),
-        (E, 0.2, ReplicaState.REPLICATING),
+    (SITE, d): r
+    for d, r in [
+        (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
+        (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
+        (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
+        (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
+        (E, Replica(E, SITE, ReplicaState.REPLICATING, 0.0, Transfer.REPLICATING, 0.2, 0.0)),
     ]
 }
 
@@ -84,15 +93,19 @@ def test_budget_order_matches_a_full_sort() -> None:
         rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
         view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
         held = {
-            (SITE, d): Replica(
+            (SITE, d): holding(
                 d,
                 SITE,
-                states[d],
                 1.0
                 if states[d] is ReplicaState.AVAILABLE
                 else 0.5
                 if states[d] is ReplicaState.PARTIAL
-                else 0.1,
+                else 0.0,
+                0.5,
+                transfer=Transfer.REPLICATING
+                if states[d] is ReplicaState.REPLICATING
+                else Transfer.NONE,
+                progress=0.1,
             )
             for d in pool
         }

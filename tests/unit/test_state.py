@@ -59,7 +59,7 @@ def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> 
     SqliteStateStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 1"):
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 2"):
         SqliteStateStore(path)
 
 
