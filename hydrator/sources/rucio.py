@@ -56,10 +56,10 @@ Transient errors are retried ``max_attempts`` times per call with exponential ba
 once at once after a connection error) so that a dead server fails a fetch within about
 ``max_attempts x (timeout + backoff)``.
 
-Known limits: over ``deep_check_limit``, a dataset spread over several RSEs of one site is
-judged by its best RSE (a lower bound) until its turn for an exact check comes. rucio-clients reads a ``rucio.cfg`` once per process (``$RUCIO_CONFIG``, else
-``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``): all Rucio sources of one
-daemon share it, and even with ``rucio_host`` set it takes options such as
+Known limits: a dataset left over ``deep_check_limit`` that is spread over several RSEs of one
+site is judged by its best RSE (a lower bound). rucio-clients reads a ``rucio.cfg`` once per
+process (``$RUCIO_CONFIG``, else ``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``):
+all Rucio sources of one daemon share it, and even with ``rucio_host`` set it takes options such as
 ``auth_token_file_path`` from it when one exists. For OIDC a ``BEARER_TOKEN`` or
 ``BEARER_TOKEN_FILE`` in the environment wins over ``token_file`` (WLCG token discovery).
 """

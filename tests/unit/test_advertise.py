@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hydrator.advertise import AdvertisePolicy, advertise
@@ -114,3 +116,14 @@ def test_budget_order_matches_a_full_sort() -> None:
         result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
         expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
         assert sorted(names(result.view)) == sorted(d.name for d in expected)
+
+
+def test_stuck_transfers_reach_the_digest_only_when_advertised() -> None:
+    view = replace(VIEW, stuck=(E,))
+    off = advertise(view, {}, AdvertisePolicy(), HELD).view
+    on = advertise(view, {}, AdvertisePolicy(stuck=True), HELD).view
+    assert off.digest == VIEW.digest and on.digest != VIEW.digest
+    other = advertise(replace(view, stuck=(D,)), {}, AdvertisePolicy(stuck=True), HELD).view
+    assert other.digest != on.digest, "a change of the stuck list reaches the ads"
+    narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True), HELD).view
+    assert narrowed.stuck == () and [d for d, _ in narrowed.partial] == [D]
