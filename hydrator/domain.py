@@ -378,15 +378,20 @@ def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
     gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
         key: [] for key in (*ReplicaState, *Transfer)
     }
+    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
     for change in changes:
-        if change.old is not None:
-            gone[change.old.state].append(change.dataset)
-            gone[change.old.transfer].append(change.dataset)
+        old = change.old
+        if old is not None:
+            gone[old.state].append(change.dataset)
+            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
+                gone[old.transfer].append(change.dataset)
+            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
+                sized.append(change.dataset)
         if change.new is not None:
             lists.add(change.dataset, change.new)
     lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _by_id)
     lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _by_pair)
-    lists.partial_bytes += _without(view.partial_bytes, gone[ReplicaState.PARTIAL], _by_pair)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _by_pair)
     lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _by_pair)
     lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _by_pair)
     lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _by_id)
@@ -443,9 +448,11 @@ class _SiteLists:
             self.available.append(dataset)
         elif state is ReplicaState.PARTIAL:
             self.partial.append((dataset, replica.fraction))
-            self.partial_bytes.append((dataset, replica.bytes_fraction))
+            if replica.bytes_fraction != replica.fraction:
+                self.partial_bytes.append((dataset, replica.bytes_fraction))
         elif state is ReplicaState.REPLICATING:
             self.replicating.append((dataset, replica.progress))
+            return
         transfer = replica.transfer
         if transfer is Transfer.NONE:
             return
@@ -548,9 +555,11 @@ class SiteView:
     """One site as published: the lists of a site ClassAd, sorted by dataset, plus when and
     what. Presence first: ``available`` (complete), ``partial`` (some files; share of files)
     and ``replicating`` (no file yet, an active transfer; its progress) are disjoint and are
-    what the ClassAd lists. The transfers are reported beside them, whatever is present:
-    ``stuck`` (stuck transfers) and ``incoming`` (active transfers, with progress).
-    ``partial_bytes`` holds the share of bytes present of each ``partial`` dataset.
+    what the ClassAd lists. The transfers are reported beside them: ``stuck`` lists every
+    stuck transfer, whatever is present; ``incoming`` the active transfers towards datasets
+    already (partly) present, with progress (the others are ``replicating``).
+    ``partial_bytes`` holds the share of bytes present of the ``partial`` datasets where it
+    differs from the share of files (memory: most are equal or unknown).
     ``digest`` covers the three advertised lists only.
     """
 

@@ -266,7 +266,8 @@ class Metrics:
             }
             for state, count in counts.items():
                 self.datasets.labels(view.site, state.value).set(count)
-            self.transfers.labels(view.site, Transfer.REPLICATING.value).set(len(view.incoming))
+            moving = len(view.replicating) + len(view.incoming)
+            self.transfers.labels(view.site, Transfer.REPLICATING.value).set(moving)
             self.transfers.labels(view.site, Transfer.STUCK.value).set(len(view.stuck))
             self.classad_size.labels(view.site).set(sizes.get(view.site, 0))
 

@@ -17,10 +17,11 @@ def site_json(view: SiteView) -> dict[str, Any]:
     ``available``, ``partial``, ``replicating`` are the advertised lists (presence first);
     ``fraction``/``bytes_fraction`` are shares of files/bytes present, ``progress`` the
     transfer's share done (0..1). ``stuck`` and ``incoming`` list every stuck and active
-    transfer, whatever is present; a partial entry names its ``transfer`` too.
+    transfer towards the site, whatever is present; a partial entry names its ``transfer``.
     """
     stuck, moving = set(view.stuck), {d for d, _ in view.incoming}
     size = dict(view.partial_bytes)
+    incoming = sorted((*view.replicating, *view.incoming), key=lambda p: (p[0].scope, p[0].name))
     return {
         "site": view.site,
         "updated": view.updated.isoformat() if view.updated else None,
@@ -37,7 +38,7 @@ def site_json(view: SiteView) -> dict[str, Any]:
         ],
         "replicating": [{"dataset": str(d), "progress": f} for d, f in view.replicating],
         "stuck": [str(d) for d in view.stuck],
-        "incoming": [{"dataset": str(d), "progress": p} for d, p in view.incoming],
+        "incoming": [{"dataset": str(d), "progress": p} for d, p in incoming],
     }
 
 
@@ -65,7 +66,7 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "partial": len(v.partial),
                 "replicating": len(v.replicating),
                 "stuck": len(v.stuck),
-                "incoming": len(v.incoming),
+                "incoming": len(v.replicating) + len(v.incoming),
                 "digest": v.digest,
                 "updated": v.updated.isoformat() if v.updated else None,
                 "classad": f"/v1/sites/{v.site}/classad",

@@ -196,7 +196,6 @@ class _Rule:
     expression: str
     transfer: Transfer  # REPLICATING or STUCK
     progress: float  # OK locks / all locks
-    code: str
 
 
 @dataclass(frozen=True)
@@ -205,13 +204,12 @@ class _SiteTransfer:
 
     ``floor`` is the share of files the rules' OK locks prove present at the site (a lock is
     OK when its file replica is AVAILABLE), counted only for rules whose RSEs all belong to
-    this site; ``rses`` are those rules' RSEs here.
+    this site.
     """
 
     transfer: Transfer
     progress: float
     floor: float = 0.0
-    rses: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -403,7 +401,7 @@ class RucioSource:
                 dataset = DatasetId(rule.scope, rule.name)  # valid: a listed row has it
                 total = rule.locks_ok_cnt + rule.locks_replicating_cnt + rule.locks_stuck_cnt
                 progress = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
-                rules.append(_Rule(dataset, rule.rse_expression, transfer, progress, code))
+                rules.append(_Rule(dataset, rule.rse_expression, transfer, progress))
         return rules
 
     def _rule_coverage(
@@ -420,12 +418,10 @@ class RucioSource:
         for rule in rules:
             if rule.expression not in resolved:
                 resolved[rule.expression] = self._resolve(client, rule.expression, cycle)
-            at: dict[Site, set[str]] = {}
-            for rse in resolved[rule.expression]:
-                at.setdefault(cycle.sites[rse], set()).add(rse)
+            at = {cycle.sites[rse] for rse in resolved[rule.expression]}
             floor = rule.progress if len(at) == 1 else 0.0  # locks all at one site
-            for site, rses in at.items():
-                new = _SiteTransfer(rule.transfer, rule.progress, floor, frozenset(rses))
+            for site in at:
+                new = _SiteTransfer(rule.transfer, rule.progress, floor)
                 old = covered.get((site, rule.dataset))
                 covered[(site, rule.dataset)] = new if old is None else _merge_transfers(old, new)
         return covered
@@ -470,22 +466,31 @@ class RucioSource:
                 limit,
             )
         for dataset in ordered[:limit]:
-            sites = pending[dataset]
-            if any(len(rows) > 1 for rows in sites.values()):  # a union over RSEs of a site
-                exact = self._file_union(client, dataset, cycle)
-            else:
-                exact = self._deep_counts(client, dataset, cycle)
-            for site in sites:
-                counts = exact.get(site, _NOTHING)
-                found = _replica(
-                    dataset,
-                    site,
-                    counts.files_share,
-                    counts.bytes_share,
-                    moving.get((site, dataset)),
-                )
-                replicas += [found] if found is not None else []
+            replicas += self._checked(client, dataset, pending[dataset], moving, cycle)
         self.deep_checks_last_fetch = min(limit, len(ordered))
+        return replicas
+
+    def _checked(
+        self,
+        client: Any,
+        dataset: DatasetId,
+        sites: Mapping[Site, list[_Row]],
+        moving: _Moving,
+        cycle: _Cycle,
+    ) -> list[Replica]:
+        """One exact listing for ``dataset``: per file when some site has summary rows at two
+        or more of its RSEs (the union needs to know which files they share), else per RSE."""
+        if any(len(rows) > 1 for rows in sites.values()):
+            exact = self._file_union(client, dataset, cycle)
+        else:
+            exact = self._deep_counts(client, dataset, cycle)
+        replicas: list[Replica] = []
+        for site in sites:
+            counts = exact.get(site, _NOTHING)
+            found = _replica(
+                dataset, site, counts.files_share, counts.bytes_share, moving.get((site, dataset))
+            )
+            replicas += [found] if found is not None else []
         return replicas
 
     def _deep_counts(self, client: Any, dataset: DatasetId, cycle: _Cycle) -> dict[Site, _Counts]:
@@ -719,7 +724,7 @@ def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
     """Two rules towards one site: a stuck one wins (it needs an operator), then progress."""
     rank = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
     first = a if (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress) else b
-    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor), a.rses | b.rses)
+    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))
 
 
 def _classify(

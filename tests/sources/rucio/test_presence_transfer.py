@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hydrator.config import parse_config
-from hydrator.domain import Site
+from hydrator.domain import ReplicaState, Site, Transfer
 from hydrator.report import site_json
 from hydrator.service import Service
+from hydrator.sources import FetchContext
+from hydrator.sources.rucio import RucioSource
 from hydrator.wiring import build_service
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
 
@@ -245,3 +248,28 @@ def test_a_stuck_rule_that_recovers(rucio_admin: RucioAdmin, place: Place, cycle
     report = service.run_cycle()
     assert report.plan is not None and report.plan.changes == ()
     assert lists(service, place.site) == ([did], [], [])
+
+
+def test_over_the_deep_check_limit_the_locks_of_a_rule_show_the_files_present(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer, place: Place
+) -> None:
+    did, name, files = placed(rucio_admin, place, 3)
+    rule = rucio_admin.rule(place.scope, name, place.x1)
+    rucio_admin.set_file_states(place.x1, place.scope, files[:2], "A")
+    rucio_admin.make_stuck(rule)
+    config = source_config(rucio_server, rse_expression=place.expression, deep_check_limit=0)
+    source = RucioSource(config, {})
+    try:
+        snapshot = source.fetch(FetchContext(now=datetime.now(UTC)))
+    finally:
+        source.close()
+    got = {(r.site, str(r.dataset)): r for r in snapshot.replicas}
+    found = got[(place.site, did)]
+    # the summary row still says 0/0 (abacus has not run); the rule's two OK locks say more
+    assert (found.state, found.fraction, found.transfer) == (
+        ReplicaState.PARTIAL,
+        2 / 3,
+        Transfer.STUCK,
+    )
+    assert "list_dataset_replicas" not in source.calls_last_fetch
+    assert source.deep_checks_skipped_last_fetch == 1
