@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot, Transfer
+from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Snapshot, Transfer
 
 STATES = (
     ReplicaState.AVAILABLE,
@@ -39,7 +39,6 @@ STATES = (
 )
 AVAILABLE, PARTIAL, REPLICATING, STUCK = range(4)
 TRANSFERS = {REPLICATING: Transfer.REPLICATING, STUCK: Transfer.STUCK}
-NO_TRANSFER = Transfer.NONE
 SCOPES = ("ska", "ska_low", "ska_mid", "ska_user")
 SOURCE = "bench"
 
@@ -225,9 +224,10 @@ class Federation:
                 did = DatasetId(*self.dataset_text(dataset))
             fraction = percent / 100
             if state >= REPLICATING:  # absent, with a transfer whose progress is the percent
-                yield Replica(did, sites[site], STATES[state], 0.0, TRANSFERS[state], fraction, 0.0)
-            else:
-                yield Replica(did, sites[site], STATES[state], fraction, NO_TRANSFER, 0.0, fraction)
+                detail = Detail(TRANSFERS[state], fraction, 0.0)
+                yield Replica(did, sites[site], STATES[state], 0.0, detail)
+            else:  # as holding() builds them: no detail when nothing moves
+                yield Replica(did, sites[site], STATES[state], fraction)
 
     def snapshot(self, intern: bool = False) -> Snapshot:
         """The :class:`Snapshot` a source covering every site would return this cycle."""

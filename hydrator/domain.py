@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
-from typing import NewType, TypeVar
+from typing import NamedTuple, NewType, TypeVar
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
@@ -109,42 +109,53 @@ class Transfer(enum.Enum):
 _TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 
 
+class Detail(NamedTuple):
+    """What a plain record leaves out: the transfer towards the site with its progress (0..1:
+    the rule's files done), and the share of bytes present (0..1)."""
+
+    transfer: Transfer
+    progress: float
+    bytes_fraction: float
+
+
 @dataclass(frozen=True, slots=True)
 class Replica:
     """One site's holding of one dataset, as one source reports it: two facts in one record.
 
     Presence: ``state`` AVAILABLE (complete), PARTIAL (``fraction`` of the files and
-    ``bytes_fraction`` of the bytes present, 0..1) or absent (REPLICATING or STUCK, fractions
-    0). Transfer: ``transfer`` with ``progress`` (0..1: the rule's files done). ``state`` is
-    the list the pair is advertised in, derived from both by :func:`holding`; an absent
-    dataset with no transfer is no replica at all.
+    :attr:`bytes_fraction` of the bytes present, 0..1) or absent (REPLICATING or STUCK,
+    shares 0). Transfer: :attr:`transfer` with :attr:`progress`. ``state`` is the list the
+    pair is advertised in, derived from both; an absent dataset with no transfer is no replica.
+
+    Most records (complete or partial, nothing moving, bytes share = files share) carry no
+    :class:`Detail` (``detail`` None), so a million of them cost one slot more than a record of
+    presence alone, and hash as fast. Build anything else with :func:`holding`, which keeps
+    one form per meaning (equal facts, equal records).
     """
 
     dataset: DatasetId
     site: Site
     state: ReplicaState
     fraction: float = 1.0
-    transfer: Transfer = Transfer.NONE
-    progress: float = 0.0
-    bytes_fraction: float = 1.0
+    detail: Detail | None = None
 
     def __post_init__(self) -> None:
-        if not (
-            0.0 <= self.fraction <= 1.0
-            and 0.0 <= self.progress <= 1.0
-            and 0.0 <= self.bytes_fraction <= 1.0
-        ):
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
+        detail, state = self.detail, self.state
+        absent = state is ReplicaState.REPLICATING or state is ReplicaState.STUCK
+        if detail is None:
+            if absent:
+                raise ValueError(
+                    f"replica of {self.dataset} at {self.site}: {state.value} needs a transfer"
+                )
+            return
+        if not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
+            raise ValueError(f"replica of {self.dataset} at {self.site}: {detail} outside 0..1")
+        if absent and detail.transfer.value != state.value:
             raise ValueError(
-                f"replica fractions outside 0..1 for {self.dataset} at {self.site}: files "
-                f"{self.fraction!r}, bytes {self.bytes_fraction!r}, progress {self.progress!r}"
-            )
-        state = self.state
-        if (state is ReplicaState.REPLICATING and self.transfer is not Transfer.REPLICATING) or (
-            state is ReplicaState.STUCK and self.transfer is not Transfer.STUCK
-        ):
-            raise ValueError(
-                f"replica of {self.dataset} at {self.site}: state {state.value} needs a "
-                f"{state.value} transfer, not {self.transfer.value}"
+                f"replica of {self.dataset} at {self.site}: state {state.value} "
+                f"needs a {state.value} transfer, not {detail.transfer.value}"
             )
 
     @property
@@ -155,6 +166,20 @@ class Replica:
     def present(self) -> bool:
         """True when some or all files are at the site (AVAILABLE or PARTIAL)."""
         return self.state is ReplicaState.AVAILABLE or self.state is ReplicaState.PARTIAL
+
+    @property
+    def transfer(self) -> Transfer:
+        return Transfer.NONE if self.detail is None else self.detail.transfer
+
+    @property
+    def progress(self) -> float:
+        """The transfer's share of files done, 0..1 (0 without a transfer)."""
+        return 0.0 if self.detail is None else self.detail.progress
+
+    @property
+    def bytes_fraction(self) -> float:
+        """Share of the dataset's bytes present, 0..1."""
+        return self.fraction if self.detail is None else self.detail.bytes_fraction
 
 
 def holding(
@@ -167,17 +192,22 @@ def holding(
     progress: float = 0.0,
 ) -> Replica | None:
     """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
-    transfer; None when nothing is present and nothing is moving."""
+    transfer, in its one canonical form; None when nothing is present and nothing moves."""
     files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
     progress = min(1.0, max(0.0, progress))
     if files >= 1.0:
-        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, transfer, progress)
+        if transfer is Transfer.NONE:
+            return Replica(dataset, site, ReplicaState.AVAILABLE)
+        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, Detail(transfer, progress, 1.0))
     if files > 0.0:
-        return Replica(dataset, site, ReplicaState.PARTIAL, files, transfer, progress, bytes_)
+        if transfer is Transfer.NONE and bytes_ == files:
+            return Replica(dataset, site, ReplicaState.PARTIAL, files)
+        detail = Detail(transfer, progress if transfer is not Transfer.NONE else 0.0, bytes_)
+        return Replica(dataset, site, ReplicaState.PARTIAL, files, detail)
     if transfer is Transfer.NONE:
         return None
     state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
-    return Replica(dataset, site, state, 0.0, transfer, progress, 0.0)
+    return Replica(dataset, site, state, 0.0, Detail(transfer, progress, 0.0))
 
 
 def combine(a: Replica, b: Replica) -> Replica:
@@ -195,11 +225,18 @@ def combine(a: Replica, b: Replica) -> Replica:
     ta = (_TRANSFER_RANK[a.transfer], a.progress)
     tb = (_TRANSFER_RANK[b.transfer], b.progress)
     moving = a if ta >= tb else b
-    if present is moving:
-        return present
-    if not present.present:  # both absent: the transfer decides the list
+    if present is moving or not present.present:  # both absent: the transfer decides
         return moving
-    return replace(present, transfer=moving.transfer, progress=moving.progress)
+    merged = holding(
+        present.dataset,
+        present.site,
+        present.fraction,
+        present.bytes_fraction,
+        transfer=moving.transfer,
+        progress=moving.progress,
+    )
+    assert merged is not None  # present: never None
+    return merged
 
 
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
@@ -443,23 +480,22 @@ class _SiteLists:
         self.stuck: list[DatasetId] = []
 
     def add(self, dataset: DatasetId, replica: Replica) -> None:
-        state = replica.state
+        state, detail = replica.state, replica.detail
         if state is ReplicaState.AVAILABLE:
             self.available.append(dataset)
         elif state is ReplicaState.PARTIAL:
             self.partial.append((dataset, replica.fraction))
-            if replica.bytes_fraction != replica.fraction:
-                self.partial_bytes.append((dataset, replica.bytes_fraction))
+            if detail is not None and detail.bytes_fraction != replica.fraction:
+                self.partial_bytes.append((dataset, detail.bytes_fraction))
         elif state is ReplicaState.REPLICATING:
             self.replicating.append((dataset, replica.progress))
             return
-        transfer = replica.transfer
-        if transfer is Transfer.NONE:
+        if detail is None or detail.transfer is Transfer.NONE:
             return
-        if transfer is Transfer.STUCK:
+        if detail.transfer is Transfer.STUCK:
             self.stuck.append(dataset)
         else:
-            self.incoming.append((dataset, replica.progress))
+            self.incoming.append((dataset, detail.progress))
 
     def view(self, site: Site) -> SiteView:
         # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a

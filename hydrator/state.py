@@ -33,6 +33,7 @@ from typing import Protocol
 from hydrator.domain import (
     ChangeKind,
     DatasetId,
+    Detail,
     Plan,
     Replica,
     ReplicaState,
@@ -150,15 +151,22 @@ class SqliteStateStore:
         )
         for row in self._db.execute(query):
             source, site, scope, name, state, fraction, transfer, progress, size = row
+            fraction = fractions.setdefault(fraction, fraction)
+            if transfer == "none" and size == fraction:  # rows are written canonical
+                detail = None
+            else:
+                progress, size = (
+                    fractions.setdefault(progress, progress),
+                    fractions.setdefault(size, size),
+                )
+                detail = Detail(transfers[transfer], progress, size)
             replicas.setdefault(source, []).append(
                 Replica(
                     dataset(scope, name),
                     site_names.setdefault(site, Site(site)),
                     states[state],
-                    fractions.setdefault(fraction, fraction),
-                    transfers[transfer],
-                    fractions.setdefault(progress, progress),
-                    fractions.setdefault(size, size),
+                    fraction,
+                    detail,
                 )
             )
         sources: dict[str, SourceState] = {}

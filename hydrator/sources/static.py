@@ -34,6 +34,7 @@ from hydrator.domain import (
     Snapshot,
     Transfer,
     check_site,
+    holding,
 )
 from hydrator.errors import PermanentSourceError
 from hydrator.sources import FetchContext
@@ -102,10 +103,14 @@ class StaticSource:
             dataset, kind = DatasetId.parse(name), ReplicaState(state)
             if kind is ReplicaState.REPLICATING or kind is ReplicaState.STUCK:
                 progress = 0.0 if fraction is None else float(fraction)
-                transfer = Transfer(kind.value)
-                return Replica(dataset, site, kind, 0.0, transfer, progress, 0.0)
+                return _checked(
+                    holding(
+                        dataset, site, 0.0, 0.0, transfer=Transfer(kind.value), progress=progress
+                    ),
+                    progress,
+                )
             value = 1.0 if fraction is None else float(fraction)
-            return Replica(dataset, site, kind, value, bytes_fraction=value)
+            return _checked(holding(dataset, site, value, value), value)
         except (ValueError, TypeError) as exc:
             self._warn_once(f"{self.path}: storage.{element}: skipped: {exc}")
             return None
@@ -135,6 +140,16 @@ def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
             yield from ((key, name, fraction) for name, fraction in value.items())
         else:
             yield (None, key, None)
+
+
+def _checked(replica: Replica | None, value: float) -> Replica:
+    """``holding`` clamps shares to 0..1: an inventory value outside that range is an error,
+    as is an entry that says nothing is there and nothing moves (a partial share of 0)."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"fraction {value!r} outside 0..1")
+    if replica is None:
+        raise ValueError("nothing present and no transfer")
+    return replica
 
 
 def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:

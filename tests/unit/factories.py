@@ -12,6 +12,7 @@ from hydrator.domain import (
     Snapshot,
     SourceFailure,
     Transfer,
+    holding,
 )
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -27,20 +28,19 @@ def rep(
     state: str = "available",
     fraction: float = 1.0,
     transfer: str | None = None,
-    progress: float | None = None,
+    progress: float = 0.0,
 ) -> Replica:
     """A replica in the list ``state``. For ``replicating``/``stuck`` (absent) ``fraction`` is
     the transfer's progress, as in the static inventory; ``transfer`` adds one to a present
-    replica (``progress`` default 0)."""
-    kind = ReplicaState(state)
+    replica."""
+    dataset, where, kind = DatasetId("ska", name), Site(site), ReplicaState(state)
     if kind is ReplicaState.REPLICATING or kind is ReplicaState.STUCK:
-        return Replica(
-            DatasetId("ska", name), Site(site), kind, 0.0, Transfer(state), fraction, 0.0
-        )
-    moving = Transfer.NONE if transfer is None else Transfer(transfer)
-    return Replica(
-        DatasetId("ska", name), Site(site), kind, fraction, moving, progress or 0.0, fraction
-    )
+        made = holding(dataset, where, 0.0, 0.0, transfer=Transfer(state), progress=fraction)
+    else:
+        moving = Transfer.NONE if transfer is None else Transfer(transfer)
+        made = holding(dataset, where, fraction, fraction, transfer=moving, progress=progress)
+    assert made is not None and made.state is kind
+    return made
 
 
 def snap(source: str, *replicas: Replica, sites: tuple[str, ...] = ()) -> Snapshot:

@@ -38,7 +38,7 @@ HELD = {
         (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
         (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
         (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
-        (E, Replica(E, SITE, ReplicaState.REPLICATING, 0.0, Transfer.REPLICATING, 0.2, 0.0)),
+        (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
     ]
 }
 
