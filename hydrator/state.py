@@ -143,6 +143,7 @@ class SqliteStateStore:
         fractions: dict[float, float] = {}
         states = {state.value: state for state in ReplicaState}  # not Enum(value): a Python call
         transfers = {transfer.value: transfer for transfer in Transfer}
+        details: dict[tuple[str, float, float], Detail] = {}
 
         replicas: dict[str, list[Replica]] = {}
         query = (
@@ -154,12 +155,11 @@ class SqliteStateStore:
             fraction = fractions.setdefault(fraction, fraction)
             if transfer == "none" and size == fraction:  # rows are written canonical
                 detail = None
-            else:
-                progress, size = (
-                    fractions.setdefault(progress, progress),
-                    fractions.setdefault(size, size),
-                )
-                detail = Detail(transfers[transfer], progress, size)
+            else:  # one object per distinct detail, as for fractions
+                detail = details.get((transfer, progress, size))
+                if detail is None:
+                    detail = Detail(transfers[transfer], progress, size)
+                    details[(transfer, progress, size)] = detail
             replicas.setdefault(source, []).append(
                 Replica(
                     dataset(scope, name),

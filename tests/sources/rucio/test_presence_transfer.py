@@ -138,13 +138,19 @@ def placed(admin: RucioAdmin, place: Place, files: int) -> tuple[str, str, list[
     return f"{place.scope}:{name}", name, admin.files(place.scope, name)
 
 
+def partial_and_stuck(admin: RucioAdmin, place: Place) -> str:
+    """Two of three files arrived at x1, the third one's transfer failed: the rule is STUCK."""
+    did, name, files = placed(admin, place, 3)
+    rule = admin.rule(place.scope, name, place.x1)
+    admin.set_file_states(place.x1, place.scope, files[:2], "A")
+    admin.make_stuck(rule)
+    return did
+
+
 def test_partial_and_stuck_is_advertised_as_partial(
     rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
-    did, name, files = placed(rucio_admin, place, 3)
-    rule = rucio_admin.rule(place.scope, name, place.x1)
-    rucio_admin.set_file_states(place.x1, place.scope, files[:2], "A")
-    rucio_admin.make_stuck(rule)  # the third file's transfer failed
+    did = partial_and_stuck(rucio_admin, place)
     service = cycle()
     assert lists(service, place.site) == ([], [did], [])
     assert numbers(service, place.site) == expect(partial=1, stuck_transfers=1)
@@ -253,10 +259,7 @@ def test_a_stuck_rule_that_recovers(rucio_admin: RucioAdmin, place: Place, cycle
 def test_over_the_deep_check_limit_the_locks_of_a_rule_show_the_files_present(
     rucio_admin: RucioAdmin, rucio_server: RucioServer, place: Place
 ) -> None:
-    did, name, files = placed(rucio_admin, place, 3)
-    rule = rucio_admin.rule(place.scope, name, place.x1)
-    rucio_admin.set_file_states(place.x1, place.scope, files[:2], "A")
-    rucio_admin.make_stuck(rule)
+    did = partial_and_stuck(rucio_admin, place)
     config = source_config(rucio_server, rse_expression=place.expression, deep_check_limit=0)
     source = RucioSource(config, {})
     try:
