@@ -78,19 +78,9 @@ def servicemonitor_validator() -> list[str]:
         prefix.mkdir(parents=True, exist_ok=True)
         (prefix / "package.json").write_text('{"private": true, "type": "module"}\n')
         result = subprocess.run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(prefix),
-                PROMETHEUS_OPERATOR_MODELS,
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+             PROMETHEUS_OPERATOR_MODELS],
+            check=False, capture_output=True, text=True, timeout=300,
         )
         if result.returncode != 0:
             raise RuntimeError(f"npm install failed:\n{result.stdout}{result.stderr}")
