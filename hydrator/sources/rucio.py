@@ -25,9 +25,12 @@ Two facts per (site, dataset), each from its own listing:
 * **Presence** (complete / partial with shares of files and bytes / absent) from the replica
   listings, as a union over every RSE of the site (a file at either RSE counts once): a
   summary row saying AVAILABLE with ``available_length >= length > 0`` at any of the site's
-  RSEs -> complete, trusted as is; anything else is checked exactly (step 6), most wanted
-  datasets first. Beyond the limit the best summary row is used, or the share of files a
-  rule's OK locks prove present when its RSEs are all at the site and that shows more.
+  RSEs -> complete, trusted as is; a dataset that one active or stuck rule places at RSEs of
+  this site only, with no summary row at the site's other RSEs -> the rule's OK locks, which
+  count exactly the files AVAILABLE there (no call; the bytes share is taken to be the files
+  share); anything else is checked exactly (step 6), most wanted datasets first. Beyond the
+  limit the best summary row is used, or the share of files a rule's OK locks prove present
+  when its RSEs are all at the site and that shows more.
 * **Transfer** (none / replicating with progress / stuck) from the rules whose expression
   covers an RSE of the site: any STUCK lock -> stuck, else any REPLICATING lock ->
   replicating, progress = OK locks / all locks; a stuck rule wins over an active one.
@@ -204,12 +207,14 @@ class _SiteTransfer:
 
     ``floor`` is the share of files the rules' OK locks prove present at the site (a lock is
     OK when its file replica is AVAILABLE), counted only for rules whose RSEs all belong to
-    this site.
+    this site. ``only`` names that rule's RSEs when it is the one rule towards the site: then
+    its locks count exactly the files present at them.
     """
 
     transfer: Transfer
     progress: float
     floor: float = 0.0
+    only: frozenset[str] | None = None
 
 
 @dataclass
@@ -418,10 +423,16 @@ class RucioSource:
         for rule in rules:
             if rule.expression not in resolved:
                 resolved[rule.expression] = self._resolve(client, rule.expression, cycle)
-            at = {cycle.sites[rse] for rse in resolved[rule.expression]}
-            floor = rule.progress if len(at) == 1 else 0.0  # locks all at one site
+            rses = resolved[rule.expression]
+            at = {cycle.sites[rse] for rse in rses}
+            single = len(at) == 1  # the rule's locks are all at one site
             for site in at:
-                new = _SiteTransfer(rule.transfer, rule.progress, floor)
+                new = _SiteTransfer(
+                    rule.transfer,
+                    rule.progress,
+                    rule.progress if single else 0.0,
+                    rses if single else None,
+                )
                 old = covered.get((site, rule.dataset))
                 covered[(site, rule.dataset)] = new if old is None else _merge_transfers(old, new)
         return covered
@@ -724,15 +735,17 @@ def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
     """Two rules towards one site: a stuck one wins (it needs an operator), then progress."""
     rank = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
     first = a if (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress) else b
-    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))
+    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))  # not "only"
 
 
 def _classify(
     rows: Iterable[_Row], moving: _Moving, sites: Mapping[str, Site]
 ) -> tuple[list[Replica], _Pending]:
     """Settle each (site, dataset) whose summary says complete at one of the site's RSEs
-    (presence wins over any transfer); return the others, with the pairs only a rule names, as
-    pending (``list_datasets_per_rse`` rows per RSE are not a union over a site's RSEs)."""
+    (presence wins over any transfer), or that one rule's locks count exactly (the rule's RSEs
+    are all at the site and hold every summary row of the site; the bytes share is taken to be
+    the files share); return the others, with the pairs only a rule names, as pending
+    (``list_datasets_per_rse`` rows per RSE are not a union over a site's RSEs)."""
     by_key: dict[tuple[Site, DatasetId], list[_Row]] = {}
     for row in rows:
         by_key.setdefault((sites[row.rse], row.dataset), []).append(row)
@@ -741,11 +754,15 @@ def _classify(
     replicas: list[Replica] = []
     pending: _Pending = {}
     for (site, dataset), here in by_key.items():
+        rule = moving.get((site, dataset))
         if any(row.available_summary for row in here):
-            found = _replica(dataset, site, 1.0, 1.0, moving.get((site, dataset)))
-            replicas += [found] if found is not None else []
+            found = _replica(dataset, site, 1.0, 1.0, rule)
+        elif rule is not None and rule.only is not None and all(r.rse in rule.only for r in here):
+            found = _replica(dataset, site, rule.floor, rule.floor, rule)
         else:
             pending.setdefault(dataset, {})[site] = here
+            continue
+        replicas += [found] if found is not None else []
     return replicas, pending
 
 

@@ -260,19 +260,22 @@ def test_over_the_deep_check_limit_the_locks_of_a_rule_show_the_files_present(
     rucio_admin: RucioAdmin, rucio_server: RucioServer, place: Place
 ) -> None:
     did = partial_and_stuck(rucio_admin, place)
+    scope, name = did.split(":")
+    rucio_admin.rule(scope, name, place.x2)  # a second rule: x1's locks alone no longer settle it
     config = source_config(rucio_server, rse_expression=place.expression, deep_check_limit=0)
     source = RucioSource(config, {})
     try:
         snapshot = source.fetch(FetchContext(now=datetime.now(UTC)))
     finally:
         source.close()
-    got = {(r.site, str(r.dataset)): r for r in snapshot.replicas}
-    found = got[(place.site, did)]
-    # the summary row still says 0/0 (abacus has not run); the rule's two OK locks say more
+    found = {(r.site, str(r.dataset)): r for r in snapshot.replicas}[(place.site, did)]
+    # the summary rows still say 0/0 (abacus has not run); the x1 rule's two OK locks say
+    # more, and its stuck transfer wins over x2's active one
     assert (found.state, found.fraction, found.transfer) == (
         ReplicaState.PARTIAL,
         2 / 3,
         Transfer.STUCK,
     )
     assert "list_dataset_replicas" not in source.calls_last_fetch
+    assert "list_replicas" not in source.calls_last_fetch
     assert source.deep_checks_skipped_last_fetch == 1
