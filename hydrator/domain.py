@@ -350,7 +350,8 @@ class State:
 
     @cached_property
     def merged(self) -> dict[tuple[Site, DatasetId], Replica]:
-        """(site, dataset) -> the best report of all sources (for one source, a plain index)."""
+        """(site, dataset) -> all sources' reports combined (:func:`combine`; for one source,
+        a plain index)."""
         states = [self.sources[name] for name in sorted(self.sources)]
         if len(states) == 1:
             return states[0].index
