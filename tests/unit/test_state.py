@@ -254,6 +254,8 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
     old = (DATA / "show-v1.txt").read_text().splitlines()
     assert [line for line in shown.splitlines() if not line.startswith("#")] == old
     assert "# stuck transfers (not advertised): ska:obs_1500" in shown.splitlines()
+    with sqlite3.connect(config.daemon.state_path) as db:  # a reader migrates nothing
+        assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
 
     store = SqliteStateStore(config.daemon.state_path)
     held = store.load().merged
