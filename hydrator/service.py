@@ -9,8 +9,9 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -106,24 +107,30 @@ def render_ads(
     return ads
 
 
-FULL_COLLECTION_EVERY = 60  # settle_memory calls between full passes over frozen objects
+FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
 
 
-def settle_memory(full: bool) -> None:
-    """Collect this cycle's cyclic garbage, then move every surviving object out of the
-    garbage collector's reach (``gc.freeze``).
+@contextmanager
+def collector_paused(full: bool = False) -> Iterator[None]:
+    """Run the block without garbage-collector passes, then collect its cyclic garbage once and
+    move every surviving object out of the collector's reach (``gc.freeze``).
 
     The model a daemon holds (a million replicas, their names, the site views) lives for many
-    cycles and holds no reference cycles, so the collector's full passes over it found nothing
-    and cost seconds per cycle (issue 15); frozen objects are still freed by reference
-    counting when a later cycle drops them. The collection scans only what is not frozen yet:
-    this cycle's allocations. A cycle of objects that lived through a cycle and was dropped
-    later is not seen while frozen, so with ``full`` (the service asks every
+    cycles and holds no reference cycles, yet the collector's passes over it while a cycle
+    allocated cost seconds per cycle and found nothing (issue 15). Frozen objects are still
+    freed by reference counting when a later cycle drops them; the one collection scans only
+    what is not frozen yet (the block's allocations). A cycle of objects that outlived a block
+    and was dropped later is not seen while frozen: with ``full`` (every
     ``FULL_COLLECTION_EVERY`` cycles) everything is unfrozen and collected once."""
-    if full:
-        gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        if full:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
 
 class Service:
@@ -163,13 +170,13 @@ class Service:
         self.stop_event = threading.Event()
         self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
-        self._state = store.load()
-        self.published = Published()  # empty, for _ad_size while the startup views are cut
-        for table, count in store.rejected_rows.items():
-            self.metrics.state_rejected_rows.labels(table).set(count)
-        self.published = Published(render_ads(self._startup_views(), config.classad))
+        with collector_paused():
+            self._state = store.load()
+            self.published = Published()  # empty, for _ad_size while the startup views are cut
+            for table, count in store.rejected_rows.items():
+                self.metrics.state_rejected_rows.labels(table).set(count)
+            self.published = Published(render_ads(self._startup_views(), config.classad))
         self._cycles = 0
-        settle_memory(full=False)
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
 
@@ -204,16 +211,16 @@ class Service:
         """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
         with self._lock:
             started, t0 = self.clock(), time.monotonic()
-            try:
-                report = self._cycle(started, t0, dry_run)
-            except HydratorError as exc:
-                log.error("cycle failed: %s", exc)
-                error = redact(str(exc))
-                report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
+            self._cycles += 1
+            with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
+                try:
+                    report = self._cycle(started, t0, dry_run)
+                except HydratorError as exc:
+                    log.error("cycle failed: %s", exc)
+                    error = redact(str(exc))
+                    report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
             self.last_cycle_end = time.monotonic()
             self._observe(report)
-            self._cycles += 1
-            settle_memory(full=self._cycles % FULL_COLLECTION_EVERY == 0)
             for listener in list(self._listeners):
                 try:
                     listener()
