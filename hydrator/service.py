@@ -5,6 +5,8 @@ endpoint serves between cycles. Scheduling lives in :mod:`hydrator.scheduler`; t
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import logging
 import threading
@@ -107,6 +109,15 @@ def render_ads(
     return ads
 
 
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _libc()
 FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
 
 
@@ -131,6 +142,16 @@ def collector_paused(full: bool = False) -> Iterator[None]:
             gc.unfreeze()
         gc.collect()
         gc.freeze()
+        release_free_memory()
+
+
+def release_free_memory() -> None:
+    """Give the C allocator's free pages back to the system (glibc ``malloc_trim``; nothing
+    elsewhere). A cycle's transient buffers (answers of megabytes, parsed chunks) are freed in
+    the fetch thread's own malloc arena, which otherwise keeps them: at 100k replicas a third
+    of the process's resident memory (issue 15)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 class Service:

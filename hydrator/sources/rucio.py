@@ -182,7 +182,7 @@ class _FileRow(_Payload):
 P = TypeVar("P", bound=_Payload)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a million of them live between fetches
 class _Counts:
     """Files and bytes of a dataset, and how many of them are present (at an RSE or site)."""
 
@@ -200,7 +200,7 @@ class _Counts:
         return self.available_bytes / self.bytes if self.bytes > 0 else self.files_share
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a million of them live between fetches
 class _Row:
     dataset: DatasetId
     rse: str
@@ -208,7 +208,7 @@ class _Row:
     counts: _Counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Rule:
     dataset: DatasetId
     expression: str
@@ -413,7 +413,6 @@ class RucioSource:
         the rows parsed then, so an unchanged RSE costs its transfer and a hash.
         """
         rows: list[_Row] = []
-        listings: dict[str, _Listing] = {}
         names: dict[tuple[str, str], DatasetId] = {}
         for rse in sorted(cycle.sites):
             path = f"{_REPLICAS}/rse/{quote(rse, safe='')}"
@@ -422,8 +421,10 @@ class RucioSource:
             )
             cycle.invalid += listing.invalid
             rows += listing.rows
-            listings[rse] = listing
-        self._listings, self._names = listings, names
+            self._listings[rse] = listing  # at once: the old rows need not outlive this RSE
+        for rse in self._listings.keys() - cycle.sites.keys():
+            del self._listings[rse]
+        self._names = names
         return rows
 
     def _rse_listing(
@@ -899,9 +900,11 @@ def _classify(
         by_key.setdefault(key, [])
     replicas: list[Replica] = []
     pending: _Pending = {}
-    for (site, dataset), here in by_key.items():
-        rule = moving.get((site, dataset))
-        if any(row.available_summary for row in here):
+    for key, here in by_key.items():
+        site, dataset = key
+        rule = moving.get(key)
+        # most pairs have one row: test it without a generator (a million pairs per fetch)
+        if here and (here[0].available_summary or any(row.available_summary for row in here)):
             found = _replica(dataset, site, 1.0, 1.0, rule)
         elif rule is not None and rule.only is not None and all(r.rse in rule.only for r in here):
             found = _replica(dataset, site, rule.floor, rule.floor, rule)
