@@ -42,25 +42,14 @@ def load(paths: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
 
 def table(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     scales = sorted({n for by_scale in runs.values() for n in by_scale})
-    labels = [label for label in ("old", "new") if label in runs]
-    head = "| figure | " + " | ".join(f"{lb} {n:,}" for n in scales for lb in labels) + " |"
-    lines = [head, "|---" * (1 + len(scales) * len(labels)) + "|"]
+    columns = [(lb, n) for n in scales for lb in ("old", "new") if n in runs.get(lb, {})]
+    head = "| figure | " + " | ".join(f"{lb} {n:,}" for lb, n in columns) + " |"
+    lines = [head, "|---" * (1 + len(columns)) + "|"]
     for key, title in FIGURES:
-        cells = []
-        for n in scales:
-            for lb in labels:
-                run = runs[lb].get(n)
-                cells.append(f"{run[key]:.2f}" if run else "-")
+        cells = [f"{runs[lb][n][key]:.2f}" for lb, n in columns]
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
-    lines.append(
-        "| load average (1 min) at the end | "
-        + " | ".join(
-            f"{runs[lb][n]['load_average'][0]:.2f}" if n in runs[lb] else "-"
-            for n in scales
-            for lb in labels
-        )
-        + " |"
-    )
+    loads = [f"{runs[lb][n]['load_average'][0]:.2f}" for lb, n in columns]
+    lines.append("| load average (1 min) at the end | " + " | ".join(loads) + " |")
     return "\n".join(lines)
 
 
