@@ -15,12 +15,14 @@ Why tenacity and not urllib3's ``Retry``: see docs/dependencies.md.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import TypeVar
 
@@ -47,6 +49,22 @@ class RetryPolicy:
     def too_long(self, retry_after_s: float | None) -> bool:
         """Whether a server's ``Retry-After`` hint is longer than this policy waits."""
         return retry_after_s is not None and retry_after_s > self.max_retry_after_s
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date), else None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 HTTP-dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class _WaitRetryAfter(tenacity.wait.wait_base):

@@ -18,12 +18,10 @@ error messages pass :func:`hydrator.redact.redact` before they go into an error.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import TypeVar
 
@@ -34,7 +32,7 @@ from requests.adapters import HTTPAdapter
 
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import redact
-from hydrator.retry import RetryPolicy, call_with_retries
+from hydrator.retry import RetryPolicy, call_with_retries, parse_retry_after
 
 __all__ = ["HttpClient", "RetryPolicy", "Run", "parse_retry_after"]
 
@@ -65,22 +63,6 @@ class Run:
     def calls(self) -> int:
         with self._lock:
             return self._calls
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date), else None."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 HTTP-dates are GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class HttpClient:
