@@ -90,12 +90,15 @@ def call_with_retries(
     logger: logging.Logger,
     sleep: Callable[[float], object] = time.sleep,
     abort: threading.Event | None = None,
+    retry_on: tuple[type[BaseException], ...] = (TransientSourceError,),
 ) -> T:
     """``attempt(n)`` for n = 1, 2, ... until it returns, raises a non-retryable error, the
-    attempts are used up, or ``abort`` is set; ``sleep`` waits between attempts (seconds)."""
+    attempts are used up, or ``abort`` is set; ``sleep`` waits between attempts (seconds).
+    ``retry_on`` are the exception classes worth another attempt."""
 
     def retryable(error: BaseException) -> bool:
-        return isinstance(error, TransientSourceError) and not policy.too_long(error.retry_after_s)
+        hint = error.retry_after_s if isinstance(error, TransientSourceError) else None
+        return isinstance(error, retry_on) and not policy.too_long(hint)
 
     def log_retry(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
