@@ -44,17 +44,19 @@ Errors (all translated here, never classified by message text)::
     TLS (SSLError), a bad client configuration, other Rucio errors        -> PermanentSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
-``backoff_s`` (logged ``attempt n/N``); rucio-clients' own retries are reduced (it still resends
-once at once after a connection error) so that a dead server fails a fetch within about
-``max_attempts x (timeout + backoff)``.
+``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
+:mod:`hydrator.retry`; logged ``attempt n/N``); rucio-clients' own retries are reduced (it still
+resends once at once after a connection error) so that a dead server fails a fetch within about
+``max_attempts x (timeout + backoff)``. Only rucio-clients' public interface is used (see
+:meth:`RucioSource._make_client` and docs/dependencies.md).
 
 Known limits: a dataset spread over several RSEs of one site (a rule with grouping NONE) is
 judged per RSE, so it shows as PARTIAL by its best RSE even if the site holds every file.
 rucio-clients reads a ``rucio.cfg`` once per process (``$RUCIO_CONFIG``, else
 ``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``): all Rucio sources of one
 daemon share it, and even with ``rucio_host`` set it takes options such as
-``auth_token_file_path`` from it when one exists. For OIDC a ``BEARER_TOKEN`` or
-``BEARER_TOKEN_FILE`` in the environment wins over ``token_file`` (WLCG token discovery).
+``auth_token_file_path`` from it when one exists. For OIDC the token in ``token_file`` is the
+one sent, also when ``BEARER_TOKEN`` is set in the environment.
 """
 
 from __future__ import annotations
