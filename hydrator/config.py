@@ -324,6 +324,56 @@ class CollectorConfig(_Model):
     query per schedd."""
 
 
+class JobsConfig(_Model):
+    """``[jobs]``: write where their data is onto idle data-bound jobs (off by default), for
+    provisioners that decide from job attributes (docs/provisioning.md). Finds the schedds
+    through ``[collector] pool`` and authenticates with ``[collector] token_dir`` (whether or
+    not ``[collector] enabled``); that identity must be allowed to edit others' jobs."""
+
+    annotate: bool = False
+    """Each cycle, edit idle jobs matching ``constraint``: the attributes below, only when
+    their value changed."""
+    schedds: list[str] = Field(default_factory=list)
+    """Schedd names to annotate; empty: every schedd the collector knows."""
+    constraint: str = "JobStatus == 1 && RequiredDatasets isnt undefined"
+    """ClassAd constraint selecting the jobs to annotate; always ANDed with JobStatus == 1, so
+    running and held jobs are never touched."""
+    max_edits_per_cycle: int = Field(1000, ge=1)
+    """At most this many job groups (one distinct RequiredDatasets value on one schedd) written
+    per cycle; each costs one Schedd.edit call per changed attribute. The rest wait a cycle."""
+    sites_attribute: str = "DataLocalitySites"
+    """Job attribute: ClassAd list of sites holding every required dataset completely."""
+    partial_sites_attribute: str = "DataLocalityPartialSites"
+    """Job attribute: sites holding at least part of every required dataset, not all complete."""
+    updated_attribute: str = "DataLocalitySitesUpdated"
+    """Job attribute: epoch (s) of the hydrator state the two lists were computed from."""
+    desired_sites_attribute: str | None = None
+    """Also write the complete sites as a comma-separated string into this attribute (the
+    CMS/GlideinWMS convention: "DESIRED_Sites"); unset: not written."""
+    overwrite_desired_sites: bool = False
+    """Replace a desired_sites_attribute value the job set itself (at submit); default: leave
+    such jobs alone."""
+
+    @field_validator("schedds")
+    @classmethod
+    def _schedd_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or any(c in name for c in '"\\\n'):
+                raise ValueError(f"invalid schedd name {name!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _valid_unique(self) -> JobsConfig:
+        names = {k: v for k, v in self.model_dump().items() if k.endswith("_attribute") and v}
+        for key, value in names.items():
+            if not ATTRIBUTE_PATTERN.fullmatch(value):
+                raise ValueError(f"{key}: {value!r} is not a ClassAd attribute name")
+        lowered = [v.lower() for v in names.values()]
+        if len(set(lowered)) != len(lowered) or "requireddatasets" in lowered:
+            raise ValueError("attribute names must differ from each other and RequiredDatasets")
+        return self
+
+
 class Config(_Model):
     """The whole file."""
 
@@ -335,6 +385,7 @@ class Config(_Model):
     sites: dict[str, str] = Field(default_factory=dict)
     """Storage element (RSE / storage area) -> site; wins over what catalogues say."""
     collector: CollectorConfig = CollectorConfig()
+    jobs: JobsConfig = JobsConfig()
 
     @field_validator("sites")
     @classmethod

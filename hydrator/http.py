@@ -43,7 +43,7 @@ from hydrator.config import HttpConfig
 from hydrator.domain import Site
 from hydrator.errors import ConfigError
 from hydrator.observe import JsonFormatter
-from hydrator.report import site_json, sites_json
+from hydrator.report import demand_json, site_json, sites_json
 from hydrator.service import Service
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ RESTART_DELAY_S = 1.0
 
 DOCUMENTS: dict[str, Callable[[Service], Any]] = {
     "sites.json": lambda service: sites_json(service.published),
+    "demand.json": lambda service: demand_json(service.published),
 }
 """JSON views rewritten after every cycle: file name -> builder (see :data:`hydrator.web.ROUTES`
 for the URL of each)."""

@@ -66,25 +66,27 @@ class LocalityReport:
 
 
 @dataclass(frozen=True)
-class _SiteSets:
+class SiteSets:
+    """What one site holds: complete; at least partly; at least partly or incoming."""
+
     available: frozenset[DatasetId]
     partial_or_better: frozenset[DatasetId]
     incoming_or_better: frozenset[DatasetId]
 
 
-def _sets(views: Mapping[Site, SiteView]) -> dict[Site, _SiteSets]:
+def site_sets(views: Mapping[Site, SiteView]) -> dict[Site, SiteSets]:
     out = {}
     for site, v in views.items():
         available = frozenset(v.available)
         partial = available | {d for d, _ in v.partial}
-        out[site] = _SiteSets(available, partial, partial | {d for d, _ in v.replicating})
+        out[site] = SiteSets(available, partial, partial | {d for d, _ in v.replicating})
     return out
 
 
 def locality_report(
     jobs: Iterable[PoolJob], slots: Iterable[PoolSlot], views: Mapping[Site, SiteView]
 ) -> LocalityReport:
-    sets = _sets(views)
+    sets = site_sets(views)
     unclaimed = Counter(s.site for s in slots if s.unclaimed)
     free_sites = set(unclaimed)
     idle: Counter[str] = Counter({reason: 0 for reason in IDLE_REASONS})
@@ -111,7 +113,7 @@ def locality_report(
 
 def _idle_reason(
     required: frozenset[DatasetId],
-    sets: Mapping[Site, _SiteSets],
+    sets: Mapping[Site, SiteSets],
     complete: list[Site],
     free: list[Site],
 ) -> str:

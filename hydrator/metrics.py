@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hydrator.advertise import Advertised
 from hydrator.domain import ReplicaState, Site, SiteView
+from hydrator.jobs import JobsReport
 from hydrator.locality import LocalityReport
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -188,6 +189,7 @@ class Metrics:
             registry=registry,
         )
         self._locality(ns, registry)
+        self._jobs(ns, registry)
         for kind in ("added", "removed", "changed"):
             self.changes.labels(kind)
         for outcome in ("ok", "degraded", "failed", "abandoned"):
@@ -239,6 +241,85 @@ class Metrics:
             namespace=ns,
             registry=registry,
         )
+
+    def _jobs(self, ns: str, registry: CollectorRegistry) -> None:
+        self.job_edits = Counter(
+            "job_edits",
+            "Job groups (one distinct RequiredDatasets value on one schedd) whose annotation"
+            " was written (outcome ok) or refused/failed (error).",
+            ["outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.job_edit_calls = Counter(
+            "job_edit_calls",
+            "Schedd.edit calls made by the job annotator (one per changed attribute of a group).",
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_edited = Counter(
+            "jobs_edited",
+            "Jobs whose annotation was written.",
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_seen = Gauge(
+            "jobs_seen",
+            "Idle data-bound jobs the annotator read in the last cycle, from the schedds that"
+            " answered.",
+            namespace=ns,
+            registry=registry,
+        )
+        self.job_edits_deferred = Gauge(
+            "job_edits_deferred",
+            "Job groups left for a later cycle by [jobs] max_edits_per_cycle in the last cycle.",
+            namespace=ns,
+            registry=registry,
+        )
+        self.job_schedd_failures = Counter(
+            "job_schedd_failures",
+            "Schedds the annotator could not read (unavailable) or that refused an edit (refused),"
+            " per cycle.",
+            ["reason"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_at_site = Gauge(
+            "jobs_idle_data_bound_at_site",
+            "Idle data-bound jobs that could run data-local at a site: every dataset complete"
+            " there (complete) or at least partly there or incoming (partial).",
+            ["site", "locality"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.jobs_data_nowhere = Gauge(
+            "jobs_idle_data_nowhere",
+            "Idle data-bound jobs whose data no site holds, even partly.",
+            namespace=ns,
+            registry=registry,
+        )
+        for outcome in ("ok", "error"):
+            self.job_edits.labels(outcome)
+        for reason in ("unavailable", "refused"):
+            self.job_schedd_failures.labels(reason)
+
+    def set_jobs(self, report: JobsReport) -> None:
+        """Count one annotation cycle and replace the per-site demand gauges."""
+        self.job_edits.labels("ok").inc(report.edits)
+        self.job_edits.labels("error").inc(len(report.refused_schedds))
+        self.job_edit_calls.inc(report.edit_calls)
+        self.jobs_edited.inc(report.jobs_edited)
+        self.jobs_seen.set(report.seen)
+        self.job_edits_deferred.set(report.deferred)
+        refused = len(report.refused_schedds)
+        self.job_schedd_failures.labels("refused").inc(refused)
+        self.job_schedd_failures.labels("unavailable").inc(len(report.failed_schedds) - refused)
+        demand = report.demand
+        self.jobs_at_site.clear()
+        for locality, counts in (("complete", demand.complete), ("partial", demand.partial)):
+            for site, count in counts.items():
+                self.jobs_at_site.labels(site, locality).set(count)
+        self.jobs_data_nowhere.set(demand.nowhere)
 
     def set_locality(self, report: LocalityReport) -> None:
         """Replace the matchmaking-quality gauges with this cycle's report."""

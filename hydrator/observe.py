@@ -127,6 +127,10 @@ def cycle_fields(report: CycleReport) -> dict[str, Any]:
             invalid=sum(s.invalid for s in plan.sources),
             rows_written=report.rows_written,
         )
+    if report.jobs is not None:
+        fields.update(jobs_seen=report.jobs.seen, job_edits=report.jobs.edits)
+        if report.jobs.failed_schedds:
+            fields["failed_schedds"] = list(report.jobs.failed_schedds)
     if report.publish_errors:
         fields["publish_errors"] = sorted(report.publish_errors)
     if report.error:
@@ -165,6 +169,8 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
             metrics.collector_updates.labels(kind, "ok").inc(count)
         for kind, count in reported.failed.items():
             metrics.collector_updates.labels(kind, "error").inc(count)
+    if report.jobs is not None:
+        metrics.set_jobs(report.jobs)
     sizes = {site: len(ad.body) for site, ad in published.ads.items()}
     metrics.set_sites(report.plan.sites.values(), sizes)  # counts: the truth, not the ads
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hydrator.domain import Change, SiteView, SourceStatus
+from hydrator.jobs import JobsReport
 from hydrator.observe import cycle_fields
 
 if TYPE_CHECKING:
@@ -81,4 +82,43 @@ def cycle_json(report: CycleReport) -> dict[str, Any]:
         "sites": {site: site_json(view) for site, view in plan.sites.items()} if plan else {},
         "changes": [change_json(c) for c in plan.changes] if plan else [],
         "publish_errors": dict(report.publish_errors),
+        "jobs": jobs_json(report.jobs) if report.jobs is not None else None,
+    }
+
+
+def jobs_json(report: JobsReport) -> dict[str, Any]:
+    """One annotation cycle: ``edits`` are job groups written (one distinct RequiredDatasets
+    value on one schedd), ``edit_calls`` the Schedd.edit calls they took (one per attribute)."""
+    return {
+        "seen": report.seen,
+        "edits": report.edits,
+        "edit_calls": report.edit_calls,
+        "jobs_edited": report.jobs_edited,
+        "deferred": report.deferred,
+        "failed_schedds": len(report.failed_schedds),
+        "failed_schedd_names": list(report.failed_schedds),
+        "error": report.error,
+    }
+
+
+def demand_json(published: Published) -> dict[str, Any]:
+    """``GET /v1/demand``: per site, the idle data-bound jobs that could run data-local there
+    (``complete``: every dataset complete at the site; ``partial``: at least partly there or
+    incoming, not all complete; every published site is listed, with zeros), and the jobs
+    whose data is nowhere. ``stale_schedds``: schedds that did not answer in the last cycle,
+    counted from their last good read. Before the queues were read, or with ``[jobs]
+    annotate = false``, ``jobs`` is null. No timestamp: the body (and its ETag) changes only
+    when the numbers do."""
+    demand = published.demand
+    if demand is None:
+        return {"jobs": None, "sites": {}, "nowhere": None, "stale_schedds": []}
+    sites = sorted(set(published.ads) | set(demand.complete) | set(demand.partial))
+    return {
+        "jobs": demand.jobs,
+        "sites": {
+            s: {"complete": demand.complete.get(s, 0), "partial": demand.partial.get(s, 0)}
+            for s in sites
+        },
+        "nowhere": demand.nowhere,
+        "stale_schedds": list(demand.schedds_stale),
     }

@@ -29,6 +29,7 @@ from hydrator.domain import (
     State,
 )
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
+from hydrator.jobs import Annotator, JobsReport, SiteDemand
 from hydrator.locality import PoolProbe, locality_report
 from hydrator.metrics import Metrics
 from hydrator.observe import log_cycle, record_cycle
@@ -63,6 +64,7 @@ class Published:
     ads: Mapping[Site, SiteAd] = field(default_factory=dict)
     sources: tuple[SourceStatus, ...] = ()
     generated: datetime | None = None
+    demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class CycleReport:
     published: Mapping[str, PublishReport] = field(default_factory=dict)
     publish_errors: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
+    jobs: JobsReport | None = None  # None: job annotation off, or not run (dry run)
 
 
 def render_ads(
@@ -115,6 +118,7 @@ class Service:
         metrics: Metrics | None = None,
         demand: Demand | None = None,
         probe: PoolProbe | None = None,
+        annotator: Annotator | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.config = config
@@ -124,6 +128,7 @@ class Service:
         self.metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
         self.demand = demand
         self.probe = probe
+        self.annotator = annotator
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
         self.advertise_policy = AdvertisePolicy(
@@ -219,9 +224,11 @@ class Service:
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
         self._measure_locality(plan)
+        jobs = self._annotate(plan, started)
         self.ready.set()
         duration = time.monotonic() - t0
-        return CycleReport(started, duration, _outcome(plan, errors), plan, rows, published, errors)
+        outcome = _outcome(plan, errors)
+        return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
 
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
@@ -229,7 +236,10 @@ class Service:
         advertised = self._advertise(plan, wanted)
         views = {site: a.view for site, a in advertised.items()}
         self.published = Published(
-            render_ads(views, self.config.classad, self.published.ads), plan.sources, started
+            render_ads(views, self.config.classad, self.published.ads),
+            plan.sources,
+            started,
+            self.published.demand,  # until this cycle's annotation replaces it
         )
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)
@@ -354,6 +364,19 @@ class Service:
         self.metrics.pool_queries.labels("ok").inc()
         self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
+    def _annotate(self, plan: Plan, started: datetime) -> JobsReport | None:
+        """Write where their data is onto idle jobs (after the ads are out: a slow or failing
+        schedd never delays them); a failure here is counted and logged, never fails the cycle."""
+        if self.annotator is None:
+            return None
+        try:
+            report = self.annotator.run(plan.sites, int(started.timestamp()))
+        except Exception:  # a bug in annotation must not cost the cycle its ads
+            log.exception("job annotation failed")
+            return JobsReport(error="job annotation failed unexpectedly")
+        self.published = replace(self.published, demand=report.demand)
+        return report
+
     def _observe(self, report: CycleReport) -> None:
         log_cycle(report)
         record_cycle(self.metrics, report, self.published)
@@ -361,6 +384,8 @@ class Service:
     def close(self) -> None:
         closers = [(s.name, s.close) for s in self.sources]
         closers += [(p.name, p.close) for p in self.publishers]
+        if self.annotator is not None:
+            closers.append(("job annotator", self.annotator.close))
         for name, close in closers:
             try:
                 close()

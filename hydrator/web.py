@@ -15,8 +15,9 @@ stall the server through the GIL (``benchmarks/ANALYSIS.md``). Why aiohttp: ``do
                                                                    body), ``304`` on
                                                                    ``If-None-Match``,
                                                                    ``Cache-Control``
-``GET /v1/sites``                 ``sites.json``                   JSON
-``GET /v1/sites/<site>``          ``site/<site>.json``             JSON
+``GET /v1/sites``                 ``sites.json``                   JSON, ``ETag``, ``304``
+``GET /v1/sites/<site>``          ``site/<site>.json``             JSON, ``ETag``, ``304``
+``GET /v1/demand``                ``demand.json``                  JSON, ``ETag``, ``304``
 ``GET /metrics``                  ``metrics.txt``                  the daemon's metrics, then
                                                                    this process's own
 ``GET /healthz``, ``/readyz``     ``status.json``                  see :func:`healthz`
@@ -88,6 +89,7 @@ ROUTES = (
     Route("classad", f"/v1/sites/{SITE}/classad", "classad/{site}", CLASSAD_TYPE),
     Route("json", "/v1/sites", "sites.json", JSON_TYPE),
     Route("json", f"/v1/sites/{SITE}", "site/{site}.json", JSON_TYPE),
+    Route("json", "/v1/demand", "demand.json", JSON_TYPE),
 )
 """What the daemon writes and this process serves; a new JSON view is one more line here and
 one in :data:`hydrator.http.DOCUMENTS`."""
@@ -191,9 +193,9 @@ class Handlers:
             held = self.files.get(route.file.format(**request.match_info))
             if held is None:
                 return web.Response(status=404, text="not found\n")
-            if route.name != "classad":
-                return web.Response(body=held.body, content_type=route.content_type)
-            headers = {"ETag": held.etag, "Cache-Control": self.cache_control}
+            headers = {"ETag": held.etag}
+            if route.name == "classad":  # what hooks and site squids cache
+                headers["Cache-Control"] = self.cache_control
             if etag_matches(held.etag, request.headers.get("If-None-Match")):
                 return web.Response(status=304, headers=headers)
             response = web.Response(body=held.body, headers=headers)

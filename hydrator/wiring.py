@@ -14,6 +14,7 @@ from typing import Any
 
 from hydrator.config import Config, SourceConfig
 from hydrator.errors import ConfigError, StateError
+from hydrator.jobs import AnnotateSettings, Annotator
 from hydrator.metrics import Metrics
 from hydrator.publishers import Publisher
 from hydrator.service import Demand, Service
@@ -43,6 +44,19 @@ def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
     publisher: Publisher = module.build(config.collector, config.classad)
     demand: Demand | None = getattr(publisher, "demand", None)
     return [publisher], demand
+
+
+def build_annotator(config: Config) -> Annotator | None:
+    """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
+    if not config.jobs.annotate:
+        return None
+    module: Any = importlib.import_module("hydrator.publishers.schedd_jobs")
+    settings = AnnotateSettings(
+        desired_sites=bool(config.jobs.desired_sites_attribute),
+        overwrite_desired_sites=config.jobs.overwrite_desired_sites,
+        max_edits=config.jobs.max_edits_per_cycle,
+    )
+    return Annotator(module.build(config.jobs, config.collector), settings)
 
 
 def build_service(
@@ -99,4 +113,5 @@ def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -
         metrics=metrics,
         demand=demand,
         probe=probe,
+        annotator=build_annotator(config),
     )

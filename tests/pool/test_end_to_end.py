@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,10 +130,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d.stop()
 
 
-def hook_config(url: str) -> str:
-    """One STARTD_CRON job per site, each merged only into that site's slots."""
+def hook_config(url: str, sites: Iterable[str] = ()) -> str:
+    """One STARTD_CRON job per site (default: the test pool's), each merged only into that
+    site's slots."""
     lines = ["HYDRATOR_HOOK = /opt/hydrator/hydrator-classad-hook"]
-    for site in sorted(set(SLOT_SITES.values())):
+    for site in sorted(set(sites) or set(SLOT_SITES.values())):
         job = f"HYDRATOR_{site}"
         lines += [
             f"STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) {job}",
@@ -154,19 +155,30 @@ def restart_startd(pool: Pool) -> None:
     wait_for("startd back", lambda: len(pool.slot_ads(constraint='SlotType != "Dynamic"')) == 4)
 
 
-@pytest.fixture(scope="module")
-def hooked_pool(condor_pool: Pool, daemon: Daemon) -> Iterator[Pool]:
-    """The pool with the hook installed as STARTD_CRON jobs pointing at the daemon."""
-    target = condor_pool.root / "opt" / "hydrator" / "hydrator-classad-hook"
+def install_hook(pool: Pool, url: str, sites: Iterable[str] = ()) -> None:
+    """Copy the hook into the chroot and run it as STARTD_CRON jobs against ``url``."""
+    target = pool.root / "opt" / "hydrator" / "hydrator-classad-hook"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(HOOK, target)
     target.chmod(0o755)
-    condor_pool.write_config(HOOK_FRAGMENT, hook_config(daemon.url))
-    condor_pool.reconfig()
+    pool.write_config(HOOK_FRAGMENT, hook_config(url, sites))
+    pool.reconfig()
+
+
+def remove_hook(pool: Pool) -> None:
+    """Undo :func:`install_hook` (the hook's attributes stay in slot ads until the startd
+    restarts)."""
+    pool.remove_config(HOOK_FRAGMENT)
+    pool.reconfig()
+    shutil.rmtree(pool.root / "var" / "lib" / "condor" / "spool" / "hydrator-hook", True)
+
+
+@pytest.fixture(scope="module")
+def hooked_pool(condor_pool: Pool, daemon: Daemon) -> Iterator[Pool]:
+    """The pool with the hook installed as STARTD_CRON jobs pointing at the daemon."""
+    install_hook(condor_pool, daemon.url)
     yield condor_pool
-    condor_pool.remove_config(HOOK_FRAGMENT)
-    condor_pool.reconfig()
-    shutil.rmtree(condor_pool.root / "var" / "lib" / "condor" / "spool" / "hydrator-hook", True)
+    remove_hook(condor_pool)
     restart_startd(condor_pool)  # drop the hook's attributes from the slot ads
 
 

@@ -41,6 +41,8 @@ SCRIPT = REPO / "scripts" / "condor-pool"
 CACHE = Path(os.environ.get("HYDRATOR_TEST_CACHE", "/var/cache/hydrator-test"))
 COLLECTOR = "127.0.0.1:9618"
 SUBMIT_USER = "submitter"
+EDITOR_IDENTITY = "hydrator"
+"""May edit other users' jobs (QUEUE_SUPER_USERS + a schedd user record; scripts/condor-pool)."""
 SLOT_SITES = {"slot1": "SITE_A", "slot2": "SITE_B", "slot3": "SITE_C", "slot4": "SITE_C"}
 LOCK_TIMEOUT_S = 900.0
 TEST_CONFIG_DIR = "etc/condor/hydrator-test.d"
@@ -130,6 +132,13 @@ class Pool:
             raise PoolError("the collector knows no schedd")
         return htcondor2.Schedd(location)
 
+    def schedd_name(self) -> str:
+        """The schedd's ``Name`` in the collector."""
+        location = self._locate(htcondor2.DaemonType.Schedd)
+        if location is None:
+            raise PoolError("the collector knows no schedd")
+        return str(location["Name"])
+
     def _locate(self, daemon_type: htcondor2.DaemonType) -> classad2.ClassAd | None:
         try:
             return self.collector.locate(daemon_type)
@@ -194,6 +203,12 @@ class Pool:
         ).stdout
         first = out.strip().split(" ")[0]  # "12.0 - 12.0"
         return int(first.split(".")[0])
+
+    def token_dir_for(self, identity: str, directory: Path) -> Path:
+        """Write an IDTOKEN for ``identity@<UID_DOMAIN>`` into ``directory`` (for a process of
+        its own: a process reuses its first authenticated session with a daemon)."""
+        _script("token", str(directory), identity, lock_fd=self.lock_fd)
+        return directory
 
     def remove_all_jobs(self) -> None:
         self.run_in_chroot(["condor_rm", "-all"], user=SUBMIT_USER, check=False)
@@ -300,6 +315,13 @@ class Pool:
         """Start a daemon stopped by :meth:`daemon_off`; return when the pool is whole again."""
         self.run_in_chroot(["condor_on", "-daemon", subsystem])
         self.wait_until_ready()
+        if subsystem == "schedd":
+            # this process's cached session with the old schedd is rejected once
+            # ("SECMAN:2004:Server rejected our session id"), which drops it
+            try:
+                self.schedd.query(constraint="false", projection=["ClusterId"])
+            except htcondor2.HTCondorException:
+                self.schedd.query(constraint="false", projection=["ClusterId"])
 
 
 @contextlib.contextmanager
