@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
+from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Snapshot, Transfer
 
 STATES = (
     ReplicaState.AVAILABLE,
@@ -38,6 +38,7 @@ STATES = (
     ReplicaState.STUCK,
 )
 AVAILABLE, PARTIAL, REPLICATING, STUCK = range(4)
+TRANSFERS = {REPLICATING: Transfer.REPLICATING, STUCK: Transfer.STUCK}
 SCOPES = ("ska", "ska_low", "ska_mid", "ska_user")
 SOURCE = "bench"
 
@@ -221,7 +222,12 @@ class Federation:
                     did = ids[dataset] = DatasetId(*self.dataset_text(dataset))
             else:
                 did = DatasetId(*self.dataset_text(dataset))
-            yield Replica(did, sites[site], STATES[state], percent / 100)
+            fraction = percent / 100
+            if state >= REPLICATING:  # absent, with a transfer whose progress is the percent
+                detail = Detail(TRANSFERS[state], fraction, 0.0)
+                yield Replica(did, sites[site], STATES[state], 0.0, detail)
+            else:  # as holding() builds them: no detail when nothing moves
+                yield Replica(did, sites[site], STATES[state], fraction)
 
     def snapshot(self, intern: bool = False) -> Snapshot:
         """The :class:`Snapshot` a source covering every site would return this cycle."""

@@ -14,6 +14,10 @@ keep lists to hundreds of names per slot), so a big site's full list is costly. 
 
 The full truth stays in the state, ``hydrator once --json`` and the ``hydrator_datasets``
 metric; ``hydrator_datasets_unadvertised{reason}`` counts what the ads leave out. Pure.
+
+With ``[classad] advertise_stuck`` the ads also carry the stuck transfers (``StuckDatasets``):
+not budgeted (they claim nothing usable), narrowed to demanded datasets in demand mode, and
+folded into the digest so a change of that list reaches the ads.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    content_digest,
+    stuck_digest,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +41,7 @@ class AdvertisePolicy:
     demand_only: bool = False
     max_datasets_per_site: int = 0  # 0: no budget
     max_ad_bytes: int = 0  # 0: no size limit
+    stuck: bool = False  # the ads list stuck transfers too (digest covers them)
 
     @property
     def narrows(self) -> bool:
@@ -51,6 +64,7 @@ _ADVERTISABLE = (ReplicaState.AVAILABLE, ReplicaState.PARTIAL, ReplicaState.REPL
 _PER_NAME_BYTES = 3
 
 Size = Callable[[SiteView], int]
+_Keep = Callable[[DatasetId], bool] | None
 
 
 def advertise(
@@ -67,18 +81,38 @@ def advertise(
     bytes of a view's published ad, or any number on the same side of ``max_ad_bytes`` (it is
     only compared with it); without it, or without ``max_ad_bytes``, size is not checked.
     """
+    advertised = _narrow(view, wanted, policy, held, size)
+    if not policy.stuck:
+        return advertised
+    v = advertised.view
+    return replace(advertised, view=replace(v, digest=stuck_digest(v.digest, v.stuck)))
+
+
+def _narrow(
+    view: SiteView,
+    wanted: Mapping[DatasetId, int],
+    policy: AdvertisePolicy,
+    held: Mapping[tuple[Site, DatasetId], Replica],
+    size: Size | None,
+) -> Advertised:
     narrowed = _by_demand_and_budget(view, wanted, policy, held)
     limit = policy.max_ad_bytes
     if size is None or not limit or size(narrowed.view) <= limit:
         return narrowed
     entries, _ = _ranked(view, wanted, policy, held)
-    keep = _fitting(view, entries, size, limit)
+    keep = _kept(wanted, policy)
+    count = _fitting(view, entries, size, limit, keep)
     return Advertised(
-        _narrowed(view, entries[:keep]),
+        _narrowed(view, entries[:count], keep),
         narrowed.not_demanded,
         narrowed.over_budget,
-        len(entries) - keep,
+        len(entries) - count,
     )
+
+
+def _kept(wanted: Mapping[DatasetId, int], policy: AdvertisePolicy) -> _Keep:
+    """Which datasets' reported transfers stay beside a narrowed view (all when None)."""
+    return wanted.__contains__ if policy.demand_only else None
 
 
 def _by_demand_and_budget(
@@ -94,7 +128,7 @@ def _by_demand_and_budget(
     not_demanded, over_budget = total - candidates, candidates - len(entries)
     if not_demanded == 0 and over_budget == 0:
         return Advertised(view)
-    return Advertised(_narrowed(view, entries), not_demanded, over_budget)
+    return Advertised(_narrowed(view, entries, _kept(wanted, policy)), not_demanded, over_budget)
 
 
 def _demanded(
@@ -105,7 +139,9 @@ def _demanded(
     for dataset in wanted:
         replica = held.get((view.site, dataset))
         if replica is not None and replica.state in _ADVERTISABLE:
-            demanded.append((dataset, replica.fraction, replica.state))
+            moving = replica.state is ReplicaState.REPLICATING
+            shown = replica.progress if moving else replica.fraction
+            demanded.append((dataset, shown, replica.state))
     demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
     return demanded
 
@@ -128,32 +164,32 @@ def _ranked(
     return entries, candidates
 
 
-def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int) -> int:
+def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int, keep: _Keep) -> int:
     """How many of ``entries`` (a prefix) fit in ``limit`` bytes; a few renderings only.
 
     Each name costs at most its length + 3 bytes over the empty ad, so that estimate fits; the
     few bytes it overestimates are then won back one name at a time, and should the estimate
     ever be wrong the prefix is bisected with real sizes.
     """
-    spent, keep = size(_narrowed(view, [])), 0
+    spent, count = size(_narrowed(view, [], keep)), 0
     for dataset, _, _ in entries:
         spent += len(dataset.scope) + len(dataset.name) + 1 + _PER_NAME_BYTES
         if spent > limit:
             break
-        keep += 1
+        count += 1
 
-    def fits(count: int) -> bool:
-        return size(_narrowed(view, entries[:count])) <= limit
+    def fits(n: int) -> bool:
+        return size(_narrowed(view, entries[:n], keep)) <= limit
 
-    if keep and not fits(keep):
-        low, high = 0, keep  # fits(low), not fits(high)
+    if count and not fits(count):
+        low, high = 0, count  # fits(low), not fits(high)
         while high - low > 1:
             middle = (low + high) // 2
             low, high = (middle, high) if fits(middle) else (low, middle)
         return low
-    while keep < len(entries) and fits(keep + 1):
-        keep += 1
-    return keep
+    while count < len(entries) and fits(count + 1):
+        count += 1
+    return count
 
 
 def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
@@ -174,11 +210,21 @@ def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
     return out
 
 
-def _narrowed(view: SiteView, entries: list[_Entry]) -> SiteView:
+def _narrowed(view: SiteView, entries: list[_Entry], keep: _Keep) -> SiteView:
+    """The view with only ``entries`` in its lists; the transfers reported beside them are
+    kept for the datasets ``keep`` accepts (all when None)."""
     available = tuple(sorted(d for d, _, s in entries if s is ReplicaState.AVAILABLE))
     partial = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.PARTIAL))
     replicating = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.REPLICATING))
     digest = content_digest(view.site, available, partial, replicating)
+    listed = {d for d, _ in partial}
     return replace(
-        view, available=available, partial=partial, replicating=replicating, digest=digest
+        view,
+        available=available,
+        partial=partial,
+        replicating=replicating,
+        digest=digest,
+        partial_bytes=tuple(p for p in view.partial_bytes if p[0] in listed),
+        stuck=view.stuck if keep is None else tuple(d for d in view.stuck if keep(d)),
+        incoming=view.incoming if keep is None else tuple(p for p in view.incoming if keep(p[0])),
     )

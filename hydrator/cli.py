@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hydrator import __version__
 from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
-from hydrator.domain import DatasetId, InvalidNameError, Site
+from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.observe import cycle_fields, setup_logging
 
@@ -138,13 +138,22 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
 def _print_changes(report: CycleReport) -> None:
     plan = report.plan
     for change in plan.changes if plan else ():
-        old = change.old.state.value if change.old else ""
-        new = change.new.state.value if change.new else ""
+        old = _described(change.old)
+        new = _described(change.new)
         sign = {"added": "+", "removed": "-", "changed": "~"}[change.kind.value]
         arrow = f"{old} -> {new}" if old and new else (new or old)
         print(f"{sign} {change.site} {change.dataset} {arrow}")
     fields = cycle_fields(report)
     print(" ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def _described(replica: Replica | None) -> str:
+    """``partial``, or ``partial+stuck`` when a transfer goes with a present dataset."""
+    if replica is None:
+        return ""
+    if replica.present and replica.transfer is not Transfer.NONE:
+        return f"{replica.state.value}+{replica.transfer.value}"
+    return replica.state.value
 
 
 def _show(config: Config, site: str | None) -> int:
@@ -170,7 +179,14 @@ def _show(config: Config, site: str | None) -> int:
             return EXIT_FAILED
         views = {Site(site): views[Site(site)]}
     ads = render_ads(views, config.classad)
-    print("\n".join(ad.body.decode() for ad in ads.values()), end="")
+    texts = []
+    for name, ad in ads.items():
+        text = ad.body.decode()
+        if views[name].stuck and not config.classad.advertise_stuck:
+            stuck = ", ".join(str(d) for d in views[name].stuck)
+            text += f"# stuck transfers (not advertised): {stuck}\n"
+        texts.append(text)
+    print("\n".join(texts), end="")
     return EXIT_OK
 
 

@@ -109,8 +109,17 @@ class ClassAdConfig(_Model):
     """``[classad]``: the attribute names written into machine ads."""
 
     available_attribute: str = "AvailableDatasets"
+    """Datasets whose every file is at the site (whatever any transfer does)."""
     partial_attribute: str = "PartialDatasets"
+    """Datasets with some files at the site, whether a transfer is active, stuck or none."""
     replicating_attribute: str = "ReplicatingDatasets"
+    """Datasets with no file at the site yet and an active transfer towards it."""
+    stuck_attribute: str = "StuckDatasets"
+    """Datasets whose transfer towards the site is stuck, whatever is present (only written
+    with advertise_stuck)."""
+    advertise_stuck: bool = False
+    """Also write stuck_attribute into the ads; stuck transfers are always in /v1, `hydrator
+    show` and hydrator_transfers."""
     site_attribute: str = "DataLocalitySite"
     updated_attribute: str = "DataLocalityUpdated"
     digest_attribute: str = "DataLocalityDigest"

@@ -8,8 +8,10 @@ No I/O, no clock, no globals. The rules it enforces:
   the same shrunken answer has come ``accept_drop_after_cycles`` cycles in a row (0: never).
 * Hence a dataset leaves a site only when every source that reported it answered successfully
   this cycle without it.
-* Several sources merge deterministically: per (site, dataset) the best report wins
-  (available > partial > replicating > stuck, then the larger fraction).
+* Several sources merge deterministically, each fact on its own: per (site, dataset) the
+  presence of the report holding more (complete > partial, by files then bytes > absent) and
+  the transfer of the report with the more urgent one (stuck > replicating > none)
+  (:func:`~hydrator.domain.combine`).
 * A site is known while any source covers it; its ``updated`` time is the oldest last success
   of the sources covering it (:attr:`~hydrator.domain.State.site_updated`).
 """
@@ -36,7 +38,7 @@ from hydrator.domain import (
     SourceState,
     SourceStatus,
     State,
-    better,
+    combine,
     patch_view,
     site_contents,
 )
@@ -227,7 +229,7 @@ def _merge(
         for key in touched:
             reports = [s.index[key] for s in ordered if key in s.index]
             if reports:
-                new[key] = reduce(better, reports)  # same order as merge_replicas
+                new[key] = reduce(combine, reports)  # same order as merge_replicas
             else:
                 new.pop(key, None)
     return new, _changes(old, new, touched)

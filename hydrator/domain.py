@@ -2,8 +2,10 @@
 
 A *dataset* is a Rucio DID ``scope:name`` (DMAPI calls the scope a namespace). A *site* is the
 name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much of a dataset a
-site holds. Sources produce :class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the
-saved :class:`State` plus this cycle's snapshots into a :class:`Plan`.
+site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
+two independent facts, of which presence decides the advertised list. Sources produce
+:class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the saved :class:`State` plus
+this cycle's snapshots into a :class:`Plan`.
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
-from typing import NewType, TypeVar
+from typing import NamedTuple, NewType, TypeVar
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
@@ -71,16 +73,20 @@ class DatasetId:
 
 
 class ReplicaState(enum.Enum):
-    """How a site holds a dataset, best first."""
+    """Which list a (site, dataset) goes into: presence first, then the transfer.
 
-    AVAILABLE = "available"  # every file of the dataset is at the site
-    PARTIAL = "partial"  # some files are at the site (``fraction`` < 1)
-    REPLICATING = "replicating"  # an active rule/transfer towards the site
-    STUCK = "stuck"  # a rule towards the site is stuck; reported, never advertised as usable
+    Presence (how much of the dataset is at the site) decides whenever files are there; only
+    a dataset absent from the site is classed by its transfer. Best first.
+    """
+
+    AVAILABLE = "available"  # every file is at the site, whatever any rule says
+    PARTIAL = "partial"  # some files are at the site (``fraction`` < 1), whatever any rule says
+    REPLICATING = "replicating"  # no file at the site yet; an active transfer towards it
+    STUCK = "stuck"  # no file at the site; the transfer towards it is stuck (never advertised)
 
     @property
     def rank(self) -> int:
-        """Higher is better; used to merge reports deterministically."""
+        """Higher is better; used to order and budget entries deterministically."""
         return _RANK[self]
 
 
@@ -92,41 +98,153 @@ _RANK = {
 }
 
 
+class Transfer(enum.Enum):
+    """The transfer towards a site, independent of what is already there."""
+
+    NONE = "none"  # nothing is being moved there (or the source cannot tell: DMAPI)
+    REPLICATING = "replicating"  # an active rule/transfer towards the site
+    STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
+
+
+_TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
+
+
+class Detail(NamedTuple):
+    """What a plain record leaves out: the transfer towards the site with its progress (0..1:
+    the rule's files done), and the share of bytes present (0..1)."""
+
+    transfer: Transfer
+    progress: float
+    bytes_fraction: float
+
+
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """One site's holding of one dataset, as one source reports it.
+    """One site's holding of one dataset, as one source reports it: two facts in one record.
 
-    ``fraction`` is the share of the dataset's files present at the site, 0..1 (1.0 when
-    AVAILABLE; for REPLICATING, the progress of the rule so far).
+    Presence: ``state`` AVAILABLE (complete), PARTIAL (``fraction`` of the files and
+    :attr:`bytes_fraction` of the bytes present, 0..1) or absent (REPLICATING or STUCK,
+    shares 0). Transfer: :attr:`transfer` with :attr:`progress`. ``state`` is the list the
+    pair is advertised in, derived from both; an absent dataset with no transfer is no replica.
+
+    Most records (complete or partial, nothing moving, bytes share = files share) carry no
+    :class:`Detail` (``detail`` None), so a million of them cost one slot more than a record of
+    presence alone, and hash as fast. Build anything else with :func:`holding`, which keeps
+    one form per meaning (equal facts, equal records).
     """
 
     dataset: DatasetId
     site: Site
     state: ReplicaState
     fraction: float = 1.0
+    detail: Detail | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fraction <= 1.0:
             raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
+        detail, state = self.detail, self.state
+        absent = state is ReplicaState.REPLICATING or state is ReplicaState.STUCK
+        if detail is None:
+            if absent:
+                raise ValueError(
+                    f"replica of {self.dataset} at {self.site}: {state.value} needs a transfer"
+                )
+            return
+        if not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
+            raise ValueError(f"replica of {self.dataset} at {self.site}: {detail} outside 0..1")
+        if absent and detail.transfer.value != state.value:
+            raise ValueError(
+                f"replica of {self.dataset} at {self.site}: state {state.value} "
+                f"needs a {state.value} transfer, not {detail.transfer.value}"
+            )
 
     @property
     def key(self) -> tuple[Site, DatasetId]:
         return (self.site, self.dataset)
 
+    @property
+    def present(self) -> bool:
+        """True when some or all files are at the site (AVAILABLE or PARTIAL)."""
+        return self.state is ReplicaState.AVAILABLE or self.state is ReplicaState.PARTIAL
 
-def better(a: Replica, b: Replica) -> Replica:
-    """The more useful of two reports of the same (site, dataset); total and deterministic."""
-    ka = (a.state.rank, a.fraction)
-    kb = (b.state.rank, b.fraction)
-    return a if ka >= kb else b
+    @property
+    def transfer(self) -> Transfer:
+        return Transfer.NONE if self.detail is None else self.detail.transfer
+
+    @property
+    def progress(self) -> float:
+        """The transfer's share of files done, 0..1 (0 without a transfer)."""
+        return 0.0 if self.detail is None else self.detail.progress
+
+    @property
+    def bytes_fraction(self) -> float:
+        """Share of the dataset's bytes present, 0..1."""
+        return self.fraction if self.detail is None else self.detail.bytes_fraction
+
+
+def holding(
+    dataset: DatasetId,
+    site: Site,
+    files: float,
+    bytes_: float,
+    *,
+    transfer: Transfer = Transfer.NONE,
+    progress: float = 0.0,
+) -> Replica | None:
+    """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
+    transfer, in its one canonical form; None when nothing is present and nothing moves."""
+    files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
+    progress = min(1.0, max(0.0, progress))
+    if files >= 1.0:
+        if transfer is Transfer.NONE:
+            return Replica(dataset, site, ReplicaState.AVAILABLE)
+        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, Detail(transfer, progress, 1.0))
+    if files > 0.0:
+        if transfer is Transfer.NONE and bytes_ == files:
+            return Replica(dataset, site, ReplicaState.PARTIAL, files)
+        detail = Detail(transfer, progress if transfer is not Transfer.NONE else 0.0, bytes_)
+        return Replica(dataset, site, ReplicaState.PARTIAL, files, detail)
+    if transfer is Transfer.NONE:
+        return None
+    state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
+    return Replica(dataset, site, state, 0.0, Detail(transfer, progress, 0.0))
+
+
+def combine(a: Replica, b: Replica) -> Replica:
+    """Two reports of the same (site, dataset) as one; total and deterministic.
+
+    Presence from the report that holds more (complete > partial by files, then bytes >
+    absent); the transfer from the one with the more urgent transfer (stuck > replicating >
+    none, then progress). One source's absent-and-stuck never hides another's files.
+    """
+    if a == b:
+        return a
+    pa = (_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
+    pb = (_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
+    present = a if pa >= pb else b
+    ta = (_TRANSFER_RANK[a.transfer], a.progress)
+    tb = (_TRANSFER_RANK[b.transfer], b.progress)
+    moving = a if ta >= tb else b
+    if present is moving or not present.present:  # both absent: the transfer decides
+        return moving
+    merged = holding(
+        present.dataset,
+        present.site,
+        present.fraction,
+        present.bytes_fraction,
+        transfer=moving.transfer,
+        progress=moving.progress,
+    )
+    assert merged is not None  # present: never None
+    return merged
 
 
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
-    """Collapse reports to one per (site, dataset), keeping the :func:`better` one."""
+    """Collapse reports to one per (site, dataset) with :func:`combine`."""
     merged: dict[tuple[Site, DatasetId], Replica] = {}
     for r in replicas:
         old = merged.get(r.key)
-        merged[r.key] = r if old is None else better(old, r)
+        merged[r.key] = r if old is None else combine(old, r)
     return merged
 
 
@@ -232,7 +350,8 @@ class State:
 
     @cached_property
     def merged(self) -> dict[tuple[Site, DatasetId], Replica]:
-        """(site, dataset) -> the best report of all sources (for one source, a plain index)."""
+        """(site, dataset) -> all sources' reports combined (:func:`combine`; for one source,
+        a plain index)."""
         states = [self.sources[name] for name in sorted(self.sources)]
         if len(states) == 1:
             return states[0].index
@@ -294,16 +413,26 @@ def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
     rebuilding it with :func:`site_contents`, at the cost of the changes plus a C-level copy
     and a sort of nearly sorted lists, instead of a Python loop over every replica."""
     lists = _SiteLists()
-    gone: dict[ReplicaState, list[DatasetId]] = {state: [] for state in ReplicaState}
+    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
+        key: [] for key in (*ReplicaState, *Transfer)
+    }
+    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
     for change in changes:
-        if change.old is not None:
-            gone[change.old.state].append(change.dataset)
+        old = change.old
+        if old is not None:
+            gone[old.state].append(change.dataset)
+            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
+                gone[old.transfer].append(change.dataset)
+            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
+                sized.append(change.dataset)
         if change.new is not None:
             lists.add(change.dataset, change.new)
     lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _by_id)
     lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _by_pair)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _by_pair)
     lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _by_pair)
-    lists.stuck += _without(view.stuck, gone[ReplicaState.STUCK], _by_id)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _by_pair)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _by_id)
     return lists.view(view.site)
 
 
@@ -334,31 +463,40 @@ def _without(
 
 
 class _SiteLists:
-    """One site's datasets by state while :func:`site_contents` collects them.
+    """One site's datasets by list while :func:`site_contents` collects them.
 
     Plain attributes and identity tests, not a dict keyed by the enum (whose ``__hash__`` is
     a Python call), and no (dataset, fraction) pair for the available ones, which are most:
     at a million replicas this is a large share of a cycle and of its garbage.
     """
 
-    __slots__ = ("available", "partial", "replicating", "stuck")
+    __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
 
     def __init__(self) -> None:
         self.available: list[DatasetId] = []
         self.partial: list[tuple[DatasetId, float]] = []
+        self.partial_bytes: list[tuple[DatasetId, float]] = []
         self.replicating: list[tuple[DatasetId, float]] = []
+        self.incoming: list[tuple[DatasetId, float]] = []
         self.stuck: list[DatasetId] = []
 
     def add(self, dataset: DatasetId, replica: Replica) -> None:
-        state = replica.state
+        state, detail = replica.state, replica.detail
         if state is ReplicaState.AVAILABLE:
             self.available.append(dataset)
         elif state is ReplicaState.PARTIAL:
             self.partial.append((dataset, replica.fraction))
+            if detail is not None and detail.bytes_fraction != replica.fraction:
+                self.partial_bytes.append((dataset, detail.bytes_fraction))
         elif state is ReplicaState.REPLICATING:
-            self.replicating.append((dataset, replica.fraction))
-        else:
+            self.replicating.append((dataset, replica.progress))
+            return
+        if detail is None or detail.transfer is Transfer.NONE:
+            return
+        if detail.transfer is Transfer.STUCK:
             self.stuck.append(dataset)
+        else:
+            self.incoming.append((dataset, detail.progress))
 
     def view(self, site: Site) -> SiteView:
         # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a
@@ -376,6 +514,8 @@ class _SiteLists:
             stuck=tuple(sorted(self.stuck, key=_by_id)),
             updated=None,
             digest=content_digest(site, available, partial, replicating),
+            partial_bytes=tuple(sorted(self.partial_bytes, key=_by_pair)),
+            incoming=tuple(sorted(self.incoming, key=_by_pair)),
         )
 
 
@@ -399,10 +539,19 @@ def content_digest(
     return h.hexdigest()[:16]
 
 
+def stuck_digest(digest: str, stuck: Iterable[DatasetId]) -> str:
+    """``digest`` extended with the stuck transfers, for ads that also list those (always
+    different from ``digest``, so turning the list on re-sends every ad once)."""
+    h = hashlib.sha256(digest.encode() + b"\0S")
+    for d in stuck:
+        h.update(f"\n{d.scope}:{d.name}".encode())
+    return h.hexdigest()[:16]
+
+
 class ChangeKind(enum.Enum):
     ADDED = "added"
     REMOVED = "removed"
-    CHANGED = "changed"  # state or fraction changed
+    CHANGED = "changed"  # state, a fraction, or the transfer changed
 
 
 @dataclass(frozen=True, order=True)
@@ -440,7 +589,16 @@ class SourceStatus:
 
 @dataclass(frozen=True)
 class SiteView:
-    """One site as published: the lists of a site ClassAd, sorted, plus when and what."""
+    """One site as published: the lists of a site ClassAd, sorted by dataset, plus when and
+    what. Presence first: ``available`` (complete), ``partial`` (some files; share of files)
+    and ``replicating`` (no file yet, an active transfer; its progress) are disjoint and are
+    what the ClassAd lists. The transfers are reported beside them: ``stuck`` lists every
+    stuck transfer, whatever is present; ``incoming`` the active transfers towards datasets
+    already (partly) present, with progress (the others are ``replicating``).
+    ``partial_bytes`` holds the share of bytes present of the ``partial`` datasets where it
+    differs from the share of files (memory: most are equal or unknown).
+    ``digest`` covers the three advertised lists only.
+    """
 
     site: Site
     available: tuple[DatasetId, ...]
@@ -449,6 +607,8 @@ class SiteView:
     stuck: tuple[DatasetId, ...]
     updated: datetime | None
     digest: str
+    partial_bytes: tuple[tuple[DatasetId, float], ...] = ()
+    incoming: tuple[tuple[DatasetId, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,13 @@ Labels are bounded: ``source``, ``site``, ``state``, ``kind``, ``outcome``; neve
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hydrator.advertise import Advertised
-from hydrator.domain import ReplicaState, Site, SiteView
+from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 from hydrator.jobs import JobsReport
 from hydrator.locality import LocalityReport
 
@@ -147,7 +148,15 @@ class Metrics:
     def _content(self, ns: str, registry: CollectorRegistry) -> None:
         self.datasets = Gauge(
             "datasets",
-            "Datasets per site and state.",
+            "Datasets per site by what is there: available (complete), partial (some files),"
+            " replicating (none yet, a transfer active), stuck (none, the transfer stuck).",
+            ["site", "state"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.transfers = Gauge(
+            "transfers",
+            "Transfers towards each site by state (replicating, stuck), whatever is present.",
             ["site", "state"],
             namespace=ns,
             registry=registry,
@@ -346,14 +355,41 @@ class Metrics:
     def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
         """Replace the per-site gauges (sites that went away lose their series)."""
         self.datasets.clear()
+        self.transfers.clear()
         self.classad_size.clear()
         for view in views:
             counts = {
                 ReplicaState.AVAILABLE: len(view.available),
                 ReplicaState.PARTIAL: len(view.partial),
                 ReplicaState.REPLICATING: len(view.replicating),
-                ReplicaState.STUCK: len(view.stuck),
+                ReplicaState.STUCK: len(view.stuck) - _present(view, view.stuck),
             }
             for state, count in counts.items():
                 self.datasets.labels(view.site, state.value).set(count)
+            moving = len(view.replicating) + len(view.incoming)
+            self.transfers.labels(view.site, Transfer.REPLICATING.value).set(moving)
+            self.transfers.labels(view.site, Transfer.STUCK.value).set(len(view.stuck))
             self.classad_size.labels(view.site).set(sizes.get(view.site, 0))
+
+
+def _present(view: SiteView, datasets: Iterable[DatasetId]) -> int:
+    """How many of ``datasets`` the view lists as available or partial (binary searches in
+    its sorted lists: the cost grows with ``datasets``, not with the site's size)."""
+    found = 0
+    for d in datasets:
+        wanted = (d.scope, d.name)
+        at = bisect_left(view.available, wanted, key=_by_id)
+        if at < len(view.available) and view.available[at] == d:
+            found += 1
+            continue
+        at = bisect_left(view.partial, wanted, key=_by_pair)
+        found += at < len(view.partial) and view.partial[at][0] == d
+    return found
+
+
+def _by_id(d: DatasetId) -> tuple[str, str]:
+    return (d.scope, d.name)
+
+
+def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
+    return (pair[0].scope, pair[0].name)

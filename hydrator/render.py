@@ -5,6 +5,7 @@ One ad per site::
     AvailableDatasets = { "ska:obs_1234","ska:skymodel_v3" }
     PartialDatasets = { "ska:obs_1300" }
     ReplicatingDatasets = { }
+    StuckDatasets = { "ska:obs_1500" }        (only with [classad] advertise_stuck)
     DataLocalitySite = "SRCNET_CH"
     DataLocalityUpdated = 1732300000
     DataLocalityDigest = "3f5a…"
@@ -67,6 +68,8 @@ def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
     ad[attrs.available_attribute] = safe_names(view.available)
     ad[attrs.partial_attribute] = safe_names(d for d, _ in view.partial)
     ad[attrs.replicating_attribute] = safe_names(d for d, _ in view.replicating)
+    if attrs.advertise_stuck:
+        ad[attrs.stuck_attribute] = safe_names(view.stuck)
     ad[attrs.site_attribute] = str(view.site)
     ad[attrs.updated_attribute] = updated
     ad[attrs.digest_attribute] = view.digest

@@ -13,15 +13,33 @@ if TYPE_CHECKING:
 
 
 def site_json(view: SiteView) -> dict[str, Any]:
-    """One site's datasets by state; fractions are shares of files present (0..1)."""
+    """One site's datasets by presence, and the transfers towards it.
+
+    ``available``, ``partial``, ``replicating`` are the advertised lists (presence first);
+    ``fraction``/``bytes_fraction`` are shares of files/bytes present, ``progress`` the
+    transfer's share done (0..1). ``stuck`` and ``incoming`` list every stuck and active
+    transfer towards the site, whatever is present; a partial entry names its ``transfer``.
+    """
+    stuck, moving = set(view.stuck), {d for d, _ in view.incoming}
+    size = dict(view.partial_bytes)
+    incoming = sorted((*view.replicating, *view.incoming), key=lambda p: (p[0].scope, p[0].name))
     return {
         "site": view.site,
         "updated": view.updated.isoformat() if view.updated else None,
         "digest": view.digest,
         "available": [str(d) for d in view.available],
-        "partial": [{"dataset": str(d), "fraction": f} for d, f in view.partial],
+        "partial": [
+            {
+                "dataset": str(d),
+                "fraction": f,
+                "bytes_fraction": size.get(d, f),
+                "transfer": "stuck" if d in stuck else "replicating" if d in moving else "none",
+            }
+            for d, f in view.partial
+        ],
         "replicating": [{"dataset": str(d), "progress": f} for d, f in view.replicating],
         "stuck": [str(d) for d in view.stuck],
+        "incoming": [{"dataset": str(d), "progress": p} for d, p in incoming],
     }
 
 
@@ -49,6 +67,7 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "partial": len(v.partial),
                 "replicating": len(v.replicating),
                 "stuck": len(v.stuck),
+                "incoming": len(v.replicating) + len(v.incoming),
                 "digest": v.digest,
                 "updated": v.updated.isoformat() if v.updated else None,
                 "classad": f"/v1/sites/{v.site}/classad",
@@ -69,6 +88,8 @@ def change_json(change: Change) -> dict[str, Any]:
         "old": change.old.state.value if change.old else None,
         "new": change.new.state.value if change.new else None,
         "fraction": change.new.fraction if change.new else None,
+        "transfer": change.new.transfer.value if change.new else None,
+        "progress": change.new.progress if change.new else None,
     }
 
 

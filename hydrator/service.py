@@ -135,6 +135,7 @@ class Service:
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
             max_ad_bytes=config.classad.max_ad_bytes,
+            stuck=config.classad.advertise_stuck,
         )
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read

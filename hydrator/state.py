@@ -5,11 +5,12 @@ moment leaves the old state or the new one, never a mix. A cycle writes only wha
 the replica rows in the plan's source deltas, the first-seen rows of added/removed entries,
 and one status row per source. A cycle with no change writes no replica rows.
 
-Schema version 1::
+Schema version 2::
 
     meta(key, value)                      schema_version
     sources(name, last_success, last_attempt, stale, error, held_cycles, sites)
-    replicas(source, site, scope, name, state, fraction)      last good snapshot per source
+    replicas(source, site, scope, name, state, fraction,      last good snapshot per source
+             transfer, progress, bytes_fraction)
     first_seen(site, scope, name, at)
 
 One writer: a writer holds an exclusive ``flock`` on ``<state>.lock`` (:class:`StateLock`, the
@@ -20,6 +21,13 @@ Nothing read back is trusted: every row is checked with the rules fresh input me
 (:class:`~hydrator.domain.DatasetId`, :func:`~hydrator.domain.check_site`); a row that fails is
 counted in :attr:`SqliteStateStore.rejected_rows`, logged once per load, and never used. A file
 that exists but is empty or not a hydrator database is an error, never an empty start.
+
+Version 1 (up to f139dde) had one state per replica that mixed presence and transfer:
+``replicating``/``stuck`` rows carried the rule's progress in ``fraction``. Opening such a file
+migrates it in one transaction (:func:`_migrate_v1`): those rows become absent-with-a-transfer
+(``fraction`` 0, ``progress`` the old fraction), partial rows get ``bytes_fraction`` = their
+file fraction. Every advertised list, and so every site digest, stays as it was: the first
+cycle after an upgrade sends updates only where the sources' answer changes a list.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.domain import (
     ChangeKind,
     DatasetId,
+    Detail,
     InvalidNameError,
     Plan,
     Replica,
@@ -47,13 +56,14 @@ from hydrator.domain import (
     Site,
     SourceState,
     State,
+    Transfer,
     check_site,
 )
 from hydrator.errors import StateError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,6 +73,8 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS replicas (
     source TEXT NOT NULL, site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, fraction REAL NOT NULL,
+    transfer TEXT NOT NULL DEFAULT 'none', progress REAL NOT NULL DEFAULT 0,
+    bytes_fraction REAL NOT NULL DEFAULT 1,
     PRIMARY KEY (source, site, scope, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS first_seen (
     site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
@@ -173,6 +185,7 @@ class SqliteStateStore:
         self._lock = lock
         self._rejected = dict.fromkeys(TABLES, 0)
         self._db: sqlite3.Connection | None = None
+        self._v1 = False  # a version-1 file opened read-only: its rows are read as version 2
         try:
             if path.exists():
                 _check_file(path, writable=not read_only)
@@ -221,10 +234,15 @@ class SqliteStateStore:
         if not {"meta", *TABLES} <= tables:
             raise StateError(f"state database {self.path} is not a hydrator state; {WHAT_TO_DO}")
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None or row[0] != str(SCHEMA_VERSION):
+        if row is not None and row[0] == "1":
+            self._v1 = True  # read as version 2 (see _V1_AS_V2); a writer migrates it
+            if not self.read_only:
+                _migrate_v1(self._db)
+                self._v1 = False
+        elif row is None or row[0] != str(SCHEMA_VERSION):
             raise StateError(
                 f"state database {self.path} has schema version {row and row[0]}; "
-                f"this hydrator reads version {SCHEMA_VERSION}"
+                f"this hydrator reads version {SCHEMA_VERSION} (and upgrades version 1)"
             )
 
     @property
@@ -237,7 +255,7 @@ class SqliteStateStore:
             return State()
         try:
             loader = _Loader()
-            state = loader.load(self._db)
+            state = loader.load(self._db, _V1_REPLICAS if self._v1 else _REPLICAS)
         except (sqlite3.Error, ValueError, KeyError) as exc:
             raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
         self._rejected = loader.rejected
@@ -321,10 +339,20 @@ def _delete(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) ->
 
 def _insert(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) -> int:
     rows = [
-        (source, r.site, r.dataset.scope, r.dataset.name, r.state.value, r.fraction)
+        (
+            source,
+            r.site,
+            r.dataset.scope,
+            r.dataset.name,
+            r.state.value,
+            r.fraction,
+            r.transfer.value,
+            r.progress,
+            r.bytes_fraction,
+        )
         for r in replicas
     ]
-    db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?)", rows)
+    db.executemany("INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
 
 
@@ -367,6 +395,8 @@ class _Loader:
         self._sites: dict[str, Site] = {}
         self._fractions: dict[float, float] = {}
         self._states = {s.value: s for s in ReplicaState}  # not Enum(value): a Python call
+        self._transfers = {t.value: t for t in Transfer}
+        self._details: dict[tuple[Any, Any, Any], Detail] = {}
 
     def reject(self, table: str, problem: object) -> None:
         self.rejected[table] += 1
@@ -390,8 +420,8 @@ class _Loader:
             raise ValueError(f"invalid time {value!r}")
         return self.times(value)
 
-    def load(self, db: sqlite3.Connection) -> State:
-        replicas = self.replicas(db)
+    def load(self, db: sqlite3.Connection, query: str) -> State:
+        replicas = self.replicas(db, query)
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
             try:
@@ -406,28 +436,41 @@ class _Loader:
                 self.reject("first_seen", exc)
         return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
 
-    def replicas(self, db: sqlite3.Connection) -> dict[str, list[Replica]]:
+    def replicas(self, db: sqlite3.Connection, query: str) -> dict[str, list[Replica]]:
         """Source -> its replica rows that pass the checks (the hot loop: locals, no calls
-        but the caches' and Replica's own checks)."""
+        but the caches' and Replica's own checks, which cover every share's 0..1 range)."""
         replicas: dict[str, list[Replica]] = {}
         dataset, site, states, fractions = self.dataset, self.site, self._states, self._fractions
-        query = "SELECT source, site, scope, name, state, fraction FROM replicas"
-        for source, name_of_site, scope, name, state, fraction in db.execute(query):
+        for source, site_name, scope, name, state, fraction, transfer, progress, size in db.execute(
+            query
+        ):
             try:
                 replica = Replica(
                     dataset(scope, name),
-                    site(name_of_site),
+                    site(site_name),
                     states[state],
-                    fractions.setdefault(fraction, fraction),  # Replica checks 0 <= it <= 1
+                    fractions.setdefault(fraction, fraction),
+                    self.detail(transfer, progress, size, fraction),
                 )
             except KeyError:
-                self.reject("replicas", f"invalid replica state {state!r}")
+                self.reject("replicas", f"invalid replica state {state!r} or transfer {transfer!r}")
                 continue
             except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
                 self.reject("replicas", exc)
                 continue
             replicas.setdefault(source, []).append(replica)
         return replicas
+
+    def detail(self, transfer: Any, progress: Any, size: Any, fraction: Any) -> Detail | None:
+        """None for the plain record (rows are written canonical), else one object per
+        distinct detail, as for fractions."""
+        if transfer == "none" and size == fraction:
+            return None
+        key = (transfer, progress, size)
+        found = self._details.get(key)
+        if found is None:
+            found = self._details[key] = Detail(self._transfers[transfer], progress, size)
+        return found
 
     def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
         """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""
@@ -457,3 +500,49 @@ class _Loader:
             error=error,
             held_cycles=held,
         )
+
+
+# Version 1 rows as version 2 (the migration's one definition): replicating/stuck rows carried
+# the rule's progress in ``fraction`` and become absent with a transfer; partial rows get the
+# bytes share = their file share.
+_MOVING = "state IN ('replicating', 'stuck')"
+_V1_AS_V2 = {
+    "fraction": f"CASE WHEN {_MOVING} THEN 0 ELSE fraction END",
+    "transfer": f"CASE WHEN {_MOVING} THEN state ELSE 'none' END",
+    "progress": f"CASE WHEN {_MOVING} THEN fraction ELSE 0 END",
+    "bytes_fraction": (
+        f"CASE WHEN {_MOVING} THEN 0 WHEN state = 'partial' THEN fraction ELSE 1 END"
+    ),
+}
+_REPLICAS = (
+    "SELECT source, site, scope, name, state, fraction, transfer, progress, bytes_fraction"
+    " FROM replicas"
+)
+_V1_REPLICAS = (
+    "SELECT source, site, scope, name, state, "
+    + ", ".join(_V1_AS_V2[c] for c in ("fraction", "transfer", "progress", "bytes_fraction"))
+    + " FROM replicas"
+)
+
+
+def _migrate_v1(db: sqlite3.Connection) -> None:
+    """Schema 1 -> 2 in one transaction (a kill leaves version 1, migrated again next start);
+    a reader of a version-1 file reads its rows through the same expressions
+    (:data:`_V1_REPLICAS`) and writes nothing.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for column in (
+            "transfer TEXT NOT NULL DEFAULT 'none'",
+            "progress REAL NOT NULL DEFAULT 0",
+            "bytes_fraction REAL NOT NULL DEFAULT 1",
+        ):
+            db.execute(f"ALTER TABLE replicas ADD COLUMN {column}")
+        # every right-hand side reads the row's old values (SQL UPDATE semantics)
+        assignments = ", ".join(f"{column} = {expr}" for column, expr in _V1_AS_V2.items())
+        db.execute(f"UPDATE replicas SET {assignments} WHERE {_MOVING} OR state = 'partial'")
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise

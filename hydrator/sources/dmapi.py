@@ -29,9 +29,13 @@ document exists; the shapes below are those its public callers use):
 Where the documentation is silent (choices made here, see the comments at each place):
 the status for an unknown DID (taken as 404: located nowhere), the status for an expired or
 wrong token (401 retried once with a fresh token; 403 taken as "not allowed to see this
-dataset"), and whether a listed RSE holds *all* files of a dataset. The API reports no
-completeness, rule or transfer state, so a listed replica is reported AVAILABLE: this
-source never produces PARTIAL or REPLICATING entries.
+dataset"), and whether a listed RSE holds *all* files of a dataset. Of the two facts
+the hydrator keeps per (dataset, site), the API answers only presence, and only as "listed or
+not": an entry with replica URLs is reported complete (AVAILABLE), one without is absent; it
+reports no completeness, rule or transfer state, so the transfer is always none and this
+source never produces PARTIAL, REPLICATING or STUCK entries. Merged with a Rucio source for
+the same site, its presence and Rucio's transfer are combined fact by fact
+(:func:`hydrator.domain.combine`).
 
 Cost: one locate request per dataset, as the API has no bulk query. A dataset never located
 before is located in the cycle it appears; of those located before, at most
@@ -528,7 +532,8 @@ class DmapiSource:
                         location.storage_area_id,
                     )
                     continue
-                # The API has no completeness or transfer state: a listed replica is AVAILABLE.
+                # The API has no completeness or transfer state: a listed replica is complete,
+                # with no transfer (the Replica defaults).
                 replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         return Snapshot.of(self.name, replicas, covered, invalid, unmapped)

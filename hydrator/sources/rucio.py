@@ -12,21 +12,31 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    rules, with exact lock counts (``locks_ok_cnt`` ...) kept by the rule engine;
 5. ``list_rses(expr)`` once per distinct expression of those rules that concern a dataset
    listed in step 3 and are not simply the name of a mapped RSE;
-6. ``list_dataset_replicas(scope, name, deep=True)`` for at most ``deep_check_limit`` datasets.
+6. for at most ``deep_check_limit`` datasets, one exact listing each:
+   ``list_dataset_replicas(scope, name, deep=True)`` (per RSE), or ``list_replicas`` (per file)
+   when the dataset has summary rows at two or more RSEs of one site.
 
 So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
 bounded deep checks), not with the number of datasets; :attr:`RucioSource.calls_last_fetch`
 counts them by method (``connect`` counts client constructions, ``auth`` token requests).
 
-How a summary row (dataset D at RSE X of site S) is classified:
+Two facts per (site, dataset), each from its own listing:
 
-* a STUCK rule on D whose expression covers X -> STUCK at S, fraction = ok locks / all locks;
-* a REPLICATING rule on D covering X -> REPLICATING at S, same fraction;
-* the row says AVAILABLE with ``available_length >= length > 0`` -> AVAILABLE, trusted as is;
-* anything else -> an exact check ``list_dataset_replicas(deep=True)`` decides: AVAILABLE,
-  PARTIAL with ``available/length``, or not there. Datasets that queued jobs want
-  (``FetchContext.wanted``) are checked first; beyond the limit the row itself is used.
-  Several RSEs of one site: the best report wins (:func:`hydrator.domain.better`).
+* **Presence** (complete / partial with shares of files and bytes / absent) from the replica
+  listings, as a union over every RSE of the site (a file at either RSE counts once): a
+  summary row saying AVAILABLE with ``available_length >= length > 0`` at any of the site's
+  RSEs -> complete, trusted as is; a dataset that one active or stuck rule places at RSEs of
+  this site only, with no summary row at the site's other RSEs -> the rule's OK locks, which
+  count exactly the files AVAILABLE there (no call; the bytes share is taken to be the files
+  share); anything else is checked exactly (step 6), most wanted datasets first. Beyond the
+  limit the best summary row is used, or the share of files a rule's OK locks prove present
+  when its RSEs are all at the site and that shows more.
+* **Transfer** (none / replicating with progress / stuck) from the rules whose expression
+  covers an RSE of the site: any STUCK lock -> stuck, else any REPLICATING lock ->
+  replicating, progress = OK locks / all locks; a stuck rule wins over an active one.
+
+Presence decides the list (:class:`~hydrator.domain.ReplicaState`): files present are
+advertised whatever the rules do; a stuck rule is reported beside them.
 
 The trade-off (FACTS.md): the summary table is filled by the ``rucio-abacus-collection-replica``
 daemon and lags. A new rule's row reads ``UNAVAILABLE 0/0`` until abacus ran, which costs a
@@ -34,7 +44,8 @@ deep check (bounded) until then; a file lost or deleted from a dataset whose row
 is noticed only when abacus updates the row (usually minutes); when the last file goes abacus
 deletes the row and the dataset leaves the site. Checking every dataset deeply every cycle would
 be exact but one call per dataset. Only datasets placed by a dataset (or container) rule have
-summary rows; files registered without any rule are not seen.
+summary rows; files registered without any rule are not seen. ``deep=True`` leaves out RSEs
+where every file is still COPYING: such a site holds nothing of the dataset yet.
 
 Errors (all translated here, never classified by message text)::
 
@@ -50,11 +61,10 @@ resends once at once after a connection error) so that a dead server fails a fet
 ``max_attempts x (timeout + backoff)``. Only rucio-clients' public interface is used (see
 :meth:`RucioSource._make_client` and docs/dependencies.md).
 
-Known limits: a dataset spread over several RSEs of one site (a rule with grouping NONE) is
-judged per RSE, so it shows as PARTIAL by its best RSE even if the site holds every file.
-rucio-clients reads a ``rucio.cfg`` once per process (``$RUCIO_CONFIG``, else
-``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``): all Rucio sources of one
-daemon share it, and even with ``rucio_host`` set it takes options such as
+Known limits: a dataset left over ``deep_check_limit`` that is spread over several RSEs of one
+site is judged by its best RSE (a lower bound). rucio-clients reads a ``rucio.cfg`` once per
+process (``$RUCIO_CONFIG``, else ``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``):
+all Rucio sources of one daemon share it, and even with ``rucio_host`` set it takes options such as
 ``auth_token_file_path`` from it when one exists. For OIDC the token in ``token_file`` is the
 one sent, also when ``BEARER_TOKEN`` is set in the environment.
 """
@@ -86,10 +96,11 @@ from hydrator.domain import (
     DatasetId,
     InvalidNameError,
     Replica,
-    ReplicaState,
     Site,
     Snapshot,
+    Transfer,
     check_site,
+    holding,
 )
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
 from hydrator.observe import adopt_library_loggers
@@ -141,6 +152,8 @@ class _DatasetRow(_Payload):
     state: str
     length: int | None = None
     available_length: int | None = None
+    bytes: int | None = None
+    available_bytes: int | None = None
 
 
 class _RuleRow(_Payload):
@@ -162,9 +175,36 @@ class _DeepRow(_Payload):
     rse: str
     length: int | None = None
     available_length: int | None = None
+    bytes: int | None = None
+    available_bytes: int | None = None
+
+
+class _FileRow(_Payload):
+    """One file of ``list_replicas(all_states=True)``: its size and its state per RSE."""
+
+    bytes: int | None = None
+    states: dict[str, str] = {}
 
 
 P = TypeVar("P", bound=_Payload)
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """Files and bytes of a dataset, and how many of them are present (at an RSE or site)."""
+
+    length: int
+    available: int
+    bytes: int
+    available_bytes: int
+
+    @property
+    def files_share(self) -> float:
+        return self.available / self.length if self.length > 0 else 0.0
+
+    @property
+    def bytes_share(self) -> float:
+        return self.available_bytes / self.bytes if self.bytes > 0 else self.files_share
 
 
 @dataclass(frozen=True)
@@ -172,16 +212,31 @@ class _Row:
     dataset: DatasetId
     rse: str
     available_summary: bool  # the summary row says complete
-    length: int
-    available: int
+    counts: _Counts
 
 
 @dataclass(frozen=True)
 class _Rule:
     dataset: DatasetId
     expression: str
-    state: ReplicaState  # REPLICATING or STUCK
-    fraction: float
+    transfer: Transfer  # REPLICATING or STUCK
+    progress: float  # OK locks / all locks
+
+
+@dataclass(frozen=True)
+class _SiteTransfer:
+    """The rules' transfer towards one site for one dataset.
+
+    ``floor`` is the share of files the rules' OK locks prove present at the site (a lock is
+    OK when its file replica is AVAILABLE), counted only for rules whose RSEs all belong to
+    this site. ``only`` names that rule's RSEs when it is the one rule towards the site: then
+    its locks count exactly the files present at them.
+    """
+
+    transfer: Transfer
+    progress: float
+    floor: float = 0.0
+    only: frozenset[str] | None = None
 
 
 @dataclass
@@ -257,9 +312,9 @@ class RucioSource:
             rows = self._summary_rows(client, cycle)
             listed = {(row.dataset.scope, row.dataset.name) for row in rows}
             rules = self._active_rules(client, cycle, listed)
-            covered = self._rule_coverage(client, rules, cycle)
-            replicas, pending = _classify(rows, covered, cycle.sites)
-            replicas += self._deep_checks(client, pending, cycle, context)
+            moving = self._rule_coverage(client, rules, cycle)
+            replicas, pending = _classify(rows, moving, cycle.sites)
+            replicas += self._deep_checks(client, pending, moving, cycle, context)
         except PermanentSourceError:
             self._client = None  # rebuilt (password file re-read) next cycle
             raise
@@ -335,22 +390,30 @@ class RucioSource:
                 dataset = self._dataset(row, cycle) if row is not None else None
                 if row is None or dataset is None:
                     continue
-                length, available = row.length or 0, row.available_length or 0
-                complete = row.state == "AVAILABLE" and available >= length > 0
-                rows.append(_Row(dataset, rse, complete, length, available))
+                counts = _Counts(
+                    row.length or 0,
+                    row.available_length or 0,
+                    row.bytes or 0,
+                    row.available_bytes or 0,
+                )
+                complete = row.state == "AVAILABLE" and counts.available >= counts.length > 0
+                rows.append(_Row(dataset, rse, complete, counts))
         return rows
 
     def _active_rules(
         self, client: Any, cycle: _Cycle, listed: set[tuple[str, str]]
     ) -> list[_Rule]:
-        """The REPLICATING and STUCK rules on the ``listed`` (scope, name) datasets.
+        """The transfers of the REPLICATING and STUCK rules on the ``listed`` datasets.
 
         Rules are listed for the whole server (state filter by one-letter code); those on other
         datasets are irrelevant here and skipped without validation (their names are not this
-        source's to count), as are container rules (their datasets get a deep check).
+        source's to count), as are container rules (their datasets get a deep check). The
+        transfer follows the lock counts, which the rule engine keeps current, before the
+        rule's state, which waits for the judge: any STUCK lock -> stuck, else any
+        REPLICATING lock -> replicating, all locks OK -> no transfer (done).
         """
         rules: list[_Rule] = []
-        for code, state in (("R", ReplicaState.REPLICATING), ("S", ReplicaState.STUCK)):
+        for code in ("R", "S"):
             records = self._call(
                 "list_replication_rules",
                 partial(_as_list, client.list_replication_rules, {"state": code}),
@@ -361,31 +424,41 @@ class RucioSource:
                     continue
                 if (rule.scope, rule.name) not in listed:
                     continue
+                transfer = _transfer(rule, code)
+                if transfer is Transfer.NONE:
+                    continue
                 dataset = DatasetId(rule.scope, rule.name)  # valid: a listed row has it
                 total = rule.locks_ok_cnt + rule.locks_replicating_cnt + rule.locks_stuck_cnt
-                fraction = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
-                rules.append(_Rule(dataset, rule.rse_expression, state, fraction))
+                progress = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
+                rules.append(_Rule(dataset, rule.rse_expression, transfer, progress))
         return rules
 
     def _rule_coverage(
         self, client: Any, rules: list[_Rule], cycle: _Cycle
-    ) -> dict[tuple[str, DatasetId], Replica]:
-        """(RSE, dataset) -> the rule's report, for mapped RSEs its expression covers.
+    ) -> dict[tuple[Site, DatasetId], _SiteTransfer]:
+        """(site, dataset) -> the transfer towards the site, for the mapped RSEs each rule's
+        expression covers (several rules: :func:`_merge_transfers`).
 
         Only rules on datasets with a summary row at a mapped RSE are passed in. An expression
         that is just one of those RSE names needs no call; others are resolved once each.
         """
         resolved: dict[str, frozenset[str]] = {}
-        covered: dict[tuple[str, DatasetId], Replica] = {}
+        covered: dict[tuple[Site, DatasetId], _SiteTransfer] = {}
         for rule in rules:
             if rule.expression not in resolved:
                 resolved[rule.expression] = self._resolve(client, rule.expression, cycle)
-            for rse in resolved[rule.expression]:
-                report = Replica(rule.dataset, cycle.sites[rse], rule.state, rule.fraction)
-                old = covered.get((rse, rule.dataset))
-                # a stuck rule is worth reporting even when another rule still replicates
-                if old is None or report.state is ReplicaState.STUCK:
-                    covered[(rse, rule.dataset)] = report
+            rses = resolved[rule.expression]
+            at = {cycle.sites[rse] for rse in rses}
+            single = len(at) == 1  # the rule's locks are all at one site
+            for site in at:
+                new = _SiteTransfer(
+                    rule.transfer,
+                    rule.progress,
+                    rule.progress if single else 0.0,
+                    rses if single else None,
+                )
+                old = covered.get((site, rule.dataset))
+                covered[(site, rule.dataset)] = new if old is None else _merge_transfers(old, new)
         return covered
 
     def _resolve(self, client: Any, expression: str, cycle: _Cycle) -> frozenset[str]:
@@ -401,48 +474,110 @@ class RucioSource:
         return frozenset(rse for rse in names if isinstance(rse, str) and rse in cycle.sites)
 
     def _deep_checks(
-        self, client: Any, pending: list[_Row], cycle: _Cycle, context: FetchContext
+        self, client: Any, pending: _Pending, moving: _Moving, cycle: _Cycle, context: FetchContext
     ) -> list[Replica]:
-        """Exact answers for rows the summary cannot settle, most wanted datasets first."""
-        by_dataset: dict[DatasetId, list[_Row]] = {}
-        for row in pending:
-            by_dataset.setdefault(row.dataset, []).append(row)
-        order = sorted(by_dataset, key=lambda d: (-context.wanted.get(d, 0), d))
+        """Exact presence for the (site, dataset) pairs the summary cannot settle: most wanted
+        datasets first, then those no rule's locks vouch for. Beyond ``deep_check_limit`` the
+        lagging summary (or the locks, where they prove more) is used."""
+
+        def order(dataset: DatasetId) -> tuple[int, bool, DatasetId]:
+            vouched = any(
+                (m := moving.get((site, dataset))) is not None and m.floor > 0
+                for site in pending[dataset]
+            )
+            return (-context.wanted.get(dataset, 0), vouched, dataset)
+
+        ordered = sorted(pending, key=order)
         limit = self.config.deep_check_limit
         replicas: list[Replica] = []
-        for dataset in order[limit:]:
-            replicas += [r for row in by_dataset[dataset] if (r := _from_summary(row, cycle))]
-        self.deep_checks_skipped_last_fetch = max(0, len(order) - limit)
+        for dataset in ordered[limit:]:
+            for site, rows in pending[dataset].items():
+                replicas += _fallback(dataset, site, rows, moving.get((site, dataset)))
+        self.deep_checks_skipped_last_fetch = max(0, len(ordered) - limit)
         if self.deep_checks_skipped_last_fetch:
             log.warning(
                 "rucio: %d datasets over deep_check_limit=%d used the lagging summary",
                 self.deep_checks_skipped_last_fetch,
                 limit,
             )
-        for dataset in order[:limit]:
-            exact = self._deep_counts(client, dataset, cycle)
-            for row in by_dataset[dataset]:
-                length, available = exact.get(row.rse, (0, 0))
-                replica = _from_counts(row.dataset, cycle.sites[row.rse], length, available)
-                if replica is not None:
-                    replicas.append(replica)
-        self.deep_checks_last_fetch = min(limit, len(order))
+        for dataset in ordered[:limit]:
+            replicas += self._checked(client, dataset, pending[dataset], moving, cycle)
+        self.deep_checks_last_fetch = min(limit, len(ordered))
         return replicas
 
-    def _deep_counts(
-        self, client: Any, dataset: DatasetId, cycle: _Cycle
-    ) -> dict[str, tuple[int, int]]:
-        """RSE -> (files, available files) of one dataset, from the file replicas."""
+    def _checked(
+        self,
+        client: Any,
+        dataset: DatasetId,
+        sites: Mapping[Site, list[_Row]],
+        moving: _Moving,
+        cycle: _Cycle,
+    ) -> list[Replica]:
+        """One exact listing for ``dataset``: per file when some site has summary rows at two
+        or more of its RSEs (the union needs to know which files they share), else per RSE."""
+        if any(len(rows) > 1 for rows in sites.values()):
+            exact = self._file_union(client, dataset, cycle)
+        else:
+            exact = self._deep_counts(client, dataset, cycle)
+        replicas: list[Replica] = []
+        for site in sites:
+            counts = exact.get(site, _NOTHING)
+            found = _replica(
+                dataset, site, counts.files_share, counts.bytes_share, moving.get((site, dataset))
+            )
+            replicas += [found] if found is not None else []
+        return replicas
+
+    def _deep_counts(self, client: Any, dataset: DatasetId, cycle: _Cycle) -> dict[Site, _Counts]:
+        """Site -> files and bytes of one dataset present there, from the file replicas
+        (``list_dataset_replicas(deep=True)``, per RSE; several RSEs of a site: the best, a
+        lower bound, as this listing cannot tell which files they share)."""
         records = self._call(
             "list_dataset_replicas",
             partial(_as_list, client.list_dataset_replicas, dataset.scope, dataset.name, deep=True),
         )
-        counts: dict[str, tuple[int, int]] = {}
+        counts: dict[Site, _Counts] = {}
         for record in records:
             row = self._parse(_DeepRow, record, cycle)
-            if row is not None:
-                counts[row.rse] = (row.length or 0, row.available_length or 0)
+            site = cycle.sites.get(row.rse) if row is not None else None
+            if row is None or site is None:
+                continue
+            found = _Counts(
+                row.length or 0, row.available_length or 0, row.bytes or 0, row.available_bytes or 0
+            )
+            old = counts.get(site)
+            if old is None or (found.available, found.available_bytes) > (
+                old.available,
+                old.available_bytes,
+            ):
+                counts[site] = found
         return counts
+
+    def _file_union(self, client: Any, dataset: DatasetId, cycle: _Cycle) -> dict[Site, _Counts]:
+        """Site -> files and bytes of one dataset present there, a file counting once when
+        any RSE of the site holds it AVAILABLE (``list_replicas(all_states=True)``: one call,
+        one record per file with its state at each RSE)."""
+        did = {"scope": dataset.scope, "name": dataset.name}
+        records = self._call(
+            "list_replicas", partial(_as_list, client.list_replicas, [did], all_states=True)
+        )
+        length = size = 0
+        files: Counter[Site] = Counter()
+        sizes: Counter[Site] = Counter()
+        for record in records:
+            row = self._parse(_FileRow, record, cycle)
+            if row is None:
+                continue
+            length += 1
+            size += row.bytes or 0
+            for site in {
+                found
+                for rse, state in row.states.items()
+                if state == "AVAILABLE" and (found := cycle.sites.get(rse)) is not None
+            }:
+                files[site] += 1
+                sizes[site] += row.bytes or 0
+        return {site: _Counts(length, files[site], size, sizes[site]) for site in files}
 
     # -- parsing -------------------------------------------------------------------------
 
@@ -604,36 +739,76 @@ class RucioSource:
         return {}
 
 
+_Pending = dict[DatasetId, dict[Site, list[_Row]]]  # dataset -> site -> its summary rows there
+_Moving = Mapping[tuple[Site, DatasetId], _SiteTransfer]
+_NOTHING = _Counts(0, 0, 0, 0)
+
+
+def _transfer(rule: _RuleRow, code: str) -> Transfer:
+    """A rule's transfer from its lock counts; its listed state only when it has no locks."""
+    if rule.locks_stuck_cnt > 0:
+        return Transfer.STUCK
+    if rule.locks_replicating_cnt > 0:
+        return Transfer.REPLICATING
+    if rule.locks_ok_cnt > 0:
+        return Transfer.NONE  # every lock OK: done, though the judge has not re-evaluated yet
+    return Transfer.STUCK if code == "S" else Transfer.REPLICATING
+
+
+def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
+    """Two rules towards one site: a stuck one wins (it needs an operator), then progress."""
+    rank = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
+    first = a if (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress) else b
+    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))  # not "only"
+
+
 def _classify(
-    rows: Iterable[_Row],
-    covered: Mapping[tuple[str, DatasetId], Replica],
-    sites: Mapping[str, Site],
-) -> tuple[list[Replica], list[_Row]]:
-    """Settle each summary row from the rules or the row itself; return the rest as pending."""
-    replicas: list[Replica] = []
-    pending: list[_Row] = []
+    rows: Iterable[_Row], moving: _Moving, sites: Mapping[str, Site]
+) -> tuple[list[Replica], _Pending]:
+    """Settle each (site, dataset) whose summary says complete at one of the site's RSEs
+    (presence wins over any transfer), or that one rule's locks count exactly (the rule's RSEs
+    are all at the site and hold every summary row of the site; the bytes share is taken to be
+    the files share); return the others, with the pairs only a rule names, as pending
+    (``list_datasets_per_rse`` rows per RSE are not a union over a site's RSEs)."""
+    by_key: dict[tuple[Site, DatasetId], list[_Row]] = {}
     for row in rows:
-        by_rule = covered.get((row.rse, row.dataset))
-        if by_rule is not None:
-            replicas.append(by_rule)
-        elif row.available_summary:
-            replicas.append(Replica(row.dataset, sites[row.rse], ReplicaState.AVAILABLE))
+        by_key.setdefault((sites[row.rse], row.dataset), []).append(row)
+    for key in moving:
+        by_key.setdefault(key, [])
+    replicas: list[Replica] = []
+    pending: _Pending = {}
+    for (site, dataset), here in by_key.items():
+        rule = moving.get((site, dataset))
+        if any(row.available_summary for row in here):
+            found = _replica(dataset, site, 1.0, 1.0, rule)
+        elif rule is not None and rule.only is not None and all(r.rse in rule.only for r in here):
+            found = _replica(dataset, site, rule.floor, rule.floor, rule)
         else:
-            pending.append(row)
+            pending.setdefault(dataset, {})[site] = here
+            continue
+        replicas += [found] if found is not None else []
     return replicas, pending
 
 
-def _from_counts(dataset: DatasetId, site: Site, length: int, available: int) -> Replica | None:
-    """AVAILABLE, PARTIAL (fraction of files) or None (nothing usable) from file counts."""
-    if length <= 0 or available <= 0:
-        return None
-    if available >= length:
-        return Replica(dataset, site, ReplicaState.AVAILABLE)
-    return Replica(dataset, site, ReplicaState.PARTIAL, available / length)
+def _replica(
+    dataset: DatasetId, site: Site, files: float, bytes_: float, moving: _SiteTransfer | None
+) -> Replica | None:
+    if moving is None:
+        return holding(dataset, site, files, bytes_)
+    return holding(dataset, site, files, bytes_, transfer=moving.transfer, progress=moving.progress)
 
 
-def _from_summary(row: _Row, cycle: _Cycle) -> Replica | None:
-    return _from_counts(row.dataset, cycle.sites[row.rse], row.length, row.available)
+def _fallback(
+    dataset: DatasetId, site: Site, rows: list[_Row], moving: _SiteTransfer | None
+) -> list[Replica]:
+    """Without a deep check: the best summary row of the site's RSEs (a lower bound that lags),
+    or the share of files the rules' OK locks prove present, whichever shows more."""
+    best = max((row.counts for row in rows), key=lambda c: c.available, default=_NOTHING)
+    files, bytes_ = best.files_share, best.bytes_share
+    if moving is not None and moving.floor > files:
+        files = bytes_ = moving.floor  # locks count files, not bytes: the file share stands in
+    found = _replica(dataset, site, files, bytes_, moving)
+    return [found] if found is not None else []
 
 
 def _read_secret(path: Path | None, key: str) -> str:

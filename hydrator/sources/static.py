@@ -4,9 +4,12 @@ catalogue covers. Format (one table per storage element)::
     [storage.CH_DISK]                 # site from the config's [sites], else ``site`` below
     site = "SRCNET_CH"
     available = ["ska:obs_1234"]
-    partial = { "ska:obs_1300" = 0.4 }        # dataset -> fraction of files present
-    replicating = { "ska:obs_1400" = 0.1 }    # dataset -> progress of the transfer
-    stuck = ["ska:obs_1500"]
+    partial = { "ska:obs_1300" = 0.4 }        # dataset -> share of files (and bytes) present
+    replicating = { "ska:obs_1400" = 0.1 }    # absent, transfer active: dataset -> progress
+    stuck = ["ska:obs_1500"]                  # absent, transfer stuck (list: progress 0)
+
+Each key is one presence/transfer combination a catalogue reports; a list means fraction 1.0
+for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``.
 
 A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
 storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
@@ -36,7 +39,9 @@ from hydrator.domain import (
     ReplicaState,
     Site,
     Snapshot,
+    Transfer,
     check_site,
+    holding,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.sources import FetchContext
@@ -132,8 +137,17 @@ class StaticSource:
         try:
             if state is None:
                 raise ValueError(f"unknown key {name!r}")
+            dataset, kind = DatasetId.parse(name), ReplicaState(state)
+            if kind is ReplicaState.REPLICATING or kind is ReplicaState.STUCK:
+                progress = 0.0 if fraction is None else float(fraction)
+                return _checked(
+                    holding(
+                        dataset, site, 0.0, 0.0, transfer=Transfer(kind.value), progress=progress
+                    ),
+                    progress,
+                )
             value = 1.0 if fraction is None else float(fraction)
-            return Replica(DatasetId.parse(name), site, ReplicaState(state), value)
+            return _checked(holding(dataset, site, value, value), value)
         except (ValueError, TypeError) as exc:
             self._warn_once(f"{self.path}: storage.{element}: skipped: {exc}")
             return None
@@ -167,6 +181,16 @@ def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
 
 def _version(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _checked(replica: Replica | None, value: float) -> Replica:
+    """``holding`` clamps shares to 0..1: an inventory value outside that range is an error,
+    as is an entry that says nothing is there and nothing moves (a partial share of 0)."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"fraction {value!r} outside 0..1")
+    if replica is None:
+        raise ValueError("nothing present and no transfer")
+    return replica
 
 
 def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:

@@ -18,12 +18,13 @@ from hydrator.domain import (
     ChangeKind,
     DatasetId,
     Replica,
-    ReplicaState,
     Site,
     Snapshot,
     SourceFailure,
     SourceOutcome,
     State,
+    Transfer,
+    holding,
     merge_replicas,
     site_contents,
 )
@@ -34,12 +35,14 @@ SITES = [Site(s) for s in ("A", "B", "C")]
 DATASETS = [DatasetId(scope, name) for scope in ("ska", "lsst") for name in ("x", "y", "z")]
 
 replicas = st.builds(
-    Replica,
+    holding,
     st.sampled_from(DATASETS),
     st.sampled_from(SITES),
-    st.sampled_from(list(ReplicaState)),
-    st.sampled_from([0.25, 0.5, 1.0]),
-)
+    st.sampled_from([0.0, 0.25, 0.5, 1.0]),  # files present
+    st.sampled_from([0.0, 0.3, 1.0]),  # bytes present
+    transfer=st.sampled_from(list(Transfer)),
+    progress=st.sampled_from([0.0, 0.5]),
+).filter(lambda r: r is not None)
 snapshots = st.builds(
     lambda name, rs, sites: Snapshot.of(name, rs, sites=sites),
     st.just(""),

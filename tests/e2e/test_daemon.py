@@ -171,7 +171,9 @@ def test_once_json_reports_sites_by_state_and_changes(tmp_path: Path) -> None:
     first = json.loads(subprocess.run(cmd, check=True, capture_output=True).stdout)
     ch = first["sites"]["SRCNET_CH"]
     assert ch["available"] == ["lofar:L654321_SB001", "ska:obs_1234", "ska:skymodel_v3"]
-    assert ch["partial"] == [{"dataset": "ska:obs_1300", "fraction": 0.4}]
+    assert ch["partial"] == [
+        {"dataset": "ska:obs_1300", "fraction": 0.4, "bytes_fraction": 0.4, "transfer": "none"}
+    ]
     uk = first["sites"]["SRCNET_UK"]
     assert uk["replicating"] == [{"dataset": "ska:obs_1400", "progress": 0.25}]
     assert first["sites"]["SRCNET_ES"]["stuck"] == ["ska:obs_1500"]

@@ -200,11 +200,13 @@ def test_a_hand_edited_state_cannot_inject_classad_lines(demo: Path) -> None:
     evil_site = "SRCNET_CH\nRequirements = true"
     with sqlite3.connect(demo.parent / "demo-state.sqlite") as db:
         db.execute(
-            "INSERT INTO replicas VALUES ('demo', ?, 'ska', 'obs_9', 'available', 1.0)",
+            "INSERT INTO replicas (source, site, scope, name, state, fraction)"
+            " VALUES ('demo', ?, 'ska', 'obs_9', 'available', 1.0)",
             (evil_site,),
         )
         db.execute(
-            "INSERT INTO replicas VALUES ('demo', 'SRCNET_UK', 'ska', ?, 'available', 1.0)",
+            "INSERT INTO replicas (source, site, scope, name, state, fraction)"
+            " VALUES ('demo', 'SRCNET_UK', 'ska', ?, 'available', 1.0)",
             ('x"}\nRequirements = true\nA = {"y',),
         )
         db.execute("UPDATE sources SET sites = json_insert(sites, '$[#]', ?)", (evil_site,))

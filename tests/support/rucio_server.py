@@ -535,21 +535,28 @@ class RucioAdmin:
         self.server.run_abacus()
 
     def make_stuck(self, rule_id: str) -> None:
-        """Make a REPLICATING rule STUCK as the transfer machinery would after failed transfers.
+        """Make a REPLICATING rule STUCK as failed transfers would, through the public API.
 
-        There is no transfer daemon here, so this calls the server's own core function
-        ``rucio.core.lock.failed_transfer`` for each REPLICATING lock of the rule, in the server
-        venv against its database: the lock goes STUCK and the rule's counters and state follow
-        (``locks_stuck_cnt`` > 0, state STUCK), exactly as after a failed FTS transfer.
+        There is no transfer daemon here. ``update_replicas_states`` with state ``U``
+        (UNAVAILABLE) for each file whose lock is still REPLICATING runs the server's
+        ``rucio.core.lock.failed_transfer``, which the transfer machinery calls after a
+        failed FTS transfer: the lock goes STUCK and the rule follows (``locks_stuck_cnt`` > 0,
+        state STUCK). Files already AVAILABLE keep their OK locks.
         """
-        self.server.run_python(
-            "from rucio.core.lock import failed_transfer, get_replica_locks_for_rule_id\n"
-            "from rucio.db.sqla.constants import LockState\n"
-            f"for lock in get_replica_locks_for_rule_id(rule_id={rule_id!r}):\n"
-            "    if lock['state'] == LockState.REPLICATING:\n"
-            "        failed_transfer(scope=lock['scope'], name=lock['name'],\n"
-            "                        rse_id=lock['rse_id'])\n"
-        )
+        stuck: dict[str, list[dict[str, str]]] = {}
+        for lock in self.client.list_replica_locks(rule_id):
+            if lock["state"] == "REPLICATING":
+                file = {"scope": lock["scope"], "name": lock["name"], "state": "U"}
+                stuck.setdefault(lock["rse"], []).append(file)
+        for rse, files in stuck.items():
+            self.client.update_replicas_states(rse, files)
+        if self.rule_info(rule_id)["state"] != "STUCK":
+            raise RuntimeError(f"rule {rule_id} did not go STUCK: {self.rule_info(rule_id)}")
+
+    def repair(self) -> None:
+        """Let the rule engine re-evaluate rules (``rucio-judge-repairer --run-once``): a STUCK
+        rule whose locks are all OK again goes OK (~3 s)."""
+        self.server.run_daemon("rucio-judge-repairer")
 
 
 @dataclass
@@ -621,7 +628,8 @@ def build_federation(admin: RucioAdmin) -> Federation:
         (sites["C"], d["at_mapped"]): ("available", 1.0),
         (sites["B"], d["partial"]): ("partial", 0.5),
         (sites["A"], d["replicating"]): ("available", 1.0),
-        (sites["B"], d["replicating"]): ("replicating", 1 / 3),
+        # one of three files arrived: present first (partial), the transfer is reported beside
+        (sites["B"], d["replicating"]): ("partial", 1 / 3),
         (sites["A"], d["stuck"]): ("available", 1.0),
         (sites["C"], d["stuck"]): ("stuck", 0.0),
     }

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hydrator.advertise import AdvertisePolicy, advertise
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, content_digest
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    Transfer,
+    content_digest,
+    holding,
+)
 
 A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
 SITE = Site("S")
@@ -21,13 +32,13 @@ VIEW = SiteView(
 
 
 HELD = {
-    (SITE, d): Replica(d, SITE, state, f)
-    for d, f, state in [
-        (A, 1.0, ReplicaState.AVAILABLE),
-        (B, 1.0, ReplicaState.AVAILABLE),
-        (C, 1.0, ReplicaState.AVAILABLE),
-        (D, 0.5, ReplicaState.PARTIAL),
-        (E, 0.2, ReplicaState.REPLICATING),
+    (SITE, d): r
+    for d, r in [
+        (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
+        (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
+        (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
+        (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
+        (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
     ]
 }
 
@@ -84,15 +95,19 @@ def test_budget_order_matches_a_full_sort() -> None:
         rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
         view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
         held = {
-            (SITE, d): Replica(
+            (SITE, d): holding(
                 d,
                 SITE,
-                states[d],
                 1.0
                 if states[d] is ReplicaState.AVAILABLE
                 else 0.5
                 if states[d] is ReplicaState.PARTIAL
-                else 0.1,
+                else 0.0,
+                0.5,
+                transfer=Transfer.REPLICATING
+                if states[d] is ReplicaState.REPLICATING
+                else Transfer.NONE,
+                progress=0.1,
             )
             for d in pool
         }
@@ -152,3 +167,14 @@ def test_size_composes_with_demand_and_budget() -> None:
     result = advertise(view, wanted, policy, held, size)
     assert result.view.available == view.available[:15]
     assert (result.not_demanded, result.over_budget, result.over_size) == (20, 10, 5)
+
+
+def test_stuck_transfers_reach_the_digest_only_when_advertised() -> None:
+    view = replace(VIEW, stuck=(E,))
+    off = advertise(view, {}, AdvertisePolicy(), HELD).view
+    on = advertise(view, {}, AdvertisePolicy(stuck=True), HELD).view
+    assert off.digest == VIEW.digest and on.digest != VIEW.digest
+    other = advertise(replace(view, stuck=(D,)), {}, AdvertisePolicy(stuck=True), HELD).view
+    assert other.digest != on.digest, "a change of the stuck list reaches the ads"
+    narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True), HELD).view
+    assert narrowed.stuck == () and [d for d, _ in narrowed.partial] == [D]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 
 from hydrator.core import Policy, plan_cycle
-from hydrator.domain import ChangeKind, DatasetId, Plan, Site, SourceOutcome, State
+from hydrator.domain import ChangeKind, DatasetId, Plan, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
@@ -56,6 +56,7 @@ def test_same_answer_again_changes_nothing_but_the_refresh_time() -> None:
         ("available", "partial", ("A", "x", "changed")),
         ("replicating", "available", ("A", "x", "changed")),
         ("replicating", "stuck", ("A", "x", "changed")),
+        ("stuck", "partial", ("A", "x", "changed")),
     ],
 )
 def test_state_transitions_are_changes(before: str, after: str, expected: tuple[str, ...]) -> None:
@@ -102,6 +103,72 @@ def test_sources_merge_best_report_wins_whatever_the_order() -> None:
     (pa,), (pb,) = run([a]), run([b])
     assert names(pa, "A") == names(pb, "A") == ["ska:x"]
     assert pa.sites == pb.sites
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "lists", "stuck", "incoming"),
+    [
+        # DMAPI sees the files, Rucio's rule towards the site is stuck: both facts kept
+        (rep("A", "x"), rep("A", "x", "stuck"), ("available", "", ""), ["ska:x"], []),
+        (rep("A", "x", "partial", 0.6), rep("A", "x", "stuck"), ("", "partial", ""), ["ska:x"], []),
+        (
+            rep("A", "x", "partial", 0.3),
+            rep("A", "x", "replicating", 0.5),
+            ("", "partial", ""),
+            [],
+            [("ska:x", 0.5)],
+        ),
+        # a stuck transfer wins over an active one for the same site
+        (
+            rep("A", "x", "replicating", 0.5),
+            rep("A", "x", "stuck", 0.1),
+            ("", "", ""),
+            ["ska:x"],
+            [],
+        ),
+        (
+            rep("A", "x", "partial", 0.3, "replicating", 0.2),
+            rep("A", "x", "partial", 0.6),
+            ("", "partial", ""),
+            [],
+            [("ska:x", 0.2)],
+        ),
+    ],
+)
+def test_sources_merge_presence_and_transfer_separately(
+    first: Replica,
+    second: Replica,
+    lists: tuple[str, str, str],
+    stuck: list[str],
+    incoming: list[tuple[str, float]],
+) -> None:
+    for order in (("s1", "s2"), ("s2", "s1")):
+        outcome = {order[0]: snap(order[0], first), order[1]: snap(order[1], second)}
+        (plan,) = run([outcome])
+        view = plan.sites[Site("A")]
+        shown = (
+            "available" if view.available else "",
+            "partial" if view.partial else "",
+            "replicating" if view.replicating else "",
+        )
+        assert shown == lists
+        assert [str(d) for d in view.stuck] == stuck
+        assert [(str(d), p) for d, p in view.incoming] == incoming
+        if view.partial:
+            assert view.partial[0][1] == max(first.fraction, second.fraction)
+
+
+def test_a_transfer_change_alone_moves_no_list_and_keeps_the_digest() -> None:
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x", "partial", 0.5, "replicating", 0.5))},
+            {"r": snap("r", rep("A", "x", "partial", 0.5, "stuck", 0.5))},
+        ]
+    )
+    assert kinds(plans[1]) == [("A", "x", "changed")]
+    assert plans[1].changed_sites == frozenset()
+    assert [str(d) for d in plans[1].sites[Site("A")].stuck] == ["ska:x"]
+    assert plans[1].sites[Site("A")].incoming == ()
 
 
 def test_suspicious_drop_is_held_then_accepted_after_the_configured_cycles() -> None:

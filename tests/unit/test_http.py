@@ -119,7 +119,9 @@ def test_json_views_and_unknown_paths(started: Started) -> None:
     assert [(s["site"], s["available"], s["partial"]) for s in sites["sites"]] == [("SITE_A", 2, 1)]
     assert sites["sources"][0]["fresh"] is True
     site = get(f"{base}/v1/sites/SITE_A").json()
-    assert site["partial"] == [{"dataset": "ska:p", "fraction": 0.4}]
+    assert site["partial"] == [
+        {"dataset": "ska:p", "fraction": 0.4, "bytes_fraction": 0.4, "transfer": "none"}
+    ]
     for path in ["/v1/sites/SITE%20A/classad", "/v1/sites/NOPE", "/nope", "/v1/sites/../../etc"]:
         assert get(base + path).status_code == 404, path
     head = requests.head(f"{base}/v1/sites/SITE_A/classad", timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import classad2
@@ -129,3 +130,13 @@ def test_updated_is_rounded_down_to_the_resolution() -> None:
     )
     ad = parse_old(render_cron(late, ClassAdConfig(updated_resolution_s=300)).split("- update")[0])
     assert ad["DataLocalityUpdated"] == int(datetime(2026, 11, 22, 12, 0, tzinfo=UTC).timestamp())
+
+
+def test_stuck_datasets_are_written_only_when_configured() -> None:
+    stuck = DatasetId("ska", "obs_1500")
+    view = replace(view_of([DatasetId("ska", "a")], []), stuck=(stuck,))
+    assert "StuckDatasets" not in site_classad(view, ATTRS)
+    ad = parse_old(render_cron(view, ClassAdConfig(advertise_stuck=True)))
+    assert set(ad.keys()) == EXPECTED_ATTRS | {"StuckDatasets"}
+    assert list(ad["StuckDatasets"]) == ["ska:obs_1500"]
+    assert list(ad["AvailableDatasets"]) == ["ska:a"]

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from hydrator.cli import main as cli_main
+from hydrator.config import Config, load_config
 from hydrator.core import Policy, plan_cycle
-from hydrator.domain import State
+from hydrator.domain import DatasetId, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
+from hydrator.service import Service
+from hydrator.sources.static import StaticSource
 from hydrator.state import SqliteStateStore, StateLock
 from tests.unit.factories import fail, rep, snap, t
 
@@ -59,7 +65,7 @@ def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> 
     SqliteStateStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 1"):
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 2"):
         SqliteStateStore(path)
 
 
@@ -117,15 +123,18 @@ def _saved(path: Path) -> None:
     store.close()
 
 
+INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fraction) VALUES "
+
+
 @pytest.mark.parametrize(
     ("sql", "table"),
     [
-        ("INSERT INTO replicas VALUES ('r', 'A\nB = 1', 'ska', 'z', 'available', 1.0)", "replicas"),
-        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z\"', 'available', 1.0)", "replicas"),
-        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'everywhere', 1.0)", "replicas"),
-        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
-        ("INSERT INTO replicas VALUES ('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
-        ("INSERT INTO replicas VALUES ('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A\nB = 1', 'ska', 'z', 'available', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z\"', 'available', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'everywhere', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
+        (INSERT_REPLICA + "('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
         ("INSERT INTO first_seen VALUES ('A', 'ska', 'bad name', 0)", "first_seen"),
         ("INSERT INTO first_seen VALUES ('A', 'ska', 'z', 1e300)", "first_seen"),
         ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
@@ -207,3 +216,93 @@ def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
         db.execute("CREATE TABLE t (x)")
     with pytest.raises(StateError, match="is not a hydrator state; move it away"):
         SqliteStateStore(path)
+
+
+# data/state-v1.sqlite: written by the release before schema 2 (f139dde) with
+# `hydrator once` on data/inventory.toml (the demo inventory: available, partial 0.4,
+# replicating 0.25 and stuck entries); data/show-v1.txt: that release's `hydrator show`.
+DATA = Path(__file__).parent / "data"
+V1_WRITTEN = datetime.fromtimestamp(1795432204.683547, tz=UTC)
+V1_DIGESTS = {
+    "SRCNET_AU": "9e96ba9605f59826",
+    "SRCNET_CH": "fade787841d02b65",
+    "SRCNET_ES": "2a22a40070bb6c85",
+    "SRCNET_UK": "40c47bae9a79691d",
+}
+
+
+def v1_config(tmp_path: Path) -> Config:
+    """The v1 state file, its inventory and a config like the one that wrote them."""
+    shutil.copy(DATA / "state-v1.sqlite", tmp_path / "state.sqlite")
+    shutil.copy(DATA / "inventory.toml", tmp_path / "inventory.toml")
+    path = tmp_path / "hydrator.toml"
+    path.write_text(
+        '[daemon]\nstate_path = "state.sqlite"\n'
+        '[[sources]]\ntype = "static"\nname = "demo"\npath = "inventory.toml"\n'
+        '[sites]\nCH_DISK = "SRCNET_CH"\nUK_DISK = "SRCNET_UK"\nUK_SCRATCH = "SRCNET_UK"\n'
+        'ES_DISK = "SRCNET_ES"\n'
+    )
+    return load_config(path)
+
+
+def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = v1_config(tmp_path)
+    assert cli_main(["show", "--config", str(tmp_path / "hydrator.toml")]) == 0
+    shown = capsys.readouterr().out
+    old = (DATA / "show-v1.txt").read_text().splitlines()
+    assert [line for line in shown.splitlines() if not line.startswith("#")] == old
+    assert "# stuck transfers (not advertised): ska:obs_1500" in shown.splitlines()
+    with sqlite3.connect(config.daemon.state_path) as db:  # a reader migrates nothing
+        assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
+
+    store = SqliteStateStore(config.daemon.state_path)
+    held = store.load().merged
+    uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
+    moving = held[(uk, DatasetId("ska", "obs_1400"))]
+    assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
+        ReplicaState.REPLICATING,
+        0.0,
+        Transfer.REPLICATING,
+        0.25,
+    )
+    assert held[(es, DatasetId("ska", "obs_1500"))].transfer is Transfer.STUCK
+    partial = held[(Site("SRCNET_CH"), DatasetId("ska", "obs_1300"))]
+    assert (partial.fraction, partial.bytes_fraction) == (0.4, 0.4)
+    with sqlite3.connect(config.daemon.state_path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+
+
+def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change(
+    tmp_path: Path,
+) -> None:
+    config = v1_config(tmp_path)
+    inventory = tmp_path / "inventory.toml"
+    # one real change: obs_1400 now has half its files at UK_DISK (was replicating there)
+    text = inventory.read_text().replace(
+        'replicating = { "ska:obs_1400" = 0.25 }', 'partial = { "ska:obs_1400" = 0.5 }'
+    )
+    inventory.write_text(text)
+    service = Service(
+        config,
+        sources=[StaticSource("demo", inventory, config.sites)],
+        store=SqliteStateStore(config.daemon.state_path),
+        publishers=[],
+        clock=lambda: V1_WRITTEN + timedelta(seconds=30),  # same DataLocalityUpdated window
+    )
+    before = {site: (ad.view.digest, ad.etag) for site, ad in service.published.ads.items()}
+    assert {site: digest for site, (digest, _) in before.items()} == V1_DIGESTS
+    report = service.run_cycle()
+    assert report.plan is not None and report.outcome == "ok"
+    assert report.plan.changed_sites == {"SRCNET_UK"}
+    after = {site: (ad.view.digest, ad.etag) for site, ad in service.published.ads.items()}
+    assert {site for site in after if after[site] != before[site]} == {"SRCNET_UK"}
+    # the stuck entry's progress is new information (1.0 in v1's list form, 0 now): a row
+    # changes, no list does
+    changed = {(c.site, str(c.dataset)): c.kind.value for c in report.plan.changes}
+    assert changed == {
+        ("SRCNET_UK", "ska:obs_1400"): "changed",
+        ("SRCNET_ES", "ska:obs_1500"): "changed",
+    }
+    service.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.domain import ReplicaState
+from hydrator.domain import ReplicaState, Transfer
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.sources import FetchContext
 from hydrator.sources.static import StaticSource
@@ -34,11 +34,14 @@ def test_elements_map_to_sites_and_states(tmp_path: Path) -> None:
         '[storage.X]\nsite = "SITE_X"\nstuck = ["ska:c"]\n',
         {"CH_DISK": "CH", "CH_TAPE2": "CH"},
     ).fetch(CTX)
-    got = {(r.site, str(r.dataset), r.state, r.fraction) for r in snap.replicas}
+    got = {
+        (r.site, str(r.dataset), r.state, r.fraction, r.transfer, r.progress) for r in snap.replicas
+    }
     assert got == {
-        ("CH", "ska:a", ReplicaState.AVAILABLE, 1.0),  # the better of available and replicating
-        ("CH", "ska:b", ReplicaState.PARTIAL, 0.25),
-        ("SITE_X", "ska:c", ReplicaState.STUCK, 1.0),
+        # complete at one element of CH while a transfer to another one runs: both facts kept
+        ("CH", "ska:a", ReplicaState.AVAILABLE, 1.0, Transfer.REPLICATING, 0.5),
+        ("CH", "ska:b", ReplicaState.PARTIAL, 0.25, Transfer.NONE, 0.0),
+        ("SITE_X", "ska:c", ReplicaState.STUCK, 0.0, Transfer.STUCK, 0.0),
     }
     assert snap.sites == {"CH", "SITE_X"} and snap.invalid == 0
 
