@@ -39,6 +39,7 @@ from hydrator.errors import PublishError
 from hydrator.publishers import PublishReport
 from hydrator.publishers.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
 from hydrator.render import site_classad
+from hydrator.retry import RetryPolicy, call_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -242,14 +243,12 @@ class CollectorPublisher:
         """One advertise call, tried twice: the first call after a collector restart fails on
         the security session cached for the old collector, and that failure drops the session
         (seen with 25.14.1); the second negotiates a new one."""
-        for attempt in range(1, ADVERTISE_ATTEMPTS + 1):
-            try:
-                self._collector.advertise(batch, command, True)
-                return
-            except HTCONDOR_ERRORS as exc:
-                if attempt == ADVERTISE_ATTEMPTS:
-                    raise
-                log.info("%s attempt %d/%d failed: %s", command, attempt, ADVERTISE_ATTEMPTS, exc)
+        call_with_retries(
+            lambda _: self._collector.advertise(batch, command, True),
+            RetryPolicy(ADVERTISE_ATTEMPTS, backoff_s=0),
+            logger=log,
+            retry_on=HTCONDOR_ERRORS,
+        )
 
     def _advertise_site_ads(self, sites: list[Site], rendered: Mapping[Site, Rendered]) -> int:
         lifetime = int(2 * self.config.refresh_s + 60)

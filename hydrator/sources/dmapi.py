@@ -126,8 +126,11 @@ class StaticToken:
 class ClientCredentials:
     """OAuth2 client-credentials tokens for one audience, refreshed before they expire.
 
-    A new token is fetched when ``clock() >= expires_at - margin_s`` (monotonic seconds).
-    Concurrent callers share one refresh (the lock is held while fetching).
+    The grant itself (request, client authentication, answer) is authlib's, through
+    :meth:`HttpClient.client_credentials`; the expiry is judged on ``clock`` (authlib's own
+    check reads the wall clock). A new token is fetched when
+    ``clock() >= expires_at - margin_s`` (monotonic seconds). Concurrent callers share one
+    refresh (the lock is held while fetching).
     """
 
     def __init__(
@@ -163,23 +166,19 @@ class ClientCredentials:
                 self._token = None
 
     def _fetch(self, run: Run) -> tuple[str, float]:
+        """A new token and its lifetime (seconds), by authlib's client-credentials grant.
+
+        The client id and secret are re-read from their files at every grant (rotation needs
+        no restart); the token is checked (:func:`checked_secret`) before it is used.
+        """
         label = f"token for audience {self._audience!r}"
         client_id = read_secret(self._id_file, "client id")
-        secret = read_secret(self._secret_file, "client secret")
-        form = {"grant_type": "client_credentials", "audience": self._audience}
+        client = (client_id, read_secret(self._secret_file, "client secret"))
+        form = {"audience": self._audience}
         if self._scope:
             form["scope"] = self._scope
-        resp = self._http.send(
-            "POST", self._url, run, label=label, data=form, auth=(client_id, secret)
-        )
-        if resp.status_code != 200:
-            # RFC 6749 §5.2: the body's "error" is a fixed code (invalid_client, ...), safe to log
-            code = _json_field(resp, "error")
-            raise PermanentSourceError(
-                f"{label}: token endpoint answered HTTP {resp.status_code} {code or ''}".rstrip()
-            )
-        body = _json(resp, label)
-        token = body.get("access_token") if isinstance(body, dict) else None
+        body = self._http.client_credentials(self._url, run, label=label, client=client, form=form)
+        token = body.get("access_token")
         if not isinstance(token, str) or not token:
             raise PermanentSourceError(f"{label}: token endpoint answer has no access_token")
         checked_secret(token, f"{label}: the access_token from the token endpoint {self._url}")
@@ -276,15 +275,6 @@ def _json(resp: requests.Response, label: str) -> Any:
         return resp.json()
     except ValueError as exc:  # requests' JSONDecodeError is a ValueError
         raise PermanentSourceError(f"{label}: HTTP {resp.status_code} body is not JSON") from exc
-
-
-def _json_field(resp: requests.Response, key: str) -> str | None:
-    try:
-        body = resp.json()
-    except ValueError:
-        return None
-    value = body.get(key) if isinstance(body, dict) else None
-    return value if isinstance(value, str) and value.isidentifier() else None
 
 
 # --------------------------------------------------------------------------- the source

@@ -55,27 +55,32 @@ Errors (all translated here, never classified by message text)::
     TLS (SSLError), a bad client configuration, other Rucio errors        -> PermanentSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
-``backoff_s`` (logged ``attempt n/N``); rucio-clients' own retries are reduced (it still resends
-once at once after a connection error) so that a dead server fails a fetch within about
-``max_attempts x (timeout + backoff)``.
+``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
+:mod:`hydrator.retry`; logged ``attempt n/N``); rucio-clients' own retries are reduced (it still
+resends once at once after a connection error) so that a dead server fails a fetch within about
+``max_attempts x (timeout + backoff)``. Only rucio-clients' public interface is used (see
+:meth:`RucioSource._make_client` and docs/dependencies.md).
 
 Known limits: a dataset left over ``deep_check_limit`` that is spread over several RSEs of one
 site is judged by its best RSE (a lower bound). rucio-clients reads a ``rucio.cfg`` once per
 process (``$RUCIO_CONFIG``, else ``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``):
 all Rucio sources of one daemon share it, and even with ``rucio_host`` set it takes options such as
-``auth_token_file_path`` from it when one exists. For OIDC a ``BEARER_TOKEN`` or
-``BEARER_TOKEN_FILE`` in the environment wins over ``token_file`` (WLCG token discovery).
+``auth_token_file_path`` from it when one exists. For OIDC the token in ``token_file`` is the
+one sent, also when ``BEARER_TOKEN`` is set in the environment.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -100,6 +105,7 @@ from hydrator.domain import (
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
 from hydrator.observe import adopt_library_loggers
 from hydrator.redact import read_secret, redact
+from hydrator.retry import RetryPolicy, call_with_retries, parse_retry_after
 from hydrator.sources import FetchContext
 
 log = logging.getLogger(__name__)
@@ -117,6 +123,19 @@ _CLIENT_CONFIG_ERRORS: tuple[type[Exception], ...] = (
     rucio_exc.ConfigNotFound,
     rucio_exc.ClientProtocolNotSupported,
     rucio_exc.ClientProtocolNotFound,
+)
+
+
+class _TokenRejected(Exception):
+    """Raised by the response hook when the server refuses the OIDC bearer token (HTTP 401)."""
+
+
+_CALL_ERRORS: tuple[type[Exception], ...] = (
+    rucio_exc.RucioException,
+    requests.RequestException,
+    OSError,
+    json.JSONDecodeError,
+    _TokenRejected,
 )
 _MAX_LOGGED_NAMES = 1000  # bad names logged once each, up to this many per source
 
@@ -257,6 +276,8 @@ class RucioSource:
         self._token_dir: Path | None = None
         self._calls: Counter[str] = Counter()
         self._last_status: int | None = None
+        self._retry_after_s: float | None = None
+        self._token_seen: str | None = None
         self._logged_names: set[str] = set()
         self._logged_unmapped: set[str] = set()
         self.calls_last_fetch: dict[str, int] = {}
@@ -587,39 +608,30 @@ class RucioSource:
 
     def _call(self, method: str, fn: Callable[[], T]) -> T:
         """Run one API call with bounded retries on transient errors; translate all errors."""
-        attempts = self.config.max_attempts
-        for attempt in range(1, attempts + 1):
+
+        def attempt(n: int) -> T:
             self._calls[method] += 1
-            self._last_status = None
+            self._last_status = self._retry_after_s = None
+            self._watch(self._client)
             try:
                 return fn()
-            except (
-                rucio_exc.RucioException,
-                requests.RequestException,
-                OSError,
-                json.JSONDecodeError,
-            ) as exc:
-                error = self._translate(method, exc)
-                if isinstance(error, PermanentSourceError) or attempt == attempts:
-                    raise error from exc
-                delay = self.config.backoff_s * 2 ** (attempt - 1)
-                log.warning(
-                    "rucio: %s failed (attempt %d/%d): %s; retrying in %.1f s",
-                    method,
-                    attempt,
-                    attempts,
-                    error,
-                    delay,
-                )
-                self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+            except _CALL_ERRORS as exc:
+                raise self._translate(method, exc) from exc
+            finally:
+                self._note_token(self._client)
+
+        cfg = self.config
+        policy = RetryPolicy(
+            cfg.max_attempts, cfg.backoff_s, max_retry_after_s=cfg.max_retry_after_s
+        )
+        return call_with_retries(attempt, policy, logger=log, sleep=self._sleep)
 
     def _translate(self, method: str, exc: Exception) -> SourceError:
         """The hydrator's error for a library exception, by its class and HTTP status."""
         where = redact(self.config.rucio_host or "the server in $RUCIO_CONFIG")  # user:pw@
         kind = type(exc).__name__
         status = self._last_status
-        if isinstance(exc, _AUTH_ERRORS) or status in (401, 403):
+        if isinstance(exc, (*_AUTH_ERRORS, _TokenRejected)) or status in (401, 403):
             return PermanentSourceError(
                 f"rucio: authentication failed at {where} for account "
                 f"{self.config.account or '(from rucio.cfg)'} ({kind}); check the credentials"
@@ -633,7 +645,9 @@ class RucioSource:
         if isinstance(exc, rucio_exc.ServerConnectionException) or (
             status is not None and (status >= 500 or status == 429)
         ):
-            return TransientSourceError(f"rucio: {method}: server error {status} ({kind})")
+            return TransientSourceError(
+                f"rucio: {method}: server error {status} ({kind})", self._retry_after_s
+            )
         return PermanentSourceError(f"rucio: {method} failed ({kind}, HTTP {status}): {_line(exc)}")
 
     # -- the client ----------------------------------------------------------------------
@@ -650,10 +664,18 @@ class RucioSource:
             self._client = client
         elif self.config.auth_type == "oidc":
             self._client.auth_token = _read_secret(self.config.token_file, "token_file")
+        self._note_token(self._client)
         return self._client
 
     def _make_client(self) -> Any:
-        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host."""
+        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host.
+
+        Only rucio-clients' public interface is used: constructor arguments, the
+        ``TOKEN_PATH_PREFIX`` class constant (a private token directory, not the shared
+        ``/tmp/.rucio_<user>``), WLCG token discovery (``BEARER_TOKEN_FILE``) for OIDC, and the
+        ``session`` attribute, whose ``requests`` response hook (:meth:`_on_response`) records
+        each answer's status and stops at a rejected bearer token.
+        """
         cfg = self.config
         kwargs: dict[str, Any] = {"timeout": cfg.timeout_s}
         for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
@@ -663,46 +685,45 @@ class RucioSource:
             kwargs["ca_cert"] = str(cfg.ca_cert)
         if cfg.auth_type is not None:
             kwargs["creds"] = self._creds()
-        return self._client_class()(**kwargs)
-
-    def _client_class(self) -> Any:
-        """rucio's ``Client``, specialised for a daemon.
-
-        It keeps its token in a private directory (not the shared ``/tmp/<user>``); resends at
-        most once after a 401 (with a new token); records each answer's HTTP status (to
-        classify errors) and counts token requests; and for OIDC takes the token from
-        ``token_file`` instead of starting rucio's interactive browser flow (which would wait
-        for input).
-        """
         if self._token_dir is None:
             self._token_dir = Path(tempfile.mkdtemp(prefix="hydrator-rucio-"))
-        source = self
-
-        def send_request(client: Any, url: str, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("get_token"):
-                source._calls["auth"] += 1
-            result = Client._send_request(client, url, *args, **kwargs)
-            source._last_status = getattr(result, "status_code", None)
-            return result
-
-        def token_from_file(client: Any) -> bool:
-            source._calls["auth"] += 1
-            token = _read_secret(source.config.token_file, "token_file")
-            if token == client.auth_token:
-                raise rucio_exc.CannotAuthenticate("the bearer token in token_file was rejected")
-            client.auth_token = token
-            return True
-
-        return type(
-            "HydratorRucioClient",
-            (Client,),
-            {
-                "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
-                "AUTH_RETRIES": 1,
-                "_send_request": send_request,
-                "_BaseClient__get_token_oidc": token_from_file,  # name-mangled private method
-            },
+        client_class = type(
+            "HydratorRucioClient", (Client,), {"TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_"}
         )
+        if cfg.auth_type != "oidc":
+            return client_class(**kwargs)
+        token = _read_secret(cfg.token_file, "token_file")
+        with _bearer_token_file(self._token_dir, token):
+            client = client_class(**kwargs)
+        client.auth_token = token  # token_file wins over a BEARER_TOKEN in the environment
+        return client
+
+    def _watch(self, client: Any) -> None:
+        """Hook :meth:`_on_response` into the client's session (rucio-clients replaces its
+        session after an HTTP 401, so this runs before every call)."""
+        if client is not None and self._on_response not in client.session.hooks["response"]:
+            client.session.hooks["response"].append(self._on_response)
+
+    def _on_response(self, resp: requests.Response, *args: Any, **kwargs: Any) -> None:
+        """Record the status and ``Retry-After`` of each answer; with OIDC, end at a 401.
+
+        rucio-clients answers a 401 by fetching a new token, which for OIDC is its interactive
+        browser flow: a daemon must stop there instead (the token comes from ``token_file``).
+        """
+        self._last_status = resp.status_code
+        self._retry_after_s = None
+        if resp.status_code in (429, 503):
+            self._retry_after_s = parse_retry_after(resp.headers.get("Retry-After"))
+        if resp.status_code == 401 and self.config.auth_type == "oidc":
+            resp.close()
+            raise _TokenRejected
+
+    def _note_token(self, client: Any) -> None:
+        """Count a token obtained since the last look (``calls_last_fetch["auth"]``)."""
+        token = getattr(client, "auth_token", None) if client is not None else None
+        if token and token != self._token_seen:
+            self._calls["auth"] += 1
+            self._token_seen = token
 
     def _creds(self) -> dict[str, Any]:
         cfg = self.config
@@ -796,6 +817,35 @@ def _read_secret(path: Path | None, key: str) -> str:
     if path is None:
         raise PermanentSourceError(f"rucio: {key} is required for this auth_type")
     return read_secret(path, f"rucio {key.removesuffix('_file')}")
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _bearer_token_file(directory: Path, token: str) -> Iterator[None]:
+    """``$BEARER_TOKEN_FILE`` naming a private copy of ``token`` while a client is built.
+
+    rucio-clients' public way to take a bearer token at construction is WLCG token discovery
+    (``BEARER_TOKEN``, ``BEARER_TOKEN_FILE``); without one it would start its interactive flow.
+    The copy is checked content (no race with an agent rewriting ``token_file``), mode 0600,
+    and removed again at once; the lock keeps two sources from racing on the variable.
+    """
+    path = directory / "bearer-token"
+    with _ENV_LOCK:
+        old = os.environ.get("BEARER_TOKEN_FILE")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token)
+        os.environ["BEARER_TOKEN_FILE"] = str(path)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("BEARER_TOKEN_FILE", None)
+            else:
+                os.environ["BEARER_TOKEN_FILE"] = old
+            path.unlink(missing_ok=True)
 
 
 def _path(path: Path | None) -> str | None:

@@ -332,7 +332,11 @@ def test_server_error_is_transient_and_retried(
 
 
 def test_oidc_bearer_token_from_file(
-    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin, tmp_path: Path
+    make_source: MakeSource,
+    federation: Federation,
+    rucio_admin: RucioAdmin,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """auth_type = oidc sends the token in token_file (here one the server issued to root; an
     IdP-issued token travels the same way), re-reads it each cycle, and never starts rucio's
@@ -344,5 +348,7 @@ def test_oidc_bearer_token_from_file(
     token_file.write_text("not-a-valid-token\n")
     with pytest.raises(PermanentSourceError, match="authentication failed"):
         source.fetch(now())
+    out, _ = capfd.readouterr()
+    assert "Rucio Client" not in out and "browser" not in out  # its interactive flow never ran
     token_file.write_text(rucio_admin.client.auth_token + "\n")  # renewed by an agent
     assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
