@@ -75,6 +75,7 @@ class JobRecord:
     queued: float
     started: float | None = None
     site: str | None = None
+    matched: float | None = None  # LastMatchTime: when the negotiator matched it
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
