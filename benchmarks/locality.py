@@ -29,6 +29,8 @@ each from the initial data:
     ``requirements = stringListMember(TARGET.GLIDEIN_Site, MY.DESIRED_Sites)``;
 (c) hydrator, strict: the ``hydrator expr`` lines (requirements and rank);
 (d) hydrator, rank only: the ``hydrator expr`` rank, no requirements;
+(d2) rank, local first with a bounded wait: ``hydrator expr --fallback-after 20`` (the strict
+    requirements OR queued longer than 20 s, and the rank; see ``FALLBACK_AFTER_S``);
 (e) provisioning: the jobs of (c), but a slot may only take jobs while a "glidein" runs on it
     (``GlideinOn``). A simulated GlideinWMS frontend (``benchmarks/locality_model.py``) every 5 s
     (first 2.5 s after the submission: half a period, the expected phase of a periodic frontend)
