@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print a TOIL_HTCONDOR_PARAMS line for Toil's HTCondor batch system",
     )
+    expr.add_argument(
+        "--fallback-after",
+        type=int,
+        metavar="SECONDS",
+        help="prefer the data's sites, but run anywhere once queued longer than SECONDS",
+    )
     expr.add_argument("--available-attribute", default="AvailableDatasets")
     expr.add_argument("--partial-attribute", default="PartialDatasets")
     return p
@@ -198,10 +204,12 @@ def _expr(args: argparse.Namespace) -> int:
         attrs = ClassAdConfig(
             available_attribute=args.available_attribute, partial_attribute=args.partial_attribute
         )
+        expressions = job_expressions(
+            datasets, attrs, partial_ok=args.partial_ok, fallback_after_s=args.fallback_after
+        )
     except (InvalidNameError, ValueError) as exc:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    expressions = job_expressions(datasets, attrs, partial_ok=args.partial_ok)
     render = toil_params if args.toil else submit_lines
     print(render(expressions, generic=args.generic), end="")
     return EXIT_OK

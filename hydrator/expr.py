@@ -31,16 +31,25 @@ def _member(dataset: DatasetId, attribute: str) -> str:
 
 
 def job_expressions(
-    datasets: Sequence[DatasetId], attrs: ClassAdConfig, partial_ok: bool = False
+    datasets: Sequence[DatasetId],
+    attrs: ClassAdConfig,
+    partial_ok: bool = False,
+    fallback_after_s: int | None = None,
 ) -> JobExpressions:
     """Expressions for a job needing every dataset in ``datasets`` (in order, deduplicated).
 
     ``partial_ok`` also accepts a site holding part of a dataset (for jobs that can fetch the
     rest). ``rank`` counts the datasets a slot's site holds completely, plus half for partial.
+    ``fallback_after_s`` (seconds, > 0) makes both requirements true anywhere once the job has
+    been queued longer than that: ``(<test>) || (time() - MY.QDate > N)``; the negotiator
+    evaluates ``time()`` at each match, so the job waits for a local slot for N seconds plus
+    up to one negotiation cycle, then runs wherever ``rank`` finds the best free slot.
     """
     unique = list(dict.fromkeys(datasets))
     if not unique:
         raise ValueError("at least one dataset is needed")
+    if fallback_after_s is not None and fallback_after_s <= 0:
+        raise ValueError(f"fallback after {fallback_after_s} s: must be a positive number")
     avail, part = attrs.available_attribute, attrs.partial_attribute
     terms = []
     for d in unique:
@@ -51,7 +60,11 @@ def job_expressions(
         rank += " + 0.5 * sum({" + ", ".join(_member(d, part) for d in unique) + "})"
     generic = f'stringListSubsetMatch(join(",", MY.RequiredDatasets), join(",", TARGET.{avail}))'
     required = "{" + ", ".join(classad2.quote(str(d)) for d in unique) + "}"
-    return JobExpressions(required, " && ".join(terms), rank, generic)
+    requirements = " && ".join(terms)
+    if fallback_after_s is not None:
+        waited = f"(time() - MY.QDate > {fallback_after_s})"
+        requirements, generic = f"({requirements}) || {waited}", f"({generic}) || {waited}"
+    return JobExpressions(required, requirements, rank, generic)
 
 
 def submit_lines(expr: JobExpressions, generic: bool = False) -> str:

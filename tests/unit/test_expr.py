@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import classad2
 import htcondor2  # noqa: F401  (registers join/stringListSubsetMatch)
 import pytest
@@ -77,3 +79,36 @@ def test_toil_line_survives_toils_own_parsing(capsys: pytest.CaptureFixture[str]
     params = {k.strip(): v.strip() for k, v in pairs.items()}
     assert set(params) == {"+RequiredDatasets", "requirements", "rank"}
     assert matches(params["requirements"], "both") and not matches(params["requirements"], "a_only")
+
+
+def test_cli_fallback_after_prints_strict_or_waited(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--fallback-after", "20", str(A)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    strict = f'identicalMember("{A}", TARGET.AvailableDatasets)'
+    assert out == [
+        f'My.RequiredDatasets = {{"{A}"}}',
+        f"requirements = ({strict}) || (time() - MY.QDate > 20)",
+        f"rank = sum({{{strict}}})",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queued_s_ago", "slot", "expected"),
+    [(5, "none", False), (30, "none", True), (5, "both", True)],
+)
+def test_fallback_requirements_open_up_after_the_wait(
+    queued_s_ago: int, slot: str, expected: bool
+) -> None:
+    e = job_expressions([A, B], ClassAdConfig(), fallback_after_s=20)
+    job = classad2.ClassAd({"QDate": int(time.time()) - queued_s_ago})
+    job["Requirements"] = classad2.ExprTree(e.requirements)
+    assert bool(classad2.ClassAd(SLOTS[slot]).matches(job)) is expected
+    generic = classad2.ClassAd({"QDate": job["QDate"], "RequiredDatasets": [str(A), str(B)]})
+    generic["Requirements"] = classad2.ExprTree(e.generic_requirements)
+    assert bool(classad2.ClassAd(SLOTS[slot]).matches(generic)) is expected
+
+
+def test_cli_rejects_a_non_positive_fallback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--fallback-after", "0", str(A)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fallback after 0 s" in err
