@@ -5,9 +5,15 @@ from __future__ import annotations
 import classad2
 import pytest
 
+from hydrator.adapters.htcondor.collector import (
+    Rendered,
+    Target,
+    is_current,
+    plan_merges,
+    plan_site_ads,
+)
+from hydrator.adapters.htcondor.condor_queue import count_demand, required_names, slot_site
 from hydrator.domain import Site
-from hydrator.publishers.collector import Rendered, Target, is_current, plan_merges, plan_site_ads
-from hydrator.publishers.condor_queue import count_demand, required_names, slot_site
 
 NOW = 1_800_000_000.0
 REFRESH = 900.0

@@ -6,8 +6,8 @@ import classad2
 import htcondor2
 import pytest
 
+from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe
 from hydrator.domain import DatasetId, Site
-from hydrator.publishers.condor_queue import CondorPoolProbe
 
 
 def job(required: object, status: int = 2, host: str = "slot1@vm") -> classad2.ClassAd:

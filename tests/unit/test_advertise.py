@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.advertise import AdvertisePolicy, advertise
+from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.domain import (
     DatasetId,
     Replica,
@@ -129,7 +129,7 @@ def _big_view(count: int) -> tuple[SiteView, dict[tuple[Site, DatasetId], Replic
 @pytest.mark.parametrize("limit", [1024, 5000, 60000])
 def test_an_ad_over_max_ad_bytes_is_cut_to_fit_most_demanded_first(limit: int) -> None:
     from hydrator.config import ClassAdConfig
-    from hydrator.render import render_cron
+    from hydrator.core.render import render_cron
 
     attrs = ClassAdConfig()
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import ChangeKind, DatasetId, Plan, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
 

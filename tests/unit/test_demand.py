@@ -11,11 +11,11 @@ import pytest
 import requests
 
 from hydrator.config import parse_config
+from hydrator.core.jobs import AnnotateSettings, Annotator, QueuedJob, ScheddFailure, ScheddQueue
 from hydrator.errors import ConfigError
-from hydrator.http import HttpEndpoint
-from hydrator.jobs import AnnotateSettings, Annotator, QueuedJob, ScheddFailure, ScheddQueue
-from hydrator.report import cycle_json
-from hydrator.wiring import build_service
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.report import cycle_json
+from hydrator.runtime.wiring import build_service
 from tests.unit.test_jobs import Scripted
 
 INVENTORY = (
@@ -128,7 +128,7 @@ def test_bad_jobs_settings_name_the_key(jobs: dict[str, Any], key: str, tmp_path
 
 
 def test_a_constraint_that_is_not_a_classad_expression_is_a_config_error(tmp_path: Path) -> None:
-    from hydrator.publishers import schedd_jobs
+    from hydrator.adapters.htcondor import schedd_jobs
 
     config = parse_config(
         {"sources": [{"type": "static", "path": "i"}], "jobs": {"constraint": "JobStatus =="}},

@@ -6,10 +6,10 @@ import classad2
 import htcondor2  # noqa: F401  (registers join/stringListSubsetMatch)
 import pytest
 
-from hydrator.cli import main
 from hydrator.config import ClassAdConfig
+from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
-from hydrator.expr import job_expressions
+from hydrator.runtime.cli import main
 
 A, B = DatasetId("ska", "obs_1234"), DatasetId("cms", "/Prim/Proc/AOD#1a2b")
 SLOTS = {

@@ -22,9 +22,9 @@ import requests
 
 from hydrator.config import parse_config
 from hydrator.errors import ConfigError
-from hydrator.http import HttpEndpoint
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 
 INVENTORY = (
     '[storage.A]\nsite = "SITE_A"\navailable = ["ska:x", "ska:y"]\npartial = { "ska:p" = 0.4 }\n'

@@ -9,9 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.domain import Site, SiteView, merge_replicas, site_contents
-from hydrator.errors import PublishError
-from hydrator.jobs import (
+from hydrator.core.jobs import (
     AnnotateSettings,
     Annotation,
     Annotator,
@@ -25,6 +23,8 @@ from hydrator.jobs import (
     site_demand,
     state_epoch,
 )
+from hydrator.domain import Site, SiteView, merge_replicas, site_contents
+from hydrator.errors import PublishError
 from tests.unit.factories import rep, t
 
 S = Site
@@ -211,7 +211,7 @@ def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
     ]
     adapter.refuse = {"s1"}
     annotator = Annotator(adapter, AnnotateSettings())
-    with caplog.at_level(logging.INFO, logger="hydrator.jobs"):
+    with caplog.at_level(logging.INFO, logger="hydrator.core.jobs"):
         reports = [annotator.run(VIEWS, EPOCH) for _ in range(5)]
     assert [len(r.failed_schedds) for r in reports] == [1, 2, 2, 2, 1]
     assert [r.refused_schedds for r in reports] == [("s1",), ("s1",), ("s1",), (), ("s1",)]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from hydrator.core.locality import PoolJob, PoolSlot, locality_report
 from hydrator.domain import DatasetId, Site, SiteView
-from hydrator.locality import PoolJob, PoolSlot, locality_report
 
 X, Y, Z, W, V = (DatasetId("ska", n) for n in "xyzwv")
 VIEWS = {

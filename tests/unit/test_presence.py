@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.cli import main
+from hydrator.runtime.cli import main
 
 
 @pytest.fixture()

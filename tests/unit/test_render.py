@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.config import ClassAdConfig
+from hydrator.core.render import CRON_UPDATE_LINE, render_cron, site_classad
 from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, content_digest
-from hydrator.render import CRON_UPDATE_LINE, render_cron, site_classad
 
 ATTRS = ClassAdConfig()
 EXPECTED_ATTRS = {

@@ -11,7 +11,7 @@ from datetime import UTC
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from hydrator.scheduler import schedule_cycles
+from hydrator.runtime.scheduler import schedule_cycles
 
 
 def test_a_long_cycle_is_reported_once_with_its_duration_not_every_interval(

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.static import StaticSource
+from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
-from hydrator.publishers import PublishReport
-from hydrator.service import Service
-from hydrator.sources import FetchContext
-from hydrator.sources.static import StaticSource
-from hydrator.state import SqliteStateStore
+from hydrator.runtime.service import Service
 from tests.unit.factories import t
 
 
@@ -219,8 +219,8 @@ class Probe:
         self.fail = fail
 
     def jobs_and_slots(self) -> tuple[list[object], list[object]]:
+        from hydrator.core.locality import PoolJob, PoolSlot
         from hydrator.domain import DatasetId
-        from hydrator.locality import PoolJob, PoolSlot
 
         if self.fail:
             raise PublishError("schedd did not answer")
@@ -333,7 +333,7 @@ def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
     unadvertised = {"site": "A", "reason": "over_size"}
     m = service.metrics.registry.get_sample_value
 
-    with caplog.at_level("INFO", logger="hydrator.service"):
+    with caplog.at_level("INFO", logger="hydrator.runtime.service"):
         for _ in range(2):
             service.run_cycle()
             body = service.published.ads[Site("A")].body

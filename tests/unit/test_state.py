@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.cli import main as cli_main
+from hydrator.adapters.sources.static import StaticSource
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import DatasetId, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
-from hydrator.service import Service
-from hydrator.sources.static import StaticSource
-from hydrator.state import SqliteStateStore, StateLock
+from hydrator.runtime.cli import main as cli_main
+from hydrator.runtime.service import Service
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy()
@@ -77,8 +77,8 @@ def test_unwritable_location_is_a_state_error(tmp_path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import sys
-    from hydrator.core import Policy, plan_cycle
-    from hydrator.state import SqliteStateStore
+    from hydrator.core.plan import Policy, plan_cycle
+    from hydrator.adapters.state.sqlite import SqliteStateStore
     from tests.unit.factories import rep, snap, t
     store = SqliteStateStore(__import__("pathlib").Path(sys.argv[1]))
     n = int(sys.argv[2])
@@ -164,7 +164,7 @@ def test_invalid_rows_are_counted_and_left_out(
 
 def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
     from hydrator.config import parse_config
-    from hydrator.service import Service
+    from hydrator.runtime.service import Service
 
     path = tmp_path / "s.sqlite"
     _saved(path)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.static import StaticSource
 from hydrator.domain import ReplicaState, Transfer
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.sources import FetchContext
-from hydrator.sources.static import StaticSource
 
 CTX = FetchContext(now=datetime(2026, 11, 22, tzinfo=UTC))
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hydrator.core.jobs import JobsReport
 from hydrator.domain import Change, SiteView, SourceStatus
-from hydrator.jobs import JobsReport
-from hydrator.observe import cycle_fields
+from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
-    from hydrator.service import CycleReport, Published
+    from hydrator.runtime.service import CycleReport, Published
 
 
 def site_json(view: SiteView) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hydrator.adapters.sources import FetchContext
 from hydrator.config import StaticSourceConfig
 from hydrator.domain import (
     DatasetId,
@@ -44,7 +45,6 @@ from hydrator.domain import (
     holding,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.sources import FetchContext
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ _KEYS = {"site", "available", "partial", "replicating", "stuck"}
 
 
 class StaticSource:
-    """:class:`~hydrator.sources.Source` over an inventory file."""
+    """:class:`~hydrator.adapters.sources.Source` over an inventory file."""
 
     def __init__(
         self,

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hydrator.advertise import Advertised
+from hydrator.core.advertise import Advertised
+from hydrator.core.jobs import JobsReport
+from hydrator.core.locality import LocalityReport
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
-from hydrator.jobs import JobsReport
-from hydrator.locality import LocalityReport
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

@@ -10,7 +10,7 @@ counts idle jobs per dataset; names that are not valid dataset ids are skipped a
 
 :class:`CondorPoolProbe` reads data-bound jobs (idle and running, with the site of the slot a
 running job occupies) and every slot with its site, for the matchmaking-quality metrics
-(:mod:`hydrator.locality`).
+(:mod:`hydrator.core.locality`).
 
 ``htcondor2`` raises builtin exceptions; a schedd that cannot be read is skipped (counted in
 ``failed_schedds``); if the collector cannot be read, or no schedd could be, the result is
@@ -28,9 +28,9 @@ from typing import Any
 
 import htcondor2
 
+from hydrator.core.locality import PoolJob, PoolSlot
 from hydrator.domain import DatasetId, InvalidNameError, Site
 from hydrator.errors import PublishError
-from hydrator.locality import PoolJob, PoolSlot
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def slot_site(site_of: Mapping[str, Site], slot_name: str) -> Site | None:
 
 
 class CondorPoolProbe:
-    """:class:`~hydrator.locality.PoolProbe` over a pool's collector and schedds."""
+    """:class:`~hydrator.core.locality.PoolProbe` over a pool's collector and schedds."""
 
     def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:
         self._collector = collector

@@ -1,11 +1,12 @@
 """The HTTP server: a child process serving, with aiohttp, the files the daemon writes.
 
-The daemon (:class:`hydrator.http.HttpEndpoint`) binds the public socket, writes what is to be
-served into a private directory after each cycle (each file atomically: temp file, fsync,
-rename), and starts this module with ``subprocess`` (``python -m hydrator.web``; exec, not
-fork) and the socket as an inherited descriptor. Nothing else passes between the two processes:
-the daemon never waits for this one, and this one exits when its standard input (a pipe the
-daemon holds open) ends, i.e. when the daemon stops or dies, and then removes the directory.
+The daemon (:class:`~hydrator.runtime.http.HttpEndpoint`) binds the public socket, writes what
+is to be served into a private directory after each cycle (each file atomically: temp file,
+fsync, rename), and starts this module with ``subprocess`` (``python -m
+hydrator.adapters.http.server``; exec, not fork) and the socket as an inherited descriptor.
+Nothing else passes between the two processes: the daemon never waits for this one, and this one
+exits when its standard input (a pipe the daemon holds open) ends, i.e. when the daemon stops or
+dies, and then removes the directory.
 
 Why a process of its own: a cycle is CPU-bound Python, and in the daemon's process it would
 stall the server through the GIL (``benchmarks/ANALYSIS.md``). Why aiohttp: ``docs/http.md``.
@@ -63,10 +64,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-from hydrator.observe import setup_logging
-from hydrator.render import etag
+from hydrator.core.render import etag
+from hydrator.runtime.observe import setup_logging
 
-log = logging.getLogger("hydrator.web")
+log = logging.getLogger("hydrator.adapters.http.server")
 
 CLASSAD_TYPE = "text/plain; charset=utf-8"
 JSON_TYPE = "application/json"
@@ -92,7 +93,7 @@ ROUTES = (
     Route("json", "/v1/demand", "demand.json", JSON_TYPE),
 )
 """What the daemon writes and this process serves; a new JSON view is one more line here and
-one in :data:`hydrator.http.DOCUMENTS`."""
+one in :data:`hydrator.runtime.http.DOCUMENTS`."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def healthz(status: dict[str, object], now: float) -> tuple[int, str]:
 
 def readyz(status: dict[str, object]) -> tuple[int, str]:
     """``200`` once the daemon says every source answered once or has last-known-good state,
-    else ``503``; the body says why (:meth:`hydrator.service.Service.readiness`)."""
+    else ``503``; the body says why (:meth:`hydrator.runtime.service.Service.readiness`)."""
     reason = str(status["reason"])
     return (200, f"ready: {reason}\n") if status["ready"] else (503, f"not ready: {reason}\n")
 
@@ -330,7 +331,7 @@ def raise_descriptor_limit(wanted: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hydrator.web", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hydrator.adapters.http.server", description=__doc__)
     p.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     p.add_argument("--dir", type=Path, required=True, help="the files the daemon writes")
     for name in ("max-age-s", "stale-if-error-s", "max-connections", "max-header-bytes"):

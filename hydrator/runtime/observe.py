@@ -13,8 +13,8 @@ from hydrator.domain import ChangeKind, SourceStatus
 from hydrator.redact import redact
 
 if TYPE_CHECKING:
-    from hydrator.metrics import Metrics
-    from hydrator.service import CycleReport, Published
+    from hydrator.runtime.metrics import Metrics
+    from hydrator.runtime.service import CycleReport, Published
 
 log = logging.getLogger("hydrator.cycle")
 
@@ -101,7 +101,7 @@ def setup_logging(fmt: str, level: str) -> None:
 def adopt_library_loggers() -> None:
     """Remove the handlers a library gave its own loggers, so their records propagate to the
     root handler and its redacting formatter. rucio-clients adds a coloured stderr handler to
-    its ``baseclient`` logger when imported: :mod:`hydrator.sources.rucio` calls this after
+    its ``baseclient`` logger when imported: :mod:`hydrator.adapters.sources.rucio` calls this after
     importing it."""
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger) and logger.handlers:

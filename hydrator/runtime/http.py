@@ -14,7 +14,8 @@
 :class:`HttpEndpoint` binds the public socket (a busy address is a
 :class:`~hydrator.errors.ConfigError` at start-up), writes what is served into a private
 directory after every cycle, each file atomically (temp file, fsync, rename), and starts the
-server (:mod:`hydrator.web`, aiohttp) as a child process that inherits the socket and serves
+server (:mod:`hydrator.adapters.http.server`, aiohttp) as a child process that inherits the
+socket and serves
 those files. The daemon never waits for the server: if it is slow, stopped or dead, cycles go on
 and only the files change. A server that exits is started again (the socket stays open
 meanwhile, so clients wait in the accept queue rather than being refused); the server exits when
@@ -42,9 +43,9 @@ from prometheus_client import generate_latest
 from hydrator.config import HttpConfig
 from hydrator.domain import Site
 from hydrator.errors import ConfigError
-from hydrator.observe import JsonFormatter
-from hydrator.report import demand_json, site_json, sites_json
-from hydrator.service import Service
+from hydrator.runtime.observe import JsonFormatter
+from hydrator.runtime.report import demand_json, site_json, sites_json
+from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ DOCUMENTS: dict[str, Callable[[Service], Any]] = {
     "sites.json": lambda service: sites_json(service.published),
     "demand.json": lambda service: demand_json(service.published),
 }
-"""JSON views rewritten after every cycle: file name -> builder (see :data:`hydrator.web.ROUTES`
-for the URL of each)."""
+"""JSON views rewritten after every cycle: file name -> builder (see
+:data:`hydrator.adapters.http.server.ROUTES` for the URL of each)."""
 
 
 def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.socket:
@@ -191,7 +192,8 @@ class HttpEndpoint:
         )
         # -P: the working directory (the state directory, say) is not put on sys.path
         return [
-            *(sys.executable, "-P", "-m", "hydrator.web", "--fd", str(self.sock.fileno())),
+            *(sys.executable, "-P", "-m", "hydrator.adapters.http.server"),
+            *("--fd", str(self.sock.fileno())),
             *("--dir", str(self.directory), "--max-age-s", str(c.max_age_s)),
             *("--stale-if-error-s", str(c.stale_if_error_s)),
             *("--max-connections", str(c.max_connections)),

@@ -21,7 +21,7 @@ This module is the decision, with no I/O: :func:`annotate_values` computes the v
 jobs carry and returns the edits, one :class:`GroupEdit` per (schedd, distinct value) covering
 every job of that group that needs it, within a budget; :func:`site_demand` counts the jobs per
 site for ``GET /v1/demand``. :class:`Annotator` sequences a cycle over a :class:`QueueAdapter`
-(the htcondor2 module :mod:`hydrator.publishers.schedd_jobs`).
+(the htcondor2 module :mod:`hydrator.adapters.htcondor.schedd_jobs`).
 
 Definitions: an **edit** is one group written (the budget unit, ``max_edits_per_cycle``); it
 costs one ``Schedd.edit`` call (an **edit call**) per attribute that changed, as HTCondor edits
@@ -37,9 +37,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hydrator.core.locality import SiteSets, site_sets
 from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView
 from hydrator.errors import PublishError
-from hydrator.locality import SiteSets, site_sets
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def state_epoch(views: Mapping[Site, SiteView], fallback_s: int) -> int:
 
 
 class QueueAdapter(Protocol):
-    """Reads and edits the schedds' queues (:mod:`hydrator.publishers.schedd_jobs`)."""
+    """Reads and edits the schedds' queues (:mod:`hydrator.adapters.htcondor.schedd_jobs`)."""
 
     def read(self) -> list[ScheddQueue | ScheddFailure]:
         """Every schedd's idle data-bound jobs; raises PublishError if no schedd can be listed."""

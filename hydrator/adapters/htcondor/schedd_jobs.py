@@ -1,12 +1,12 @@
 """Read and edit idle jobs on the schedds (the one module that edits jobs with htcondor2).
 
-:class:`ScheddJobs` is the :class:`~hydrator.jobs.QueueAdapter` of :mod:`hydrator.jobs`:
+:class:`ScheddJobs` is the :class:`~hydrator.core.jobs.QueueAdapter` of :mod:`hydrator.core.jobs`:
 
 * **read**: the schedds named in ``[jobs] schedds`` (``Collector.locate``), or every schedd the
   collector knows (``locateAll``); each is asked for its idle jobs matching the configured
   constraint, always ANDed with ``JobStatus == 1`` (never a running or held job), projected to
   the job id, ``RequiredDatasets`` and the attributes the annotator owns.
-  A schedd that cannot be located or read is a :class:`~hydrator.jobs.ScheddFailure`, never an
+  A schedd that cannot be located or read is a :class:`~hydrator.core.jobs.ScheddFailure`, never an
   empty queue. A schedd seen before that has no collector ad now (a restarting schedd has none
   for 10-20 s, FACTS.md) is reported failed until it is back, or forgotten after
   :data:`FORGET_AFTER_S`.
@@ -32,9 +32,14 @@ from typing import Any
 import classad2
 import htcondor2
 
+from hydrator.adapters.htcondor.condor_queue import (
+    HTCONDOR_ERRORS,
+    IDLE,
+    REQUIRED_ATTRIBUTE,
+    required_names,
+)
 from hydrator.config import CollectorConfig, JobsConfig
-from hydrator.errors import ConfigError, PublishError
-from hydrator.jobs import (
+from hydrator.core.jobs import (
     FieldEdit,
     GroupEdit,
     JobField,
@@ -43,12 +48,7 @@ from hydrator.jobs import (
     ScheddQueue,
     Value,
 )
-from hydrator.publishers.condor_queue import (
-    HTCONDOR_ERRORS,
-    IDLE,
-    REQUIRED_ATTRIBUTE,
-    required_names,
-)
+from hydrator.errors import ConfigError, PublishError
 
 log = logging.getLogger(__name__)
 

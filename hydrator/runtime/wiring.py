@@ -1,4 +1,4 @@
-"""Builds a :class:`~hydrator.service.Service` from a :class:`~hydrator.config.Config`.
+"""Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`.
 
 Adapters are imported only when configured, so a static-only setup never imports rucio-clients
 or talks to HTCondor.
@@ -12,19 +12,19 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from hydrator.adapters.htcondor import Publisher
+from hydrator.adapters.sources import Source
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
 from hydrator.config import Config, SourceConfig
+from hydrator.core.jobs import AnnotateSettings, Annotator
 from hydrator.errors import ConfigError, StateError
-from hydrator.jobs import AnnotateSettings, Annotator
-from hydrator.metrics import Metrics
-from hydrator.publishers import Publisher
-from hydrator.service import Demand, Service
-from hydrator.sources import Source
-from hydrator.state import SqliteStateStore, StateLock, reset_state
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.service import Demand, Service
 
 _SOURCE_MODULES = {
-    "static": "hydrator.sources.static",
-    "rucio": "hydrator.sources.rucio",
-    "dmapi": "hydrator.sources.dmapi",
+    "static": "hydrator.adapters.sources.static",
+    "rucio": "hydrator.adapters.sources.rucio",
+    "dmapi": "hydrator.adapters.sources.dmapi",
 }
 
 
@@ -40,7 +40,7 @@ def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
     if config.collector.token_dir is not None:
         # read by the HTCondor library when it first loads its configuration
         os.environ.setdefault("_CONDOR_SEC_TOKEN_DIRECTORY", str(config.collector.token_dir))
-    module: Any = importlib.import_module("hydrator.publishers.collector")
+    module: Any = importlib.import_module("hydrator.adapters.htcondor.collector")
     publisher: Publisher = module.build(config.collector, config.classad)
     demand: Demand | None = getattr(publisher, "demand", None)
     return [publisher], demand
@@ -50,7 +50,7 @@ def build_annotator(config: Config) -> Annotator | None:
     """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
     if not config.jobs.annotate:
         return None
-    module: Any = importlib.import_module("hydrator.publishers.schedd_jobs")
+    module: Any = importlib.import_module("hydrator.adapters.htcondor.schedd_jobs")
     settings = AnnotateSettings(
         desired_sites=bool(config.jobs.desired_sites_attribute),
         overwrite_desired_sites=config.jobs.overwrite_desired_sites,

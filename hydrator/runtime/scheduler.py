@@ -27,8 +27,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError
-from hydrator.http import HttpEndpoint
-from hydrator.service import Service
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 # APScheduler's message for a run skipped because the previous one still runs (3.x, in

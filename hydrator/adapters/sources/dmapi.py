@@ -63,6 +63,8 @@ from urllib.parse import quote
 
 import requests
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources._http import HttpClient, RetryPolicy, Run
 from hydrator.config import DmapiSourceConfig
 from hydrator.domain import (
     DatasetId,
@@ -75,8 +77,6 @@ from hydrator.domain import (
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import checked_secret, read_secret
-from hydrator.sources import FetchContext
-from hydrator.sources._http import HttpClient, RetryPolicy, Run
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from hydrator import __version__
 from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
-from hydrator.observe import cycle_fields, setup_logging
+from hydrator.runtime.observe import cycle_fields, setup_logging
 
 if TYPE_CHECKING:
-    from hydrator.service import CycleReport
+    from hydrator.runtime.service import CycleReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -111,15 +111,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(config: Config, reset: bool) -> int:
-    from hydrator.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
-    from hydrator.wiring import build_service  # noqa: PLC0415
+    from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
+    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
     return run_daemon(config, build_service(config, reset=reset))
 
 
 def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
-    from hydrator.report import cycle_json  # noqa: PLC0415
-    from hydrator.wiring import build_service  # noqa: PLC0415
+    from hydrator.runtime.report import cycle_json  # noqa: PLC0415
+    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
     if dry_run and reset:
         raise ConfigError("--reset-state", "writes the state; not with --dry-run")
@@ -157,8 +157,8 @@ def _described(replica: Replica | None) -> str:
 
 
 def _show(config: Config, site: str | None) -> int:
-    from hydrator.service import render_ads  # noqa: PLC0415
-    from hydrator.state import SqliteStateStore  # noqa: PLC0415
+    from hydrator.adapters.state.sqlite import SqliteStateStore  # noqa: PLC0415
+    from hydrator.runtime.service import render_ads  # noqa: PLC0415
 
     path = config.daemon.state_path
     if not path.exists():
@@ -191,7 +191,7 @@ def _show(config: Config, site: str | None) -> int:
 
 
 def _expr(args: argparse.Namespace) -> int:
-    from hydrator.expr import job_expressions, submit_lines, toil_params  # noqa: PLC0415
+    from hydrator.core.expr import job_expressions, submit_lines, toil_params  # noqa: PLC0415
 
     try:
         datasets = [DatasetId.parse(d) for d in args.datasets]

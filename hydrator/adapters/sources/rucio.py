@@ -86,6 +86,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rucio.client import Client
 from rucio.common import exception as rucio_exc
 
+from hydrator.adapters.sources import FetchContext
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import (
     DatasetId,
@@ -98,9 +99,8 @@ from hydrator.domain import (
     holding,
 )
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
-from hydrator.observe import adopt_library_loggers
 from hydrator.redact import read_secret, redact
-from hydrator.sources import FetchContext
+from hydrator.runtime.observe import adopt_library_loggers
 
 log = logging.getLogger(__name__)
 adopt_library_loggers()  # rucio's own stderr handler would bypass the redacting formatter
@@ -235,7 +235,7 @@ def build(config: RucioSourceConfig, sites: Mapping[str, str]) -> RucioSource:
 
 
 class RucioSource:
-    """A :class:`~hydrator.sources.Source` reading one Rucio server.
+    """A :class:`~hydrator.adapters.sources.Source` reading one Rucio server.
 
     ``sleep`` is the backoff clock (seconds). After each fetch,
     ``calls_last_fetch`` maps client method -> API calls made (retries included) and

@@ -1,6 +1,6 @@
 """The service: one cycle as a plain call (:meth:`Service.run_cycle`), plus what the HTTP
-endpoint serves between cycles. Scheduling lives in :mod:`hydrator.scheduler`; the decision in
-:mod:`hydrator.core`; this module only sequences fetch -> plan -> save -> publish.
+endpoint serves between cycles. Scheduling lives in :mod:`.scheduler`; the decision in
+:mod:`hydrator.core.plan`; this module only sequences fetch -> plan -> save -> publish.
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from hydrator.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.adapters.htcondor import Publisher, PublishReport
+from hydrator.adapters.sources import FetchContext, Source
+from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import ClassAdConfig, Config
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.core.jobs import Annotator, JobsReport, SiteDemand
+from hydrator.core.locality import PoolProbe, locality_report
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.domain import (
     DatasetId,
     Plan,
@@ -29,15 +35,9 @@ from hydrator.domain import (
     State,
 )
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
-from hydrator.jobs import Annotator, JobsReport, SiteDemand
-from hydrator.locality import PoolProbe, locality_report
-from hydrator.metrics import Metrics
-from hydrator.observe import log_cycle, record_cycle
-from hydrator.publishers import Publisher, PublishReport
 from hydrator.redact import redact
-from hydrator.render import etag, published_updated, render_cron
-from hydrator.sources import FetchContext, Source
-from hydrator.state import StateStore
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import log_cycle, record_cycle
 
 log = logging.getLogger(__name__)
 

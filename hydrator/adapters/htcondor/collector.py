@@ -3,7 +3,7 @@
 Two kinds of update, both through ``htcondor2.Collector.advertise``:
 
 * **site ads**: one generic ad per site, ``MyType = "DataLocality"``, ``Name`` = the site, with
-  the site ClassAd's attributes (:func:`hydrator.render.site_classad`), so that
+  the site ClassAd's attributes (:func:`hydrator.core.render.site_classad`), so that
   ``condor_status -any -constraint 'MyType == "DataLocality"'`` shows what the pool knows.
   Sent (``UPDATE_AD_GENERIC``) when missing, different, or not refreshed for ``refresh_s``;
   they carry ``ClassAdLifetime`` so they expire if the hydrator stops. A site that went away is
@@ -33,12 +33,12 @@ from typing import Any
 import classad2
 import htcondor2
 
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
 from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.render import site_classad
 from hydrator.domain import DatasetId, Site, SiteView
 from hydrator.errors import PublishError
-from hydrator.publishers import PublishReport
-from hydrator.publishers.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
-from hydrator.render import site_classad
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 class CollectorPublisher:
-    """:class:`~hydrator.publishers.Publisher` into one collector (see the module docstring)."""
+    """:class:`~hydrator.adapters.htcondor.Publisher` into one collector (see the module doc)."""
 
     def __init__(
         self,
@@ -304,5 +304,5 @@ def _connect(config: CollectorConfig) -> htcondor2.Collector:
 
 
 def build(config: CollectorConfig, attrs: ClassAdConfig) -> CollectorPublisher:
-    """The publisher for ``[collector]`` (called by :mod:`hydrator.wiring`)."""
+    """The publisher for ``[collector]`` (called by :mod:`hydrator.runtime.wiring`)."""
     return CollectorPublisher(config, attrs)
