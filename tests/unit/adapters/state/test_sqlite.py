@@ -103,7 +103,7 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
         [sys.executable, "-c", WRITER, str(path), str(n)],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[4],
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "writing"
