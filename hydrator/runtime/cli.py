@@ -18,10 +18,11 @@ from hydrator import __version__
 from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
-from hydrator.runtime.observe import cycle_fields, setup_logging
+from hydrator.logs import setup_logging
+from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
-    from hydrator.runtime.service import CycleReport
+    from hydrator.runtime.outcome import CycleReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

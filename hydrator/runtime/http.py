@@ -43,7 +43,7 @@ from prometheus_client import generate_latest
 from hydrator.config import HttpConfig
 from hydrator.domain import Site
 from hydrator.errors import ConfigError
-from hydrator.runtime.observe import JsonFormatter
+from hydrator.logs import JsonFormatter
 from hydrator.runtime.report import demand_json, site_json, sites_json
 from hydrator.runtime.service import Service
 

@@ -9,7 +9,7 @@ from hydrator.domain import Change, SiteView, SourceStatus
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
-    from hydrator.runtime.service import CycleReport, Published
+    from hydrator.runtime.outcome import CycleReport, Published
 
 
 def site_json(view: SiteView) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
@@ -20,7 +20,7 @@ from hydrator.adapters.sources import FetchContext, Source
 from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import ClassAdConfig, Config
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
-from hydrator.core.jobs import Annotator, JobsReport, SiteDemand
+from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.render import etag, published_updated, render_cron
@@ -31,13 +31,13 @@ from hydrator.domain import (
     SiteView,
     SourceFailure,
     SourceOutcome,
-    SourceStatus,
     State,
 )
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
+from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 
 log = logging.getLogger(__name__)
 
@@ -46,41 +46,6 @@ Demand = Callable[[], Mapping[DatasetId, int]]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class SiteAd:
-    """A site's published ClassAd, ready to serve: old-syntax body and its entity tag."""
-
-    view: SiteView
-    body: bytes
-    etag: str
-
-
-@dataclass(frozen=True)
-class Published:
-    """What the HTTP endpoint serves; immutable, replaced whole after each cycle."""
-
-    ads: Mapping[Site, SiteAd] = field(default_factory=dict)
-    sources: tuple[SourceStatus, ...] = ()
-    generated: datetime | None = None
-    demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
-
-
-@dataclass(frozen=True)
-class CycleReport:
-    """The result of one cycle. ``outcome``: ok, degraded (a source stale or a publisher
-    failed), failed (nothing saved), abandoned (stopped before saving)."""
-
-    started: datetime
-    duration_s: float
-    outcome: str
-    plan: Plan | None = None
-    rows_written: int = 0
-    published: Mapping[str, PublishReport] = field(default_factory=dict)
-    publish_errors: Mapping[str, str] = field(default_factory=dict)
-    error: str | None = None
-    jobs: JobsReport | None = None  # None: job annotation off, or not run (dry run)
 
 
 def render_ads(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hydrator.errors import PermanentSourceError
+from hydrator.logs import JsonFormatter, TextFormatter, setup_logging
 from hydrator.redact import checked_secret, escape_controls, read_secret, redact
-from hydrator.runtime.observe import JsonFormatter, TextFormatter, setup_logging
 
 TIMESTAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
 

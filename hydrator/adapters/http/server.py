@@ -65,7 +65,7 @@ from prometheus_client import (
 )
 
 from hydrator.core.render import etag
-from hydrator.runtime.observe import setup_logging
+from hydrator.logs import setup_logging
 
 log = logging.getLogger("hydrator.adapters.http.server")
 

@@ -99,8 +99,8 @@ from hydrator.domain import (
     holding,
 )
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
+from hydrator.logs import adopt_library_loggers
 from hydrator.redact import read_secret, redact
-from hydrator.runtime.observe import adopt_library_loggers
 
 log = logging.getLogger(__name__)
 adopt_library_loggers()  # rucio's own stderr handler would bypass the redacting formatter

@@ -14,7 +14,7 @@ from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources._http import parse_retry_after
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.runtime.observe import setup_logging
+from hydrator.logs import setup_logging
 from tests.sources.dmapi.conftest import FakeClock, MakeSource
 from tests.support.fake_dmapi import (
     DM_AUDIENCE,
