@@ -1,62 +1,110 @@
 """Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`.
 
-Adapters are imported only when configured, so a static-only setup never imports rucio-clients
-or talks to HTCondor.
+Each adapter has one typed factory here, found through a mapping from its configuration type
+(:data:`SOURCE_FACTORIES`); no adapter is found by a string. A factory imports its adapter
+module when called, so a static-only setup never imports rucio-clients or htcondor2.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydrator.adapters.htcondor import Publisher
 from hydrator.adapters.sources import Source
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
-from hydrator.config import Config, SourceConfig
-from hydrator.core.jobs import AnnotateSettings, Annotator
+from hydrator.config import (
+    ClassAdConfig,
+    CollectorConfig,
+    Config,
+    DmapiSourceConfig,
+    JobsConfig,
+    RucioSourceConfig,
+    SourceConfig,
+    StaticSourceConfig,
+)
+from hydrator.core.jobs import AnnotateSettings, Annotator, QueueAdapter
+from hydrator.core.locality import PoolProbe
 from hydrator.errors import ConfigError, StateError
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Demand, Service
 
-_SOURCE_MODULES = {
-    "static": "hydrator.adapters.sources.static",
-    "rucio": "hydrator.adapters.sources.rucio",
-    "dmapi": "hydrator.adapters.sources.dmapi",
+if TYPE_CHECKING:
+    from hydrator.adapters.htcondor.collector import CollectorPublisher
+
+
+def static_source(config: StaticSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "static"``: an inventory file."""
+    from hydrator.adapters.sources import static  # noqa: PLC0415  (lazy)
+
+    return static.build(config, sites)
+
+
+def rucio_source(config: RucioSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "rucio"``: imports rucio-clients."""
+    from hydrator.adapters.sources import rucio  # noqa: PLC0415  (lazy)
+
+    return rucio.build(config, sites)
+
+
+def dmapi_source(config: DmapiSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "dmapi"``: the SKA Data Management API over requests."""
+    from hydrator.adapters.sources import dmapi  # noqa: PLC0415  (lazy)
+
+    return dmapi.build(config, sites)
+
+
+SourceFactory = Callable[[Any, Mapping[str, str]], Source]
+SOURCE_FACTORIES: Mapping[type, SourceFactory] = {
+    StaticSourceConfig: static_source,
+    RucioSourceConfig: rucio_source,
+    DmapiSourceConfig: dmapi_source,
 }
+"""Configuration type -> factory; ``tests/unit/runtime/test_wiring.py`` checks that every
+member of :data:`~hydrator.config.SourceConfig` has one whose parameter is that type."""
 
 
 def build_source(config: SourceConfig, sites: Mapping[str, str]) -> Source:
-    module: Any = importlib.import_module(_SOURCE_MODULES[config.type])
-    source: Source = module.build(config, sites)
-    return source
+    return SOURCE_FACTORIES[type(config)](config, sites)
 
 
-def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None]:
-    if not config.collector.enabled:
-        return [], None
-    if config.collector.token_dir is not None:
+def collector_publisher(config: CollectorConfig, attrs: ClassAdConfig) -> CollectorPublisher:
+    """``[collector]``: imports htcondor2 (after pointing it at ``token_dir``)."""
+    if config.token_dir is not None:
         # read by the HTCondor library when it first loads its configuration
-        os.environ.setdefault("_CONDOR_SEC_TOKEN_DIRECTORY", str(config.collector.token_dir))
-    module: Any = importlib.import_module("hydrator.adapters.htcondor.collector")
-    publisher: Publisher = module.build(config.collector, config.classad)
-    demand: Demand | None = getattr(publisher, "demand", None)
-    return [publisher], demand
+        os.environ.setdefault("_CONDOR_SEC_TOKEN_DIRECTORY", str(config.token_dir))
+    from hydrator.adapters.htcondor import collector  # noqa: PLC0415  (lazy)
+
+    return collector.build(config, attrs)
+
+
+def schedd_queues(config: JobsConfig, collector: CollectorConfig) -> QueueAdapter:
+    """``[jobs]``: the schedds' queues, through htcondor2."""
+    from hydrator.adapters.htcondor import schedd_jobs  # noqa: PLC0415  (lazy)
+
+    return schedd_jobs.build(config, collector)
+
+
+def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None, PoolProbe | None]:
+    """The collector publisher when ``[collector]`` is on, its queue demand and pool probe."""
+    if not config.collector.enabled:
+        return [], None, None
+    publisher = collector_publisher(config.collector, config.classad)
+    return [publisher], publisher.demand, publisher.probe
 
 
 def build_annotator(config: Config) -> Annotator | None:
     """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
     if not config.jobs.annotate:
         return None
-    module: Any = importlib.import_module("hydrator.adapters.htcondor.schedd_jobs")
     settings = AnnotateSettings(
         desired_sites=bool(config.jobs.desired_sites_attribute),
         overwrite_desired_sites=config.jobs.overwrite_desired_sites,
         max_edits=config.jobs.max_edits_per_cycle,
     )
-    return Annotator(module.build(config.jobs, config.collector), settings)
+    return Annotator(schedd_queues(config.jobs, config.collector), settings)
 
 
 def build_service(
@@ -93,8 +141,11 @@ def build_service(
 
 def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Service:
     sources = [build_source(s, config.sites) for s in config.sources]
-    publishers, demand = build_publishers(config)
-    if any(getattr(s, "datasets_from_queue", False) for s in config.sources) and demand is None:
+    publishers, demand, pool_probe = build_publishers(config)
+    from_queue = any(
+        isinstance(s, DmapiSourceConfig) and s.datasets_from_queue for s in config.sources
+    )
+    if from_queue and demand is None:
         raise ConfigError(
             "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
         )
@@ -103,8 +154,7 @@ def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -
             "classad.advertise", '"demand" needs [collector] enabled = true to read the queues'
         )
     # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
-    probes = [getattr(p, "probe", None) for p in publishers]
-    probe = probes[0] if probes and config.collector.locality_metrics else None
+    probe = pool_probe if config.collector.locality_metrics else None
     return Service(
         config,
         sources=sources,
