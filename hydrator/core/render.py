@@ -24,7 +24,6 @@ import re
 from collections.abc import Iterable
 
 import classad2
-import htcondor2  # noqa: F401  (registers stringList*/join, which rendered ads may be evaluated with)
 
 from hydrator.config import ClassAdConfig
 from hydrator.domain import NAME_PATTERN, SCOPE_PATTERN, DatasetId, SiteView
