@@ -1,7 +1,9 @@
-"""Publishers push the rendered site ads somewhere the matchmaker sees them.
+"""The HTCondor adapter: everything that talks to the pool through ``htcondor2``.
 
-The HTTP endpoint (pull, for the execute-node hook) is not a publisher: it serves the saved
-state. Publishers push (the collector). Each is one adapter module behind :class:`Publisher`.
+``collector.py`` publishes: it pushes the rendered site ads where the matchmaker sees them,
+behind :class:`Publisher` (the HTTP endpoint, pull for the execute-node hook, is not a
+publisher: it serves the saved state). ``condor_queue.py`` reads queued jobs and slots (demand,
+matchmaking metrics); ``schedd_jobs.py`` reads and edits idle jobs (job annotation).
 """
 
 from __future__ import annotations
