@@ -75,8 +75,8 @@ from benchmarks.locality_model import (
 )
 from benchmarks.run import machine
 from hydrator.config import ClassAdConfig
+from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
-from hydrator.expr import job_expressions
 from tests.pool.test_end_to_end import Daemon, free_port, install_hook, remove_hook, wait_for
 from tests.support.pool import (
     EDITOR_IDENTITY,

@@ -15,7 +15,7 @@ from tests.deploy.conftest import DEPLOY
 
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "hydrator.rules.yml"
-# What the daemon exports (hydrator/metrics.py and the matchmaking-quality metrics of issue 5);
+# What the daemon exports (runtime/metrics.py and the matchmaking-quality metrics of issue 5);
 # histograms also expose _bucket/_sum/_count.
 EXPORTED = {
     "hydrator_cycle_duration_seconds", "hydrator_cycles_total",

@@ -21,8 +21,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import load_config
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.pool.test_end_to_end import INVENTORY, Daemon, expressions, free_port, wait_for
 from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool
 

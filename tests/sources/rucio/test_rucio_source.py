@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.rucio import RucioSource, _as_list
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.sources import FetchContext
-from hydrator.sources.rucio import RucioSource, _as_list
 from tests.support.rucio_server import (
     Federation,
     RucioAdmin,
@@ -59,7 +59,7 @@ def rounded(
 def test_federation_maps_to_sites_and_states(
     make_source: MakeSource, federation: Federation, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    caplog.set_level(logging.WARNING, logger="hydrator.adapters.sources.rucio")
     source = make_source()
     snapshot = source.fetch(now())
     assert of_federation(snapshot, federation) == rounded(federation.expected)
@@ -207,7 +207,7 @@ def test_bad_names_are_counted_and_skipped(
     rucio_admin.rule(bad_scope, stuck_bad, a1)
     rule = rucio_admin.rule(bad_scope, stuck_bad, federation.rses["b1"])
     rucio_admin.make_stuck(rule)
-    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    caplog.set_level(logging.WARNING, logger="hydrator.adapters.sources.rucio")
     source = make_source()
     snapshot = source.fetch(now())
     # two summary rows at a1, one at b1 (the stuck rule's): three bad records
