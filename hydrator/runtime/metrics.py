@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -17,6 +18,18 @@ from hydrator.core.locality import LocalityReport
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+NAMESPACE = "hydrator"
+
+
+def _makers(
+    registry: CollectorRegistry,
+) -> tuple[partial[Counter], partial[Gauge], partial[Histogram]]:
+    """Counter, Gauge and Histogram bound to the ``hydrator`` namespace and ``registry``."""
+    return (
+        partial(Counter, namespace=NAMESPACE, registry=registry),
+        partial(Gauge, namespace=NAMESPACE, registry=registry),
+        partial(Histogram, namespace=NAMESPACE, registry=registry),
+    )
 
 
 class Metrics:
@@ -24,288 +37,218 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        ns = "hydrator"
-        self.cycle_duration = Histogram(
+        counter, gauge, histogram = _makers(registry)
+        self.cycle_duration = histogram(
             "cycle_duration_seconds",
             "Duration of one cycle, from first fetch to last publish.",
-            namespace=ns,
             buckets=_CYCLE_BUCKETS,
-            registry=registry,
         )
-        self.cycles = Counter(
+        self.cycles = counter(
             "cycles",
             "Cycles by outcome (ok, degraded, failed, abandoned).",
             ["outcome"],
-            namespace=ns,
-            registry=registry,
         )
-        self.last_success = Gauge(
+        self.last_success = gauge(
             "last_successful_cycle_timestamp_seconds",
             "Unix time at which the last ok or degraded cycle finished.",
-            namespace=ns,
-            registry=registry,
         )
-        self.http_front_restarts = Counter(
+        self.http_front_restarts = counter(
             "http_front_restarts",
             "Times the HTTP server process exited and was restarted.",
-            namespace=ns,
-            registry=registry,
         )
-        self._sources(ns, registry)
-        self._content(ns, registry)
+        self._sources(registry)
+        self._content(registry)
 
-    def _sources(self, ns: str, registry: CollectorRegistry) -> None:
-        self.source_requests = Counter(
+    def _sources(self, registry: CollectorRegistry) -> None:
+        counter, gauge, histogram = _makers(registry)
+        self.source_requests = counter(
             "source_requests",
             "Source fetches by outcome (ok, transient_error, permanent_error, held).",
             ["source", "outcome"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_errors = Counter(
+        self.source_errors = counter(
             "source_errors",
             "Failed source fetches by kind (transient, permanent).",
             ["source", "kind"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_duration = Histogram(
+        self.source_duration = histogram(
             "source_fetch_duration_seconds",
             "Duration of one source fetch.",
             ["source"],
-            namespace=ns,
             buckets=_CYCLE_BUCKETS,
-            registry=registry,
         )
-        self.source_staleness = Gauge(
+        self.source_staleness = gauge(
             "source_staleness_seconds",
             "Seconds since the source's answer was last used (0 when fresh).",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_stale = Gauge(
+        self.source_stale = gauge(
             "source_stale",
             "1 while the source's last good snapshot is in use instead of a fresh answer.",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_last_success = Gauge(
+        self.source_last_success = gauge(
             "source_last_success_timestamp_seconds",
             "Unix time of the last used answer.",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_calls = Counter(
+        self.source_calls = counter(
             "source_api_calls",
             "API requests made by sources (retries included), by method.",
             ["source", "method"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_deferred = Gauge(
+        self.source_deferred = gauge(
             "source_deferred_checks",
             "Checks the last fetch left to later cycles because of its per-cycle budget"
             " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.invalid_records = Counter(
+        self.invalid_records = counter(
             "invalid_records",
             "Records skipped as malformed or with invalid names (a bad record is counted in"
             " every answer that holds it).",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.source_invalid = Gauge(
+        self.source_invalid = gauge(
             "source_invalid_records",
             "Records skipped as malformed or with invalid names in the source's last answer"
             " (unchanged while it fails): alert on its rise, not on its level.",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.unmapped = Gauge(
+        self.unmapped = gauge(
             "unmapped_storage_elements",
             "Storage elements with no site, ignored.",
             ["source"],
-            namespace=ns,
-            registry=registry,
         )
-        self.state_rejected_rows = Gauge(
+        self.state_rejected_rows = gauge(
             "state_rejected_rows",
             "Rows of the state database ignored as invalid when it was loaded at start, by table"
             " (never published; --reset-state or a repaired file clears them).",
             ["table"],
-            namespace=ns,
-            registry=registry,
         )
 
-    def _content(self, ns: str, registry: CollectorRegistry) -> None:
-        self.datasets = Gauge(
+    def _content(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.datasets = gauge(
             "datasets",
             "Datasets per site by what is there: available (complete), partial (some files),"
             " replicating (none yet, a transfer active), stuck (none, the transfer stuck).",
             ["site", "state"],
-            namespace=ns,
-            registry=registry,
         )
-        self.transfers = Gauge(
+        self.transfers = gauge(
             "transfers",
             "Transfers towards each site by state (replicating, stuck), whatever is present.",
             ["site", "state"],
-            namespace=ns,
-            registry=registry,
         )
-        self.changes = Counter(
+        self.changes = counter(
             "changes",
             "(site, dataset) changes by kind (added, removed, changed).",
             ["kind"],
-            namespace=ns,
-            registry=registry,
         )
-        self.state_rows_written = Counter(
+        self.state_rows_written = counter(
             "state_rows_written",
             "Replica and first-seen rows written to the state database.",
-            namespace=ns,
-            registry=registry,
         )
-        self.collector_updates = Counter(
+        self.collector_updates = counter(
             "collector_updates",
             "Collector updates by kind (merge, site_ad, invalidate) and outcome (ok, error).",
             ["kind", "outcome"],
-            namespace=ns,
-            registry=registry,
         )
-        self.unadvertised = Gauge(
+        self.unadvertised = gauge(
             "datasets_unadvertised",
             "Datasets a site holds that its ad leaves out, by reason (not_demanded, "
             "over_budget, over_size; see [classad] advertise, max_datasets_per_site, "
             "max_ad_bytes).",
             ["site", "reason"],
-            namespace=ns,
-            registry=registry,
         )
-        self.classad_size = Gauge(
+        self.classad_size = gauge(
             "classad_size_bytes",
             "Size of the site's old-syntax ClassAd.",
             ["site"],
-            namespace=ns,
-            registry=registry,
         )
-        self._locality(ns, registry)
-        self._jobs(ns, registry)
+        self._locality(registry)
+        self._jobs(registry)
         for kind in ("added", "removed", "changed"):
             self.changes.labels(kind)
         for outcome in ("ok", "degraded", "failed", "abandoned"):
             self.cycles.labels(outcome)
 
-    def _locality(self, ns: str, registry: CollectorRegistry) -> None:
-        self.jobs_running = Gauge(
+    def _locality(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.jobs_running = gauge(
             "jobs_running",
             "Running jobs that declare RequiredDatasets, by whether their slot's "
             "site holds all of them (local) or not (remote).",
             ["locality"],
-            namespace=ns,
-            registry=registry,
         )
-        self.jobs_running_by_site = Gauge(
+        self.jobs_running_by_site = gauge(
             "site_jobs_running",
             "Running data-bound jobs per site and locality.",
             ["site", "locality"],
-            namespace=ns,
-            registry=registry,
         )
-        self.local_ratio = Gauge(
+        self.local_ratio = gauge(
             "jobs_running_data_local_ratio",
             "Share of running data-bound jobs whose site holds "
             "all their datasets (NaN when none run).",
-            namespace=ns,
-            registry=registry,
         )
         self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
-        self.jobs_idle = Gauge(
+        self.jobs_idle = gauge(
             "jobs_idle_data_bound",
             "Idle data-bound jobs by the best any site offers: "
             "missed_locality, waiting_local, partial_only, replicating_only, nowhere.",
             ["reason"],
-            namespace=ns,
-            registry=registry,
         )
-        self.unclaimed_with_data = Gauge(
+        self.unclaimed_with_data = gauge(
             "sites_unclaimed_slots_with_data",
             "Unclaimed slots at a site that holds all the datasets of at least one idle job.",
             ["site"],
-            namespace=ns,
-            registry=registry,
         )
-        self.pool_queries = Counter(
+        self.pool_queries = counter(
             "pool_queries",
             "Pool reads for matchmaking quality by outcome (ok, error).",
             ["outcome"],
-            namespace=ns,
-            registry=registry,
         )
 
-    def _jobs(self, ns: str, registry: CollectorRegistry) -> None:
-        self.job_edits = Counter(
+    def _jobs(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.job_edits = counter(
             "job_edits",
             "Job groups (one distinct RequiredDatasets value on one schedd) whose annotation"
             " was written (outcome ok) or refused/failed (error).",
             ["outcome"],
-            namespace=ns,
-            registry=registry,
         )
-        self.job_edit_calls = Counter(
+        self.job_edit_calls = counter(
             "job_edit_calls",
             "Schedd.edit calls made by the job annotator (one per changed attribute of a group).",
-            namespace=ns,
-            registry=registry,
         )
-        self.jobs_edited = Counter(
+        self.jobs_edited = counter(
             "jobs_edited",
             "Jobs whose annotation was written.",
-            namespace=ns,
-            registry=registry,
         )
-        self.jobs_seen = Gauge(
+        self.jobs_seen = gauge(
             "jobs_seen",
             "Idle data-bound jobs the annotator read in the last cycle, from the schedds that"
             " answered.",
-            namespace=ns,
-            registry=registry,
         )
-        self.job_edits_deferred = Gauge(
+        self.job_edits_deferred = gauge(
             "job_edits_deferred",
             "Job groups left for a later cycle by [jobs] max_edits_per_cycle in the last cycle.",
-            namespace=ns,
-            registry=registry,
         )
-        self.job_schedd_failures = Counter(
+        self.job_schedd_failures = counter(
             "job_schedd_failures",
             "Schedds the annotator could not read (unavailable) or that refused an edit (refused),"
             " per cycle.",
             ["reason"],
-            namespace=ns,
-            registry=registry,
         )
-        self.jobs_at_site = Gauge(
+        self.jobs_at_site = gauge(
             "jobs_idle_data_bound_at_site",
             "Idle data-bound jobs that could run data-local at a site: every dataset complete"
             " there (complete) or at least partly there or incoming (partial).",
             ["site", "locality"],
-            namespace=ns,
-            registry=registry,
         )
-        self.jobs_data_nowhere = Gauge(
+        self.jobs_data_nowhere = gauge(
             "jobs_idle_data_nowhere",
             "Idle data-bound jobs whose data no site holds, even partly.",
-            namespace=ns,
-            registry=registry,
         )
         for outcome in ("ok", "error"):
             self.job_edits.labels(outcome)
