@@ -2,7 +2,7 @@
 
 Submits ``--jobs`` idle jobs as the pool's ordinary user, one cluster per distinct
 ``RequiredDatasets`` value (``--values`` of them, each ``{"ska:bench_NNNN", "ska:calib"}``),
-then runs ``hydrator`` cycles (the real :class:`~hydrator.service.Service` on a static
+then runs ``hydrator`` cycles (the real :class:`~hydrator.runtime.service.Service` on a static
 inventory, annotating as the dedicated identity ``hydrator@<UID_DOMAIN>``):
 
 1. **first**: every job is annotated (one edit per distinct value, 3 edit calls each);
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from hydrator.config import load_config
-from hydrator.jobs import GroupEdit, QueueAdapter, ScheddFailure, ScheddQueue
-from hydrator.wiring import build_service
+from hydrator.core.jobs import GroupEdit, QueueAdapter, ScheddFailure, ScheddQueue
+from hydrator.runtime.wiring import build_service
 from tests.support.pool import EDITOR_IDENTITY, NEVER_MATCHING, SLOT_SITES, Pool, running_pool
 
 HERE = Path(__file__).parent

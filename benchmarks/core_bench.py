@@ -7,7 +7,7 @@ Two steps, each its own process (``python -m benchmarks.core_bench STEP --replic
 ``steady``  regenerate the same federation (deterministic), load the database as the daemon
             does at startup (load + site views + render every ad), then run ``--cycles``
             cycles with 1 % churn and one cycle with no change, each split by phase exactly as
-            :meth:`hydrator.service.Service._cycle` sequences them: ``plan_cycle`` -> ``save``
+            :meth:`Service._cycle` (runtime.service) sequences them: ``plan_cycle`` -> ``save``
             -> ``render_ads``. Prints JSON.
 
 The phase ``source`` (building the fresh :class:`~hydrator.domain.Snapshot` a source would
@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 import classad2
 
 from benchmarks.generate import SOURCE, Federation, Scale
+from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import ClassAdConfig, CollectorConfig
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import Plan, Site, SiteView, State
-from hydrator.service import render_ads
-from hydrator.state import SqliteStateStore
+from hydrator.runtime.service import render_ads
 
 T = TypeVar("T")
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -94,14 +94,14 @@ def db_bytes(path: Path) -> int:
 
 
 class CollectorModel:
-    """What :class:`hydrator.publishers.collector.CollectorPublisher` would send, from its own
+    """What the collector adapter's :class:`CollectorPublisher` would send, from its own
     pure planning functions (``plan_merges``, ``plan_site_ads``), against a pool whose slots
     and site ads carry what the previous cycle sent. Not modelled: the startd's own updates,
     which wipe merged attributes (FACTS.md), so a real pool also re-merges the slots whose
     startd re-advertised since the last cycle."""
 
     def __init__(self, fed: Federation, views: Mapping[Site, SiteView], now: datetime) -> None:
-        from hydrator.publishers import collector
+        from hydrator.adapters.htcondor import collector
 
         self.c = collector
         self.refresh_s = CollectorConfig().refresh_s
@@ -209,11 +209,11 @@ def step_import(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def startup(store: SqliteStateStore) -> tuple[State, dict[Site, SiteView], dict[str, float]]:
-    """What :class:`~hydrator.service.Service` does when it starts: load, views, render."""
+    """What :class:`~hydrator.runtime.service.Service` does when it starts: load, views, render."""
     state, t_load = timed(store.load)
 
     def views() -> dict[Site, SiteView]:
-        updated = state.site_updated  # as hydrator.service._stamped
+        updated = state.site_updated  # as hydrator.runtime.service._stamped
         return {s: replace(v, updated=updated.get(s)) for s, v in state.contents.items()}
 
     contents, t_views = timed(views)

@@ -1,7 +1,7 @@
 """Whole-cycle benchmark (issue 15): from the catalogue's bytes to the published ad.
 
-One cycle exactly as the daemon runs it: :meth:`hydrator.service.Service.run_cycle` on a
-service wired like :func:`hydrator.wiring.build_service`, whose Rucio source makes its real
+One cycle exactly as the daemon runs it: :meth:`hydrator.runtime.service.Service.run_cycle` on a
+service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its real
 ``rucio-clients`` calls against :mod:`benchmarks.replay` (a loopback server answering in
 Rucio's wire format for a generated federation: 50 sites, 200 RSEs, 20k slots), with a
 SQLite state file, the collector publisher (its htcondor2 ``Collector`` replaced at the
@@ -13,9 +13,9 @@ Phases, timed by wrapping the service's own callees (the code under test is unch
 
 ``fetch_parse``  the source's calls, reading and validating the answers (fetch minus snapshot)
 ``snapshot``     :meth:`hydrator.domain.Snapshot.of` (merge and freeze the replicas)
-``plan``         :func:`hydrator.core.plan_cycle`
-``save``         :meth:`hydrator.state.SqliteStateStore.save`
-``render``       :func:`hydrator.service.render_ads` (the hook's ClassAds)
+``plan``         :func:`hydrator.core.plan.plan_cycle`
+``save``         :meth:`hydrator.adapters.state.sqlite.SqliteStateStore.save`
+``render``       :func:`hydrator.runtime.service.render_ads` (the hook's ClassAds)
 ``publish``      the collector publisher (queries answered by the stub, ads built and encoded)
                  plus the HTTP endpoint's file writes
 ``other``        the rest of ``run_cycle`` (advertise policy, metrics, logging)
@@ -58,7 +58,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-import hydrator.service as service_module
+import hydrator.runtime.service as service_module
+from hydrator.adapters.htcondor.collector import CollectorPublisher
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
     ClassAdConfig,
     CollectorConfig,
@@ -68,12 +70,10 @@ from hydrator.config import (
     RucioSourceConfig,
 )
 from hydrator.domain import Snapshot
-from hydrator.http import HttpEndpoint
-from hydrator.metrics import Metrics
-from hydrator.publishers.collector import CollectorPublisher
-from hydrator.service import Service
-from hydrator.state import SqliteStateStore, StateLock
-from hydrator.wiring import build_source
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_source
 
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
 N_SITES, N_SLOTS = 50, 20_000
@@ -247,7 +247,7 @@ def config(url: str, workdir: Path) -> Config:
 
 
 class Daemon:
-    """A service wired as :func:`hydrator.wiring.build_service` wires it, with the collector
+    """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the collector
     at :class:`PoolStub` and the HTTP endpoint writing its files (no server child)."""
 
     def __init__(self, cfg: Config, clock: Clock, pool: PoolStub) -> None:

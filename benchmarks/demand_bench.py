@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.generate import SOURCE, Federation, Scale
-from hydrator.advertise import AdvertisePolicy, advertise
 from hydrator.config import ClassAdConfig
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import DatasetId, State
-from hydrator.service import render_ads
+from hydrator.runtime.service import render_ads
 
 HERE = Path(__file__).parent
 ATTRS = ClassAdConfig()

@@ -1,7 +1,8 @@
 """HTTP benchmark: ``/v1/sites/<site>/classad`` on loopback, driven by ``wrk``.
 
 ``python -m benchmarks.http_bench serve --db STATE`` runs the real endpoint
-(:class:`hydrator.http.HttpEndpoint` on a :class:`hydrator.service.Service` that loaded
+(:class:`~hydrator.runtime.http.HttpEndpoint` on a :class:`~hydrator.runtime.service.Service`
+that loaded
 ``STATE`` as the daemon does at startup; its aiohttp child serves) on 127.0.0.1 and a free
 port, prints the port, and serves until its stdin closes. :func:`measure` starts it in its
 own process (so the load generator and the server do not share an interpreter), fetches every
@@ -64,7 +65,7 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
     """Core cycles back to back on a copy of ``db`` until ``stop`` is set (see module doc)."""
     from benchmarks.core_bench import INTERVAL, T0, cycle
     from benchmarks.generate import Federation, Scale
-    from hydrator.state import SqliteStateStore
+    from hydrator.adapters.state.sqlite import SqliteStateStore
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "busy.sqlite"
@@ -81,10 +82,10 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
 
 
 def serve(db: Path, busy_replicas: int = 0, max_age_s: int = 60) -> None:
+    from hydrator.adapters.state.sqlite import SqliteStateStore
     from hydrator.config import Config, HttpConfig
-    from hydrator.http import HttpEndpoint
-    from hydrator.service import Service
-    from hydrator.state import SqliteStateStore
+    from hydrator.runtime.http import HttpEndpoint
+    from hydrator.runtime.service import Service
 
     config = Config.model_validate(
         {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}

@@ -29,6 +29,8 @@ each from the initial data:
     ``requirements = stringListMember(TARGET.GLIDEIN_Site, MY.DESIRED_Sites)``;
 (c) hydrator, strict: the ``hydrator expr`` lines (requirements and rank);
 (d) hydrator, rank only: the ``hydrator expr`` rank, no requirements;
+(d2) rank, local first with a bounded wait: ``hydrator expr --fallback-after 20`` (the strict
+    requirements OR queued longer than 20 s, and the rank; see ``FALLBACK_AFTER_S``);
 (e) provisioning: the jobs of (c), but a slot may only take jobs while a "glidein" runs on it
     (``GlideinOn``). A simulated GlideinWMS frontend (``benchmarks/locality_model.py``) every 5 s
     (first 2.5 s after the submission: half a period, the expected phase of a periodic frontend)
@@ -73,8 +75,8 @@ from benchmarks.locality_model import (
 )
 from benchmarks.run import machine
 from hydrator.config import ClassAdConfig
+from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
-from hydrator.expr import job_expressions
 from tests.pool.test_end_to_end import Daemon, free_port, install_hook, remove_hook, wait_for
 from tests.support.pool import (
     EDITOR_IDENTITY,
@@ -102,6 +104,11 @@ INITIAL: Inventory = {
 }
 MOVING, MOVE_FROM, MOVE_TO = "ska:exp_a", "SITE_A", "SITE_D"
 JOBS_PER_DATASET = 16
+# (d2): a job waits for a slot at its data's site this long, then takes any slot. About two
+# thirds of the strict drain (16 jobs per dataset on its site's 3 slots: 6 rounds of the 5 s
+# negotiation cycle, ~30 s): long enough for the normal wait for a local slot (median 11 s in
+# (c)), short enough to bound the tail.
+FALLBACK_AFTER_S = 20
 SLEEP_S = 2
 DEADLINE_S = 150.0
 MOVE_OVERLAP_S = 5.0
@@ -116,6 +123,7 @@ JOB_ATTRS = [
     "JobStatus",
     "QDate",
     "JobStartDate",
+    "LastMatchTime",
     "RemoteHost",
     "LastRemoteHost",
     "MATCH_EXP_JOB_GLIDEIN_Site",
@@ -138,15 +146,20 @@ def _hydrator_lines() -> dict[str, str]:
     def templated(text: str) -> str:
         return text.replace('"ska:placeholder"', '"$(Dataset)"')
 
+    fallback = job_expressions(
+        [DatasetId.parse("ska:placeholder")], ClassAdConfig(), fallback_after_s=FALLBACK_AFTER_S
+    )
     return {
         "required": "My.RequiredDatasets = " + templated(expr.required),
         "requirements": "requirements = " + templated(expr.requirements),
         "rank": "rank = " + templated(expr.rank),
+        "fallback": "requirements = " + templated(fallback.requirements),
     }
 
 
 def job_lines(kind: str) -> list[str]:
-    """Submit lines for a scenario's jobs: ``none``, ``desired``, ``strict`` or ``rank``."""
+    """Submit lines for a scenario's jobs: ``none``, ``desired``, ``strict``, ``rank`` or
+    ``fallback`` (``hydrator expr --fallback-after FALLBACK_AFTER_S``)."""
     h = _hydrator_lines()
     return {
         "none": [h["required"]],
@@ -157,6 +170,7 @@ def job_lines(kind: str) -> list[str]:
         ],
         "strict": [h["required"], h["requirements"], h["rank"]],
         "rank": [h["required"], h["rank"]],
+        "fallback": [h["required"], h["fallback"], h["rank"]],
     }[kind]
 
 
@@ -203,6 +217,7 @@ def scenarios(annotated_match_expr: str) -> list[Scenario]:
         Scenario("b", "site list fixed at submit (DESIRED_Sites)", "desired"),
         Scenario("c", "hydrator, strict requirements", "strict"),
         Scenario("d", "hydrator, rank only", "rank"),
+        Scenario("d2", f"rank, local first, fallback after {FALLBACK_AFTER_S} s", "fallback"),
         Scenario("e1", "provisioning, no annotation", "strict", NO_DATA_MATCH_EXPR),
         Scenario("e2", "provisioning, annotation", "strict", annotated_match_expr, True),
     ]
@@ -309,6 +324,8 @@ class Run:
     replicated: float | None = None
     moved: float | None = None
     frontend: list[dict[str, Any]] | None = None
+    ads_replicated: float | None = None  # first poll: every MOVE_TO slot ad lists MOVING
+    ads_moved: float | None = None  # first poll: no MOVE_FROM slot ad lists MOVING
 
 
 class Experiment:
@@ -433,6 +450,7 @@ class Experiment:
                 run.ended = now
                 return
             self.move_data(run, started=total - idle, total=total, now=now)
+            self.watch_ads(run, now)
             if match is not None and run.frontend is not None and now >= next_frontend:
                 run.frontend.append(self.frontend_cycle(ads, match, run.submitted))
                 next_frontend = now + FRONTEND_PERIOD_S
@@ -451,6 +469,20 @@ class Experiment:
         ):
             self.set_data(moved(self.inventory, keep_old=False))
             run.moved = time.time()
+
+    def watch_ads(self, run: Run, now: float) -> None:
+        """When the collector's slot ads followed the data move (to the poll's second)."""
+        if run.replicated is None or run.ads_moved is not None:
+            return
+        ads = self.pool.slot_ads(["AvailableDatasets"])
+        lists = {
+            SLOT_SITES.get(str(ad["Name"]).split("@")[0]): ad.get("AvailableDatasets") for ad in ads
+        }
+        held = [(site, MOVING in (held or [])) for site, held in lists.items()]
+        if run.ads_replicated is None and all(h for site, h in held if site == MOVE_TO):
+            run.ads_replicated = now
+        if run.moved is not None and not any(h for site, h in held if site == MOVE_FROM):
+            run.ads_moved = now
 
     def frontend_cycle(self, ads: Sequence[Any], match: Any, submitted: float) -> dict[str, Any]:
         """One frontend pass over the idle jobs: requests, glideins per site, slots toggled.
@@ -516,6 +548,8 @@ class Experiment:
             "duration_s": rel(run.ended),
             "replicated_at_s": rel(run.replicated),
             "moved_at_s": rel(run.moved),
+            "ads_replicated_at_s": rel(run.ads_replicated),
+            "ads_moved_at_s": rel(run.ads_moved),
         }
 
     def detail(self, job: JobRecord, run: Run) -> dict[str, Any]:
@@ -524,6 +558,7 @@ class Experiment:
             "required": sorted(job.required),
             "queued_s": round(job.queued - run.submitted, 1),
             "started_s": None if job.started is None else round(job.started - run.submitted, 1),
+            "matched_s": None if job.matched is None else round(job.matched - run.submitted, 1),
             "site": job.site,
             "local": is_local(job, self.timeline),
         }
@@ -533,13 +568,14 @@ def _record(ad: Any) -> JobRecord:
     site = ad.get("MATCH_EXP_JOB_GLIDEIN_Site")
     if not site or site == "Unknown":
         site = slot_site(ad.get("LastRemoteHost") or ad.get("RemoteHost"))
-    started = ad.get("JobStartDate")
+    started, matched = ad.get("JobStartDate"), ad.get("LastMatchTime")
     return JobRecord(
         proc=int(ad["ProcId"]),
         required=frozenset(str(d) for d in ad.get("RequiredDatasets") or []),
         queued=float(ad["QDate"]),
         started=None if started is None else float(started),
         site=None if site is None else str(site),
+        matched=None if matched is None else float(matched),
     )
 
 
@@ -710,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("command", choices=["run", "report"])
     parser.add_argument("--json", type=Path, default=HERE / "locality.json")
     parser.add_argument("--png", type=Path, default=HERE / "locality.png")
-    parser.add_argument("--only", nargs="*", default=(), help="scenario keys (a b c d e1 e2)")
+    parser.add_argument("--only", nargs="*", default=(), help="scenario keys (a b c d d2 e1 e2)")
     args = parser.parse_args(argv)
     if args.command == "run":
         results = run_experiment(args.only)

@@ -75,6 +75,7 @@ class JobRecord:
     queued: float
     started: float | None = None
     site: str | None = None
+    matched: float | None = None  # LastMatchTime: when the negotiator matched it
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -129,6 +130,56 @@ def score(
         )
         out["started_after_move"] = len(after)
     return out
+
+
+# -- the rank-only ceiling -------------------------------------------------------------------
+
+Round = tuple[Mapping[str, int], Inventory]  # free slots per site, data per site, at one round
+
+
+def _local_capacity(started: Mapping[str, int], free: Mapping[str, int], data: Inventory) -> int:
+    """Most of ``started`` (jobs per dataset, each needing that one dataset) that the ``free``
+    slots can hold data-local: a max flow dataset -> site holding it -> its slots, computed as
+    its min cut (min over sets T of datasets of: jobs outside T + slots at sites holding some
+    dataset in T)."""
+    names = sorted(started)
+    best = sum(started.values())
+    for mask in range(1, 1 << len(names)):
+        inside = {d for i, d in enumerate(names) if mask >> i & 1}
+        sites = {s for s, held in data.items() if held & inside}
+        cut = sum(n for d, n in started.items() if d not in inside)
+        best = min(best, cut + sum(free.get(s, 0) for s in sites))
+    return best
+
+
+def _splits(queued: tuple[int, ...], n: int) -> Iterable[tuple[int, ...]]:
+    """Every way to take ``n`` jobs from the per-dataset counts ``queued``."""
+    if not queued:
+        if n == 0:
+            yield ()
+        return
+    for k in range(min(queued[0], n) + 1):
+        for rest in _splits(queued[1:], n - k):
+            yield (k, *rest)
+
+
+def work_conserving_ceiling(queued: Mapping[str, int], rounds: Sequence[Round]) -> int:
+    """The most data-local starts any policy can reach that never leaves a free slot idle
+    while a job is queued (as rank-only matching does): each round starts
+    ``min(jobs queued, free slots)`` jobs, chosen and placed as well as possible; exact over
+    all choices (dynamic programming over the jobs left per dataset)."""
+    names = sorted(queued)
+    best: dict[tuple[int, ...], int] = {tuple(queued[d] for d in names): 0}
+    for free, data in rounds:
+        after: dict[tuple[int, ...], int] = {}
+        for left, local in best.items():
+            n = min(sum(left), sum(free.values()))
+            for take in _splits(left, n):
+                gain = _local_capacity(dict(zip(names, take, strict=True)), free, data)
+                key = tuple(a - b for a, b in zip(left, take, strict=True))
+                after[key] = max(after.get(key, -1), local + gain)
+        best = after
+    return max(best.values())
 
 
 # -- the frontend ----------------------------------------------------------------------------

@@ -278,7 +278,7 @@ def _md_http(h: dict[str, Any]) -> str:
     return f"""## HTTP: `/v1/sites/<site>/classad` on loopback
 
 `wrk -t{w["threads"]} -c{w["connections"]} -d{w["duration_s"]}s` against the real endpoint
-(`hydrator.http.HttpEndpoint`: the daemon process and its HTTP front, `hydrator.httpd`) serving
+(`hydrator.runtime.http.HttpEndpoint`: the daemon process and its HTTP front, `hydrator.httpd`) serving
 the {h["replicas"]:,}-replica state; requests rotate over all {h["sites"]} sites. *conditional*:
 `If-None-Match` with the current ETag, answered `304` (checked before the run); *plain*: `200`
 with the body (mean {h["body_bytes_mean"] / 1024:.0f} KiB, largest {h["body_bytes_max"] / 1024:.0f} KiB); *conditional_c10*: 10
@@ -297,7 +297,7 @@ def _md_collector(results: dict[str, Any]) -> str:
         "## Collector updates per cycle",
         "",
         "Naive: re-advertise every slot every cycle (20k `MERGE_STARTD_AD` ads). Hydrator: what",
-        "`hydrator.publishers.collector` decides with its own pure planners (`plan_merges`,",
+        "`hydrator.adapters.htcondor.collector` decides with its own pure planners (`plan_merges`,",
         "`plan_site_ads`, `refresh_s` = 900) against a pool whose 20k slots (spread over the 50",
         "sites like the data) and site ads carry what the previous cycle sent. No live pool is",
         "involved, so the startd's own updates, which wipe merged attributes every",

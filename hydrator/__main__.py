@@ -2,6 +2,6 @@
 
 import sys
 
-from hydrator.cli import main
+from hydrator.runtime.cli import main
 
 sys.exit(main())

@@ -218,6 +218,8 @@ class RucioSourceConfig(_SourceBase):
     """Tries per API call on transient errors (connection, timeout, HTTP 5xx)."""
     backoff_s: float = Field(1.0, ge=0)
     """Wait before the second try, seconds; doubles with each further try."""
+    max_retry_after_s: float = Field(30.0, ge=0)
+    """Longest ``Retry-After`` (429/503) honoured, seconds; a longer hint fails the cycle."""
 
     @field_validator("scopes")
     @classmethod

@@ -4,7 +4,7 @@ A *dataset* is a Rucio DID ``scope:name`` (DMAPI calls the scope a namespace). A
 name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much of a dataset a
 site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
 two independent facts, of which presence decides the advertised list. Sources produce
-:class:`Snapshot` objects; the core (:mod:`hydrator.core`) turns the saved :class:`State` plus
+:class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
 this cycle's snapshots into a :class:`Plan`.
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hydrator.core import Policy, plan_cycle
+from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import (
     ChangeKind,
     DatasetId,

@@ -24,6 +24,7 @@ from benchmarks.locality_model import (
     match_expr_from_doc,
     percentile,
     score,
+    work_conserving_ceiling,
 )
 
 A = frozenset({"ska:a"})
@@ -173,3 +174,26 @@ def test_the_documented_match_expr_requests_glideins_only_where_the_data_is() ->
     assert requests.by_site == {"SITE_A": 1.0, "SITE_B": 1.0, "SITE_C": 0.0, "SITE_D": 1.0}
     assert requests.unmatched_jobs == 2
     assert requests.share_at_data_sites == 1.0
+
+
+def test_ceiling_fills_a_site_without_data_when_jobs_are_queued() -> None:
+    free = {"SITE_A": 2, "SITE_D": 2}
+    data = {"SITE_A": A, "SITE_D": frozenset()}
+    assert work_conserving_ceiling({"ska:a": 4}, [(free, data)]) == 2  # 2 forced onto SITE_D
+    assert work_conserving_ceiling({"ska:a": 2}, [(free, data)]) == 2  # none forced
+
+
+def test_ceiling_places_jobs_over_sites_holding_several_datasets() -> None:
+    data = {"X": frozenset({"a", "b"}), "Y": frozenset({"a"})}
+    assert work_conserving_ceiling({"a": 2, "b": 2}, [({"X": 2, "Y": 1}, data)]) == 3
+
+
+def test_ceiling_of_the_experiments_design_in_lockstep_rounds() -> None:
+    """4 rounds of 12 free slots; replication after round 2, removal before round 4."""
+    f = frozenset
+    before = {"A": f({"a"}), "B": f({"b"}), "C": f({"c"}), "D": f()}
+    overlap = {**before, "D": f({"a"})}
+    after = {**overlap, "A": f()}
+    full = dict.fromkeys("ABCD", 3)
+    rounds = [(full, before), (full, before), (full, overlap), (full, after)]
+    assert work_conserving_ceiling(dict.fromkeys("abc", 16), rounds) == 39

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from hydrator.adapters.http.server import ServerMetrics
 from hydrator.config import load_config
-from hydrator.locality import LocalityReport
-from hydrator.metrics import Metrics
-from hydrator.web import ServerMetrics
-from hydrator.wiring import build_service
+from hydrator.core.locality import LocalityReport
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.wiring import build_service
 from tests.deploy.conftest import DEPLOY, REPO
 
 DASHBOARD = DEPLOY / "grafana" / "hydrator.json"

@@ -15,7 +15,7 @@ from tests.deploy.conftest import DEPLOY
 
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "hydrator.rules.yml"
-# What the daemon exports (hydrator/metrics.py and the matchmaking-quality metrics of issue 5);
+# What the daemon exports (runtime/metrics.py and the matchmaking-quality metrics of issue 5);
 # histograms also expose _bucket/_sum/_count.
 EXPORTED = {
     "hydrator_cycle_duration_seconds", "hydrator_cycles_total",
@@ -30,6 +30,7 @@ EXPORTED = {
     "hydrator_sites_unclaimed_slots_with_data", "hydrator_http_front_restarts_total",
     "hydrator_http_requests_total", "hydrator_http_connections",
     "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
+    "hydrator_state_rejected_rows", "hydrator_job_schedd_failures_total",
 }
 
 

@@ -115,7 +115,7 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert changed.status_code == 200 and changed.headers["ETag"] != tag
     assert classad(base, "NO_SUCH_SITE").status_code == 404
 
-    (front,) = children(proc.pid)  # the HTTP server (hydrator.web)
+    (front,) = children(proc.pid)  # the HTTP server (hydrator.adapters.http.server)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert gone(front)

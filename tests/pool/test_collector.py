@@ -18,10 +18,10 @@ import classad2
 import htcondor2
 import pytest
 
+from hydrator.adapters.htcondor.collector import SITE_AD_TYPE, CollectorPublisher, build
 from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.domain import Site
 from hydrator.errors import PublishError
-from hydrator.publishers.collector import SITE_AD_TYPE, CollectorPublisher, build
 from tests.pool.views import views
 from tests.support.pool import RUNNING, SLOT_SITES, Pool
 
@@ -198,7 +198,7 @@ def test_publish_without_token_is_refused(slow_updates: Pool) -> None:
         "from datetime import UTC, datetime\n"
         "from hydrator.config import ClassAdConfig, CollectorConfig\n"
         "from hydrator.errors import PublishError\n"
-        "from hydrator.publishers.collector import build\n"
+        "from hydrator.adapters.htcondor.collector import build\n"
         "from tests.pool.views import views\n"
         f"config = CollectorConfig(enabled=True, pool={slow_updates.collector_address!r},"
         " token_dir='/nonexistent', site_ads=False)\n"

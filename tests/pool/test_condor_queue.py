@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe, query_demand
+from hydrator.core.locality import PoolJob
 from hydrator.domain import DatasetId, Site
-from hydrator.locality import PoolJob
-from hydrator.publishers.condor_queue import CondorPoolProbe, query_demand
 from tests.support.pool import IDLE, NEVER_MATCHING, RUNNING, SLOT_SITES, Pool
 
 pytestmark = pytest.mark.pool

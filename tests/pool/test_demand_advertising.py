@@ -10,11 +10,11 @@ from pathlib import Path
 import htcondor2
 import pytest
 
+from hydrator.adapters.htcondor.collector import SITE_AD_TYPE
 from hydrator.config import parse_config
 from hydrator.domain import Site
-from hydrator.publishers.collector import SITE_AD_TYPE
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.support.pool import IDLE, NEVER_MATCHING, Pool
 
 pytestmark = pytest.mark.pool

@@ -10,6 +10,9 @@ the same wiring (``registry.get_sample_value``) and from the running daemon's ``
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +21,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import load_config
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.pool.test_end_to_end import INVENTORY, Daemon, expressions, free_port, wait_for
 from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool
 
@@ -127,3 +130,45 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     assert math.isclose(metrics[("hydrator_jobs_running_data_local_ratio", frozenset())], 2 / 3)
     nowhere = ("hydrator_jobs_idle_data_bound", frozenset({("reason", "nowhere")}))
     assert metrics[nowhere] == 1
+
+
+FALLBACK_S = 10  # two of the test pool's 5 s negotiation cycles
+
+
+def fallback_job(dataset: str) -> str:
+    """A sleeping job with the lines ``hydrator expr --fallback-after FALLBACK_S`` prints."""
+    lines = subprocess.run(
+        [sys.executable, "-m", "hydrator", "expr", "--fallback-after", str(FALLBACK_S), dataset],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"|| (time() - MY.QDate > {FALLBACK_S})" in lines
+    return SLEEP + lines + "queue\n"
+
+
+def waited_s(pool: Pool, cluster: int) -> int:
+    ad = pool.job_ad(cluster, ["QDate", "JobStartDate"])
+    assert ad is not None and "JobStartDate" in ad, ad
+    return int(ad["JobStartDate"]) - int(ad["QDate"])
+
+
+def test_fallback_runs_local_when_it_can_and_elsewhere_after_the_wait(
+    condor_pool: Pool, daemon: Daemon, jobs: list[int]
+) -> None:
+    pool = condor_pool  # ska:obs_1 is at SITE_A only, which has one slot
+    jobs.append(pool.submit(fallback_job("ska:obs_1")))
+    first = pool.wait_for_job_state(jobs[0], [RUNNING], timeout_s=60)
+    assert pool.job_site(first) == "SITE_A"
+    assert waited_s(pool, jobs[0]) < FALLBACK_S  # took the free local slot without waiting
+
+    jobs.append(pool.submit(fallback_job("ska:obs_1")))  # SITE_A's slot is now busy
+    queued = time.monotonic()
+    time.sleep(FALLBACK_S - 2)  # at least one negotiation cycle saw it: free slots, none local
+    pool.wait_for_job_state(jobs[1], [IDLE], timeout_s=1)
+    second = pool.wait_for_job_state(jobs[1], [RUNNING], timeout_s=FALLBACK_S + 30)
+    assert pool.job_site(second) != "SITE_A"
+    assert waited_s(pool, jobs[1]) > FALLBACK_S
+    print(
+        f"fallback job ran at {pool.job_site(second)} {time.monotonic() - queued:.0f}s after submit"
+    )

@@ -9,7 +9,7 @@ import pytest
 
 from hydrator.config import parse_config
 from hydrator.domain import Site
-from hydrator.wiring import build_service
+from hydrator.runtime.wiring import build_service
 from tests.support.fake_dmapi import FakeSrcnet
 from tests.support.pool import IDLE, NEVER_MATCHING, Pool
 

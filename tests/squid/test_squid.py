@@ -20,9 +20,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import parse_config
-from hydrator.http import HttpEndpoint
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.support.squid import Squid, running_squid
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 Capabilities API, for tests (no public DMAPI server exists).
 
 It follows what the public callers of these services show (see the docstring of
-:mod:`hydrator.sources.dmapi` for the sources):
+:mod:`hydrator.adapters.sources.dmapi` for the sources):
 
 - ``POST /token``: OAuth2 client-credentials grant (RFC 6749 §4.4) with form fields
   ``grant_type``, ``audience``, ``scope``; client authentication by HTTP Basic or by

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hydrator.cli import main
 from hydrator.config import load_config, parse_config
+from hydrator.runtime.cli import main
 from tests.support.privileges import file_modes_enforced
 
 REPO = Path(__file__).parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hydrator.errors import PermanentSourceError
-from hydrator.observe import JsonFormatter, TextFormatter, setup_logging
+from hydrator.logs import JsonFormatter, TextFormatter, setup_logging
 from hydrator.redact import checked_secret, escape_controls, read_secret, redact
 
 TIMESTAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
@@ -160,7 +160,7 @@ def test_formatters_are_the_ones_setup_logging_installs(root_stream: io.StringIO
 def test_library_loggers_with_their_own_handlers_go_through_the_root_handler(
     root_stream: io.StringIO,
 ) -> None:
-    import hydrator.sources.rucio  # noqa: F401  (rucio-clients adds its handler on import)
+    import hydrator.adapters.sources.rucio  # noqa: F401  (rucio-clients adds its handler on import)
 
     _log_through("text", root_stream)
     library = logging.getLogger("baseclient")

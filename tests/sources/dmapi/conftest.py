@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from hydrator.adapters.sources.dmapi import DmapiSource
 from hydrator.config import DmapiSourceConfig
-from hydrator.sources.dmapi import DmapiSource
 from tests.support.fake_dmapi import FakeSrcnet
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources._http import parse_retry_after
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.observe import setup_logging
-from hydrator.sources import FetchContext
-from hydrator.sources._http import parse_retry_after
+from hydrator.logs import setup_logging
 from tests.sources.dmapi.conftest import FakeClock, MakeSource
 from tests.support.fake_dmapi import (
     DM_AUDIENCE,
@@ -153,7 +153,7 @@ def test_bad_input_is_counted_skipped_and_logged_once(
     datasets = ["ska:messy", "ska:has space", "no-scope-separator", 'ska:quote"d']
     source = make_source(datasets=datasets)
 
-    with caplog.at_level(logging.WARNING, logger="hydrator.sources.dmapi"):
+    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources.dmapi"):
         first = source.fetch(CTX)
         logged_first = len(caplog.records)
         second = source.fetch(CTX)
@@ -462,7 +462,7 @@ def test_server_errors_are_retried_with_backoff(
     source = make_source(datasets=["ska:obs_2"])
     srcnet.fail_next("locate", 2, 500)
 
-    with caplog.at_level(logging.WARNING, logger="hydrator.sources._http"):
+    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources._http"):
         snapshot = source.fetch(CTX)
 
     assert pairs(snapshot) == {("MARSSRC-VALLES", "ska:obs_2")}

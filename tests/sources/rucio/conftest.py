@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hydrator.sources.rucio import RucioSource
+from hydrator.adapters.sources.rucio import RucioSource
 from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     Federation,
     RucioAdmin,

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
 from hydrator.domain import ReplicaState, Site, Transfer
-from hydrator.report import site_json
-from hydrator.service import Service
-from hydrator.sources import FetchContext
-from hydrator.sources.rucio import RucioSource
-from hydrator.wiring import build_service
+from hydrator.runtime.report import site_json
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
 
 pytestmark = pytest.mark.rucio

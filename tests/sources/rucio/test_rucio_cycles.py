@@ -8,8 +8,8 @@ import pytest
 
 from hydrator.config import parse_config
 from hydrator.domain import Site
-from hydrator.service import Service
-from hydrator.wiring import build_service
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import Federation, RucioServer, source_config
 
 pytestmark = pytest.mark.rucio

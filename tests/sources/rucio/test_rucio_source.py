@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.rucio import RucioSource, _as_list
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
-from hydrator.sources import FetchContext
-from hydrator.sources.rucio import RucioSource, _as_list
 from tests.support.rucio_server import (
     Federation,
     RucioAdmin,
@@ -59,7 +59,7 @@ def rounded(
 def test_federation_maps_to_sites_and_states(
     make_source: MakeSource, federation: Federation, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    caplog.set_level(logging.WARNING, logger="hydrator.adapters.sources.rucio")
     source = make_source()
     snapshot = source.fetch(now())
     assert of_federation(snapshot, federation) == rounded(federation.expected)
@@ -207,7 +207,7 @@ def test_bad_names_are_counted_and_skipped(
     rucio_admin.rule(bad_scope, stuck_bad, a1)
     rule = rucio_admin.rule(bad_scope, stuck_bad, federation.rses["b1"])
     rucio_admin.make_stuck(rule)
-    caplog.set_level(logging.WARNING, logger="hydrator.sources.rucio")
+    caplog.set_level(logging.WARNING, logger="hydrator.adapters.sources.rucio")
     source = make_source()
     snapshot = source.fetch(now())
     # two summary rows at a1, one at b1 (the stuck rule's): three bad records
@@ -332,7 +332,11 @@ def test_server_error_is_transient_and_retried(
 
 
 def test_oidc_bearer_token_from_file(
-    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin, tmp_path: Path
+    make_source: MakeSource,
+    federation: Federation,
+    rucio_admin: RucioAdmin,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """auth_type = oidc sends the token in token_file (here one the server issued to root; an
     IdP-issued token travels the same way), re-reads it each cycle, and never starts rucio's
@@ -344,6 +348,8 @@ def test_oidc_bearer_token_from_file(
     token_file.write_text("not-a-valid-token\n")
     with pytest.raises(PermanentSourceError, match="authentication failed"):
         source.fetch(now())
+    out, _ = capfd.readouterr()
+    assert "Rucio Client" not in out and "browser" not in out  # its interactive flow never ran
     token_file.write_text(rucio_admin.client.auth_token + "\n")  # renewed by an agent
     assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
 

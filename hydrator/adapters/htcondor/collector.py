@@ -1,0 +1,319 @@
+"""Publish site ClassAds into an HTCondor collector (the one module that advertises with htcondor2).
+
+Two kinds of update, both through ``htcondor2.Collector.advertise``:
+
+* **site ads**: one generic ad per site, ``MyType = "DataLocality"``, ``Name`` = the site, with
+  the site ClassAd's attributes (:func:`hydrator.core.render.site_classad`), so that
+  ``condor_status -any -constraint 'MyType == "DataLocality"'`` shows what the pool knows.
+  Sent (``UPDATE_AD_GENERIC``) when missing, different, or not refreshed for ``refresh_s``;
+  they carry ``ClassAdLifetime`` so they expire if the hydrator stops. A site that went away is
+  withdrawn with ``INVALIDATE_ADS_GENERIC``.
+* **slot merges**: ``MERGE_STARTD_AD`` adds the site's attributes to every slot ad (static,
+  partitionable, dynamic) whose ``slot_site_attribute`` names the site. The collector matches by
+  ``Name`` only, and the startd's next update wipes merged attributes (FACTS.md), so each cycle
+  re-merges exactly the slots whose digest attribute is missing or differs, or whose updated
+  attribute is older than ``refresh_s`` while a newer value exists; a current slot gets nothing.
+
+Every call is preceded by a collector query, so a collector that is down fails the cycle quickly
+(connection refused, or ``QUERY_TIMEOUT`` = ``timeout_s``) with :class:`PublishError`; the
+daemon retries on its next cycle. ``htcondor2`` raises builtin exceptions (``RuntimeError``,
+``OSError``, ``ValueError``, ``HTCondorException``); all of them become ``PublishError`` here.
+Authentication: an IDTOKEN in ``token_dir`` (``SEC_TOKEN_DIRECTORY``), whose identity the
+collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIATOR).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import classad2
+import htcondor2
+
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
+from hydrator.adapters.retry import RetryPolicy, call_with_retries
+from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.render import site_classad
+from hydrator.domain import DatasetId, Site, SiteView
+from hydrator.errors import PublishError
+
+log = logging.getLogger(__name__)
+
+SITE_AD_TYPE = "DataLocality"
+ADVERTISE_ATTEMPTS = 2
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Target:
+    """An ad in the collector that should carry a site's attributes (a slot or a site ad).
+
+    ``digest``/``updated`` are what it carries now (None when missing); ``heard_s`` is the
+    collector's ``LastHeardFrom`` (epoch seconds), used to keep site ads alive.
+    """
+
+    name: str
+    site: Site
+    digest: str | None
+    updated: int | None
+    heard_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A site's attributes as sent, with the digest and updated value they carry."""
+
+    ad: classad2.ClassAd
+    digest: str
+    updated: int
+
+
+def is_current(target: Target, want: Rendered, now_s: float, refresh_s: float) -> bool:
+    """True if ``target`` needs no update: same digest, and its updated value is not older than
+    ``refresh_s`` while a newer one exists."""
+    if target.digest != want.digest or target.updated is None:
+        return False
+    return target.updated >= want.updated or now_s - target.updated < refresh_s
+
+
+def plan_merges(
+    slots: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float, refresh_s: float
+) -> tuple[list[Target], int]:
+    """Slots to merge into (those of a known site that are not current), and how many are
+    current. Slots of unknown sites are left alone."""
+    todo: list[Target] = []
+    current = 0
+    for slot in slots:
+        want = rendered.get(slot.site)
+        if want is None:
+            continue
+        if is_current(slot, want, now_s, refresh_s):
+            current += 1
+        else:
+            todo.append(slot)
+    return todo, current
+
+
+def plan_site_ads(
+    existing: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float, refresh_s: float
+) -> tuple[list[Site], list[Site], int]:
+    """(sites to advertise, site ads to invalidate, site ads current).
+
+    A site ad is re-sent when missing or not current, and also when the collector last heard
+    of it ``refresh_s`` ago (so it never reaches its ``ClassAdLifetime`` while we run). Ads of
+    sites no longer in ``rendered`` are invalidated.
+    """
+    have = {t.site: t for t in existing}
+    send: list[Site] = []
+    current = 0
+    for site, want in sorted(rendered.items()):
+        ad = have.get(site)
+        fresh = ad is not None and ad.heard_s is not None and now_s - ad.heard_s < refresh_s
+        if ad is not None and fresh and is_current(ad, want, now_s, refresh_s):
+            current += 1
+        else:
+            send.append(site)
+    gone = sorted(site for site in have if site not in rendered)
+    return send, gone, current
+
+
+def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class CollectorPublisher:
+    """:class:`~hydrator.adapters.htcondor.Publisher` into one collector (see the module doc)."""
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        attrs: ClassAdConfig,
+        collector: htcondor2.Collector | None = None,
+    ) -> None:
+        self.config = config
+        self.attrs = attrs
+        self._collector = collector if collector is not None else _connect(config)
+        self.probe = CondorPoolProbe(self._collector, config.slot_site_attribute)
+        """Reads jobs and slots for the matchmaking-quality metrics (a ``PoolProbe``)."""
+
+    @property
+    def name(self) -> str:
+        return "collector"
+
+    def publish(
+        self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> PublishReport:
+        """Bring site ads and slot ads in line with ``sites``; withdraw ``removed``.
+
+        Raises :class:`PublishError` if the collector cannot be queried or an update cannot be
+        delivered (nothing is retried within a cycle: the next cycle re-sends what is missing).
+        """
+        rendered = {site: self._render(view) for site, view in sites.items()}
+        now_s = now.timestamp()
+        sent: dict[str, int] = {}
+        current = 0
+        if self.config.site_ads:
+            send, gone, current_ads = plan_site_ads(
+                self._site_ads(), rendered, now_s, self.config.refresh_s
+            )
+            gone = sorted(set(gone) | (removed - rendered.keys()))
+            sent["site_ad"] = self._advertise_site_ads(send, rendered)
+            sent["invalidate"] = self._invalidate(gone)
+            current += current_ads
+        if self.config.merge_slots:
+            todo, current_slots = plan_merges(self._slots(), rendered, now_s, self.config.refresh_s)
+            sent["merge"] = self._merge(todo, rendered)
+            current += current_slots
+        return PublishReport(sent={k: v for k, v in sent.items() if v}, skipped_current=current)
+
+    def demand(self) -> Mapping[DatasetId, int]:
+        """Idle jobs per dataset in their ``RequiredDatasets`` (see :mod:`.condor_queue`)."""
+        return query_demand(self._collector).counts
+
+    def close(self) -> None:
+        """Nothing to release: htcondor2 opens a connection per call."""
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    def _render(self, view: SiteView) -> Rendered:
+        ad = site_classad(view, self.attrs)
+        return Rendered(ad, view.digest, int(ad[self.attrs.updated_attribute]))
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def _query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
+        try:
+            ads: list[Any] = self._collector.query(ad_type, constraint, projection)
+        except HTCONDOR_ERRORS as exc:
+            raise PublishError(f"collector {self._where()}: query failed: {exc}") from exc
+        return ads
+
+    def _slots(self) -> list[Target]:
+        site_attr = self.config.slot_site_attribute
+        ads = self._query(
+            htcondor2.AdType.Slot,
+            f"isString({site_attr})",
+            ["Name", site_attr, self.attrs.digest_attribute, self.attrs.updated_attribute],
+        )
+        return [t for t in (self._target(ad, site_attr) for ad in ads) if t is not None]
+
+    def _site_ads(self) -> list[Target]:
+        ads = self._query(
+            htcondor2.AdType.Any,
+            f"MyType == {classad2.quote(SITE_AD_TYPE)}",
+            ["Name", self.attrs.digest_attribute, self.attrs.updated_attribute, "LastHeardFrom"],
+        )
+        return [t for t in (self._target(ad, "Name") for ad in ads) if t is not None]
+
+    def _target(self, ad: Any, site_attr: str) -> Target | None:
+        name, site = ad.get("Name"), ad.get(site_attr)
+        if not isinstance(name, str) or not isinstance(site, str):
+            return None
+        digest = ad.get(self.attrs.digest_attribute)
+        updated = ad.get(self.attrs.updated_attribute)
+        heard = ad.get("LastHeardFrom")
+        return Target(
+            name,
+            Site(site),
+            digest if isinstance(digest, str) else None,
+            updated if isinstance(updated, int) else None,
+            heard if isinstance(heard, int) else None,
+        )
+
+    # -- updates --------------------------------------------------------------------------------
+
+    def _advertise(
+        self, items: Sequence[T], build: Callable[[T], classad2.ClassAd], command: str
+    ) -> int:
+        """Send one ad per item, built batch by batch: a merge into 20k slots copies a site's
+        ad (up to ``max_ad_bytes``) per slot, so building them all first would hold
+        gigabytes."""
+        sent = 0
+        for batch in batches(items, self.config.batch_size):
+            try:
+                self._send([build(item) for item in batch], command)
+            except HTCONDOR_ERRORS as exc:
+                raise PublishError(
+                    f"collector {self._where()}: {command} failed after {sent} of {len(items)} "
+                    f"ads: {exc}"
+                ) from exc
+            sent += len(batch)
+        return sent
+
+    def _send(self, batch: list[classad2.ClassAd], command: str) -> None:
+        """One advertise call, tried twice: the first call after a collector restart fails on
+        the security session cached for the old collector, and that failure drops the session
+        (seen with 25.14.1); the second negotiates a new one."""
+        call_with_retries(
+            lambda _: self._collector.advertise(batch, command, True),
+            RetryPolicy(ADVERTISE_ATTEMPTS, backoff_s=0),
+            logger=log,
+            retry_on=HTCONDOR_ERRORS,
+        )
+
+    def _advertise_site_ads(self, sites: list[Site], rendered: Mapping[Site, Rendered]) -> int:
+        lifetime = int(2 * self.config.refresh_s + 60)
+
+        def site_ad(site: Site) -> classad2.ClassAd:
+            ad = _copy(rendered[site].ad)
+            ad["MyType"] = SITE_AD_TYPE
+            ad["Name"] = str(site)
+            ad["ClassAdLifetime"] = lifetime
+            return ad
+
+        return self._advertise(sites, site_ad, "UPDATE_AD_GENERIC")
+
+    def _invalidate(self, sites: Sequence[Site]) -> int:
+        def query(site: Site) -> classad2.ClassAd:
+            ad = classad2.ClassAd({"MyType": "Query", "TargetType": SITE_AD_TYPE})
+            ad["Name"] = str(site)
+            ad["Requirements"] = classad2.ExprTree(
+                f"MyType == {classad2.quote(SITE_AD_TYPE)} && Name == {classad2.quote(site)}"
+            )
+            return ad
+
+        return self._advertise(sites, query, "INVALIDATE_ADS_GENERIC")
+
+    def _merge(self, slots: Sequence[Target], rendered: Mapping[Site, Rendered]) -> int:
+        # each site's expressions looked up once, not once per slot (20k slots, 50 sites)
+        exprs = {site: [(k, r.ad.lookup(k)) for k in r.ad] for site, r in rendered.items()}
+
+        def merge_ad(slot: Target) -> classad2.ClassAd:
+            ad = classad2.ClassAd()
+            for key, expr in exprs[slot.site]:
+                ad[key] = expr
+            ad["Name"] = slot.name
+            return ad
+
+        return self._advertise(slots, merge_ad, "MERGE_STARTD_AD")
+
+    def _where(self) -> str:
+        return self.config.pool or "(local configuration)"
+
+
+def _copy(ad: classad2.ClassAd) -> classad2.ClassAd:
+    out = classad2.ClassAd()
+    for key in ad:
+        out[key] = ad.lookup(key)
+    return out
+
+
+def _connect(config: CollectorConfig) -> htcondor2.Collector:
+    """Point the HTCondor library at the token directory and timeout, then make a Collector."""
+    if config.token_dir is not None:
+        htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(config.token_dir)
+    htcondor2.param["QUERY_TIMEOUT"] = str(max(1, int(config.timeout_s)))
+    try:
+        return htcondor2.Collector(config.pool)
+    except HTCONDOR_ERRORS as exc:
+        raise PublishError(f"collector {config.pool}: {exc}") from exc
+
+
+def build(config: CollectorConfig, attrs: ClassAdConfig) -> CollectorPublisher:
+    """The publisher for ``[collector]`` (called by :mod:`hydrator.runtime.wiring`)."""
+    return CollectorPublisher(config, attrs)

@@ -1,0 +1,4 @@
+"""The HTTP server process (:mod:`hydrator.adapters.http.server`, aiohttp).
+
+It serves files the daemon writes (:mod:`hydrator.runtime.http`) and never imports the daemon.
+"""

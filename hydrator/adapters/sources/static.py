@@ -1,0 +1,197 @@
+"""A static inventory in a TOML file, re-read every cycle: the demo, tests, and sites that no
+catalogue covers. Format (one table per storage element)::
+
+    [storage.CH_DISK]                 # site from the config's [sites], else ``site`` below
+    site = "SRCNET_CH"
+    available = ["ska:obs_1234"]
+    partial = { "ska:obs_1300" = 0.4 }        # dataset -> share of files (and bytes) present
+    replicating = { "ska:obs_1400" = 0.1 }    # absent, transfer active: dataset -> progress
+    stuck = ["ska:obs_1500"]                  # absent, transfer stuck (list: progress 0)
+
+Each key is one presence/transfer combination a catalogue reports; a list means fraction 1.0
+for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``.
+
+A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
+storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
+raises :class:`~hydrator.errors.PermanentSourceError` (the last good snapshot stays in use).
+
+Replace the file atomically: write a temporary file in the same directory and rename it over
+the inventory. A file rewritten in place is never used half-written: one that changed while it
+was read (size, mtime or inode), or was modified less than ``settle_s`` ago, raises
+:class:`~hydrator.errors.TransientSourceError` and is read again next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from hydrator.adapters.sources import FetchContext
+from hydrator.config import StaticSourceConfig
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+    Transfer,
+    check_site,
+    holding,
+)
+from hydrator.errors import PermanentSourceError, TransientSourceError
+
+log = logging.getLogger(__name__)
+
+_KEYS = {"site", "available", "partial", "replicating", "stuck"}
+
+
+class StaticSource:
+    """:class:`~hydrator.adapters.sources.Source` over an inventory file."""
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        sites: Mapping[str, str],
+        *,
+        settle_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``settle_s``: seconds a file must be unmodified before it is used (0: no wait);
+        ``clock``: wall-clock seconds since the epoch, compared with the file's mtime."""
+        self._name = name
+        self.path = path
+        self.sites = dict(sites)
+        self.settle_s = settle_s
+        self._clock = clock
+        self._warned: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        try:
+            raw = tomllib.loads(self._read().decode("utf-8-sig"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise PermanentSourceError(f"{self.path}: not valid TOML: {exc}") from exc
+        storage = raw.get("storage")
+        if not isinstance(storage, dict):
+            raise PermanentSourceError(f"{self.path}: no [storage.<name>] tables")
+        replicas: list[Replica] = []
+        sites: set[Site] = set()
+        unmapped: set[str] = set()
+        invalid = 0
+        for element, entry in storage.items():
+            site = self._site_of(element, entry)
+            if site is None:
+                unmapped.add(element)
+                continue
+            sites.add(site)
+            for item in _entries(entry):
+                replica = self._replica(element, site, item)
+                if replica is None:
+                    invalid += 1
+                else:
+                    replicas.append(replica)
+        return Snapshot.of(self.name, replicas, sites, invalid, unmapped)
+
+    def _read(self) -> bytes:
+        """The file's bytes, if it held still during the read and for ``settle_s`` before."""
+        try:
+            with self.path.open("rb") as handle:
+                before = os.fstat(handle.fileno())
+                data = handle.read()
+                after = os.fstat(handle.fileno())
+        except OSError as exc:
+            raise PermanentSourceError(f"{self.path}: cannot read: {exc.strerror}") from exc
+        advice = "re-read next cycle (write a temporary file and rename it over this one)"
+        if _version(before) != _version(after):
+            raise TransientSourceError(f"{self.path}: changed while being read; {advice}")
+        age_s = self._clock() - after.st_mtime
+        if abs(age_s) < self.settle_s:
+            raise TransientSourceError(
+                f"{self.path}: modified {age_s:.1f} s ago, less than settle_s = "
+                f"{self.settle_s:g}; {advice}"
+            )
+        return data
+
+    def _site_of(self, element: str, entry: Any) -> Site | None:
+        name = self.sites.get(element) or (entry.get("site") if isinstance(entry, dict) else None)
+        try:
+            return check_site(name) if isinstance(name, str) else None
+        except InvalidNameError as exc:
+            self._warn_once(f"{self.path}: storage.{element}: {exc}")
+            return None
+
+    def _replica(
+        self, element: str, site: Site, item: tuple[str | None, Any, Any]
+    ) -> Replica | None:
+        state, name, fraction = item
+        try:
+            if state is None:
+                raise ValueError(f"unknown key {name!r}")
+            dataset, kind = DatasetId.parse(name), ReplicaState(state)
+            if kind is ReplicaState.REPLICATING or kind is ReplicaState.STUCK:
+                progress = 0.0 if fraction is None else float(fraction)
+                return _checked(
+                    holding(
+                        dataset, site, 0.0, 0.0, transfer=Transfer(kind.value), progress=progress
+                    ),
+                    progress,
+                )
+            value = 1.0 if fraction is None else float(fraction)
+            return _checked(holding(dataset, site, value, value), value)
+        except (ValueError, TypeError) as exc:
+            self._warn_once(f"{self.path}: storage.{element}: skipped: {exc}")
+            return None
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
+    """(state, dataset, fraction) triples of one storage table; bad shapes yield state None."""
+    if not isinstance(entry, dict):
+        yield (None, "<not a table>", None)
+        return
+    for key, value in entry.items():
+        if key not in _KEYS:
+            yield (None, key, None)
+        elif key == "site":
+            continue
+        elif isinstance(value, list):
+            yield from ((key, name, None) for name in value)
+        elif isinstance(value, dict):
+            yield from ((key, name, fraction) for name, fraction in value.items())
+        else:
+            yield (None, key, None)
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _checked(replica: Replica | None, value: float) -> Replica:
+    """``holding`` clamps shares to 0..1: an inventory value outside that range is an error,
+    as is an entry that says nothing is there and nothing moves (a partial share of 0)."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"fraction {value!r} outside 0..1")
+    if replica is None:
+        raise ValueError("nothing present and no transfer")
+    return replica
+
+
+def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:
+    return StaticSource(config.name, config.path, sites, settle_s=config.settle_s)

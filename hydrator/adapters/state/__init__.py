@@ -1,0 +1,1 @@
+"""The persisted state: one SQLite file (:mod:`hydrator.adapters.state.sqlite`)."""

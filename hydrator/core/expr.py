@@ -1,0 +1,92 @@
+"""Job-side expressions: ``requirements`` and ``rank`` for a job that needs some datasets.
+
+ClassAds have no ``subset()`` or ``intersection()`` (FACTS.md); the working forms are a
+conjunction of ``identicalMember`` (case-sensitive, unlike ``member``) and, for ranking, the sum
+of a list of booleans (0 when the slot has no such attribute; ``a + b`` would be UNDEFINED).
+Names are validated :class:`~hydrator.domain.DatasetId` objects and are quoted with
+``classad2.quote``, never pasted in raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import classad2
+
+from hydrator.config import ClassAdConfig
+from hydrator.domain import DatasetId
+
+
+@dataclass(frozen=True)
+class JobExpressions:
+    required: str  # value of RequiredDatasets, a ClassAd list
+    requirements: str
+    rank: str
+    generic_requirements: str  # the same test driven by MY.RequiredDatasets
+
+
+def _member(dataset: DatasetId, attribute: str) -> str:
+    return f"identicalMember({classad2.quote(str(dataset))}, TARGET.{attribute})"
+
+
+def job_expressions(
+    datasets: Sequence[DatasetId],
+    attrs: ClassAdConfig,
+    partial_ok: bool = False,
+    fallback_after_s: int | None = None,
+) -> JobExpressions:
+    """Expressions for a job needing every dataset in ``datasets`` (in order, deduplicated).
+
+    ``partial_ok`` also accepts a site holding part of a dataset (for jobs that can fetch the
+    rest). ``rank`` counts the datasets a slot's site holds completely, plus half for partial.
+    ``fallback_after_s`` (seconds, > 0) makes both requirements true anywhere once the job has
+    been queued longer than that: ``(<test>) || (time() - MY.QDate > N)``; the negotiator
+    evaluates ``time()`` at each match, so the job waits for a local slot for N seconds plus
+    up to one negotiation cycle, then runs wherever ``rank`` finds the best free slot.
+    """
+    unique = list(dict.fromkeys(datasets))
+    if not unique:
+        raise ValueError("at least one dataset is needed")
+    if fallback_after_s is not None and fallback_after_s <= 0:
+        raise ValueError(f"fallback after {fallback_after_s} s: must be a positive number")
+    avail, part = attrs.available_attribute, attrs.partial_attribute
+    terms = []
+    for d in unique:
+        term = _member(d, avail)
+        terms.append(f"({term} || {_member(d, part)})" if partial_ok else term)
+    rank = "sum({" + ", ".join(_member(d, avail) for d in unique) + "})"
+    if partial_ok:
+        rank += " + 0.5 * sum({" + ", ".join(_member(d, part) for d in unique) + "})"
+    generic = f'stringListSubsetMatch(join(",", MY.RequiredDatasets), join(",", TARGET.{avail}))'
+    required = "{" + ", ".join(classad2.quote(str(d)) for d in unique) + "}"
+    requirements = " && ".join(terms)
+    if fallback_after_s is not None:
+        waited = f"(time() - MY.QDate > {fallback_after_s})"
+        requirements, generic = f"({requirements}) || {waited}", f"({generic}) || {waited}"
+    return JobExpressions(required, requirements, rank, generic)
+
+
+def submit_lines(expr: JobExpressions, generic: bool = False) -> str:
+    """Lines for an HTCondor submit file."""
+    requirements = expr.generic_requirements if generic else expr.requirements
+    return (
+        f"My.RequiredDatasets = {expr.required}\n"
+        f"requirements = {requirements}\n"
+        f"rank = {expr.rank}\n"
+    )
+
+
+def toil_params(expr: JobExpressions, generic: bool = False) -> str:
+    """A shell line setting ``TOIL_HTCONDOR_PARAMS`` for Toil's HTCondor batch system.
+
+    Toil splits the value on ``;`` and each pair on its first ``=`` (toil/batchSystems/htcondor.py),
+    and applies it to every job of the run. Dataset names never contain ``;`` or ``'``.
+    """
+    requirements = expr.generic_requirements if generic else expr.requirements
+    pairs = [
+        f"+RequiredDatasets = {expr.required}",
+        f"requirements = {requirements}",
+        f"rank = {expr.rank}",
+    ]
+    return "export TOIL_HTCONDOR_PARAMS='" + "; ".join(pairs) + "'\n"

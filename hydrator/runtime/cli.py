@@ -1,0 +1,216 @@
+"""The ``hydrator`` command: ``run``, ``once``, ``check-config``, ``show``, ``expr``.
+
+Exit codes: 0 success; 1 a cycle failed or there is no state to show; 2 the process could not
+start: bad configuration or arguments, a state file that is locked by another writer, damaged or
+not writable (one line on stderr naming the key or the file, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hydrator import __version__
+from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
+from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
+from hydrator.errors import ConfigError, HydratorError, StateError
+from hydrator.logs import setup_logging
+from hydrator.runtime.observe import cycle_fields
+
+if TYPE_CHECKING:
+    from hydrator.runtime.outcome import CycleReport
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hydrator", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"hydrator {__version__}")
+    p.add_argument("--log-format", choices=["text", "json"], help="overrides [daemon] log_format")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(name: str, help_: str) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_)
+        cmd.add_argument(
+            "--config",
+            type=Path,
+            default=None,
+            help="TOML file (default: $HYDRATOR_CONFIG, else /etc/hydrator/hydrator.toml)",
+        )
+        return cmd
+
+    run = with_config("run", "run the daemon until SIGTERM/SIGINT")
+    once = with_config("once", "run one cycle and print what changed")
+    once.add_argument(
+        "--dry-run", action="store_true", help="neither save nor publish; reads the state only"
+    )
+    for writer in (run, once):
+        writer.add_argument(
+            "--reset-state",
+            action="store_true",
+            help="move the state file aside (to <state>.reset-<time>) and start empty",
+        )
+    once.add_argument("--json", action="store_true", help="print a machine-readable report")
+    with_config("check-config", "validate the configuration; exit 2 naming the bad key")
+    show = with_config("show", "print the saved state as the published site ClassAds")
+    show.add_argument("site", nargs="?", help="only this site")
+    expr = sub.add_parser("expr", help="requirements and rank for a job needing DATASETs")
+    expr.add_argument("datasets", nargs="+", metavar="DATASET", help="scope:name")
+    expr.add_argument(
+        "--partial-ok", action="store_true", help="also match sites holding part of a dataset"
+    )
+    expr.add_argument(
+        "--generic",
+        action="store_true",
+        help="requirements driven by the job's RequiredDatasets attribute",
+    )
+    expr.add_argument(
+        "--toil",
+        action="store_true",
+        help="print a TOIL_HTCONDOR_PARAMS line for Toil's HTCondor batch system",
+    )
+    expr.add_argument(
+        "--fallback-after",
+        type=int,
+        metavar="SECONDS",
+        help="prefer the data's sites, but run anywhere once queued longer than SECONDS",
+    )
+    expr.add_argument("--available-attribute", default="AvailableDatasets")
+    expr.add_argument("--partial-attribute", default="PartialDatasets")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ConfigError as exc:
+        print(f"hydrator: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StateError as exc:  # raised at start-up only: a cycle reports its own failures
+        print(f"hydrator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except HydratorError as exc:
+        print(f"hydrator: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "expr":
+        return _expr(args)
+    config = load_config(args.config or default_config_path())
+    setup_logging(
+        args.log_format or config.daemon.log_format, args.log_level or config.daemon.log_level
+    )
+    if args.command == "check-config":
+        print(f"ok: {len(config.sources)} source(s), state at {config.daemon.state_path}")
+        return EXIT_OK
+    if args.command == "show":
+        return _show(config, args.site)
+    if args.command == "run":
+        return _run(config, args.reset_state)
+    return _once(config, args.dry_run, args.json, args.reset_state)
+
+
+def _run(config: Config, reset: bool) -> int:
+    from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
+    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
+
+    return run_daemon(config, build_service(config, reset=reset))
+
+
+def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
+    from hydrator.runtime.report import cycle_json  # noqa: PLC0415
+    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
+
+    if dry_run and reset:
+        raise ConfigError("--reset-state", "writes the state; not with --dry-run")
+    service = build_service(config, read_only=dry_run, reset=reset)
+    try:
+        report = service.run_cycle(dry_run=dry_run)
+    finally:
+        service.close()
+    if as_json:
+        print(json.dumps(cycle_json(report), indent=1))
+    else:
+        _print_changes(report)
+    return EXIT_FAILED if report.outcome == "failed" else EXIT_OK
+
+
+def _print_changes(report: CycleReport) -> None:
+    plan = report.plan
+    for change in plan.changes if plan else ():
+        old = _described(change.old)
+        new = _described(change.new)
+        sign = {"added": "+", "removed": "-", "changed": "~"}[change.kind.value]
+        arrow = f"{old} -> {new}" if old and new else (new or old)
+        print(f"{sign} {change.site} {change.dataset} {arrow}")
+    fields = cycle_fields(report)
+    print(" ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def _described(replica: Replica | None) -> str:
+    """``partial``, or ``partial+stuck`` when a transfer goes with a present dataset."""
+    if replica is None:
+        return ""
+    if replica.present and replica.transfer is not Transfer.NONE:
+        return f"{replica.state.value}+{replica.transfer.value}"
+    return replica.state.value
+
+
+def _show(config: Config, site: str | None) -> int:
+    from hydrator.adapters.state.sqlite import SqliteStateStore  # noqa: PLC0415
+    from hydrator.runtime.service import render_ads  # noqa: PLC0415
+
+    path = config.daemon.state_path
+    if not path.exists():
+        print(f"hydrator: no state at {path} yet: run `hydrator once` first", file=sys.stderr)
+        return EXIT_FAILED
+    store = SqliteStateStore(path, read_only=True)
+    try:
+        state = store.load()
+    finally:
+        store.close()
+    views = state.stamped_views()
+    if site is not None:
+        if Site(site) not in views:
+            print(
+                f"hydrator: unknown site {site!r}; known: {', '.join(views) or 'none'}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        views = {Site(site): views[Site(site)]}
+    ads = render_ads(views, config.classad)
+    texts = []
+    for name, ad in ads.items():
+        text = ad.body.decode()
+        if views[name].stuck and not config.classad.advertise_stuck:
+            stuck = ", ".join(str(d) for d in views[name].stuck)
+            text += f"# stuck transfers (not advertised): {stuck}\n"
+        texts.append(text)
+    print("\n".join(texts), end="")
+    return EXIT_OK
+
+
+def _expr(args: argparse.Namespace) -> int:
+    from hydrator.core.expr import job_expressions, submit_lines, toil_params  # noqa: PLC0415
+
+    try:
+        datasets = [DatasetId.parse(d) for d in args.datasets]
+        attrs = ClassAdConfig(
+            available_attribute=args.available_attribute, partial_attribute=args.partial_attribute
+        )
+        expressions = job_expressions(
+            datasets, attrs, partial_ok=args.partial_ok, fallback_after_s=args.fallback_after
+        )
+    except (InvalidNameError, ValueError) as exc:
+        print(f"hydrator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    render = toil_params if args.toil else submit_lines
+    print(render(expressions, generic=args.generic), end="")
+    return EXIT_OK

@@ -1,0 +1,338 @@
+"""Prometheus metrics, registered on an injected :class:`CollectorRegistry`.
+
+Names follow the Prometheus conventions: ``hydrator_`` prefix, base units, ``_total`` counters.
+Labels are bounded: ``source``, ``site``, ``state``, ``kind``, ``outcome``; never a dataset name.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from functools import partial
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from hydrator.core.advertise import Advertised
+from hydrator.core.jobs import JobsReport
+from hydrator.core.locality import LocalityReport
+from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
+
+_CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+NAMESPACE = "hydrator"
+
+
+def _makers(
+    registry: CollectorRegistry,
+) -> tuple[partial[Counter], partial[Gauge], partial[Histogram]]:
+    """Counter, Gauge and Histogram bound to the ``hydrator`` namespace and ``registry``."""
+    return (
+        partial(Counter, namespace=NAMESPACE, registry=registry),
+        partial(Gauge, namespace=NAMESPACE, registry=registry),
+        partial(Histogram, namespace=NAMESPACE, registry=registry),
+    )
+
+
+class Metrics:
+    """Every metric the daemon exports. Create one per registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        counter, gauge, histogram = _makers(registry)
+        self.cycle_duration = histogram(
+            "cycle_duration_seconds",
+            "Duration of one cycle, from first fetch to last publish.",
+            buckets=_CYCLE_BUCKETS,
+        )
+        self.cycles = counter(
+            "cycles",
+            "Cycles by outcome (ok, degraded, failed, abandoned).",
+            ["outcome"],
+        )
+        self.last_success = gauge(
+            "last_successful_cycle_timestamp_seconds",
+            "Unix time at which the last ok or degraded cycle finished.",
+        )
+        self.http_front_restarts = counter(
+            "http_front_restarts",
+            "Times the HTTP server process exited and was restarted.",
+        )
+        self._sources(registry)
+        self._content(registry)
+
+    def _sources(self, registry: CollectorRegistry) -> None:
+        counter, gauge, histogram = _makers(registry)
+        self.source_requests = counter(
+            "source_requests",
+            "Source fetches by outcome (ok, transient_error, permanent_error, held).",
+            ["source", "outcome"],
+        )
+        self.source_errors = counter(
+            "source_errors",
+            "Failed source fetches by kind (transient, permanent).",
+            ["source", "kind"],
+        )
+        self.source_duration = histogram(
+            "source_fetch_duration_seconds",
+            "Duration of one source fetch.",
+            ["source"],
+            buckets=_CYCLE_BUCKETS,
+        )
+        self.source_staleness = gauge(
+            "source_staleness_seconds",
+            "Seconds since the source's answer was last used (0 when fresh).",
+            ["source"],
+        )
+        self.source_stale = gauge(
+            "source_stale",
+            "1 while the source's last good snapshot is in use instead of a fresh answer.",
+            ["source"],
+        )
+        self.source_last_success = gauge(
+            "source_last_success_timestamp_seconds",
+            "Unix time of the last used answer.",
+            ["source"],
+        )
+        self.source_calls = counter(
+            "source_api_calls",
+            "API requests made by sources (retries included), by method.",
+            ["source", "method"],
+        )
+        self.source_deferred = gauge(
+            "source_deferred_checks",
+            "Checks the last fetch left to later cycles because of its per-cycle budget"
+            " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
+            ["source"],
+        )
+        self.invalid_records = counter(
+            "invalid_records",
+            "Records skipped as malformed or with invalid names (a bad record is counted in"
+            " every answer that holds it).",
+            ["source"],
+        )
+        self.source_invalid = gauge(
+            "source_invalid_records",
+            "Records skipped as malformed or with invalid names in the source's last answer"
+            " (unchanged while it fails): alert on its rise, not on its level.",
+            ["source"],
+        )
+        self.unmapped = gauge(
+            "unmapped_storage_elements",
+            "Storage elements with no site, ignored.",
+            ["source"],
+        )
+        self.state_rejected_rows = gauge(
+            "state_rejected_rows",
+            "Rows of the state database ignored as invalid when it was loaded at start, by table"
+            " (never published; --reset-state or a repaired file clears them).",
+            ["table"],
+        )
+
+    def _content(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.datasets = gauge(
+            "datasets",
+            "Datasets per site by what is there: available (complete), partial (some files),"
+            " replicating (none yet, a transfer active), stuck (none, the transfer stuck).",
+            ["site", "state"],
+        )
+        self.transfers = gauge(
+            "transfers",
+            "Transfers towards each site by state (replicating, stuck), whatever is present.",
+            ["site", "state"],
+        )
+        self.changes = counter(
+            "changes",
+            "(site, dataset) changes by kind (added, removed, changed).",
+            ["kind"],
+        )
+        self.state_rows_written = counter(
+            "state_rows_written",
+            "Replica and first-seen rows written to the state database.",
+        )
+        self.collector_updates = counter(
+            "collector_updates",
+            "Collector updates by kind (merge, site_ad, invalidate) and outcome (ok, error).",
+            ["kind", "outcome"],
+        )
+        self.unadvertised = gauge(
+            "datasets_unadvertised",
+            "Datasets a site holds that its ad leaves out, by reason (not_demanded, "
+            "over_budget, over_size; see [classad] advertise, max_datasets_per_site, "
+            "max_ad_bytes).",
+            ["site", "reason"],
+        )
+        self.classad_size = gauge(
+            "classad_size_bytes",
+            "Size of the site's old-syntax ClassAd.",
+            ["site"],
+        )
+        self._locality(registry)
+        self._jobs(registry)
+        for kind in ("added", "removed", "changed"):
+            self.changes.labels(kind)
+        for outcome in ("ok", "degraded", "failed", "abandoned"):
+            self.cycles.labels(outcome)
+
+    def _locality(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.jobs_running = gauge(
+            "jobs_running",
+            "Running jobs that declare RequiredDatasets, by whether their slot's "
+            "site holds all of them (local) or not (remote).",
+            ["locality"],
+        )
+        self.jobs_running_by_site = gauge(
+            "site_jobs_running",
+            "Running data-bound jobs per site and locality.",
+            ["site", "locality"],
+        )
+        self.local_ratio = gauge(
+            "jobs_running_data_local_ratio",
+            "Share of running data-bound jobs whose site holds "
+            "all their datasets (NaN when none run).",
+        )
+        self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
+        self.jobs_idle = gauge(
+            "jobs_idle_data_bound",
+            "Idle data-bound jobs by the best any site offers: "
+            "missed_locality, waiting_local, partial_only, replicating_only, nowhere.",
+            ["reason"],
+        )
+        self.unclaimed_with_data = gauge(
+            "sites_unclaimed_slots_with_data",
+            "Unclaimed slots at a site that holds all the datasets of at least one idle job.",
+            ["site"],
+        )
+        self.pool_queries = counter(
+            "pool_queries",
+            "Pool reads for matchmaking quality by outcome (ok, error).",
+            ["outcome"],
+        )
+
+    def _jobs(self, registry: CollectorRegistry) -> None:
+        counter, gauge, _ = _makers(registry)
+        self.job_edits = counter(
+            "job_edits",
+            "Job groups (one distinct RequiredDatasets value on one schedd) whose annotation"
+            " was written (outcome ok) or refused/failed (error).",
+            ["outcome"],
+        )
+        self.job_edit_calls = counter(
+            "job_edit_calls",
+            "Schedd.edit calls made by the job annotator (one per changed attribute of a group).",
+        )
+        self.jobs_edited = counter(
+            "jobs_edited",
+            "Jobs whose annotation was written.",
+        )
+        self.jobs_seen = gauge(
+            "jobs_seen",
+            "Idle data-bound jobs the annotator read in the last cycle, from the schedds that"
+            " answered.",
+        )
+        self.job_edits_deferred = gauge(
+            "job_edits_deferred",
+            "Job groups left for a later cycle by [jobs] max_edits_per_cycle in the last cycle.",
+        )
+        self.job_schedd_failures = counter(
+            "job_schedd_failures",
+            "Schedds the annotator could not read (unavailable) or that refused an edit (refused),"
+            " per cycle.",
+            ["reason"],
+        )
+        self.jobs_at_site = gauge(
+            "jobs_idle_data_bound_at_site",
+            "Idle data-bound jobs that could run data-local at a site: every dataset complete"
+            " there (complete) or at least partly there or incoming (partial).",
+            ["site", "locality"],
+        )
+        self.jobs_data_nowhere = gauge(
+            "jobs_idle_data_nowhere",
+            "Idle data-bound jobs whose data no site holds, even partly.",
+        )
+        for outcome in ("ok", "error"):
+            self.job_edits.labels(outcome)
+        for reason in ("unavailable", "refused"):
+            self.job_schedd_failures.labels(reason)
+
+    def set_jobs(self, report: JobsReport) -> None:
+        """Count one annotation cycle and replace the per-site demand gauges."""
+        self.job_edits.labels("ok").inc(report.edits)
+        self.job_edits.labels("error").inc(len(report.refused_schedds))
+        self.job_edit_calls.inc(report.edit_calls)
+        self.jobs_edited.inc(report.jobs_edited)
+        self.jobs_seen.set(report.seen)
+        self.job_edits_deferred.set(report.deferred)
+        refused = len(report.refused_schedds)
+        self.job_schedd_failures.labels("refused").inc(refused)
+        self.job_schedd_failures.labels("unavailable").inc(len(report.failed_schedds) - refused)
+        demand = report.demand
+        self.jobs_at_site.clear()
+        for locality, counts in (("complete", demand.complete), ("partial", demand.partial)):
+            for site, count in counts.items():
+                self.jobs_at_site.labels(site, locality).set(count)
+        self.jobs_data_nowhere.set(demand.nowhere)
+
+    def set_locality(self, report: LocalityReport) -> None:
+        """Replace the matchmaking-quality gauges with this cycle's report."""
+        self.jobs_running.labels("local").set(report.running_local)
+        self.jobs_running.labels("remote").set(report.running_remote)
+        ratio = report.local_ratio
+        self.local_ratio.set(float("nan") if ratio is None else ratio)
+        for reason, count in report.idle.items():
+            self.jobs_idle.labels(reason).set(count)
+        self.jobs_running_by_site.clear()
+        for (site, locality), count in report.running_by_site.items():
+            self.jobs_running_by_site.labels(site, locality).set(count)
+        self.unclaimed_with_data.clear()
+        for site in report.missed_by_site:
+            self.unclaimed_with_data.labels(site).set(report.unclaimed_by_site.get(site, 0))
+
+    def set_unadvertised(self, advertised: Iterable[Advertised]) -> None:
+        self.unadvertised.clear()
+        for a in advertised:
+            self.unadvertised.labels(a.view.site, "not_demanded").set(a.not_demanded)
+            self.unadvertised.labels(a.view.site, "over_budget").set(a.over_budget)
+            self.unadvertised.labels(a.view.site, "over_size").set(a.over_size)
+
+    def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
+        """Replace the per-site gauges (sites that went away lose their series)."""
+        self.datasets.clear()
+        self.transfers.clear()
+        self.classad_size.clear()
+        for view in views:
+            counts = {
+                ReplicaState.AVAILABLE: len(view.available),
+                ReplicaState.PARTIAL: len(view.partial),
+                ReplicaState.REPLICATING: len(view.replicating),
+                ReplicaState.STUCK: len(view.stuck) - _present(view, view.stuck),
+            }
+            for state, count in counts.items():
+                self.datasets.labels(view.site, state.value).set(count)
+            moving = len(view.replicating) + len(view.incoming)
+            self.transfers.labels(view.site, Transfer.REPLICATING.value).set(moving)
+            self.transfers.labels(view.site, Transfer.STUCK.value).set(len(view.stuck))
+            self.classad_size.labels(view.site).set(sizes.get(view.site, 0))
+
+
+def _present(view: SiteView, datasets: Iterable[DatasetId]) -> int:
+    """How many of ``datasets`` the view lists as available or partial (binary searches in
+    its sorted lists: the cost grows with ``datasets``, not with the site's size)."""
+    found = 0
+    for d in datasets:
+        wanted = (d.scope, d.name)
+        at = bisect_left(view.available, wanted, key=_by_id)
+        if at < len(view.available) and view.available[at] == d:
+            found += 1
+            continue
+        at = bisect_left(view.partial, wanted, key=_by_pair)
+        found += at < len(view.partial) and view.partial[at][0] == d
+    return found
+
+
+def _by_id(d: DatasetId) -> tuple[str, str]:
+    return (d.scope, d.name)
+
+
+def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
+    return (pair[0].scope, pair[0].name)

@@ -1,0 +1,51 @@
+"""What one cycle produced: the report of the cycle and what the HTTP endpoint serves.
+
+Plain frozen values, built by :mod:`hydrator.runtime.service` and read by
+:mod:`~hydrator.runtime.observe` (logs, metrics) and :mod:`~hydrator.runtime.report` (JSON).
+They live here, not in the service, so that those readers do not import the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.core.jobs import JobsReport, SiteDemand
+from hydrator.domain import Plan, Site, SiteView, SourceStatus
+
+
+@dataclass(frozen=True)
+class SiteAd:
+    """A site's published ClassAd, ready to serve: old-syntax body and its entity tag."""
+
+    view: SiteView
+    body: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the HTTP endpoint serves; immutable, replaced whole after each cycle."""
+
+    ads: Mapping[Site, SiteAd] = field(default_factory=dict)
+    sources: tuple[SourceStatus, ...] = ()
+    generated: datetime | None = None
+    demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """The result of one cycle. ``outcome``: ok, degraded (a source stale or a publisher
+    failed), failed (nothing saved), abandoned (stopped before saving)."""
+
+    started: datetime
+    duration_s: float
+    outcome: str
+    plan: Plan | None = None
+    rows_written: int = 0
+    published: Mapping[str, PublishReport] = field(default_factory=dict)
+    publish_errors: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+    jobs: JobsReport | None = None  # None: job annotation off, or not run (dry run)

@@ -1,0 +1,145 @@
+"""JSON documents for the HTTP API and ``hydrator once --json`` (plain dicts at the edge only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hydrator.core.jobs import JobsReport
+from hydrator.domain import Change, SiteView, SourceStatus
+from hydrator.runtime.observe import cycle_fields
+
+if TYPE_CHECKING:
+    from hydrator.runtime.outcome import CycleReport, Published
+
+
+def site_json(view: SiteView) -> dict[str, Any]:
+    """One site's datasets by presence, and the transfers towards it.
+
+    ``available``, ``partial``, ``replicating`` are the advertised lists (presence first);
+    ``fraction``/``bytes_fraction`` are shares of files/bytes present, ``progress`` the
+    transfer's share done (0..1). ``stuck`` and ``incoming`` list every stuck and active
+    transfer towards the site, whatever is present; a partial entry names its ``transfer``.
+    """
+    stuck, moving = set(view.stuck), {d for d, _ in view.incoming}
+    size = dict(view.partial_bytes)
+    incoming = sorted((*view.replicating, *view.incoming), key=lambda p: (p[0].scope, p[0].name))
+    return {
+        "site": view.site,
+        "updated": view.updated.isoformat() if view.updated else None,
+        "digest": view.digest,
+        "available": [str(d) for d in view.available],
+        "partial": [
+            {
+                "dataset": str(d),
+                "fraction": f,
+                "bytes_fraction": size.get(d, f),
+                "transfer": "stuck" if d in stuck else "replicating" if d in moving else "none",
+            }
+            for d, f in view.partial
+        ],
+        "replicating": [{"dataset": str(d), "progress": f} for d, f in view.replicating],
+        "stuck": [str(d) for d in view.stuck],
+        "incoming": [{"dataset": str(d), "progress": p} for d, p in incoming],
+    }
+
+
+def source_json(status: SourceStatus) -> dict[str, Any]:
+    return {
+        "name": status.name,
+        "fresh": status.fresh,
+        "entries": status.entries,
+        "invalid": status.invalid,
+        "unmapped": sorted(status.unmapped),
+        "reason": status.reason,
+        "last_success": status.last_success.isoformat() if status.last_success else None,
+    }
+
+
+def sites_json(published: Published) -> dict[str, Any]:
+    """Every site with its counts, for ``GET /v1/sites``."""
+    sites = []
+    for ad in published.ads.values():
+        v = ad.view
+        sites.append(
+            {
+                "site": v.site,
+                "available": len(v.available),
+                "partial": len(v.partial),
+                "replicating": len(v.replicating),
+                "stuck": len(v.stuck),
+                "incoming": len(v.replicating) + len(v.incoming),
+                "digest": v.digest,
+                "updated": v.updated.isoformat() if v.updated else None,
+                "classad": f"/v1/sites/{v.site}/classad",
+            }
+        )
+    return {
+        "generated": published.generated.isoformat() if published.generated else None,
+        "sites": sites,
+        "sources": [source_json(s) for s in published.sources],
+    }
+
+
+def change_json(change: Change) -> dict[str, Any]:
+    return {
+        "site": change.site,
+        "dataset": str(change.dataset),
+        "kind": change.kind.value,
+        "old": change.old.state.value if change.old else None,
+        "new": change.new.state.value if change.new else None,
+        "fraction": change.new.fraction if change.new else None,
+        "transfer": change.new.transfer.value if change.new else None,
+        "progress": change.new.progress if change.new else None,
+    }
+
+
+def cycle_json(report: CycleReport) -> dict[str, Any]:
+    """``hydrator once --json``: per site the datasets by state, and this cycle's changes."""
+    plan = report.plan
+    return {
+        "started": report.started.isoformat(),
+        "summary": cycle_fields(report),
+        "sources": [source_json(s) for s in plan.sources] if plan else [],
+        "sites": {site: site_json(view) for site, view in plan.sites.items()} if plan else {},
+        "changes": [change_json(c) for c in plan.changes] if plan else [],
+        "publish_errors": dict(report.publish_errors),
+        "jobs": jobs_json(report.jobs) if report.jobs is not None else None,
+    }
+
+
+def jobs_json(report: JobsReport) -> dict[str, Any]:
+    """One annotation cycle: ``edits`` are job groups written (one distinct RequiredDatasets
+    value on one schedd), ``edit_calls`` the Schedd.edit calls they took (one per attribute)."""
+    return {
+        "seen": report.seen,
+        "edits": report.edits,
+        "edit_calls": report.edit_calls,
+        "jobs_edited": report.jobs_edited,
+        "deferred": report.deferred,
+        "failed_schedds": len(report.failed_schedds),
+        "failed_schedd_names": list(report.failed_schedds),
+        "error": report.error,
+    }
+
+
+def demand_json(published: Published) -> dict[str, Any]:
+    """``GET /v1/demand``: per site, the idle data-bound jobs that could run data-local there
+    (``complete``: every dataset complete at the site; ``partial``: at least partly there or
+    incoming, not all complete; every published site is listed, with zeros), and the jobs
+    whose data is nowhere. ``stale_schedds``: schedds that did not answer in the last cycle,
+    counted from their last good read. Before the queues were read, or with ``[jobs]
+    annotate = false``, ``jobs`` is null. No timestamp: the body (and its ETag) changes only
+    when the numbers do."""
+    demand = published.demand
+    if demand is None:
+        return {"jobs": None, "sites": {}, "nowhere": None, "stale_schedds": []}
+    sites = sorted(set(published.ads) | set(demand.complete) | set(demand.partial))
+    return {
+        "jobs": demand.jobs,
+        "sites": {
+            s: {"complete": demand.complete.get(s, 0), "partial": demand.partial.get(s, 0)}
+            for s in sites
+        },
+        "nowhere": demand.nowhere,
+        "stale_schedds": list(demand.schedds_stale),
+    }

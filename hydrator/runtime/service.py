@@ -1,0 +1,419 @@
+"""The service: one cycle as a plain call (:meth:`Service.run_cycle`), plus what the HTTP
+endpoint serves between cycles. Scheduling lives in :mod:`.scheduler`; the decision in
+:mod:`hydrator.core.plan`; this module only sequences fetch -> plan -> save -> publish.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry
+
+from hydrator.adapters.htcondor import Publisher, PublishReport
+from hydrator.adapters.sources import FetchContext, Source
+from hydrator.adapters.state.sqlite import StateStore
+from hydrator.config import ClassAdConfig, Config
+from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.core.jobs import Annotator, JobsReport
+from hydrator.core.locality import PoolProbe, locality_report
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.render import etag, published_updated, render_cron
+from hydrator.domain import (
+    DatasetId,
+    Plan,
+    Site,
+    SiteView,
+    SourceFailure,
+    SourceOutcome,
+    State,
+)
+from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
+from hydrator.redact import redact
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import log_cycle, record_cycle
+from hydrator.runtime.outcome import CycleReport, Published, SiteAd
+
+log = logging.getLogger(__name__)
+
+Demand = Callable[[], Mapping[DatasetId, int]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def render_ads(
+    views: Mapping[Site, SiteView],
+    attrs: ClassAdConfig,
+    previous: Mapping[Site, SiteAd] | None = None,
+) -> dict[Site, SiteAd]:
+    """Render each site's ad; reuse the ``previous`` body of a site whose lists (digest) and
+    published update time are unchanged, which is most sites in most cycles."""
+    ads: dict[Site, SiteAd] = {}
+    for site, view in views.items():
+        old = previous.get(site) if previous else None
+        if (
+            old is not None
+            and old.view.digest == view.digest
+            and published_updated(old.view, attrs) == published_updated(view, attrs)
+        ):
+            ads[site] = SiteAd(view, old.body, old.etag)
+            continue
+        body = render_cron(view, attrs)
+        ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
+    return ads
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _libc()
+FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
+
+
+@contextmanager
+def collector_paused(full: bool = False) -> Iterator[None]:
+    """Run the block without garbage-collector passes, then collect its cyclic garbage once and
+    move every surviving object out of the collector's reach (``gc.freeze``).
+
+    The model a daemon holds (a million replicas, their names, the site views) lives for many
+    cycles and holds no reference cycles, yet the collector's passes over it while a cycle
+    allocated cost seconds per cycle and found nothing (issue 15). Frozen objects are still
+    freed by reference counting when a later cycle drops them; the one collection scans only
+    what is not frozen yet (the block's allocations). A cycle of objects that outlived a block
+    and was dropped later is not seen while frozen: with ``full`` (every
+    ``FULL_COLLECTION_EVERY`` cycles) everything is unfrozen and collected once."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        if full:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        release_free_memory()
+
+
+def release_free_memory() -> None:
+    """Give the C allocator's free pages back to the system (glibc ``malloc_trim``; nothing
+    elsewhere). A cycle's transient buffers (answers of megabytes, parsed chunks) are freed in
+    the fetch thread's own malloc arena, which otherwise keeps them: at 100k replicas a third
+    of the process's resident memory (issue 15)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+class Service:
+    """Sequences one cycle; owns the stop event and the state between cycles."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sources: Sequence[Source],
+        store: StateStore,
+        publishers: Sequence[Publisher] = (),
+        metrics: Metrics | None = None,
+        demand: Demand | None = None,
+        probe: PoolProbe | None = None,
+        annotator: Annotator | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.config = config
+        self.sources = list(sources)
+        self.store = store
+        self.publishers = list(publishers)
+        self.metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
+        self.demand = demand
+        self.probe = probe
+        self.annotator = annotator
+        self.clock = clock
+        self.policy = Policy(**config.safety.model_dump())
+        self.advertise_policy = AdvertisePolicy(
+            demand_only=config.classad.advertise == "demand",
+            max_datasets_per_site=config.classad.max_datasets_per_site,
+            max_ad_bytes=config.classad.max_ad_bytes,
+            stuck=config.classad.advertise_stuck,
+        )
+        self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
+        self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self._lock = threading.Lock()  # one cycle at a time, whoever calls
+        with collector_paused():
+            self._state = store.load()
+            self.published = Published()  # empty, for _ad_size while the startup views are cut
+            for table, count in store.rejected_rows.items():
+                self.metrics.state_rejected_rows.labels(table).set(count)
+            self.published = Published(render_ads(self._startup_views(), config.classad))
+        self._cycles = 0
+        self.last_cycle_end = time.monotonic()
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
+        :attr:`ready` and :attr:`last_cycle_end` say what the cycle did; its errors are logged."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def readiness(self) -> tuple[bool, str]:
+        """``(ready, reason)``: ready once every configured source has answered successfully
+        at least once, in this run or in the saved state (its last-known-good data is then
+        served); the reason names the sources still missing and their last error."""
+        errors = {s.name: s.reason for s in self.published.sources}
+        missing = []
+        for source in self.sources:
+            saved = self._state.sources.get(source.name)
+            if saved is None or saved.last_success is None:
+                error = errors.get(source.name)
+                missing.append(f"{source.name} ({error})" if error else source.name)
+        if missing:
+            return False, "no successful answer yet from source(s): " + ", ".join(missing)
+        return True, f"every source ({len(self.sources)}) has answered at least once"
+
+    def run_cycle(self, dry_run: bool = False) -> CycleReport:
+        """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
+        with self._lock:
+            started, t0 = self.clock(), time.monotonic()
+            self._cycles += 1
+            with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
+                try:
+                    report = self._cycle(started, t0, dry_run)
+                except HydratorError as exc:
+                    log.error("cycle failed: %s", exc)
+                    error = redact(str(exc))
+                    report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
+            self.last_cycle_end = time.monotonic()
+            self._observe(report)
+            for listener in list(self._listeners):
+                try:
+                    listener()
+                except Exception:  # a listener's bug must not end the daemon's cycles
+                    log.exception("after-cycle listener %r failed", listener)
+            return report
+
+    def _startup_views(self) -> dict[Site, SiteView]:
+        """What to serve from the saved state before the first cycle: nothing in demand mode
+        (the demand is not known yet; hooks keep their last good copy)."""
+        if self.advertise_policy.demand_only:
+            return {}
+        held, policy, size = self._state.merged, self.advertise_policy, self._ad_size
+        return {
+            s: advertise(v, {}, policy, held, size).view
+            for s, v in self._state.stamped_views().items()
+        }
+
+    def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
+        wanted = self._wanted()
+        context = FetchContext(now=started, wanted=wanted or {})
+        outcomes = self._fetch_all(context)
+        if self.stop_event.is_set():
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan = plan_cycle(self._state, outcomes, started, self.policy)
+        if dry_run:
+            return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+        rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
+        self._state = plan.state
+        if self.advertise_policy.demand_only and wanted is None:
+            published: dict[str, PublishReport] = {}
+            errors = {"demand": "the queues have not been read yet: nothing advertised"}
+            log.warning("demand mode: the queues have not been read yet, publishing nothing")
+        else:
+            published, errors = self._advertise_and_publish(plan, wanted or {}, started)
+        self._measure_locality(plan)
+        jobs = self._annotate(plan, started)
+        self.ready.set()
+        duration = time.monotonic() - t0
+        outcome = _outcome(plan, errors)
+        return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
+
+    def _advertise_and_publish(
+        self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
+    ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        advertised = self._advertise(plan, wanted)
+        views = {site: a.view for site, a in advertised.items()}
+        self.published = Published(
+            render_ads(views, self.config.classad, self.published.ads),
+            plan.sources,
+            started,
+            self.published.demand,  # until this cycle's annotation replaces it
+        )
+        self.metrics.set_unadvertised(advertised.values())
+        return self._publish(views, plan.removed_sites, started)
+
+    def _wanted(self) -> Mapping[DatasetId, int] | None:
+        """What queued jobs declare; on a failed query the last good answer (a schedd that
+        does not answer must not empty demand-driven ads); None if never read."""
+        if self.demand is None:
+            return {}
+        try:
+            self._last_wanted = self.demand()
+        except HydratorError as exc:
+            log.warning("queue query failed, using the previous demand: %s", exc)
+        return self._last_wanted
+
+    def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
+        policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
+        advertised = {
+            site: advertise(v, wanted, policy, held, size) for site, v in plan.sites.items()
+        }
+        self._warn_over_size(advertised)
+        return advertised
+
+    def _ad_size(self, view: SiteView) -> int:
+        """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
+        ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
+        lists are unchanged; else bounds from the names over the empty ad (each name costs its
+        length and two quotes, plus at most a comma); a rendering only between the bounds."""
+        old = self.published.ads.get(view.site)
+        if old is not None and old.view.digest == view.digest:
+            return len(old.body)
+        attrs = self.config.classad
+        empty = replace(view, available=(), partial=(), replicating=())
+        lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
+        lengths = [len(d.scope) + len(d.name) + 3 for names in lists for d in names]
+        lower = len(render_cron(empty, attrs).encode("utf-8")) + sum(lengths)
+        upper, limit = lower + len(lengths), self.advertise_policy.max_ad_bytes
+        if upper <= limit:
+            return upper
+        if lower > limit:
+            return lower
+        return len(render_cron(view, attrs).encode("utf-8"))
+
+    def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
+        """One warning when a site's ad starts being cut to fit, one line when it fits again."""
+        over = frozenset(site for site, a in advertised.items() if a.over_size)
+        limit = self.advertise_policy.max_ad_bytes
+        for site in sorted(over - self._over_size):
+            log.warning(
+                "site %s: its ad would exceed [classad] max_ad_bytes = %d; leaving out %d "
+                "dataset(s), least demanded first (hydrator_datasets_unadvertised"
+                '{reason="over_size"}); /v1/sites still lists them all',
+                site,
+                limit,
+                advertised[site].over_size,
+            )
+        for site in sorted(self._over_size - over):
+            log.info("site %s: its ad fits max_ad_bytes = %d again", site, limit)
+        self._over_size = over
+
+    def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
+        if not self.sources:
+            return {}
+        with ThreadPoolExecutor(len(self.sources), thread_name_prefix="fetch") as pool:
+            futures = {s.name: pool.submit(self._fetch, s, context) for s in self.sources}
+            return {name: future.result() for name, future in futures.items()}
+
+    def _fetch(self, source: Source, context: FetchContext) -> SourceOutcome:
+        t0 = time.monotonic()
+        try:
+            outcome: SourceOutcome = source.fetch(context)
+        except SourceError as exc:
+            log.warning("source %s failed: %s", source.name, exc)
+            permanent = isinstance(exc, PermanentSourceError)
+            outcome = SourceFailure(source.name, redact(str(exc)), permanent)
+        except Exception as exc:  # a bug in one adapter must not stop the others or the daemon
+            log.exception("source %s raised an unexpected error", source.name)
+            reason = redact(f"unexpected {type(exc).__name__}: {exc}")
+            outcome = SourceFailure(source.name, reason)
+        self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
+        self._record_source_counts(source)
+        return outcome
+
+    def _record_source_counts(self, source: Source) -> None:
+        """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
+        mapping method -> count (Rucio); those with a per-cycle budget expose
+        ``deferred_last_fetch``, the checks left to later cycles. Optional, so neither is part
+        of the Source protocol."""
+        deferred = getattr(source, "deferred_last_fetch", None)
+        if isinstance(deferred, int):
+            self.metrics.source_deferred.labels(source.name).set(deferred)
+        calls = getattr(source, "calls_last_fetch", None)
+        if isinstance(calls, int):
+            calls = {"request": calls}
+        if isinstance(calls, Mapping):
+            for method, count in calls.items():
+                self.metrics.source_calls.labels(source.name, str(method)).inc(int(count))
+
+    def _publish(
+        self, views: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        reports: dict[str, PublishReport] = {}
+        errors: dict[str, str] = {}
+        for publisher in self.publishers:
+            try:
+                reports[publisher.name] = publisher.publish(views, removed, now)
+            except PublishError as exc:
+                log.warning("publisher %s failed, retrying next cycle: %s", publisher.name, exc)
+                errors[publisher.name] = redact(str(exc))
+        return reports, errors
+
+    def _measure_locality(self, plan: Plan) -> None:
+        """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
+        if self.probe is None:
+            return
+        try:
+            jobs, slots = self.probe.jobs_and_slots()
+        except PublishError as exc:
+            log.warning("cannot read the pool for matchmaking quality: %s", exc)
+            self.metrics.pool_queries.labels("error").inc()
+            return
+        self.metrics.pool_queries.labels("ok").inc()
+        self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
+
+    def _annotate(self, plan: Plan, started: datetime) -> JobsReport | None:
+        """Write where their data is onto idle jobs (after the ads are out: a slow or failing
+        schedd never delays them); a failure here is counted and logged, never fails the cycle."""
+        if self.annotator is None:
+            return None
+        try:
+            report = self.annotator.run(plan.sites, int(started.timestamp()))
+        except Exception:  # a bug in annotation must not cost the cycle its ads
+            log.exception("job annotation failed")
+            return JobsReport(error="job annotation failed unexpectedly")
+        self.published = replace(self.published, demand=report.demand)
+        return report
+
+    def _observe(self, report: CycleReport) -> None:
+        log_cycle(report)
+        record_cycle(self.metrics, report, self.published)
+
+    def close(self) -> None:
+        closers = [(s.name, s.close) for s in self.sources]
+        closers += [(p.name, p.close) for p in self.publishers]
+        if self.annotator is not None:
+            closers.append(("job annotator", self.annotator.close))
+        for name, close in closers:
+            try:
+                close()
+            except Exception:  # closing is best effort at shutdown; say what failed
+                log.exception("closing %s failed", name)
+        self.store.close()
+
+
+def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
+    if publish_errors or any(not s.fresh for s in plan.sources):
+        return "degraded"
+    return "ok"

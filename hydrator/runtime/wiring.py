@@ -1,0 +1,167 @@
+"""Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`.
+
+Each adapter has one typed factory here, found through a mapping from its configuration type
+(:data:`SOURCE_FACTORIES`); no adapter is found by a string. A factory imports its adapter
+module when called, so a static-only setup never imports rucio-clients or htcondor2.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from hydrator.adapters.htcondor import Publisher
+from hydrator.adapters.sources import Source
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
+from hydrator.config import (
+    ClassAdConfig,
+    CollectorConfig,
+    Config,
+    DmapiSourceConfig,
+    JobsConfig,
+    RucioSourceConfig,
+    SourceConfig,
+    StaticSourceConfig,
+)
+from hydrator.core.jobs import AnnotateSettings, Annotator, QueueAdapter
+from hydrator.core.locality import PoolProbe
+from hydrator.errors import ConfigError, StateError
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.service import Demand, Service
+
+if TYPE_CHECKING:
+    from hydrator.adapters.htcondor.collector import CollectorPublisher
+
+
+def static_source(config: StaticSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "static"``: an inventory file."""
+    from hydrator.adapters.sources import static  # noqa: PLC0415  (lazy)
+
+    return static.build(config, sites)
+
+
+def rucio_source(config: RucioSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "rucio"``: imports rucio-clients."""
+    from hydrator.adapters.sources import rucio  # noqa: PLC0415  (lazy)
+
+    return rucio.build(config, sites)
+
+
+def dmapi_source(config: DmapiSourceConfig, sites: Mapping[str, str]) -> Source:
+    """``type = "dmapi"``: the SKA Data Management API over requests."""
+    from hydrator.adapters.sources import dmapi  # noqa: PLC0415  (lazy)
+
+    return dmapi.build(config, sites)
+
+
+SourceFactory = Callable[[Any, Mapping[str, str]], Source]
+SOURCE_FACTORIES: Mapping[type, SourceFactory] = {
+    StaticSourceConfig: static_source,
+    RucioSourceConfig: rucio_source,
+    DmapiSourceConfig: dmapi_source,
+}
+"""Configuration type -> factory; ``tests/unit/runtime/test_wiring.py`` checks that every
+member of :data:`~hydrator.config.SourceConfig` has one whose parameter is that type."""
+
+
+def build_source(config: SourceConfig, sites: Mapping[str, str]) -> Source:
+    return SOURCE_FACTORIES[type(config)](config, sites)
+
+
+def collector_publisher(config: CollectorConfig, attrs: ClassAdConfig) -> CollectorPublisher:
+    """``[collector]``: imports htcondor2 (after pointing it at ``token_dir``)."""
+    if config.token_dir is not None:
+        # read by the HTCondor library when it first loads its configuration
+        os.environ.setdefault("_CONDOR_SEC_TOKEN_DIRECTORY", str(config.token_dir))
+    from hydrator.adapters.htcondor import collector  # noqa: PLC0415  (lazy)
+
+    return collector.build(config, attrs)
+
+
+def schedd_queues(config: JobsConfig, collector: CollectorConfig) -> QueueAdapter:
+    """``[jobs]``: the schedds' queues, through htcondor2."""
+    from hydrator.adapters.htcondor import schedd_jobs  # noqa: PLC0415  (lazy)
+
+    return schedd_jobs.build(config, collector)
+
+
+def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None, PoolProbe | None]:
+    """The collector publisher when ``[collector]`` is on, its queue demand and pool probe."""
+    if not config.collector.enabled:
+        return [], None, None
+    publisher = collector_publisher(config.collector, config.classad)
+    return [publisher], publisher.demand, publisher.probe
+
+
+def build_annotator(config: Config) -> Annotator | None:
+    """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
+    if not config.jobs.annotate:
+        return None
+    settings = AnnotateSettings(
+        desired_sites=bool(config.jobs.desired_sites_attribute),
+        overwrite_desired_sites=config.jobs.overwrite_desired_sites,
+        max_edits=config.jobs.max_edits_per_cycle,
+    )
+    return Annotator(schedd_queues(config.jobs, config.collector), settings)
+
+
+def build_service(
+    config: Config,
+    metrics: Metrics | None = None,
+    *,
+    read_only: bool = False,
+    reset: bool = False,
+) -> Service:
+    """Everything a cycle needs; raises ConfigError/StateError with a one-line message.
+
+    A writer (``read_only`` false) first takes the state's :class:`StateLock`, held until
+    :meth:`Service.close`; ``reset`` then moves the existing state file aside. A reader takes
+    no lock and opens the state read-only (``hydrator once --dry-run``).
+    """
+    path = config.daemon.state_path
+    if not path.parent.is_dir():
+        raise StateError(f"daemon.state_path: directory {path.parent} does not exist")
+    lock = None if read_only else StateLock(path)
+    try:
+        if reset:
+            reset_state(path, datetime.now(UTC))
+        store = SqliteStateStore(path, read_only=read_only, lock=lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    try:
+        return _service(config, store, metrics)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Service:
+    sources = [build_source(s, config.sites) for s in config.sources]
+    publishers, demand, pool_probe = build_publishers(config)
+    from_queue = any(
+        isinstance(s, DmapiSourceConfig) and s.datasets_from_queue for s in config.sources
+    )
+    if from_queue and demand is None:
+        raise ConfigError(
+            "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
+        )
+    if config.classad.advertise == "demand" and demand is None:
+        raise ConfigError(
+            "classad.advertise", '"demand" needs [collector] enabled = true to read the queues'
+        )
+    # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
+    probe = pool_probe if config.collector.locality_metrics else None
+    return Service(
+        config,
+        sources=sources,
+        store=store,
+        publishers=publishers,
+        metrics=metrics,
+        demand=demand,
+        probe=probe,
+        annotator=build_annotator(config),
+    )

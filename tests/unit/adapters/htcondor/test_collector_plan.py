@@ -1,0 +1,108 @@
+"""Which slots and site ads the collector publisher updates: the pure decisions."""
+
+from __future__ import annotations
+
+import classad2
+import pytest
+
+from hydrator.adapters.htcondor.collector import (
+    Rendered,
+    Target,
+    is_current,
+    plan_merges,
+    plan_site_ads,
+)
+from hydrator.adapters.htcondor.condor_queue import count_demand, required_names, slot_site
+from hydrator.domain import Site
+
+NOW = 1_800_000_000.0
+REFRESH = 900.0
+WANT = Rendered(classad2.ClassAd(), digest="d1", updated=int(NOW) - 300)
+
+
+def slot(
+    name: str,
+    site: str = "SITE_A",
+    digest: str | None = "d1",
+    updated: int | None = int(NOW) - 300,
+    heard: int | None = None,
+) -> Target:
+    return Target(name, Site(site), digest, updated, heard)
+
+
+@pytest.mark.parametrize(
+    ("target", "current"),
+    [
+        (slot("s", digest="d1"), True),
+        (slot("s", digest=None), False),  # wiped by the startd's update
+        (slot("s", digest="d0"), False),  # content changed
+        (slot("s", updated=None), False),
+        (slot("s", updated=int(NOW) - 300), True),  # same as ours
+        (slot("s", updated=int(NOW) - 600), True),  # older than ours, within refresh_s
+        (slot("s", updated=int(NOW) - 1000), False),  # older than refresh_s, ours is newer
+    ],
+)
+def test_is_current(target: Target, current: bool) -> None:
+    assert is_current(target, WANT, NOW, REFRESH) is current
+
+
+def test_an_old_updated_value_is_not_resent_when_we_have_nothing_newer() -> None:
+    stale_site = Rendered(classad2.ClassAd(), digest="d1", updated=int(NOW) - 5000)
+    assert is_current(slot("s", updated=int(NOW) - 5000), stale_site, NOW, REFRESH)
+
+
+def test_plan_merges_picks_exactly_the_slots_not_current() -> None:
+    slots = [
+        slot("slot1@a"),
+        slot("slot2@a", digest=None),
+        slot("slot3@b", site="SITE_B", digest="x"),
+        slot("slot4@c", site="SITE_UNKNOWN", digest=None),  # no such site: left alone
+    ]
+    rendered = {Site("SITE_A"): WANT, Site("SITE_B"): WANT}
+    todo, current = plan_merges(slots, rendered, NOW, REFRESH)
+    assert [t.name for t in todo] == ["slot2@a", "slot3@b"]
+    assert current == 1
+
+
+def test_plan_site_ads_sends_missing_changed_and_unheard_and_withdraws_unknown() -> None:
+    existing = [
+        Target("SITE_A", Site("SITE_A"), "d1", WANT.updated, int(NOW) - 10),  # current
+        Target("SITE_B", Site("SITE_B"), "d1", WANT.updated, int(NOW) - 1000),  # not heard
+        Target("SITE_C", Site("SITE_C"), "d0", WANT.updated, int(NOW) - 10),  # changed
+        Target("SITE_X", Site("SITE_X"), "d1", WANT.updated, int(NOW) - 10),  # gone
+    ]
+    rendered = {Site(s): WANT for s in ("SITE_A", "SITE_B", "SITE_C", "SITE_D")}
+    send, gone, current = plan_site_ads(existing, rendered, NOW, REFRESH)
+    assert send == ["SITE_B", "SITE_C", "SITE_D"]
+    assert gone == ["SITE_X"]
+    assert current == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        (["ska:a", "ska:b"], ["ska:a", "ska:b"]),
+        ("ska:a, ska:b", ["ska:a", "ska:b"]),
+        ("ska:a ska:b", ["ska:a", "ska:b"]),
+        ("", []),
+        ([1, "ska:a"], ["1", "ska:a"]),
+    ],
+)
+def test_required_names(value: object, names: list[str]) -> None:
+    assert required_names(value) == names
+
+
+def test_count_demand_counts_a_job_once_per_dataset_and_skips_invalid_names() -> None:
+    demand = count_demand([["ska:a", "ska:a", "ska:b"], ["ska:a", "bad name"], 7])
+    assert {str(k): v for k, v in demand.counts.items()} == {"ska:a": 2, "ska:b": 1}
+    assert demand.invalid == 2
+    assert demand.jobs == 3
+
+
+def test_slot_site_falls_back_to_the_partitionable_parent() -> None:
+    sites = {"slot1@h": Site("A"), "slot4@h": Site("C"), "slot4_2@h": Site("C2")}
+    assert slot_site(sites, "slot1@h") == "A"
+    assert slot_site(sites, "slot4_2@h") == "C2"
+    assert slot_site(sites, "slot4_1@h") == "C"  # not advertised yet
+    assert slot_site(sites, "slot9_1@h") is None
+    assert slot_site(sites, "slot1_1@other") is None

@@ -1,0 +1,38 @@
+"""Job ads -> pool jobs for the matchmaking-quality metrics: invalid names counted, logged once."""
+
+from __future__ import annotations
+
+import classad2
+import htcondor2
+import pytest
+
+from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe
+from hydrator.domain import DatasetId, Site
+
+
+def job(required: object, status: int = 2, host: str = "slot1@vm") -> classad2.ClassAd:
+    return classad2.ClassAd({"RequiredDatasets": required, "JobStatus": status, "RemoteHost": host})
+
+
+def test_invalid_names_are_counted_logged_once_and_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    probe = CondorPoolProbe(htcondor2.Collector("127.0.0.1:1"), "GLIDEIN_Site")  # never queried
+    ads = [
+        job(["ska:ok", "bad name"]),
+        job(["bad name"]),  # nothing valid left: not a data-bound job here
+        job('ska:ok, "quoted"', status=1),
+    ]
+    for _ in range(2):
+        jobs = probe.pool_jobs(ads, {"slot1@vm": Site("SITE_A")})
+    assert [(sorted(map(str, j.required)), j.running, j.site) for j in jobs] == [
+        (["ska:ok"], True, "SITE_A"),
+        (["ska:ok"], False, None),
+    ]
+    assert probe.invalid_last_query == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sorted(warnings) == [
+        "a job declares an invalid dataset name '\"quoted\"'; skipped",
+        "a job declares an invalid dataset name 'bad name'; skipped",
+    ]
+    assert DatasetId("ska", "ok") in jobs[0].required

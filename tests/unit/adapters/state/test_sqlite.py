@@ -1,0 +1,308 @@
+"""The SQLite state store: round trips, restarts, schema versions, and kills mid-write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hydrator.adapters.sources.static import StaticSource
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
+from hydrator.config import Config, load_config
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.domain import DatasetId, ReplicaState, Site, State, Transfer
+from hydrator.errors import StateError
+from hydrator.runtime.cli import main as cli_main
+from hydrator.runtime.service import Service
+from tests.unit.factories import fail, rep, snap, t
+
+POLICY = Policy()
+
+
+def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
+    outcome = {
+        "r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.25), sites=("C",)),
+        "d": snap("d", rep("A", "z", "replicating", 0.5)),
+    }
+    store = SqliteStateStore(tmp_path / "s.sqlite")
+    plan = plan_cycle(State(), outcome, t(0), POLICY)
+    assert store.save(plan) == 3 + 3  # replica rows + first-seen rows
+    store.close()
+
+    reopened = SqliteStateStore(tmp_path / "s.sqlite")
+    loaded = reopened.load()
+    assert loaded.sources == plan.state.sources
+    assert loaded.first_seen == plan.state.first_seen
+    again = plan_cycle(loaded, outcome, t(1), POLICY)
+    assert again.changes == () and again.changed_sites == frozenset()
+    assert reopened.save(again) == 0, "a cycle with no change writes no replica rows"
+
+
+def test_failed_source_state_survives_a_restart(tmp_path: Path) -> None:
+    store = SqliteStateStore(tmp_path / "s.sqlite")
+    first = plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY)
+    store.save(first)
+    second = plan_cycle(first.state, {"r": fail("r", "HTTP 503")}, t(1), POLICY)
+    store.save(second)
+    loaded = SqliteStateStore(tmp_path / "s.sqlite").load()
+    source = loaded.sources["r"]
+    assert source.stale and source.error == "HTTP 503"
+    assert source.last_success == t(0) and source.last_attempt == t(1)
+    assert [str(r.dataset) for r in source.replicas] == ["ska:x"]
+
+
+def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    SqliteStateStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 2"):
+        SqliteStateStore(path)
+
+
+def test_unwritable_location_is_a_state_error(tmp_path: Path) -> None:
+    with pytest.raises(StateError, match="no-such-dir"):
+        SqliteStateStore(tmp_path / "no-such-dir" / "s.sqlite")
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from hydrator.core.plan import Policy, plan_cycle
+    from hydrator.adapters.state.sqlite import SqliteStateStore
+    from tests.unit.factories import rep, snap, t
+    store = SqliteStateStore(__import__("pathlib").Path(sys.argv[1]))
+    n = int(sys.argv[2])
+    outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"new{i}") for i in range(n)))}
+    plan = plan_cycle(store.load(), outcome, t(5), Policy(accept_drop_after_cycles=1))
+    print("writing", flush=True)
+    store.save(plan)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.2, 0.5])
+def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_s: float) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    old = snap("r", *(rep("A", f"old{i}") for i in range(100)))
+    store.save(plan_cycle(State(), {"r": old}, t(0), POLICY))
+    store.close()
+    n = 60_000
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[4],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "writing"
+    time.sleep(delay_s)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    loaded = SqliteStateStore(path).load()
+    names = {r.dataset.name for r in loaded.sources["r"].replicas}
+    assert names in ({f"old{i}" for i in range(100)}, {f"new{i}" for i in range(n)})
+    assert len(loaded.first_seen) in (100, n)
+
+
+def _saved(path: Path) -> None:
+    store = SqliteStateStore(path)
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.5))}
+    store.save(plan_cycle(State(), outcome, t(0), POLICY))
+    store.close()
+
+
+INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fraction) VALUES "
+
+
+@pytest.mark.parametrize(
+    ("sql", "table"),
+    [
+        (INSERT_REPLICA + "('r', 'A\nB = 1', 'ska', 'z', 'available', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z\"', 'available', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'everywhere', 1.0)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
+        (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
+        (INSERT_REPLICA + "('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
+        ("INSERT INTO first_seen VALUES ('A', 'ska', 'bad name', 0)", "first_seen"),
+        ("INSERT INTO first_seen VALUES ('A', 'ska', 'z', 1e300)", "first_seen"),
+        ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
+        ("INSERT INTO sources VALUES ('R\nX', 0, 0, 0, NULL, 0, '[]')", "sources"),
+        ("INSERT INTO sources VALUES ('q', 0, 0, 0, NULL, 0, 'not json')", "sources"),
+        ("INSERT INTO sources VALUES ('q', 0, 0, 5, NULL, -1, '[]')", "sources"),
+    ],
+)
+def test_invalid_rows_are_counted_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, sql: str, table: str
+) -> None:
+    """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql)
+    store = SqliteStateStore(path, read_only=True)
+    loaded = store.load()
+    assert store.rejected_rows == {"replicas": 0, "sources": 0, "first_seen": 0, table: 1}
+    replicas = loaded.sources["r"].replicas
+    assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
+    assert {str(site) for view in [loaded.stamped_views()] for site in view} <= {"A", "B"}
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "1 invalid row(s) ignored" in warnings[0].getMessage()
+    assert "\n" not in warnings[0].getMessage()
+
+
+def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
+    from hydrator.config import parse_config
+    from hydrator.runtime.service import Service
+
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO first_seen VALUES ('A\nB', 'ska', 'z', 0)")
+    config = parse_config(
+        {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
+        tmp_path,
+    )
+    service = Service(config, sources=[], store=SqliteStateStore(path, read_only=True))
+    sample = service.metrics.registry.get_sample_value
+    assert sample("hydrator_state_rejected_rows", {"table": "first_seen"}) == 1
+    assert sample("hydrator_state_rejected_rows", {"table": "replicas"}) == 0
+
+
+def test_a_reader_creates_nothing_and_cannot_save(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    reader = SqliteStateStore(path, read_only=True)
+    assert reader.load() == State() and not path.exists()
+    with pytest.raises(StateError, match="read-only"):
+        reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
+    _saved(path)
+    reader = SqliteStateStore(path, read_only=True)
+    with pytest.raises(StateError, match="read-only"):
+        reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
+
+
+def test_a_second_lock_names_the_first_holder(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    first = StateLock(path)
+    assert (tmp_path / "s.sqlite.lock").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(StateError, match=rf"in use by another hydrator \(pid {os.getpid()}"):
+        StateLock(path)
+    first.release()
+    StateLock(path).release()
+
+
+def test_a_new_database_appears_complete_or_not_at_all(tmp_path: Path) -> None:
+    """Created under a temporary name and renamed: no 0-byte file is ever left behind."""
+    path = tmp_path / "s.sqlite"
+    SqliteStateStore(path).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+    assert SqliteStateStore(path, read_only=True).load() == State()
+
+
+def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (x)")
+    with pytest.raises(StateError, match="is not a hydrator state; move it away"):
+        SqliteStateStore(path)
+
+
+# data/state-v1.sqlite: written by the release before schema 2 (f139dde) with
+# `hydrator once` on data/inventory.toml (the demo inventory: available, partial 0.4,
+# replicating 0.25 and stuck entries); data/show-v1.txt: that release's `hydrator show`.
+DATA = Path(__file__).parent / "data"
+V1_WRITTEN = datetime.fromtimestamp(1795432204.683547, tz=UTC)
+V1_DIGESTS = {
+    "SRCNET_AU": "9e96ba9605f59826",
+    "SRCNET_CH": "fade787841d02b65",
+    "SRCNET_ES": "2a22a40070bb6c85",
+    "SRCNET_UK": "40c47bae9a79691d",
+}
+
+
+def v1_config(tmp_path: Path) -> Config:
+    """The v1 state file, its inventory and a config like the one that wrote them."""
+    shutil.copy(DATA / "state-v1.sqlite", tmp_path / "state.sqlite")
+    shutil.copy(DATA / "inventory.toml", tmp_path / "inventory.toml")
+    path = tmp_path / "hydrator.toml"
+    path.write_text(
+        '[daemon]\nstate_path = "state.sqlite"\n'
+        '[[sources]]\ntype = "static"\nname = "demo"\npath = "inventory.toml"\n'
+        '[sites]\nCH_DISK = "SRCNET_CH"\nUK_DISK = "SRCNET_UK"\nUK_SCRATCH = "SRCNET_UK"\n'
+        'ES_DISK = "SRCNET_ES"\n'
+    )
+    return load_config(path)
+
+
+def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = v1_config(tmp_path)
+    assert cli_main(["show", "--config", str(tmp_path / "hydrator.toml")]) == 0
+    shown = capsys.readouterr().out
+    old = (DATA / "show-v1.txt").read_text().splitlines()
+    assert [line for line in shown.splitlines() if not line.startswith("#")] == old
+    assert "# stuck transfers (not advertised): ska:obs_1500" in shown.splitlines()
+    with sqlite3.connect(config.daemon.state_path) as db:  # a reader migrates nothing
+        assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
+
+    store = SqliteStateStore(config.daemon.state_path)
+    held = store.load().merged
+    uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
+    moving = held[(uk, DatasetId("ska", "obs_1400"))]
+    assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
+        ReplicaState.REPLICATING,
+        0.0,
+        Transfer.REPLICATING,
+        0.25,
+    )
+    assert held[(es, DatasetId("ska", "obs_1500"))].transfer is Transfer.STUCK
+    partial = held[(Site("SRCNET_CH"), DatasetId("ska", "obs_1300"))]
+    assert (partial.fraction, partial.bytes_fraction) == (0.4, 0.4)
+    with sqlite3.connect(config.daemon.state_path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+
+
+def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change(
+    tmp_path: Path,
+) -> None:
+    config = v1_config(tmp_path)
+    inventory = tmp_path / "inventory.toml"
+    # one real change: obs_1400 now has half its files at UK_DISK (was replicating there)
+    text = inventory.read_text().replace(
+        'replicating = { "ska:obs_1400" = 0.25 }', 'partial = { "ska:obs_1400" = 0.5 }'
+    )
+    inventory.write_text(text)
+    service = Service(
+        config,
+        sources=[StaticSource("demo", inventory, config.sites)],
+        store=SqliteStateStore(config.daemon.state_path),
+        publishers=[],
+        clock=lambda: V1_WRITTEN + timedelta(seconds=30),  # same DataLocalityUpdated window
+    )
+    before = {site: (ad.view.digest, ad.etag) for site, ad in service.published.ads.items()}
+    assert {site: digest for site, (digest, _) in before.items()} == V1_DIGESTS
+    report = service.run_cycle()
+    assert report.plan is not None and report.outcome == "ok"
+    assert report.plan.changed_sites == {"SRCNET_UK"}
+    after = {site: (ad.view.digest, ad.etag) for site, ad in service.published.ads.items()}
+    assert {site for site in after if after[site] != before[site]} == {"SRCNET_UK"}
+    # the stuck entry's progress is new information (1.0 in v1's list form, 0 now): a row
+    # changes, no list does
+    changed = {(c.site, str(c.dataset)): c.kind.value for c in report.plan.changes}
+    assert changed == {
+        ("SRCNET_UK", "ska:obs_1400"): "changed",
+        ("SRCNET_ES", "ska:obs_1500"): "changed",
+    }
+    service.close()

@@ -1,0 +1,180 @@
+"""Demand-driven advertising and the per-site budget, table-driven."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    Transfer,
+    content_digest,
+    holding,
+)
+
+A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
+SITE = Site("S")
+VIEW = SiteView(
+    SITE,
+    (A, B, C),
+    ((D, 0.5),),
+    ((E, 0.2),),
+    (),
+    None,
+    content_digest(SITE, (A, B, C), ((D, 0.5),), ((E, 0.2),)),
+)
+
+
+HELD = {
+    (SITE, d): r
+    for d, r in [
+        (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
+        (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
+        (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
+        (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
+        (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
+    ]
+}
+
+
+def names(view: SiteView) -> list[str]:
+    return (
+        [d.name for d in view.available]
+        + [d.name for d, _ in view.partial]
+        + [d.name for d, _ in view.replicating]
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "wanted", "kept", "not_demanded", "over_budget"),
+    [
+        (AdvertisePolicy(), {}, "abcde", 0, 0),
+        (AdvertisePolicy(demand_only=True), {C: 1, D: 3, DatasetId("ska", "z"): 9}, "cd", 3, 0),
+        (AdvertisePolicy(demand_only=True), {}, "", 5, 0),
+        # budget: most demanded first, then better state, then name
+        (AdvertisePolicy(max_datasets_per_site=2), {E: 5, B: 1}, "be", 0, 3),
+        (AdvertisePolicy(max_datasets_per_site=3), {}, "abc", 0, 2),
+        (AdvertisePolicy(max_datasets_per_site=2), {D: 1, E: 1}, "de", 0, 3),
+        (AdvertisePolicy(demand_only=True, max_datasets_per_site=1), {A: 1, D: 2}, "d", 3, 1),
+        (AdvertisePolicy(max_datasets_per_site=9), {}, "abcde", 0, 0),
+    ],
+)
+def test_advertise_table(
+    policy: AdvertisePolicy,
+    wanted: dict[DatasetId, int],
+    kept: str,
+    not_demanded: int,
+    over_budget: int,
+) -> None:
+    result = advertise(VIEW, wanted, policy, HELD)
+    assert "".join(names(result.view)) == kept
+    assert (result.not_demanded, result.over_budget) == (not_demanded, over_budget)
+    if kept == "abcde":
+        assert result.view is VIEW
+    else:
+        assert result.view.digest != VIEW.digest, "a narrowed ad has its own digest"
+
+
+def test_budget_order_matches_a_full_sort() -> None:
+    """The fast path (demanded first, then fill from the sorted lists) equals sorting every
+    entry by (-demand, -state rank, name)."""
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        pool = [DatasetId("ska", f"n{i:02d}") for i in range(12)]
+        states = {d: rng.choice(list(ReplicaState)[:3]) for d in pool}
+        av = tuple(sorted(d for d in pool if states[d] is ReplicaState.AVAILABLE))
+        pa = tuple(sorted((d, 0.5) for d in pool if states[d] is ReplicaState.PARTIAL))
+        rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
+        view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
+        held = {
+            (SITE, d): holding(
+                d,
+                SITE,
+                1.0
+                if states[d] is ReplicaState.AVAILABLE
+                else 0.5
+                if states[d] is ReplicaState.PARTIAL
+                else 0.0,
+                0.5,
+                transfer=Transfer.REPLICATING
+                if states[d] is ReplicaState.REPLICATING
+                else Transfer.NONE,
+                progress=0.1,
+            )
+            for d in pool
+        }
+        wanted = {d: rng.randint(1, 3) for d in rng.sample(pool, 4)}
+        budget = rng.randint(1, 12)
+        result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
+        expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
+        assert sorted(names(result.view)) == sorted(d.name for d in expected)
+
+
+def _big_view(count: int) -> tuple[SiteView, dict[tuple[Site, DatasetId], Replica]]:
+    """``count`` available datasets with long names (about 60 bytes each in the ad)."""
+    datasets = tuple(DatasetId("ska", f"observation_{i:05d}_" + "x" * 40) for i in range(count))
+    view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
+    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
+    return view, held
+
+
+@pytest.mark.parametrize("limit", [1024, 5000, 60000])
+def test_an_ad_over_max_ad_bytes_is_cut_to_fit_most_demanded_first(limit: int) -> None:
+    from hydrator.config import ClassAdConfig
+    from hydrator.core.render import render_cron
+
+    attrs = ClassAdConfig()
+
+    def size(view: SiteView) -> int:
+        return len(render_cron(view, attrs).encode())
+
+    view, held = _big_view(2000)
+    assert size(view) > limit
+    wanted = {view.available[-1]: 5, view.available[-2]: 1}  # the last names, by name order
+    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), held, size)
+
+    kept = result.view.available
+    assert size(result.view) <= limit
+    assert limit - size(result.view) < 70, "one more name would have fitted"
+    assert {view.available[-1], view.available[-2]} <= set(kept), "most demanded first"
+    assert set(kept) - set(wanted) == set(view.available[: len(kept) - 2]), "then by name"
+    assert (result.over_size, result.over_budget, result.not_demanded) == (2000 - len(kept), 0, 0)
+    assert result.view.digest == content_digest(SITE, kept, (), ())
+
+
+def test_an_ad_under_max_ad_bytes_is_left_alone() -> None:
+    view, held = _big_view(10)
+    result = advertise(view, {}, AdvertisePolicy(max_ad_bytes=60000), held, lambda v: 900)
+    assert result.view is view and result.over_size == 0
+
+
+def test_size_composes_with_demand_and_budget() -> None:
+    view, held = _big_view(50)
+    wanted = {d: 1 for d in view.available[:30]}
+    policy = AdvertisePolicy(demand_only=True, max_datasets_per_site=20, max_ad_bytes=1000)
+
+    def size(v: SiteView) -> int:  # a model: 100 bytes of frame, 60 per name
+        return 100 + 60 * len(v.available)
+
+    result = advertise(view, wanted, policy, held, size)
+    assert result.view.available == view.available[:15]
+    assert (result.not_demanded, result.over_budget, result.over_size) == (20, 10, 5)
+
+
+def test_stuck_transfers_reach_the_digest_only_when_advertised() -> None:
+    view = replace(VIEW, stuck=(E,))
+    off = advertise(view, {}, AdvertisePolicy(), HELD).view
+    on = advertise(view, {}, AdvertisePolicy(stuck=True), HELD).view
+    assert off.digest == VIEW.digest and on.digest != VIEW.digest
+    other = advertise(replace(view, stuck=(D,)), {}, AdvertisePolicy(stuck=True), HELD).view
+    assert other.digest != on.digest, "a change of the stuck list reaches the ads"
+    narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True), HELD).view
+    assert narrowed.stuck == () and [d for d, _ in narrowed.partial] == [D]

@@ -1,0 +1,114 @@
+"""``hydrator expr``: the generated requirements and rank, evaluated by the real ClassAd library."""
+
+from __future__ import annotations
+
+import time
+
+import classad2
+import htcondor2  # noqa: F401  (registers join/stringListSubsetMatch)
+import pytest
+
+from hydrator.config import ClassAdConfig
+from hydrator.core.expr import job_expressions
+from hydrator.domain import DatasetId
+from hydrator.runtime.cli import main
+
+A, B = DatasetId("ska", "obs_1234"), DatasetId("cms", "/Prim/Proc/AOD#1a2b")
+SLOTS = {
+    "both": {"AvailableDatasets": [str(A), str(B)], "PartialDatasets": []},
+    "a_only": {"AvailableDatasets": [str(A)], "PartialDatasets": [str(B)]},
+    "upper": {"AvailableDatasets": [str(A).upper(), str(B)], "PartialDatasets": []},
+    "none": {},
+}
+
+
+def matches(requirements: str, slot: str) -> bool:
+    """Does a job with these requirements match the slot (UNDEFINED counts as no, as in the
+    negotiator)?"""
+    job = classad2.ClassAd({"RequiredDatasets": [str(A), str(B)]})
+    job["Requirements"] = classad2.ExprTree(requirements)
+    return bool(classad2.ClassAd(SLOTS[slot]).matches(job))  # evaluates job.Requirements
+
+
+def rank(expression: str, slot: str) -> float:
+    job = classad2.ClassAd({"RequiredDatasets": [str(A), str(B)]})
+    return float(classad2.ExprTree(expression).eval(job, classad2.ClassAd(SLOTS[slot])))
+
+
+@pytest.mark.parametrize(
+    ("slot", "strict", "partial_ok", "generic", "expected_rank"),
+    [
+        ("both", True, True, True, 2.0),
+        ("a_only", False, True, False, 1.0),
+        ("upper", False, False, False, 1.0),
+        ("none", False, False, False, 0.0),
+    ],
+)
+def test_expressions_against_slots(
+    slot: str, strict: bool, partial_ok: bool, generic: bool, expected_rank: float
+) -> None:
+    e = job_expressions([A, B], ClassAdConfig())
+    loose = job_expressions([A, B], ClassAdConfig(), partial_ok=True)
+    assert matches(e.requirements, slot) is strict
+    assert matches(loose.requirements, slot) is partial_ok
+    assert matches(e.generic_requirements, slot) is generic
+    assert rank(e.rank, slot) == expected_rank
+
+
+def test_cli_prints_submit_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", str(A), str(B)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f'My.RequiredDatasets = {{"{A}", "{B}"}}'
+    assert out[1].startswith("requirements = identicalMember(")
+    assert out[2].startswith("rank = sum({")
+
+
+def test_cli_rejects_a_bad_name_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", 'ska:obs"; Rank = 1']) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid dataset name" in err
+
+
+def test_toil_line_survives_toils_own_parsing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--toil", str(A), str(B)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("export TOIL_HTCONDOR_PARAMS='") and line.endswith("'")
+    value = line.split("'", 1)[1][:-1]
+    # toil/batchSystems/htcondor.py: split on ';', then each pair on its first '='
+    pairs = dict(p.split("=", 1) for p in value.split(";"))
+    params = {k.strip(): v.strip() for k, v in pairs.items()}
+    assert set(params) == {"+RequiredDatasets", "requirements", "rank"}
+    assert matches(params["requirements"], "both") and not matches(params["requirements"], "a_only")
+
+
+def test_cli_fallback_after_prints_strict_or_waited(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--fallback-after", "20", str(A)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    strict = f'identicalMember("{A}", TARGET.AvailableDatasets)'
+    assert out == [
+        f'My.RequiredDatasets = {{"{A}"}}',
+        f"requirements = ({strict}) || (time() - MY.QDate > 20)",
+        f"rank = sum({{{strict}}})",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queued_s_ago", "slot", "expected"),
+    [(5, "none", False), (30, "none", True), (5, "both", True)],
+)
+def test_fallback_requirements_open_up_after_the_wait(
+    queued_s_ago: int, slot: str, expected: bool
+) -> None:
+    e = job_expressions([A, B], ClassAdConfig(), fallback_after_s=20)
+    job = classad2.ClassAd({"QDate": int(time.time()) - queued_s_ago})
+    job["Requirements"] = classad2.ExprTree(e.requirements)
+    assert bool(classad2.ClassAd(SLOTS[slot]).matches(job)) is expected
+    generic = classad2.ClassAd({"QDate": job["QDate"], "RequiredDatasets": [str(A), str(B)]})
+    generic["Requirements"] = classad2.ExprTree(e.generic_requirements)
+    assert bool(classad2.ClassAd(SLOTS[slot]).matches(generic)) is expected
+
+
+def test_cli_rejects_a_non_positive_fallback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--fallback-after", "0", str(A)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fallback after 0 s" in err

@@ -1,0 +1,255 @@
+"""The pure core, table by table: what a cycle decides from (state, outcomes, now)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.domain import ChangeKind, DatasetId, Plan, Replica, Site, SourceOutcome, State
+from tests.unit.factories import fail, rep, snap, t
+
+POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
+
+
+def run(cycles: list[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
+    state, plans = State(), []
+    for i, outcomes in enumerate(cycles):
+        plan = plan_cycle(state, outcomes, t(i), policy)
+        plans.append(plan)
+        state = plan.state
+    return plans
+
+
+def names(plan: Plan, site: str, attr: str = "available") -> list[str]:
+    view = plan.sites[Site(site)]
+    items = getattr(view, attr)
+    return [str(x if isinstance(x, DatasetId) else x[0]) for x in items]
+
+
+def kinds(plan: Plan) -> list[tuple[str, str, str]]:
+    return [(c.site, c.dataset.name, c.kind.value) for c in plan.changes]
+
+
+def test_first_cycle_adds_everything_and_stamps_first_seen() -> None:
+    (plan,) = run([{"r": snap("r", rep("A", "x"), rep("B", "x"), rep("B", "y", "partial", 0.5))}])
+    assert kinds(plan) == [("A", "x", "added"), ("B", "x", "added"), ("B", "y", "added")]
+    assert names(plan, "B") == ["ska:x"] and names(plan, "B", "partial") == ["ska:y"]
+    assert plan.changed_sites == {"A", "B"}
+    assert set(plan.state.first_seen.values()) == {t(0)}
+
+
+def test_same_answer_again_changes_nothing_but_the_refresh_time() -> None:
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y"))}
+    first, second = run([outcome, outcome])
+    assert second.changes == () and second.source_deltas == {}
+    assert second.changed_sites == frozenset()
+    assert second.sites[Site("A")].digest == first.sites[Site("A")].digest
+    assert second.sites[Site("A")].updated == t(1)
+    assert second.state.first_seen == first.state.first_seen
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ("available", "partial", ("A", "x", "changed")),
+        ("replicating", "available", ("A", "x", "changed")),
+        ("replicating", "stuck", ("A", "x", "changed")),
+        ("stuck", "partial", ("A", "x", "changed")),
+    ],
+)
+def test_state_transitions_are_changes(before: str, after: str, expected: tuple[str, ...]) -> None:
+    frac = {"partial": 0.5, "replicating": 0.2, "stuck": 0.2}
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x", before, frac.get(before, 1.0)))},
+            {"r": snap("r", rep("A", "x", after, frac.get(after, 1.0)))},
+        ]
+    )
+    assert kinds(plans[1]) == [expected]
+    assert plans[1].state.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
+
+
+def test_dataset_leaves_only_when_its_source_answered_without_it() -> None:
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x"), rep("A", "y"))},
+            {"r": fail("r")},
+            {"r": snap("r", rep("A", "x"))},
+        ]
+    )
+    assert plans[1].changes == () and names(plans[1], "A") == ["ska:x", "ska:y"]
+    assert plans[1].sources[0].fresh is False and plans[1].state.sources["r"].stale
+    assert plans[1].sites[Site("A")].updated == t(0), "a failed source does not refresh the site"
+    assert kinds(plans[2]) == [("A", "y", "removed")]
+    assert not plans[2].state.sources["r"].stale
+
+
+def test_a_failed_source_keeps_its_datasets_while_another_source_drops_them() -> None:
+    plans = run(
+        [
+            {"rucio": snap("rucio", rep("A", "x")), "dmapi": snap("dmapi", rep("A", "x"))},
+            {"rucio": fail("rucio"), "dmapi": snap("dmapi", sites=("A",))},
+        ]
+    )
+    assert plans[1].changes == ()
+    assert names(plans[1], "A") == ["ska:x"]
+
+
+def test_sources_merge_best_report_wins_whatever_the_order() -> None:
+    a = {"s1": snap("s1", rep("A", "x", "partial", 0.3)), "s2": snap("s2", rep("A", "x"))}
+    b = {"s2": a["s2"], "s1": a["s1"]}
+    (pa,), (pb,) = run([a]), run([b])
+    assert names(pa, "A") == names(pb, "A") == ["ska:x"]
+    assert pa.sites == pb.sites
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "lists", "stuck", "incoming"),
+    [
+        # DMAPI sees the files, Rucio's rule towards the site is stuck: both facts kept
+        (rep("A", "x"), rep("A", "x", "stuck"), ("available", "", ""), ["ska:x"], []),
+        (rep("A", "x", "partial", 0.6), rep("A", "x", "stuck"), ("", "partial", ""), ["ska:x"], []),
+        (
+            rep("A", "x", "partial", 0.3),
+            rep("A", "x", "replicating", 0.5),
+            ("", "partial", ""),
+            [],
+            [("ska:x", 0.5)],
+        ),
+        # a stuck transfer wins over an active one for the same site
+        (
+            rep("A", "x", "replicating", 0.5),
+            rep("A", "x", "stuck", 0.1),
+            ("", "", ""),
+            ["ska:x"],
+            [],
+        ),
+        (
+            rep("A", "x", "partial", 0.3, "replicating", 0.2),
+            rep("A", "x", "partial", 0.6),
+            ("", "partial", ""),
+            [],
+            [("ska:x", 0.2)],
+        ),
+    ],
+)
+def test_sources_merge_presence_and_transfer_separately(
+    first: Replica,
+    second: Replica,
+    lists: tuple[str, str, str],
+    stuck: list[str],
+    incoming: list[tuple[str, float]],
+) -> None:
+    for order in (("s1", "s2"), ("s2", "s1")):
+        outcome = {order[0]: snap(order[0], first), order[1]: snap(order[1], second)}
+        (plan,) = run([outcome])
+        view = plan.sites[Site("A")]
+        shown = (
+            "available" if view.available else "",
+            "partial" if view.partial else "",
+            "replicating" if view.replicating else "",
+        )
+        assert shown == lists
+        assert [str(d) for d in view.stuck] == stuck
+        assert [(str(d), p) for d, p in view.incoming] == incoming
+        if view.partial:
+            assert view.partial[0][1] == max(first.fraction, second.fraction)
+
+
+def test_a_transfer_change_alone_moves_no_list_and_keeps_the_digest() -> None:
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x", "partial", 0.5, "replicating", 0.5))},
+            {"r": snap("r", rep("A", "x", "partial", 0.5, "stuck", 0.5))},
+        ]
+    )
+    assert kinds(plans[1]) == [("A", "x", "changed")]
+    assert plans[1].changed_sites == frozenset()
+    assert [str(d) for d in plans[1].sites[Site("A")].stuck] == ["ska:x"]
+    assert plans[1].sites[Site("A")].incoming == ()
+
+
+def test_suspicious_drop_is_held_then_accepted_after_the_configured_cycles() -> None:
+    full = snap("r", *(rep("A", f"d{i}") for i in range(10)))
+    small = snap("r", rep("A", "d0"))
+    plans = run([{"r": full}, {"r": small}, {"r": small}, {"r": small}])
+    for held in plans[1:3]:
+        assert held.changes == () and held.state.sources["r"].stale
+        assert "held back" in (held.sources[0].reason or "")
+    assert len([c for c in plans[3].changes if c.kind is ChangeKind.REMOVED]) == 9
+    assert plans[3].state.sources["r"].held_cycles == 0
+
+
+def test_suspicious_drop_never_accepted_when_configured_so() -> None:
+    full = snap("r", *(rep("A", f"d{i}") for i in range(10)))
+    policy = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=0)
+    plans = run([{"r": full}] + [{"r": snap("r", sites=("A",))}] * 6, policy)
+    assert all(p.changes == () for p in plans[1:])
+    assert len(names(plans[-1], "A")) == 10
+
+
+def test_a_recovered_answer_resets_the_hold() -> None:
+    full = snap("r", *(rep("A", f"d{i}") for i in range(10)))
+    plans = run([{"r": full}, {"r": snap("r", rep("A", "d0"))}, {"r": full}])
+    assert plans[2].changes == () and not plans[2].state.sources["r"].stale
+    assert plans[2].state.sources["r"].held_cycles == 0
+
+
+@pytest.mark.parametrize(("before", "after", "held"), [(3, 0, False), (4, 1, True), (10, 5, False)])
+def test_drop_threshold_table(before: int, after: int, held: bool) -> None:
+    plans = run(
+        [
+            {"r": snap("r", *(rep("A", f"d{i}") for i in range(before)), sites=("A",))},
+            {"r": snap("r", *(rep("A", f"d{i}") for i in range(after)), sites=("A",))},
+        ]
+    )
+    assert plans[1].state.sources["r"].stale is held
+
+
+def test_an_emptied_site_keeps_an_empty_ad_and_an_uncovered_site_goes() -> None:
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x"), rep("B", "y"))},
+            {"r": snap("r", rep("B", "y"), sites=("A",))},
+            {"r": snap("r", rep("B", "y"))},
+        ]
+    )
+    assert names(plans[1], "A") == [] and Site("A") in plans[1].changed_sites
+    assert plans[2].removed_sites == {"A"} and Site("A") not in plans[2].sites
+
+
+def test_unconfigured_source_is_dropped_with_its_replicas() -> None:
+    plans = run(
+        [
+            {"old": snap("old", rep("A", "x")), "new": snap("new", rep("A", "y"))},
+            {"new": snap("new", rep("A", "y"))},
+        ]
+    )
+    assert kinds(plans[1]) == [("A", "x", "removed")]
+    assert set(plans[1].state.sources) == {"new"}
+    assert plans[1].source_deltas["old"].removed
+
+
+def test_site_refresh_waits_for_every_covering_source() -> None:
+    plans = run(
+        [
+            {"s1": snap("s1", rep("A", "x")), "s2": snap("s2", rep("B", "y"))},
+            {"s1": snap("s1", rep("A", "x")), "s2": fail("s2")},
+        ]
+    )
+    assert plans[1].sites[Site("A")].updated == t(1)
+    assert plans[1].sites[Site("B")].updated == t(0)
+
+
+def test_source_deltas_hold_exactly_the_rows_to_write() -> None:
+    plans = run(
+        [
+            {"r": snap("r", rep("A", "x"), rep("A", "y", "replicating", 0.1))},
+            {"r": snap("r", rep("A", "x"), rep("A", "y"))},
+        ]
+    )
+    delta = plans[1].source_deltas["r"]
+    assert delta.added == {rep("A", "y")}
+    assert delta.removed == {rep("A", "y", "replicating", 0.1)}

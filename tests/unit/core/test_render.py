@@ -1,0 +1,142 @@
+"""Rendering: no dataset name a catalogue sends can inject an attribute or break an ad."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import classad2
+import htcondor2  # noqa: F401  (registers stringList* functions)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hydrator.config import ClassAdConfig
+from hydrator.core.render import CRON_UPDATE_LINE, render_cron, site_classad
+from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, content_digest
+
+ATTRS = ClassAdConfig()
+EXPECTED_ATTRS = {
+    "AvailableDatasets",
+    "PartialDatasets",
+    "ReplicatingDatasets",
+    "DataLocalitySite",
+    "DataLocalityUpdated",
+    "DataLocalityDigest",
+}
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+# Everything, plus the characters that attack ClassAd and string-list syntax.
+hostile = st.text(
+    alphabet=st.one_of(
+        st.characters(),
+        st.sampled_from(list('"\\\n\r\t ,;=[]{}()\x00:/#+@-_.')),
+    ),
+    max_size=60,
+)
+
+
+def try_dataset(scope: str, name: str) -> DatasetId | None:
+    try:
+        return DatasetId(scope, name)
+    except InvalidNameError:
+        return None
+
+
+def view_of(available: list[DatasetId], partial: list[DatasetId]) -> SiteView:
+    site = Site("SITE_A")
+    av = tuple(sorted(set(available)))
+    pa = tuple((d, 0.5) for d in sorted(set(partial)))
+    return SiteView(site, av, pa, (), (), NOW, content_digest(site, av, pa, ()))
+
+
+def parse_old(text: str) -> classad2.ClassAd:
+    ads = list(classad2.parseAds(text, classad2.ParserType.Old))
+    assert len(ads) == 1
+    return ads[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(hostile, hostile), max_size=8), st.lists(hostile, max_size=4))
+def test_no_name_can_inject_or_break_the_ad(pairs: list[tuple[str, str]], names: list[str]) -> None:
+    available = [d for s, n in pairs if (d := try_dataset(s, n)) is not None]
+    partial = [d for n in names if (d := try_dataset("ska", n)) is not None]
+    text = render_cron(view_of(available, partial), ATTRS)
+    body, update, tail = text.rpartition(CRON_UPDATE_LINE + "\n")
+    assert update and tail == ""
+    assert len(body.splitlines()) == len(EXPECTED_ATTRS), "one line per attribute"
+    ad = parse_old(body)
+    assert set(ad.keys()) == EXPECTED_ATTRS
+    assert list(ad["AvailableDatasets"]) == sorted({str(d) for d in available})
+    assert list(ad["PartialDatasets"]) == sorted({str(d) for d in partial})
+
+
+@given(hostile, hostile)
+def test_accepted_names_never_hold_syntax_characters(scope: str, name: str) -> None:
+    dataset = try_dataset(scope, name)
+    if dataset is not None:
+        assert not set(str(dataset)) & set('"\\\n\r\t ,;{}()[]\x00')
+        assert str(dataset).count(":") == 1
+
+
+def test_real_catalogue_names_are_accepted() -> None:
+    for text in [
+        "cms:/GenericTTbar/HC-CMSSW_9_2_6_91X_mcRun1_realistic_v2-v2/AODSIM#3517e1b6",
+        "ska:obs_1234",
+        "lofar:L654321_SB001_uv.MS",
+        "user.jdoe:user.jdoe.test+v2",
+    ]:
+        assert str(DatasetId.parse(text)) == text
+
+
+def test_new_syntax_ad_round_trips_and_matches_a_job() -> None:
+    view = view_of([DatasetId("ska", "obs_1234"), DatasetId("ska", "a/b#c+d")], [])
+    ad = classad2.ClassAd(str(site_classad(view, ATTRS)))
+    assert ad["DataLocalityUpdated"] == int(NOW.timestamp())
+    job = classad2.ClassAd(
+        {
+            "Requirements": classad2.ExprTree(
+                'identicalMember("ska:a/b#c+d", TARGET.AvailableDatasets)'
+            )
+        }
+    )
+    assert ad.matches(job)  # evaluates the job's Requirements against the ad
+    other = classad2.ClassAd(
+        {
+            "Requirements": classad2.ExprTree(
+                'identicalMember("SKA:A/B#C+D", TARGET.AvailableDatasets)'
+            )
+        }
+    )
+    assert not ad.matches(other), "identicalMember is case-sensitive"
+
+
+def test_configured_attribute_names_are_used() -> None:
+    attrs = ClassAdConfig(available_attribute="DataHere", digest_attribute="DataDigest")
+    ad = parse_old(render_cron(view_of([DatasetId("ska", "x")], []), attrs).split("- update")[0])
+    assert list(ad["DataHere"]) == ["ska:x"] and "DataDigest" in ad
+    assert "AvailableDatasets" not in ad
+
+
+def test_updated_is_rounded_down_to_the_resolution() -> None:
+    view = view_of([DatasetId("ska", "x")], [])
+    late = SiteView(
+        view.site,
+        view.available,
+        (),
+        (),
+        (),
+        datetime(2026, 11, 22, 12, 4, 59, tzinfo=UTC),
+        view.digest,
+    )
+    ad = parse_old(render_cron(late, ClassAdConfig(updated_resolution_s=300)).split("- update")[0])
+    assert ad["DataLocalityUpdated"] == int(datetime(2026, 11, 22, 12, 0, tzinfo=UTC).timestamp())
+
+
+def test_stuck_datasets_are_written_only_when_configured() -> None:
+    stuck = DatasetId("ska", "obs_1500")
+    view = replace(view_of([DatasetId("ska", "a")], []), stuck=(stuck,))
+    assert "StuckDatasets" not in site_classad(view, ATTRS)
+    ad = parse_old(render_cron(view, ClassAdConfig(advertise_stuck=True)))
+    assert set(ad.keys()) == EXPECTED_ATTRS | {"StuckDatasets"}
+    assert list(ad["StuckDatasets"]) == ["ska:obs_1500"]
+    assert list(ad["AvailableDatasets"]) == ["ska:a"]

@@ -1,0 +1,366 @@
+"""Service sequencing: failures degrade a cycle, never lose the last good state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.static import StaticSource
+from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.config import Config, parse_config
+from hydrator.domain import Site, SiteView, Snapshot
+from hydrator.errors import PublishError, StateError, TransientSourceError
+from hydrator.runtime.service import Service
+from tests.unit.factories import t
+
+
+class Scripted:
+    """A source following a script: a Snapshot, an exception, or a callable per cycle."""
+
+    def __init__(self, name: str, script: list[object]) -> None:
+        self._name, self.script = name, list(script)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step()  # type: ignore[no-any-return]
+        assert isinstance(step, Snapshot)
+        return step
+
+    def close(self) -> None:
+        pass
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[set[str], set[str]]] = []
+        self.fail = fail
+
+    def publish(
+        self, sites: dict[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> PublishReport:
+        self.calls.append((set(sites), set(removed)))
+        if self.fail:
+            raise PublishError("collector 127.0.0.1:9618 did not answer")
+        return PublishReport(sent={"merge": len(sites)})
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    return parse_config(
+        {"daemon": {"state_path": "s.sqlite"}, "sources": [{"type": "static", "path": "inv.toml"}]},
+        tmp_path,
+    )
+
+
+@pytest.fixture
+def clock() -> Iterator[object]:
+    ticks = iter(range(1000))
+    yield lambda: t(next(ticks))
+
+
+def make(
+    config: Config, sources: list[object], clock: object, publishers: list[object] = ()
+) -> Service:  # type: ignore[assignment]
+    return Service(
+        config,
+        sources=sources,  # type: ignore[arg-type]
+        store=SqliteStateStore(config.daemon.state_path),
+        publishers=publishers,  # type: ignore[arg-type]
+        clock=clock,  # type: ignore[arg-type]
+    )
+
+
+def good(config: Config) -> Snapshot:
+    return StaticSource("s", config.sources[0].path, {}).fetch(FetchContext(t(0)))  # type: ignore[union-attr]
+
+
+def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock: object) -> None:
+    source = Scripted(
+        "s", [good(config), TransientSourceError("HTTP 503"), ZeroDivisionError("bug")]
+    )
+    service = make(config, [source], clock)
+    assert service.run_cycle().outcome == "ok"
+    for _ in range(2):
+        report = service.run_cycle()
+        assert report.outcome == "degraded" and report.plan is not None
+        assert report.plan.changes == ()
+        assert [str(d) for d in report.plan.sites[Site("A")].available] == ["ska:x"]
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_source_stale", {"source": "s"}) == 1
+    assert m("hydrator_source_staleness_seconds", {"source": "s"}) == 120  # 2 minutes of ticks
+    assert m("hydrator_cycles_total", {"outcome": "degraded"}) == 2
+    assert m("hydrator_source_requests_total", {"source": "s", "outcome": "transient_error"}) == 2
+    assert m("hydrator_source_errors_total", {"source": "s", "kind": "transient"}) == 2
+
+
+def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: object) -> None:
+    source = Scripted("s", [good(config), good(config)])
+    source.deferred_last_fetch = 7  # type: ignore[attr-defined]  # as DMAPI and Rucio set it
+    source.calls_last_fetch = {"locate": 3}  # type: ignore[attr-defined]
+    service = make(config, [source], clock)
+    service.run_cycle()
+    source.deferred_last_fetch = 0  # type: ignore[attr-defined]  # caught up
+    service.run_cycle()
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_source_deferred_checks", {"source": "s"}) == 0
+    assert m("hydrator_source_api_calls_total", {"source": "s", "method": "locate"}) == 6
+    assert m("hydrator_source_deferred_checks", {"source": "other"}) is None
+
+
+def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: object) -> None:
+    recorder = Recorder(fail=True)
+    service = make(config, [Scripted("s", [good(config)])], clock, [recorder])
+    report = service.run_cycle()
+    assert report.outcome == "degraded" and "did not answer" in report.publish_errors["recorder"]
+    assert recorder.calls == [({"A"}, set())]
+    assert SqliteStateStore(config.daemon.state_path).load().sources["s"].replicas
+
+
+def test_a_state_write_failure_fails_the_cycle_and_changes_nothing(
+    config: Config, clock: object
+) -> None:
+    service = make(config, [Scripted("s", [good(config)])], clock)
+
+    def broken(plan: object) -> int:
+        raise StateError("disk full")
+
+    service.store.save = broken  # type: ignore[method-assign]
+    report = service.run_cycle()
+    assert report.outcome == "failed" and report.error == "disk full"
+    assert service.state.sources == {} and service.published.ads == {}
+    assert not service.ready.is_set()
+
+
+def test_stop_during_fetch_abandons_without_saving(config: Config, clock: object) -> None:
+    service: Service
+
+    def slow() -> Snapshot:
+        service.stop_event.set()  # SIGTERM arrives while the source is answering
+        return good(config)
+
+    service = make(config, [Scripted("s", [slow])], clock)
+    assert service.run_cycle().outcome == "abandoned"
+    assert SqliteStateStore(config.daemon.state_path).load().sources == {}
+
+
+def test_a_restart_serves_the_saved_state_before_its_first_cycle(
+    config: Config, clock: object
+) -> None:
+    make(config, [Scripted("s", [good(config)])], clock).run_cycle()
+    restarted = make(config, [Scripted("s", [TransientSourceError("down")])], clock)
+    assert [str(d) for d in restarted.published.ads[Site("A")].view.available] == ["ska:x"]
+    assert not restarted.ready.is_set()
+    assert restarted.run_cycle().outcome == "degraded"
+    assert restarted.ready.is_set(), "a cycle that saved state makes the daemon ready"
+
+
+def test_readiness_needs_every_source_answered_once_now_or_in_the_saved_state(
+    config: Config, clock: object
+) -> None:
+    down = TransientSourceError("down")
+    service = make(
+        config, [Scripted("s", [down, good(config)]), Scripted("t", [good(config)] * 2)], clock
+    )
+    assert service.readiness() == (False, "no successful answer yet from source(s): s, t")
+    service.run_cycle()  # t answers, s does not
+    assert service.readiness() == (False, "no successful answer yet from source(s): s (down)")
+    service.run_cycle()
+    assert service.readiness()[0]
+    restarted = make(config, [Scripted("s", [down]), Scripted("t", [down])], clock)
+    assert restarted.readiness()[0], "the saved state holds last-known-good for both"
+
+
+def test_cycles_never_overlap(config: Config, clock: object) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    inside: list[int] = []
+
+    def blocking() -> Snapshot:
+        inside.append(1)
+        entered.set()
+        release.wait(5)
+        return good(config)
+
+    service = make(config, [Scripted("s", [blocking, blocking])], clock)
+    first = threading.Thread(target=service.run_cycle)
+    first.start()
+    entered.wait(5)
+    second = threading.Thread(target=service.run_cycle)
+    second.start()
+    second.join(0.3)
+    assert len(inside) == 1, "the second cycle waits for the first"
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert len(inside) == 2
+
+
+class Probe:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def jobs_and_slots(self) -> tuple[list[object], list[object]]:
+        from hydrator.core.locality import PoolJob, PoolSlot
+        from hydrator.domain import DatasetId
+
+        if self.fail:
+            raise PublishError("schedd did not answer")
+        x = frozenset({DatasetId("ska", "x")})
+        jobs = [PoolJob(x, True, Site("A")), PoolJob(x, True, Site("B")), PoolJob(x, False)]
+        return jobs, [PoolSlot(Site("A"), unclaimed=True)]  # type: ignore[return-value]
+
+
+def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: object) -> None:
+    service = Service(
+        config,
+        sources=[Scripted("s", [good(config), good(config)])],  # type: ignore[list-item]
+        store=SqliteStateStore(config.daemon.state_path),
+        probe=Probe(),  # type: ignore[arg-type]
+        clock=clock,  # type: ignore[arg-type]
+    )
+    service.run_cycle()
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_jobs_running_data_local_ratio") == 0.5
+    assert m("hydrator_jobs_running", {"locality": "remote"}) == 1
+    assert m("hydrator_jobs_idle_data_bound", {"reason": "missed_locality"}) == 1
+    assert m("hydrator_sites_unclaimed_slots_with_data", {"site": "A"}) == 1
+    service.probe = Probe(fail=True)  # type: ignore[assignment]
+    assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
+    assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
+
+
+def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: object) -> None:
+    from tests.unit.factories import rep, snap
+
+    a = snap("s", rep("A", "x"), rep("B", "y"))
+    b = snap("s", rep("A", "x"), rep("B", "y"), rep("B", "z"))
+    service = make(config, [Scripted("s", [a, a, b])], clock)
+    service.run_cycle()
+    first = service.published.ads
+    service.run_cycle()
+    second = service.published.ads
+    assert second[Site("A")].body is first[Site("A")].body, "same content: same bytes object"
+    service.run_cycle()
+    third = service.published.ads
+    assert third[Site("A")].body is first[Site("A")].body
+    assert third[Site("B")].etag != first[Site("B")].etag and b'"ska:z"' in third[Site("B")].body
+
+
+def test_without_a_pool_probe_the_local_ratio_is_unknown_not_zero(
+    config: Config, clock: object
+) -> None:
+    import math
+
+    service = make(config, [Scripted("s", [good(config)])], clock)
+    service.run_cycle()
+    ratio = service.metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
+    assert ratio is not None and math.isnan(ratio)
+
+
+def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
+    tmp_path: Path, clock: object
+) -> None:
+    from hydrator.domain import DatasetId
+    from hydrator.errors import PublishError as QueueError
+
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x", "ska:y"]\n')
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{"type": "static", "path": "inv.toml"}],
+            "classad": {"advertise": "demand"},
+        },
+        tmp_path,
+    )
+    answers: list[object] = [QueueError("schedd down"), {DatasetId("ska", "x"): 2}, QueueError("x")]
+
+    def demand() -> dict[DatasetId, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    source = StaticSource("static", tmp_path / "inv.toml", {})
+    service = Service(
+        config,
+        sources=[source],
+        store=SqliteStateStore(config.daemon.state_path),
+        demand=demand,
+        clock=clock,  # type: ignore[arg-type]
+    )
+    assert service.published.ads == {}
+    first = service.run_cycle()
+    assert first.outcome == "degraded" and service.published.ads == {}, "unknown demand: nothing"
+    service.run_cycle()
+    assert [str(d) for d in service.published.ads[Site("A")].view.available] == ["ska:x"]
+    service.run_cycle()  # the queue query fails: the last good demand stays in force
+    assert [str(d) for d in service.published.ads[Site("A")].view.available] == ["ska:x"]
+    service.close()
+
+    restarted = Service(
+        config, sources=[source], store=SqliteStateStore(config.daemon.state_path), demand=demand
+    )
+    assert restarted.published.ads == {}, "a restart in demand mode waits for the queues"
+
+
+def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
+    config: Config, clock: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.unit.factories import rep, snap
+
+    big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
+    small = snap("s", *(rep("A", f"n{i:04d}") for i in range(1200)))  # not a suspicious drop
+    service = make(config, [Scripted("s", [big, big, small])], clock)
+    unadvertised = {"site": "A", "reason": "over_size"}
+    m = service.metrics.registry.get_sample_value
+
+    with caplog.at_level("INFO", logger="hydrator.runtime.service"):
+        for _ in range(2):
+            service.run_cycle()
+            body = service.published.ads[Site("A")].body
+            assert 59_900 < len(body) <= 60_000 == config.classad.max_ad_bytes
+            kept = len(service.published.ads[Site("A")].view.available)
+            assert m("hydrator_datasets_unadvertised", unadvertised) == 2000 - kept
+        warnings = [r for r in caplog.records if "max_ad_bytes" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+        service.run_cycle()
+    assert m("hydrator_datasets_unadvertised", unadvertised) == 0
+    assert "site A: its ad fits max_ad_bytes = 60000 again" in caplog.text
+
+
+def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fails(
+    config: Config, clock: object
+) -> None:
+    from tests.unit.factories import rep
+
+    def answer(invalid: int) -> Snapshot:
+        return Snapshot.of("s", [rep("A", "x")], [], invalid, frozenset())
+
+    script = [answer(1), answer(1), TransientSourceError("HTTP 503"), answer(3)]
+    service = make(config, [Scripted("s", script)], clock)
+    m = service.metrics.registry.get_sample_value
+    seen = []
+    for _ in script:
+        service.run_cycle()
+        seen.append(m("hydrator_source_invalid_records", {"source": "s"}))
+    assert seen == [1, 1, 1, 3]
+    assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer
