@@ -241,8 +241,12 @@ def combine(a: Replica, b: Replica) -> Replica:
 
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
     """Collapse reports to one per (site, dataset) with :func:`combine`."""
-    merged: dict[tuple[Site, DatasetId], Replica] = {}
-    for r in replicas:
+    reports = list(replicas)
+    merged = {r.key: r for r in reports}
+    if len(merged) == len(reports):  # one report per key, as a source usually sends
+        return merged
+    merged = {}
+    for r in reports:
         old = merged.get(r.key)
         merged[r.key] = r if old is None else combine(old, r)
     return merged

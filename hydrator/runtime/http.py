@@ -234,7 +234,9 @@ class HttpEndpoint:
 
 
 def _json(doc: Any) -> bytes:
-    return json.dumps(doc, indent=1).encode() + b"\n"
+    """Compact JSON and a newline: without ``indent`` the encoder is the C one, about ten times
+    faster on a site of a hundred thousand datasets (issue 15)."""
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
 def _end(child: subprocess.Popen[bytes]) -> None:

@@ -16,6 +16,13 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    ``list_dataset_replicas(scope, name, deep=True)`` (per RSE), or ``list_replicas`` (per file)
    when the dataset has summary rows at two or more RSEs of one site.
 
+The two bulk listings (steps 3 and 4) are sent as rucio-clients sends them (its URL, session,
+token and headers) but their bodies are read here: validated a chunk of lines at a time with
+one pydantic call (record by record only when a chunk holds a malformed one), instead of
+rucio-clients' ``json.loads`` per line with a date-parsing hook, which was most of a fetch at a
+million rows. An RSE whose summary answer is byte-identical to the last fetch's (SHA-256)
+reuses the rows parsed then, and each dataset id is one object per dataset across fetches.
+
 So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
 bounded deep checks), not with the number of datasets; :attr:`RucioSource.calls_last_fetch`
 counts them by method (``connect`` counts client constructions, ``auth`` token requests).
@@ -71,6 +78,7 @@ one sent, also when ``BEARER_TOKEN`` is set in the environment.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -81,15 +89,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
+from functools import cache, partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import requests
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from rucio.client import Client
 from rucio.common import exception as rucio_exc
+from rucio.common.utils import build_url
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
 from hydrator.adapters.sources import FetchContext
@@ -138,6 +148,8 @@ _CALL_ERRORS: tuple[type[Exception], ...] = (
     _TokenRejected,
 )
 _MAX_LOGGED_NAMES = 1000  # bad names logged once each, up to this many per source
+_REPLICAS, _RULES = "replicas", "rules"  # rucio-clients' REPLICAS_BASEURL and RULE_BASEURL
+_READ_BYTES = 1 << 20  # read size of a streamed listing
 
 
 class _Payload(BaseModel):
@@ -189,7 +201,7 @@ class _FileRow(_Payload):
 P = TypeVar("P", bound=_Payload)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a million of them live between fetches
 class _Counts:
     """Files and bytes of a dataset, and how many of them are present (at an RSE or site)."""
 
@@ -207,7 +219,7 @@ class _Counts:
         return self.available_bytes / self.bytes if self.bytes > 0 else self.files_share
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a million of them live between fetches
 class _Row:
     dataset: DatasetId
     rse: str
@@ -215,7 +227,7 @@ class _Row:
     counts: _Counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Rule:
     dataset: DatasetId
     expression: str
@@ -237,6 +249,41 @@ class _SiteTransfer:
     progress: float
     floor: float = 0.0
     only: frozenset[str] | None = None
+
+
+class _Counter(Protocol):
+    invalid: int  # malformed or invalid records skipped
+
+
+@dataclass
+class _Tally:
+    invalid: int = 0
+
+
+@dataclass
+class _Listing:
+    """One RSE's summary rows as parsed, and the SHA-256 of the answer they came from."""
+
+    digest: bytes
+    rows: list[_Row] = field(default_factory=list)
+    invalid: int = 0
+
+
+def _chunks(lines: Iterable[bytes], size: int = 10_000) -> Iterator[list[bytes]]:
+    """``lines`` in lists of ``size`` (bounded memory for a bulk parse)."""
+    chunk: list[bytes] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@cache
+def _adapter(model: type[P]) -> TypeAdapter[list[P]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
 @dataclass
@@ -280,6 +327,8 @@ class RucioSource:
         self._token_seen: str | None = None
         self._logged_names: set[str] = set()
         self._logged_unmapped: set[str] = set()
+        self._listings: dict[str, _Listing] = {}  # RSE -> its last summary answer, parsed
+        self._names: dict[tuple[str, str], DatasetId] = {}  # the last fetch's dataset ids
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
@@ -379,16 +428,39 @@ class RucioSource:
             )
 
     def _summary_rows(self, client: Any, cycle: _Cycle) -> list[_Row]:
-        """Every dataset row of the summary table at every mapped RSE."""
+        """Every dataset row of the summary table at every mapped RSE.
+
+        An RSE whose answer is byte-identical to the last fetch's (same SHA-256) contributes
+        the rows parsed then, so an unchanged RSE costs its transfer and a hash.
+        """
         rows: list[_Row] = []
+        names: dict[tuple[str, str], DatasetId] = {}
         for rse in sorted(cycle.sites):
-            records = self._call(
-                "list_datasets_per_rse", partial(_as_list, client.list_datasets_per_rse, rse)
+            path = f"{_REPLICAS}/rse/{quote(rse, safe='')}"
+            listing = self._call(
+                "list_datasets_per_rse", partial(self._rse_listing, client, path, rse, names)
             )
-            for record in records:
-                row = self._parse(_DatasetRow, record, cycle)
-                dataset = self._dataset(row, cycle) if row is not None else None
-                if row is None or dataset is None:
+            cycle.invalid += listing.invalid
+            rows += listing.rows
+            self._listings[rse] = listing  # at once: the old rows need not outlive this RSE
+        for rse in self._listings.keys() - cycle.sites.keys():
+            del self._listings[rse]
+        self._names = names
+        return rows
+
+    def _rse_listing(
+        self, client: Any, path: str, rse: str, names: dict[tuple[str, str], DatasetId]
+    ) -> _Listing:
+        body = self._get(client, path).content
+        listing = _Listing(hashlib.sha256(body).digest())
+        known = self._listings.get(rse)
+        if known is not None and known.digest == listing.digest:
+            names.update(((r.dataset.scope, r.dataset.name), r.dataset) for r in known.rows)
+            return known
+        for chunk in _chunks(body.splitlines()):
+            for row in self._parse_all(_DatasetRow, chunk, listing):
+                dataset = self._interned(row, names, listing)
+                if dataset is None:
                     continue
                 counts = _Counts(
                     row.length or 0,
@@ -397,8 +469,8 @@ class RucioSource:
                     row.available_bytes or 0,
                 )
                 complete = row.state == "AVAILABLE" and counts.available >= counts.length > 0
-                rows.append(_Row(dataset, rse, complete, counts))
-        return rows
+                listing.rows.append(_Row(dataset, rse, complete, counts))
+        return listing
 
     def _active_rules(
         self, client: Any, cycle: _Cycle, listed: set[tuple[str, str]]
@@ -414,13 +486,13 @@ class RucioSource:
         """
         rules: list[_Rule] = []
         for code in ("R", "S"):
+            tally = _Tally()
             records = self._call(
-                "list_replication_rules",
-                partial(_as_list, client.list_replication_rules, {"state": code}),
+                "list_replication_rules", partial(self._rule_listing, client, code, tally)
             )
-            for record in records:
-                rule = self._parse(_RuleRow, record, cycle)
-                if rule is None or rule.did_type != "DATASET":
+            cycle.invalid += tally.invalid
+            for rule in records:
+                if rule.did_type != "DATASET":
                     continue
                 if (rule.scope, rule.name) not in listed:
                     continue
@@ -581,23 +653,95 @@ class RucioSource:
 
     # -- parsing -------------------------------------------------------------------------
 
-    def _parse(self, model: type[P], record: Any, cycle: _Cycle) -> P | None:
+    def _rule_listing(self, client: Any, code: str, tally: _Tally) -> list[_RuleRow]:
+        """The rules in state ``code``, validated (malformed ones counted in ``tally``), read
+        a chunk of lines at a time as the answer streams in: a million rules are about a
+        gigabyte of JSON."""
+        tally.invalid = 0  # a retried call starts again
+        response = self._get(client, f"{_RULES}/", {"state": code}, stream=True)
+        rules: list[_RuleRow] = []
+        for chunk in _chunks(response.iter_lines(chunk_size=_READ_BYTES)):
+            rules += self._parse_all(_RuleRow, chunk, tally)
+        return rules
+
+    def _get(
+        self, client: Any, path: str, params: dict[str, str] | None = None, stream: bool = False
+    ) -> requests.Response:
+        """One listing GET exactly as rucio-clients sends it (its URL, session, token and
+        headers), whose body is then read here instead of by rucio-clients' per-line
+        ``json.loads`` with a date-parsing hook, which was most of a fetch at a million rows
+        (issue 15). A 401 gets the client a new token (through ``whoami``) and one resend;
+        another error status raises a ``RucioException`` classified by :meth:`_translate`."""
+        url = build_url(client.host, path=path, params=params)
+        for attempt in (1, 2):
+            headers = {
+                "X-Rucio-Auth-Token": client.auth_token,
+                "X-Rucio-VO": client.vo,
+                "X-Rucio-Account": client.account,
+                "User-Agent": client.user_agent,
+                "X-Rucio-Script": client.script_id,
+            }
+            response: requests.Response = client.session.get(
+                url,
+                headers={k: v for k, v in headers.items() if v is not None},
+                timeout=client.timeout,
+                verify=client.ca_cert or False,
+                stream=stream,
+            )
+            self._last_status = response.status_code
+            if response.status_code != 401 or attempt == 2:
+                break
+            response.close()
+            client.whoami()  # rucio-clients renews the token on the 401 this gets
+        if response.status_code != 200:
+            response.close()
+            raise rucio_exc.RucioException(f"HTTP {response.status_code} from {path}")
+        return response
+
+    def _parse_all(self, model: type[P], lines: list[bytes], tally: _Counter) -> list[P]:
+        """Validate a chunk of JSON lines at once (one pydantic call, which reads the JSON
+        itself); if any record is malformed, record by record, counting and skipping the bad
+        ones. A line that is not JSON raises ``JSONDecodeError`` (a broken answer: transient,
+        as when rucio-clients read it)."""
+        lines = [line for line in lines if line.strip()]
+        try:
+            return _adapter(model).validate_json(b"[" + b",".join(lines) + b"]")
+        except ValidationError:
+            pass
+        parsed = [self._parse(model, json.loads(line), tally) for line in lines]
+        return [p for p in parsed if p is not None]
+
+    def _interned(
+        self, row: _DatasetRow, names: dict[tuple[str, str], DatasetId], tally: _Counter
+    ) -> DatasetId | None:
+        """The row's dataset id, one object per dataset: the last fetch's (checked then) or
+        checked now (None when out of scope, or invalid: counted in ``tally``, logged once)."""
+        key = (row.scope, row.name)
+        found = names.get(key) or self._names.get(key)
+        if found is None:
+            found = self._dataset(row, tally)
+            if found is None:
+                return None
+        names[key] = found
+        return found
+
+    def _parse(self, model: type[P], record: Any, tally: _Counter) -> P | None:
         """Validate one untrusted record; a malformed one is counted and skipped."""
         try:
             return model.model_validate(record)
         except ValidationError as exc:
-            cycle.invalid += 1
+            tally.invalid += 1
             log.debug("rucio: skipping a malformed %s record: %s", model.__name__, exc)
             return None
 
-    def _dataset(self, record: _DatasetRow, cycle: _Cycle) -> DatasetId | None:
+    def _dataset(self, record: _DatasetRow, tally: _Counter) -> DatasetId | None:
         """The record's dataset id, or None when out of scope or invalid (counted, logged once)."""
         if self.config.scopes and record.scope not in self.config.scopes:
             return None
         try:
             return DatasetId(record.scope, record.name)
         except InvalidNameError as exc:
-            cycle.invalid += 1
+            tally.invalid += 1
             key = f"{record.scope}:{record.name}"
             if key not in self._logged_names and len(self._logged_names) < _MAX_LOGGED_NAMES:
                 self._logged_names.add(key)
@@ -777,9 +921,11 @@ def _classify(
         by_key.setdefault(key, [])
     replicas: list[Replica] = []
     pending: _Pending = {}
-    for (site, dataset), here in by_key.items():
-        rule = moving.get((site, dataset))
-        if any(row.available_summary for row in here):
+    for key, here in by_key.items():
+        site, dataset = key
+        rule = moving.get(key)
+        # most pairs have one row: test it without a generator (a million pairs per fetch)
+        if here and (here[0].available_summary or any(row.available_summary for row in here)):
             found = _replica(dataset, site, 1.0, 1.0, rule)
         elif rule is not None and rule.only is not None and all(r.rse in rule.only for r in here):
             found = _replica(dataset, site, rule.floor, rule.floor, rule)

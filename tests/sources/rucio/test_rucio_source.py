@@ -352,3 +352,32 @@ def test_oidc_bearer_token_from_file(
     assert "Rucio Client" not in out and "browser" not in out  # its interactive flow never ran
     token_file.write_text(rucio_admin.client.auth_token + "\n")  # renewed by an agent
     assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
+
+
+def test_a_malformed_summary_row_is_counted_and_the_rest_of_its_rse_read(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    """The source reads a listing in bulk: one record of the wrong type (a file count that is
+    not a number) is counted and skipped, the others of the same answer are used; an unchanged
+    answer read again (reused, not re-parsed) gives the same snapshot and count, and a change
+    to it is seen."""
+    tag = unique("m").lower()
+    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag})
+    scope = rucio_admin.scope()
+    good, bad = rucio_admin.many_datasets(scope, 2, rse)
+    rucio_server.run_abacus()
+    sql = "UPDATE collection_replicas SET length = ? WHERE name = ?"
+    assert rucio_server.execute_sql(sql, ("many", bad)) == 1
+    source = RucioSource(source_config(rucio_server, rse_expression=f"fed={tag}"), {})
+    try:
+        first = source.fetch(now())
+        again = source.fetch(now())
+        assert rucio_server.execute_sql(sql, (1, bad)) == 1
+        repaired = source.fetch(now())
+    finally:
+        source.close()
+    site = f"SITE-{tag}"
+    assert first.invalid == again.invalid == 1
+    assert view(first) == view(again) == {(site, f"{scope}:{good}"): ("available", 1.0)}
+    assert repaired.invalid == 0
+    assert view(repaired)[(site, f"{scope}:{bad}")] == ("available", 1.0)

@@ -1,0 +1,485 @@
+"""Whole-cycle benchmark (issue 15): from the catalogue's bytes to the published ad.
+
+One cycle exactly as the daemon runs it: :meth:`hydrator.runtime.service.Service.run_cycle` on a
+service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its real
+``rucio-clients`` calls against :mod:`benchmarks.replay` (a loopback server answering in
+Rucio's wire format for a generated federation: 50 sites, 200 RSEs, 20k slots), with a
+SQLite state file, the collector publisher (its htcondor2 ``Collector`` replaced at the
+network call by :class:`PoolStub`, which encodes every ad it is given as the wire needs) and
+the HTTP endpoint's file writes (the files the aiohttp child serves; the child itself is not
+started: serving is measured by ``benchmarks/http_bench.py``).
+
+Phases, timed by wrapping the service's own callees (the code under test is unchanged):
+
+``fetch_parse``  the source's calls, reading and validating the answers (fetch minus snapshot)
+``snapshot``     :meth:`hydrator.domain.Snapshot.of` (merge and freeze the replicas)
+``plan``         :func:`hydrator.core.plan.plan_cycle`
+``save``         :meth:`hydrator.adapters.state.sqlite.SqliteStateStore.save`
+``render``       :func:`hydrator.runtime.service.render_ads` (the hook's ClassAds)
+``publish``      the collector publisher (queries answered by the stub, ads built and encoded)
+                 plus the HTTP endpoint's file writes
+``other``        the rest of ``run_cycle`` (advertise policy, metrics, logging)
+
+Steps, each in a fresh process so that its peak RSS is its own:
+
+``daemon``   start on an empty state (``startup_empty_s``), the first cycle (every replica new,
+             ``first_cycle_s``), then ``--cycles`` cycles after 1 % churn each (the replay
+             server churns between cycles, untimed) and ``--cycles`` cycles with no change.
+``restart``  start on the saved state as a restarted daemon does (load, views, render, the
+             HTTP files: ``startup_s``), then one cycle after a churn.
+
+``python -m benchmarks.cycle --replicas 1000000 --json out.json [--profile DIR]`` prints and
+writes medians (seconds), peak RSS (MiB) and the system load average. ``--profile DIR``
+writes a cProfile per phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+import hydrator.runtime.service as service_module
+from hydrator.adapters.htcondor.collector import CollectorPublisher
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
+from hydrator.config import (
+    ClassAdConfig,
+    CollectorConfig,
+    Config,
+    DaemonConfig,
+    HttpConfig,
+    RucioSourceConfig,
+)
+from hydrator.domain import Snapshot
+from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_source
+
+PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
+N_SITES, N_SLOTS = 50, 20_000
+
+
+# -- the collector at the network call -----------------------------------------------------
+
+
+class PoolStub:
+    """Stands in for ``htcondor2.Collector`` where the network begins.
+
+    ``query`` answers from what earlier ``advertise`` calls sent (a pool of ``slots`` whose
+    ads carry the merged attributes; site ads with ``LastHeardFrom``); ``advertise`` encodes
+    every ad as HTCondor's wire format needs it (``printOld``), which is the last step before
+    the bytes go out. Not modelled: startds re-advertising (which wipes merged attributes).
+    """
+
+    def __init__(self, slots: Mapping[str, str], slot_site_attribute: str) -> None:
+        self.slots = {name: {"Name": name, slot_site_attribute: s} for name, s in slots.items()}
+        self.site_ads: dict[str, dict[str, Any]] = {}
+        self.encoded_bytes = 0
+        attrs = ClassAdConfig()
+        self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute)  # what is queried
+
+    def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
+        ads = self.site_ads if constraint.startswith("MyType") else self.slots
+        return [dict(ad) for ad in ads.values()]
+
+    def advertise(self, ads: list[Any], command: str, use_tcp: bool = True) -> None:
+        now = int(time.time())
+        for ad in ads:
+            self.encoded_bytes += len(ad.printOld())
+            fields = {key: ad.get(key) for key in self.kept}
+            name = str(fields.get("Name"))
+            if command == "MERGE_STARTD_AD" and name in self.slots:
+                self.slots[name].update(fields)
+            elif command == "UPDATE_AD_GENERIC":
+                self.site_ads[name] = {**fields, "LastHeardFrom": now}
+            elif command == "INVALIDATE_ADS_GENERIC":
+                self.site_ads.pop(name, None)
+
+
+def slot_names(count: int = N_SLOTS, seed: int = 2026) -> dict[str, str]:
+    """``count`` glidein slots over the 50 sites, skewed as the federation's site sizes."""
+    rng = random.Random(seed)
+    weights = [1.0 / (i + 1) ** 0.6 for i in range(N_SITES)]
+    picks = rng.choices(range(N_SITES), weights, k=count)
+    return {
+        f"slot1_{i}@glidein-{i:05d}.srcnet_s{s:02d}": f"SRCNET_S{s:02d}"
+        for i, s in enumerate(picks)
+    }
+
+
+# -- phase clocks --------------------------------------------------------------------------
+
+
+class Clock:
+    """Seconds per phase for the current cycle, and optional cProfiles per phase.
+
+    Phases nest (``snapshot`` inside the source's fetch): the inner one's time is taken off the
+    outer one, and only one profiler runs at a time (the outer is paused).
+    """
+
+    def __init__(self, profile: bool) -> None:
+        self.profile = profile
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.profiles: dict[str, cProfile.Profile] = {}
+        self._stack: list[tuple[str, float]] = []
+        self.gc_s = 0.0
+        self._gc_t0 = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self.gc_s += time.perf_counter() - self._gc_t0
+
+    def take(self) -> dict[str, float]:
+        out = dict(self.seconds)
+        out["gc"] = self.gc_s
+        self.seconds.clear()
+        self.gc_s = 0.0
+        return out
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        now = time.perf_counter()
+        if self._stack:
+            outer, since = self._stack[-1]
+            self.seconds[outer] += now - since
+            self._pause(outer)
+        self._stack.append((name, now))
+        self._resume(name)
+        try:
+            yield
+        finally:
+            self._pause(name)
+            name, since = self._stack.pop()
+            now = time.perf_counter()
+            self.seconds[name] += now - since
+            if self._stack:
+                outer, _ = self._stack.pop()
+                self._stack.append((outer, now))
+                self._resume(outer)
+
+    def _resume(self, name: str) -> None:
+        if self.profile:
+            self.profiles.setdefault(name, cProfile.Profile()).enable()
+
+    def _pause(self, name: str) -> None:
+        if self.profile and name in self.profiles:
+            self.profiles[name].disable()
+
+    def write_profiles(self, directory: Path, step: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, prof in self.profiles.items():
+            prof.dump_stats(directory / f"{step}-{name}.prof")
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+            (directory / f"{step}-{name}.txt").write_text(text.getvalue())
+        self.profiles.clear()
+
+
+def timed(clock: Clock, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with clock.phase(name):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def instrument(clock: Clock) -> None:
+    """Time the service's module-level callees and :meth:`Snapshot.of` (this process only)."""
+    service_module.plan_cycle = timed(clock, "plan", service_module.plan_cycle)  # type: ignore[assignment]
+    service_module.render_ads = timed(clock, "render", service_module.render_ads)  # type: ignore[assignment]
+    of = Snapshot.__dict__["of"].__func__
+
+    def snapshot_of(cls: type[Snapshot], *args: Any, **kwargs: Any) -> Snapshot:
+        with clock.phase("snapshot"):
+            return of(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    Snapshot.of = classmethod(snapshot_of)  # type: ignore[method-assign, assignment]
+
+
+# -- the daemon under test -----------------------------------------------------------------
+
+
+def config(url: str, workdir: Path) -> Config:
+    password = workdir / "password"
+    password.write_text("secret\n")
+    password.chmod(0o600)
+    source = RucioSourceConfig(
+        type="rucio",
+        rucio_host=url,
+        auth_host=url,
+        account="root",
+        auth_type="userpass",
+        username="root",
+        password_file=password,
+        timeout_s=120.0,
+    )
+    return Config(
+        daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
+        http=HttpConfig(listen="127.0.0.1:0"),
+        classad=ClassAdConfig(),
+        collector=CollectorConfig(enabled=True),
+        sources=[source],
+    )
+
+
+class Daemon:
+    """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the collector
+    at :class:`PoolStub` and the HTTP endpoint writing its files (no server child)."""
+
+    def __init__(self, cfg: Config, clock: Clock, pool: PoolStub) -> None:
+        path = cfg.daemon.state_path
+        self.lock = StateLock(path)
+        store = SqliteStateStore(path, lock=self.lock)
+        store.save = timed(clock, "save", store.save)  # type: ignore[method-assign]
+        source = build_source(cfg.sources[0], cfg.sites)
+        source.fetch = timed(clock, "fetch_parse", source.fetch)  # type: ignore[method-assign]
+        publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)  # type: ignore[arg-type]
+        publisher.publish = timed(clock, "publish", publisher.publish)  # type: ignore[method-assign]
+        self.service = Service(
+            cfg,
+            sources=[source],
+            store=store,
+            publishers=[publisher],
+            metrics=Metrics(CollectorRegistry()),
+        )
+        self.endpoint = HttpEndpoint(self.service, cfg.http, wedged_after_s=600.0)
+        self.endpoint.write()  # what HttpEndpoint.start does before the server child starts
+        self.service.add_listener(timed(clock, "publish", self.endpoint.write))
+
+    def cycle(self) -> float:
+        t0 = time.perf_counter()
+        report = self.service.run_cycle()
+        elapsed = time.perf_counter() - t0
+        if report.outcome != "ok":
+            raise RuntimeError(f"cycle {report.outcome}: {report.error or report.publish_errors}")
+        return elapsed
+
+    def close(self) -> None:
+        self.endpoint.stop()
+        self.service.close()
+
+
+def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
+    phases = clock.take()
+    out: dict[str, Any] = {p: phases.get(p, 0.0) for p in PHASES if p != "other"}
+    out["other"] = max(0.0, whole_s - sum(out.values()))
+    out["whole"] = whole_s
+    out["gc"] = phases["gc"]
+    out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
+    out["rss_mib"] = rss_mib()
+    return out
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def churn(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/_bench/churn", method="POST")) as r:
+        answer: dict[str, int] = json.load(r)
+        return answer
+
+
+def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
+    clock = Clock(args.profile is not None)
+    instrument(clock)
+    pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
+    cfg = config(args.url, args.workdir)
+    t0 = time.perf_counter()
+    daemon = Daemon(cfg, clock, pool)
+    startup_empty = time.perf_counter() - t0
+    clock.take()
+    first = record(clock, daemon.cycle(), daemon.service)
+    if args.profile:
+        clock.write_profiles(args.profile, "first")
+    churned, nochange = [], []
+    for _ in range(args.cycles):
+        churn(args.url)
+        clock.take()
+        churned.append(record(clock, daemon.cycle(), daemon.service))
+    if args.profile:
+        clock.write_profiles(args.profile, "churn")
+    for _ in range(args.cycles):
+        clock.take()
+        nochange.append(record(clock, daemon.cycle(), daemon.service))
+    if args.profile:
+        clock.write_profiles(args.profile, "nochange")
+    daemon.close()
+    return {
+        "startup_empty_s": startup_empty,
+        "first": first,
+        "churn": churned,
+        "nochange": nochange,
+        "encoded_bytes": pool.encoded_bytes,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def step_restart(args: argparse.Namespace) -> dict[str, Any]:
+    clock = Clock(args.profile is not None)
+    instrument(clock)
+    pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
+    cfg = config(args.url, args.workdir)
+    with clock.phase("startup"):
+        t0 = time.perf_counter()
+        daemon = Daemon(cfg, clock, pool)
+        startup = time.perf_counter() - t0
+    rss_after_startup = rss_mib()
+    clock.take()
+    churn(args.url)
+    after = record(clock, daemon.cycle(), daemon.service)
+    if args.profile:
+        clock.write_profiles(args.profile, "restart")
+    daemon.close()
+    return {
+        "startup_s": startup,
+        "rss_after_startup_mib": rss_after_startup,
+        "cycle_after_restart": after,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+# -- the orchestrator ----------------------------------------------------------------------
+
+
+class ReplayServer:
+    """:mod:`benchmarks.replay` in a child process (its memory and CPU are not the daemon's)."""
+
+    def __init__(self, replicas: int, seed: int) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.replay",
+                "--replicas",
+                str(replicas),
+                "--seed",
+                str(seed),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("port "):
+            self.stop()
+            raise RuntimeError(f"replay server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    command = [
+        sys.executable, "-m", "benchmarks.cycle", "--step", step, "--url", url,
+        "--workdir", str(workdir), "--cycles", str(args.cycles), "--slots", str(args.slots),
+    ]  # fmt: skip
+    if args.profile is not None:
+        command += ["--profile", str(args.profile)]
+    env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, Any]:
+    churned, idle = daemon["churn"], daemon["nochange"]
+    return {
+        "replicas": replicas,
+        "replicas_held": churned[-1]["replicas"],
+        "whole_cycle_s": median(churned, "whole"),
+        "nochange_cycle_s": median(idle, "whole"),
+        "startup_s": restart["startup_s"],
+        "first_cycle_s": daemon["first"]["whole"],
+        "cycle_after_restart_s": restart["cycle_after_restart"]["whole"],
+        "peak_rss_mib": max(daemon["peak_rss_mib"], restart["peak_rss_mib"]),
+        "peak_rss_steady_mib": restart["peak_rss_mib"],
+        "phases_s": {p: median(churned, p) for p in (*PHASES, "gc")},
+        "nochange_phases_s": {p: median(idle, p) for p in (*PHASES, "gc")},
+        "first_phases_s": {p: daemon["first"][p] for p in (*PHASES, "gc")},
+        "cycles": len(churned),
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "raw": {"daemon": daemon, "restart": restart},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replicas", type=int, default=100_000)
+    parser.add_argument("--cycles", type=int, default=3, help="churn and no-change cycles each")
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--slots", type=int, default=N_SLOTS, help="glidein slots in the pool")
+    parser.add_argument("--json", type=Path, help="write the summary here")
+    parser.add_argument("--profile", type=Path, help="write a cProfile per phase here")
+    parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.step:
+        result = step_daemon(args) if args.step == "daemon" else step_restart(args)
+        print(json.dumps(result))
+        return
+    load_before = os.getloadavg()
+    server = ReplayServer(args.replicas, args.seed)
+    try:
+        with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
+            daemon = run_step("daemon", server.url, Path(tmp), args)
+            restart = run_step("restart", server.url, Path(tmp), args)
+    finally:
+        server.stop()
+    summary = summarise(args.replicas, daemon, restart)
+    summary["load_average_before"] = load_before
+    text = json.dumps(summary, indent=1)
+    if args.json:
+        args.json.write_text(text + "\n")
+    brief = {k: v for k, v in summary.items() if k != "raw"}
+    print(json.dumps(brief, indent=1))
+
+
+if __name__ == "__main__":
+    main()
