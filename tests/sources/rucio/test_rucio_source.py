@@ -354,6 +354,21 @@ def test_oidc_bearer_token_from_file(
     assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
 
 
+def test_a_bulk_listing_renews_a_userpass_token_the_server_rejects(
+    make_source: MakeSource, federation: Federation
+) -> None:
+    """A userpass token that expires between the calls of a fetch: the bulk listing, sent by
+    the source itself from the client's public attributes, gets HTTP 401, has rucio-clients
+    get a new token (through ``whoami``) and is answered on the resend."""
+    source = make_source()
+    client = source._connected_client()
+    client.auth_token = "expired-token"
+    response = source._get(client, "rules/", {"state": "R"})
+    assert response.status_code == 200 and client.auth_token != "expired-token"
+    response.close()
+    assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)
+
+
 def test_a_malformed_summary_row_is_counted_and_the_rest_of_its_rse_read(
     rucio_admin: RucioAdmin, rucio_server: RucioServer
 ) -> None:
