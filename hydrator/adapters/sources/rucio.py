@@ -156,16 +156,21 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class _DatasetRow(_Payload):
+class _CountsRow(_Payload):
+    """A dataset's files and bytes, all and available, as Rucio's dataset listings give them."""
+
+    length: int | None = None
+    available_length: int | None = None
+    bytes: int | None = None
+    available_bytes: int | None = None
+
+
+class _DatasetRow(_CountsRow):
     """One row of ``list_datasets_per_rse`` (the ``collection_replicas`` summary)."""
 
     scope: str
     name: str
     state: str
-    length: int | None = None
-    available_length: int | None = None
-    bytes: int | None = None
-    available_bytes: int | None = None
 
 
 class _RuleRow(_Payload):
@@ -181,14 +186,10 @@ class _RuleRow(_Payload):
     locks_stuck_cnt: int
 
 
-class _DeepRow(_Payload):
+class _DeepRow(_CountsRow):
     """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
 
     rse: str
-    length: int | None = None
-    available_length: int | None = None
-    bytes: int | None = None
-    available_bytes: int | None = None
 
 
 class _FileRow(_Payload):
