@@ -5,7 +5,9 @@ name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much 
 site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
 two independent facts, of which presence decides the advertised list. Sources produce
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
-this cycle's snapshots into a :class:`Plan`.
+this cycle's snapshots into a :class:`Plan`. Every dataclass here is frozen with slots (no
+instance ``__dict__``); the only mutable parts are the explicit memos of derived views
+(:class:`SourceMemo`, :class:`StateMemo`).
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
