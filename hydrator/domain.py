@@ -5,7 +5,9 @@ name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much 
 site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
 two independent facts, of which presence decides the advertised list. Sources produce
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
-this cycle's snapshots into a :class:`Plan`.
+this cycle's snapshots into a :class:`Plan`. Every dataclass here is frozen with slots (no
+instance ``__dict__``); the only mutable parts are the explicit memos of derived views
+(:class:`SourceMemo`, :class:`StateMemo`).
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
@@ -21,7 +23,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import cached_property
 from operator import attrgetter
 from typing import NamedTuple, NewType, TypeVar
 
@@ -252,7 +253,7 @@ def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], 
     return merged
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one source answered in one cycle.
 
@@ -282,7 +283,7 @@ class Snapshot:
         return cls(source, frozenset(merged.values()), covered, invalid, frozenset(unmapped))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceFailure:
     """A source that gave no usable answer this cycle. ``permanent`` mirrors the error class."""
 
@@ -294,13 +295,26 @@ class SourceFailure:
 SourceOutcome = Snapshot | SourceFailure
 
 
-@dataclass(frozen=True)
+class SourceMemo:
+    """The one mutable part of a :class:`SourceState`: its derived :attr:`SourceState.index`,
+    built on first use or handed over by the core, set at most once and never changed after.
+    Not compared, not printed, never persisted."""
+
+    __slots__ = ("index",)
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[Site, DatasetId], Replica] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SourceState:
     """What the state remembers of a source between cycles.
 
     ``replicas``/``sites`` are the last *good* snapshot. ``stale`` is true while the source
     failed or was held back since then. ``held_cycles`` counts consecutive cycles whose answer
-    was held back as a suspicious drop.
+    was held back as a suspicious drop. Frozen; its derived index lives in ``memo``
+    (:class:`SourceMemo`), the only mutable part, which :func:`dataclasses.replace` does not
+    copy (a replaced value starts with an empty memo).
     """
 
     name: str
@@ -311,40 +325,77 @@ class SourceState:
     stale: bool = False
     error: str | None = None
     held_cycles: int = 0
+    memo: SourceMemo = field(
+        default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
+    )
 
-    @cached_property
+    @property
     def index(self) -> dict[tuple[Site, DatasetId], Replica]:
         """(site, dataset) -> this source's replica; derived, never persisted. The core hands
         it on from cycle to cycle (:meth:`adopt_index`) so a cycle costs O(changes), not
         O(replicas). Never mutated once built."""
-        return {r.key: r for r in self.replicas}
+        index = self.memo.index
+        if index is None:
+            index = self.memo.index = {r.key: r for r in self.replicas}
+        return index
 
-    def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> None:
-        """Use ``index`` as :attr:`index`; only for an index equal to what it would build."""
-        self.__dict__["index"] = index
+    def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> SourceState:
+        """Use ``index`` as :attr:`index` (returns ``self``); only for an index equal to what
+        it would build, on a value whose index was not read yet."""
+        self.memo.index = index
+        return self
+
+    def inherit_index(self, other: SourceState) -> SourceState:
+        """Reuse ``other``'s index if it was built (returns ``self``); only for a value with
+        the same replicas."""
+        if other.memo.index is not None:
+            self.memo.index = other.memo.index
+        return self
 
 
-@dataclass(frozen=True)
+class StateMemo:
+    """The one mutable part of a :class:`State`: its derived views, each built on first use or
+    handed over by the core, set at most once and never changed after. Not compared, not
+    printed, never persisted."""
+
+    __slots__ = ("contents", "coverage", "merged", "site_updated")
+
+    def __init__(self) -> None:
+        self.merged: dict[tuple[Site, DatasetId], Replica] | None = None
+        self.coverage: dict[Site, frozenset[str]] | None = None
+        self.contents: dict[Site, SiteView] | None = None
+        self.site_updated: dict[Site, datetime] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """Everything persisted between cycles.
 
     ``first_seen`` maps every (site, dataset) currently known to when it first appeared.
-    The cached properties are derived, never persisted.
+    Frozen; the derived views (:attr:`merged`, :attr:`coverage`, :attr:`contents`,
+    :attr:`site_updated`) live in ``memo`` (:class:`StateMemo`), the only mutable part, never
+    persisted and not copied by :func:`dataclasses.replace`.
     """
 
     sources: Mapping[str, SourceState] = field(default_factory=dict)
     first_seen: Mapping[tuple[Site, DatasetId], datetime] = field(default_factory=dict)
+    memo: StateMemo = field(
+        default_factory=StateMemo, init=False, compare=False, repr=False, hash=False
+    )
 
-    @cached_property
+    @property
     def site_updated(self) -> dict[Site, datetime]:
         """Site -> its last successful refresh: the oldest last success of the sources that
         cover it, so everything the site's ad says was confirmed at or after this time."""
+        if self.memo.site_updated is not None:
+            return self.memo.site_updated
         updated: dict[Site, datetime] = {}
         for site, names in self.coverage.items():
             times = [self.sources[n].last_success for n in names]
             known = [when for when in times if when is not None]
             if known:
                 updated[site] = min(known)
+        self.memo.site_updated = updated
         return updated
 
     def stamped_views(self) -> dict[Site, SiteView]:
@@ -352,45 +403,60 @@ class State:
         updated = self.site_updated
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
-    @cached_property
+    @property
     def merged(self) -> dict[tuple[Site, DatasetId], Replica]:
         """(site, dataset) -> all sources' reports combined (:func:`combine`; for one source,
         a plain index)."""
+        if self.memo.merged is not None:
+            return self.memo.merged
         states = [self.sources[name] for name in sorted(self.sources)]
         if len(states) == 1:
-            return states[0].index
-        return merge_replicas(r for s in states for r in s.replicas)
+            merged = states[0].index
+        else:
+            merged = merge_replicas(r for s in states for r in s.replicas)
+        self.memo.merged = merged
+        return merged
 
-    @cached_property
+    @property
     def coverage(self) -> dict[Site, frozenset[str]]:
         """Site -> names of the sources that cover it."""
+        if self.memo.coverage is not None:
+            return self.memo.coverage
         covered: dict[Site, set[str]] = {}
         for name, state in self.sources.items():
             for site in state.sites:
                 covered.setdefault(site, set()).add(name)
-        return {site: frozenset(names) for site, names in covered.items()}
+        coverage = {site: frozenset(names) for site, names in covered.items()}
+        self.memo.coverage = coverage
+        return coverage
 
-    @cached_property
+    @property
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
-        return site_contents(self.merged, frozenset(self.coverage))
+        if self.memo.contents is None:
+            self.memo.contents = site_contents(self.merged, frozenset(self.coverage))
+        return self.memo.contents
 
-    def inherit_derived(self, other: State) -> None:
-        """Reuse ``other``'s derived views; only for states with identical sources content."""
-        for name in ("merged", "coverage", "contents"):
-            if name in other.__dict__:
-                self.__dict__[name] = other.__dict__[name]
+    def inherit_derived(self, other: State) -> State:
+        """Reuse ``other``'s built views (returns ``self``); only for states with identical
+        sources content. ``site_updated`` is not inherited: it depends on the sources' times."""
+        mine, theirs = self.memo, other.memo
+        mine.merged = theirs.merged if mine.merged is None else mine.merged
+        mine.coverage = theirs.coverage if mine.coverage is None else mine.coverage
+        mine.contents = theirs.contents if mine.contents is None else mine.contents
+        return self
 
     def adopt(
         self,
         merged: dict[tuple[Site, DatasetId], Replica],
         contents: dict[Site, SiteView] | None = None,
-    ) -> None:
-        """Use views the core derived incrementally; only for views equal to what
-        :attr:`merged` and :attr:`contents` would build. Never mutated afterwards."""
-        self.__dict__["merged"] = merged
+    ) -> State:
+        """Use views the core derived incrementally (returns ``self``); only for views equal
+        to what :attr:`merged` and :attr:`contents` would build. Never mutated afterwards."""
+        self.memo.merged = merged
         if contents is not None:
-            self.__dict__["contents"] = contents
+            self.memo.contents = contents
+        return self
 
 
 _by_id = attrgetter("scope", "name")
@@ -558,7 +624,7 @@ class ChangeKind(enum.Enum):
     CHANGED = "changed"  # state, a fraction, or the transfer changed
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Change:
     """One (site, dataset) whose merged view changed this cycle."""
 
@@ -569,7 +635,7 @@ class Change:
     new: Replica | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceDelta:
     """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
 
@@ -577,7 +643,7 @@ class SourceDelta:
     removed: frozenset[Replica] = frozenset()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceStatus:
     """How a source fared this cycle, for reports, logs and metrics."""
 
@@ -591,7 +657,7 @@ class SourceStatus:
     outcome: str = "ok"  # ok, transient_error, permanent_error, held
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SiteView:
     """One site as published: the lists of a site ClassAd, sorted by dataset, plus when and
     what. Presence first: ``available`` (complete), ``partial`` (some files; share of files)
@@ -615,7 +681,7 @@ class SiteView:
     incoming: tuple[tuple[DatasetId, float], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The pure core's answer: the new state, what changed, and what to write."""
 

@@ -83,7 +83,9 @@ def plan_cycle(
     else:
         merged, changes = _merge(previous, state, deltas)
         state.adopt(merged, _contents(previous, state, merged, changes))
-    state = _finish(state, _first_seen(previous.first_seen, changes, now))
+    state = State(
+        sources=sources, first_seen=_first_seen(previous.first_seen, changes, now)
+    ).inherit_derived(state)
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -101,12 +103,6 @@ def plan_cycle(
     )
 
 
-def _finish(draft: State, first_seen: Mapping[Key, datetime]) -> State:
-    state = State(sources=draft.sources, first_seen=first_seen)
-    state.inherit_derived(draft)
-    return state
-
-
 def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> bool:
     return a.keys() == b.keys() and all(a[n].sites == b[n].sites for n in a)
 
@@ -115,9 +111,8 @@ def _advance_source(
     before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
     if isinstance(outcome, SourceFailure):
-        after = _carry_index(
-            before, replace(before, last_attempt=now, stale=True, error=outcome.error)
-        )
+        after = replace(before, last_attempt=now, stale=True, error=outcome.error)
+        after.inherit_index(before)
         kind = "permanent_error" if outcome.permanent else "transient_error"
         return after, _status(after, kind, reason=outcome.error), SourceDelta()
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
@@ -128,16 +123,13 @@ def _advance_source(
             f"{len(before.replicas)} last time (cycle {before.held_cycles + 1} of "
             f"{accept_after or 'unlimited'})"
         )
-        after = _carry_index(
+        after = replace(
             before,
-            replace(
-                before,
-                last_attempt=now,
-                stale=True,
-                error=reason,
-                held_cycles=before.held_cycles + 1,
-            ),
-        )
+            last_attempt=now,
+            stale=True,
+            error=reason,
+            held_cycles=before.held_cycles + 1,
+        ).inherit_index(before)
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
     after = SourceState(
@@ -146,8 +138,7 @@ def _advance_source(
         sites=outcome.sites,
         last_success=now,
         last_attempt=now,
-    )
-    after.adopt_index(_patched(before, delta))
+    ).adopt_index(_patched(before, delta))
     return after, _status(after, "ok", snapshot=outcome), delta
 
 
@@ -205,13 +196,6 @@ def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
     return index
 
 
-def _carry_index(before: SourceState, after: SourceState) -> SourceState:
-    """``after`` has ``before``'s replicas: reuse its index if it was built."""
-    if "index" in before.__dict__:
-        after.adopt_index(before.index)
-    return after
-
-
 def _merge(
     previous: State, state: State, deltas: Mapping[str, SourceDelta]
 ) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
@@ -226,8 +210,9 @@ def _merge(
         new = {}
     else:
         new = dict(old)
+        indexes = [s.index for s in ordered]
         for key in touched:
-            reports = [s.index[key] for s in ordered if key in s.index]
+            reports = [index[key] for index in indexes if key in index]
             if reports:
                 new[key] = reduce(combine, reports)  # same order as merge_replicas
             else:

@@ -1,0 +1,65 @@
+"""Domain values are truly frozen: no instance ``__dict__`` to write a cache into, no
+``object.__setattr__`` around the dataclass guard; derived views live in an explicit memo."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import hydrator
+from hydrator import domain
+from hydrator.domain import Site, SourceState, State
+from tests.unit.factories import rep
+
+DOMAIN_DATACLASSES = [
+    cls
+    for _, cls in inspect.getmembers(domain, inspect.isclass)
+    if cls.__module__ == domain.__name__ and dataclasses.is_dataclass(cls)
+]
+# Ways to write an attribute behind a frozen dataclass's back.
+BYPASS = re.compile(r"__dict__\s*\[|__dict__\.(update|setdefault)|object\.__setattr__")
+
+
+@pytest.mark.parametrize("cls", DOMAIN_DATACLASSES, ids=lambda c: c.__name__)
+def test_every_domain_dataclass_is_frozen_without_an_instance_dict(cls: type) -> None:
+    assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert all("__dict__" not in vars(k) for k in cls.__mro__), f"{cls.__name__} has __dict__"
+
+
+def test_no_module_writes_behind_a_frozen_dataclass() -> None:
+    root = Path(hydrator.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if BYPASS.search(line)
+    ]
+    assert found == []
+
+
+def test_a_state_refuses_writes_and_keeps_its_views_in_its_memo() -> None:
+    source = SourceState("rucio", replicas=frozenset({rep("SITE_A", "d1")}))
+    state = State(sources={"rucio": source})
+    with pytest.raises(TypeError):  # no instance __dict__ to write a cache into
+        vars(state)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.sources = {}  # type: ignore[misc]
+    assert list(state.merged) == [(Site("SITE_A"), rep("SITE_A", "d1").dataset)]
+    assert state.memo.merged is state.merged  # built once, then reused
+
+
+def test_a_replaced_state_does_not_reuse_the_views_of_the_old_sources() -> None:
+    """``replace`` gives the new value an empty memo: views of other sources never leak."""
+    before = SourceState("rucio", frozenset({rep("A", "d1")}), frozenset({Site("A")}))
+    old = State(sources={"rucio": before})
+    assert list(old.contents) == ["A"] and list(old.merged) == [(Site("A"), rep("A", "d1").dataset)]
+    source = SourceState("rucio", frozenset({rep("B", "d2")}), frozenset({Site("B")}))
+    new = dataclasses.replace(old, sources={"rucio": source})
+    assert list(new.contents) == ["B"]
+    assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
+    assert list(new.merged) == [(Site("B"), rep("B", "d2").dataset)]
+    assert dataclasses.replace(source, stale=True).memo is not source.memo
