@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import os
@@ -59,6 +58,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 import hydrator.runtime.service as service_module
+from benchmarks.core_bench import GcClock
 from hydrator.adapters.htcondor.collector import CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
@@ -142,21 +142,13 @@ class Clock:
         self.seconds: dict[str, float] = defaultdict(float)
         self.profiles: dict[str, cProfile.Profile] = {}
         self._stack: list[tuple[str, float]] = []
-        self.gc_s = 0.0
-        self._gc_t0 = 0.0
-        gc.callbacks.append(self._gc)
-
-    def _gc(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._gc_t0 = time.perf_counter()
-        else:
-            self.gc_s += time.perf_counter() - self._gc_t0
+        self.gc = GcClock()
 
     def take(self) -> dict[str, float]:
         out = dict(self.seconds)
-        out["gc"] = self.gc_s
+        out["gc"] = self.gc.seconds
         self.seconds.clear()
-        self.gc_s = 0.0
+        self.gc.seconds = 0.0
         return out
 
     @contextmanager
