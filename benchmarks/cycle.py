@@ -303,11 +303,17 @@ def churn(url: str) -> dict[str, int]:
         return answer
 
 
-def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
+def _instrumented(args: argparse.Namespace) -> tuple[Clock, PoolStub, Config]:
+    """A phase clock hooked into the daemon's code, the collector stub and the configuration
+    every step runs with."""
     clock = Clock(args.profile is not None)
     instrument(clock)
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    cfg = config(args.url, args.workdir)
+    return clock, pool, config(args.url, args.workdir)
+
+
+def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
+    clock, pool, cfg = _instrumented(args)
     t0 = time.perf_counter()
     daemon = Daemon(cfg, clock, pool)
     startup_empty = time.perf_counter() - t0
@@ -339,10 +345,7 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_restart(args: argparse.Namespace) -> dict[str, Any]:
-    clock = Clock(args.profile is not None)
-    instrument(clock)
-    pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    cfg = config(args.url, args.workdir)
+    clock, pool, cfg = _instrumented(args)
     with clock.phase("startup"):
         t0 = time.perf_counter()
         daemon = Daemon(cfg, clock, pool)
