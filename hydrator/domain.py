@@ -277,7 +277,20 @@ class Snapshot:
         sites: Iterable[Site] = (),
         invalid: int = 0,
         unmapped: Iterable[str] = (),
+        *,
+        unique: bool = False,
     ) -> Snapshot:
+        """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
+
+        ``unique``: the caller vouches that ``replicas`` already holds at most one replica per
+        (site, dataset) (a source that keeps its answer keyed by pair); a ``frozenset`` is then
+        used as it is, so a source that hands back last cycle's objects where nothing changed
+        costs no hashing here and lets the core compare snapshots by identity.
+        """
+        if unique:
+            kept = replicas if isinstance(replicas, frozenset) else frozenset(replicas)
+            covered = frozenset(sites) | {r.site for r in kept}
+            return cls(source, kept, covered, invalid, frozenset(unmapped))
         merged = merge_replicas(replicas)
         covered = frozenset(sites) | {site for site, _ in merged}
         return cls(source, frozenset(merged.values()), covered, invalid, frozenset(unmapped))
