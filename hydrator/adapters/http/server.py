@@ -237,12 +237,19 @@ def etag_matches(tag: str, header: str | None) -> bool:
 def make_app(files: Files, limits: Limits, metrics: ServerMetrics) -> web.Application:
     handlers = Handlers(files, limits, metrics)
     app = web.Application()
+    app.on_response_prepare.append(_plain_server_header)
     for route in ROUTES:
         app.router.add_get(route.path, handlers.route(route))
     app.router.add_get("/metrics", handlers.metrics_text)
     app.router.add_get("/healthz", handlers.probe)
     app.router.add_get("/readyz", handlers.probe)
     return app
+
+
+async def _plain_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``Server: hydrator``, not aiohttp's default that names the aiohttp and Python versions
+    (a scanner's shortcut to known holes). aiohttp only sets its own when none is set."""
+    response.headers["Server"] = "hydrator"
 
 
 def counting(metrics: ServerMetrics) -> type[AbstractAccessLogger]:

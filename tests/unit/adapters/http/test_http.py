@@ -129,6 +129,13 @@ def test_json_views_and_unknown_paths(started: Started) -> None:
     assert requests.post(f"{base}/v1/sites", timeout=5).status_code == 405
 
 
+def test_answers_do_not_name_the_server_software_or_its_version(started: Started) -> None:
+    base, service, _ = started
+    service.run_cycle()
+    for path in ["/v1/sites", "/v1/sites/SITE_A/classad", "/metrics", "/readyz", "/nope"]:
+        assert get(base + path).headers["Server"] == "hydrator", path
+
+
 def test_metrics_of_the_daemon_and_the_server_in_one_scrape(started: Started) -> None:
     base, service, _ = started
     service.run_cycle()
