@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -60,6 +61,25 @@ def test_invalid_records_are_counted_and_skipped(
     assert snap.invalid == 5
     assert snap.unmapped == {"NOSITE", "B"}
     assert "invalid dataset name 'ska':'bad name'" in caplog.text
+
+
+def test_a_bad_site_name_is_unmapped_and_logged_once_across_cycles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inventory = source(
+        tmp_path,
+        '[storage.B]\nsite = "bad site"\navailable = ["ska:y"]\n'
+        '[storage.N]\nsite = 7\navailable = ["ska:z"]\n',
+    )
+    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources.static"):
+        first = inventory.fetch(CTX)
+        second = inventory.fetch(CTX)
+    assert first.unmapped == second.unmapped == {"B", "N"}
+    assert not first.replicas and not second.replicas
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{inventory.path}: storage.B: invalid site name 'bad site'",
+        f"{inventory.path}: storage.N: invalid site name 7",
+    ]
 
 
 @pytest.mark.parametrize(
