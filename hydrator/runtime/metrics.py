@@ -7,8 +7,8 @@ Labels are bounded: ``source``, ``site``, ``state``, ``kind``, ``outcome``; neve
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
-from functools import partial
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -20,240 +20,276 @@ from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 NAMESPACE = "hydrator"
 
+M = TypeVar("M", Counter, Gauge, Histogram)  # the kind of one declared metric
 
-def _makers(
-    registry: CollectorRegistry,
-) -> tuple[partial[Counter], partial[Gauge], partial[Histogram]]:
-    """Counter, Gauge and Histogram bound to the ``hydrator`` namespace and ``registry``."""
-    return (
-        partial(Counter, namespace=NAMESPACE, registry=registry),
-        partial(Gauge, namespace=NAMESPACE, registry=registry),
-        partial(Histogram, namespace=NAMESPACE, registry=registry),
-    )
+
+class _Declared(Generic[M]):
+    """A metric declared on :class:`Metrics`: built on each instance's registry by
+    ``Metrics.__init__`` (which stores it under the same attribute name, shadowing this
+    declaration). Read through an instance, the attribute is typed as the built metric."""
+
+    def __init__(self, build: Callable[[CollectorRegistry], M], preset: Iterable[str]) -> None:
+        self._build: Callable[[CollectorRegistry], M] = build
+        self._preset = tuple(preset)
+
+    def build(self, registry: CollectorRegistry) -> M:
+        """The metric registered on ``registry``, with one series per ``preset`` label value
+        (so that it is exported at 0 before its first event)."""
+        metric = self._build(registry)
+        for value in self._preset:
+            metric.labels(value)
+        return metric
+
+    @overload
+    def __get__(self, instance: None, owner: type[object]) -> _Declared[M]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[object]) -> M: ...
+
+    def __get__(self, instance: object | None, owner: type[object]) -> _Declared[M] | M:
+        if instance is None:
+            return self
+        raise AttributeError(f"{owner.__name__}: metric read before __init__ built it")
+
+
+def _counter(
+    name: str, documentation: str, *labels: str, preset: Iterable[str] = ()
+) -> _Declared[Counter]:
+    """A counter ``hydrator_<name>_total``; ``preset``: values of its one label shown at 0."""
+
+    def build(registry: CollectorRegistry) -> Counter:
+        return Counter(name, documentation, labels, namespace=NAMESPACE, registry=registry)
+
+    return _Declared(build, preset)
+
+
+def _gauge(name: str, documentation: str, *labels: str) -> _Declared[Gauge]:
+    def build(registry: CollectorRegistry) -> Gauge:
+        return Gauge(name, documentation, labels, namespace=NAMESPACE, registry=registry)
+
+    return _Declared(build, ())
+
+
+def _histogram(
+    name: str, documentation: str, *labels: str, buckets: Iterable[float]
+) -> _Declared[Histogram]:
+    """A histogram over ``buckets`` (upper bounds in the metric's unit)."""
+    bounds = tuple(buckets)
+
+    def build(registry: CollectorRegistry) -> Histogram:
+        return Histogram(
+            name, documentation, labels, namespace=NAMESPACE, registry=registry, buckets=bounds
+        )
+
+    return _Declared(build, ())
 
 
 class Metrics:
-    """Every metric the daemon exports. Create one per registry."""
+    """Every metric the daemon exports. Create one per registry.
+
+    Each class attribute below declares one metric (name without the ``hydrator_`` prefix,
+    help text, label names); an instance holds the metric itself under that attribute. They are
+    registered, and so exported, in the order declared here.
+    """
+
+    # ---- cycles
+    cycle_duration = _histogram(
+        "cycle_duration_seconds",
+        "Duration of one cycle, from first fetch to last publish.",
+        buckets=_CYCLE_BUCKETS,
+    )
+    cycles = _counter(
+        "cycles",
+        "Cycles by outcome (ok, degraded, failed, abandoned).",
+        "outcome",
+        preset=("ok", "degraded", "failed", "abandoned"),
+    )
+    last_success = _gauge(
+        "last_successful_cycle_timestamp_seconds",
+        "Unix time at which the last ok or degraded cycle finished.",
+    )
+    http_front_restarts = _counter(
+        "http_front_restarts", "Times the HTTP server process exited and was restarted."
+    )
+
+    # ---- sources
+    source_requests = _counter(
+        "source_requests",
+        "Source fetches by outcome (ok, transient_error, permanent_error, held).",
+        "source",
+        "outcome",
+    )
+    source_errors = _counter(
+        "source_errors", "Failed source fetches by kind (transient, permanent).", "source", "kind"
+    )
+    source_duration = _histogram(
+        "source_fetch_duration_seconds",
+        "Duration of one source fetch.",
+        "source",
+        buckets=_CYCLE_BUCKETS,
+    )
+    source_staleness = _gauge(
+        "source_staleness_seconds",
+        "Seconds since the source's answer was last used (0 when fresh).",
+        "source",
+    )
+    source_stale = _gauge(
+        "source_stale",
+        "1 while the source's last good snapshot is in use instead of a fresh answer.",
+        "source",
+    )
+    source_last_success = _gauge(
+        "source_last_success_timestamp_seconds", "Unix time of the last used answer.", "source"
+    )
+    source_calls = _counter(
+        "source_api_calls",
+        "API requests made by sources (retries included), by method.",
+        "source",
+        "method",
+    )
+    source_deferred = _gauge(
+        "source_deferred_checks",
+        "Checks the last fetch left to later cycles because of its per-cycle budget"
+        " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
+        "source",
+    )
+    invalid_records = _counter(
+        "invalid_records",
+        "Records skipped as malformed or with invalid names (a bad record is counted in"
+        " every answer that holds it).",
+        "source",
+    )
+    source_invalid = _gauge(
+        "source_invalid_records",
+        "Records skipped as malformed or with invalid names in the source's last answer"
+        " (unchanged while it fails): alert on its rise, not on its level.",
+        "source",
+    )
+    unmapped = _gauge(
+        "unmapped_storage_elements", "Storage elements with no site, ignored.", "source"
+    )
+    state_rejected_rows = _gauge(
+        "state_rejected_rows",
+        "Rows of the state database ignored as invalid when it was loaded at start, by table"
+        " (never published; --reset-state or a repaired file clears them).",
+        "table",
+    )
+
+    # ---- content: what the sites hold, what changed, what was published
+    datasets = _gauge(
+        "datasets",
+        "Datasets per site by what is there: available (complete), partial (some files),"
+        " replicating (none yet, a transfer active), stuck (none, the transfer stuck).",
+        "site",
+        "state",
+    )
+    transfers = _gauge(
+        "transfers",
+        "Transfers towards each site by state (replicating, stuck), whatever is present.",
+        "site",
+        "state",
+    )
+    changes = _counter(
+        "changes",
+        "(site, dataset) changes by kind (added, removed, changed).",
+        "kind",
+        preset=("added", "removed", "changed"),
+    )
+    state_rows_written = _counter(
+        "state_rows_written", "Replica and first-seen rows written to the state database."
+    )
+    collector_updates = _counter(
+        "collector_updates",
+        "Collector updates by kind (merge, site_ad, invalidate) and outcome (ok, error).",
+        "kind",
+        "outcome",
+    )
+    unadvertised = _gauge(
+        "datasets_unadvertised",
+        "Datasets a site holds that its ad leaves out, by reason (not_demanded, "
+        "over_budget, over_size; see [classad] advertise, max_datasets_per_site, "
+        "max_ad_bytes).",
+        "site",
+        "reason",
+    )
+    classad_size = _gauge("classad_size_bytes", "Size of the site's old-syntax ClassAd.", "site")
+
+    # ---- locality: where data-bound jobs run and wait
+    jobs_running = _gauge(
+        "jobs_running",
+        "Running jobs that declare RequiredDatasets, by whether their slot's "
+        "site holds all of them (local) or not (remote).",
+        "locality",
+    )
+    jobs_running_by_site = _gauge(
+        "site_jobs_running", "Running data-bound jobs per site and locality.", "site", "locality"
+    )
+    local_ratio = _gauge(
+        "jobs_running_data_local_ratio",
+        "Share of running data-bound jobs whose site holds "
+        "all their datasets (NaN when none run).",
+    )
+    jobs_idle = _gauge(
+        "jobs_idle_data_bound",
+        "Idle data-bound jobs by the best any site offers: "
+        "missed_locality, waiting_local, partial_only, replicating_only, nowhere.",
+        "reason",
+    )
+    unclaimed_with_data = _gauge(
+        "sites_unclaimed_slots_with_data",
+        "Unclaimed slots at a site that holds all the datasets of at least one idle job.",
+        "site",
+    )
+    pool_queries = _counter(
+        "pool_queries", "Pool reads for matchmaking quality by outcome (ok, error).", "outcome"
+    )
+
+    # ---- jobs: the annotator
+    job_edits = _counter(
+        "job_edits",
+        "Job groups (one distinct RequiredDatasets value on one schedd) whose annotation"
+        " was written (outcome ok) or refused/failed (error).",
+        "outcome",
+        preset=("ok", "error"),
+    )
+    job_edit_calls = _counter(
+        "job_edit_calls",
+        "Schedd.edit calls made by the job annotator (one per changed attribute of a group).",
+    )
+    jobs_edited = _counter("jobs_edited", "Jobs whose annotation was written.")
+    jobs_seen = _gauge(
+        "jobs_seen",
+        "Idle data-bound jobs the annotator read in the last cycle, from the schedds that"
+        " answered.",
+    )
+    job_edits_deferred = _gauge(
+        "job_edits_deferred",
+        "Job groups left for a later cycle by [jobs] max_edits_per_cycle in the last cycle.",
+    )
+    job_schedd_failures = _counter(
+        "job_schedd_failures",
+        "Schedds the annotator could not read (unavailable) or that refused an edit (refused),"
+        " per cycle.",
+        "reason",
+        preset=("unavailable", "refused"),
+    )
+    jobs_at_site = _gauge(
+        "jobs_idle_data_bound_at_site",
+        "Idle data-bound jobs that could run data-local at a site: every dataset complete"
+        " there (complete) or at least partly there or incoming (partial).",
+        "site",
+        "locality",
+    )
+    jobs_data_nowhere = _gauge(
+        "jobs_idle_data_nowhere", "Idle data-bound jobs whose data no site holds, even partly."
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        counter, gauge, histogram = _makers(registry)
-        self.cycle_duration = histogram(
-            "cycle_duration_seconds",
-            "Duration of one cycle, from first fetch to last publish.",
-            buckets=_CYCLE_BUCKETS,
-        )
-        self.cycles = counter(
-            "cycles",
-            "Cycles by outcome (ok, degraded, failed, abandoned).",
-            ["outcome"],
-        )
-        self.last_success = gauge(
-            "last_successful_cycle_timestamp_seconds",
-            "Unix time at which the last ok or degraded cycle finished.",
-        )
-        self.http_front_restarts = counter(
-            "http_front_restarts",
-            "Times the HTTP server process exited and was restarted.",
-        )
-        self._sources(registry)
-        self._content(registry)
-
-    def _sources(self, registry: CollectorRegistry) -> None:
-        counter, gauge, histogram = _makers(registry)
-        self.source_requests = counter(
-            "source_requests",
-            "Source fetches by outcome (ok, transient_error, permanent_error, held).",
-            ["source", "outcome"],
-        )
-        self.source_errors = counter(
-            "source_errors",
-            "Failed source fetches by kind (transient, permanent).",
-            ["source", "kind"],
-        )
-        self.source_duration = histogram(
-            "source_fetch_duration_seconds",
-            "Duration of one source fetch.",
-            ["source"],
-            buckets=_CYCLE_BUCKETS,
-        )
-        self.source_staleness = gauge(
-            "source_staleness_seconds",
-            "Seconds since the source's answer was last used (0 when fresh).",
-            ["source"],
-        )
-        self.source_stale = gauge(
-            "source_stale",
-            "1 while the source's last good snapshot is in use instead of a fresh answer.",
-            ["source"],
-        )
-        self.source_last_success = gauge(
-            "source_last_success_timestamp_seconds",
-            "Unix time of the last used answer.",
-            ["source"],
-        )
-        self.source_calls = counter(
-            "source_api_calls",
-            "API requests made by sources (retries included), by method.",
-            ["source", "method"],
-        )
-        self.source_deferred = gauge(
-            "source_deferred_checks",
-            "Checks the last fetch left to later cycles because of its per-cycle budget"
-            " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
-            ["source"],
-        )
-        self.invalid_records = counter(
-            "invalid_records",
-            "Records skipped as malformed or with invalid names (a bad record is counted in"
-            " every answer that holds it).",
-            ["source"],
-        )
-        self.source_invalid = gauge(
-            "source_invalid_records",
-            "Records skipped as malformed or with invalid names in the source's last answer"
-            " (unchanged while it fails): alert on its rise, not on its level.",
-            ["source"],
-        )
-        self.unmapped = gauge(
-            "unmapped_storage_elements",
-            "Storage elements with no site, ignored.",
-            ["source"],
-        )
-        self.state_rejected_rows = gauge(
-            "state_rejected_rows",
-            "Rows of the state database ignored as invalid when it was loaded at start, by table"
-            " (never published; --reset-state or a repaired file clears them).",
-            ["table"],
-        )
-
-    def _content(self, registry: CollectorRegistry) -> None:
-        counter, gauge, _ = _makers(registry)
-        self.datasets = gauge(
-            "datasets",
-            "Datasets per site by what is there: available (complete), partial (some files),"
-            " replicating (none yet, a transfer active), stuck (none, the transfer stuck).",
-            ["site", "state"],
-        )
-        self.transfers = gauge(
-            "transfers",
-            "Transfers towards each site by state (replicating, stuck), whatever is present.",
-            ["site", "state"],
-        )
-        self.changes = counter(
-            "changes",
-            "(site, dataset) changes by kind (added, removed, changed).",
-            ["kind"],
-        )
-        self.state_rows_written = counter(
-            "state_rows_written",
-            "Replica and first-seen rows written to the state database.",
-        )
-        self.collector_updates = counter(
-            "collector_updates",
-            "Collector updates by kind (merge, site_ad, invalidate) and outcome (ok, error).",
-            ["kind", "outcome"],
-        )
-        self.unadvertised = gauge(
-            "datasets_unadvertised",
-            "Datasets a site holds that its ad leaves out, by reason (not_demanded, "
-            "over_budget, over_size; see [classad] advertise, max_datasets_per_site, "
-            "max_ad_bytes).",
-            ["site", "reason"],
-        )
-        self.classad_size = gauge(
-            "classad_size_bytes",
-            "Size of the site's old-syntax ClassAd.",
-            ["site"],
-        )
-        self._locality(registry)
-        self._jobs(registry)
-        for kind in ("added", "removed", "changed"):
-            self.changes.labels(kind)
-        for outcome in ("ok", "degraded", "failed", "abandoned"):
-            self.cycles.labels(outcome)
-
-    def _locality(self, registry: CollectorRegistry) -> None:
-        counter, gauge, _ = _makers(registry)
-        self.jobs_running = gauge(
-            "jobs_running",
-            "Running jobs that declare RequiredDatasets, by whether their slot's "
-            "site holds all of them (local) or not (remote).",
-            ["locality"],
-        )
-        self.jobs_running_by_site = gauge(
-            "site_jobs_running",
-            "Running data-bound jobs per site and locality.",
-            ["site", "locality"],
-        )
-        self.local_ratio = gauge(
-            "jobs_running_data_local_ratio",
-            "Share of running data-bound jobs whose site holds "
-            "all their datasets (NaN when none run).",
-        )
+        for attr, declared in vars(Metrics).items():
+            if isinstance(declared, _Declared):
+                setattr(self, attr, declared.build(registry))
         self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
-        self.jobs_idle = gauge(
-            "jobs_idle_data_bound",
-            "Idle data-bound jobs by the best any site offers: "
-            "missed_locality, waiting_local, partial_only, replicating_only, nowhere.",
-            ["reason"],
-        )
-        self.unclaimed_with_data = gauge(
-            "sites_unclaimed_slots_with_data",
-            "Unclaimed slots at a site that holds all the datasets of at least one idle job.",
-            ["site"],
-        )
-        self.pool_queries = counter(
-            "pool_queries",
-            "Pool reads for matchmaking quality by outcome (ok, error).",
-            ["outcome"],
-        )
-
-    def _jobs(self, registry: CollectorRegistry) -> None:
-        counter, gauge, _ = _makers(registry)
-        self.job_edits = counter(
-            "job_edits",
-            "Job groups (one distinct RequiredDatasets value on one schedd) whose annotation"
-            " was written (outcome ok) or refused/failed (error).",
-            ["outcome"],
-        )
-        self.job_edit_calls = counter(
-            "job_edit_calls",
-            "Schedd.edit calls made by the job annotator (one per changed attribute of a group).",
-        )
-        self.jobs_edited = counter(
-            "jobs_edited",
-            "Jobs whose annotation was written.",
-        )
-        self.jobs_seen = gauge(
-            "jobs_seen",
-            "Idle data-bound jobs the annotator read in the last cycle, from the schedds that"
-            " answered.",
-        )
-        self.job_edits_deferred = gauge(
-            "job_edits_deferred",
-            "Job groups left for a later cycle by [jobs] max_edits_per_cycle in the last cycle.",
-        )
-        self.job_schedd_failures = counter(
-            "job_schedd_failures",
-            "Schedds the annotator could not read (unavailable) or that refused an edit (refused),"
-            " per cycle.",
-            ["reason"],
-        )
-        self.jobs_at_site = gauge(
-            "jobs_idle_data_bound_at_site",
-            "Idle data-bound jobs that could run data-local at a site: every dataset complete"
-            " there (complete) or at least partly there or incoming (partial).",
-            ["site", "locality"],
-        )
-        self.jobs_data_nowhere = gauge(
-            "jobs_idle_data_nowhere",
-            "Idle data-bound jobs whose data no site holds, even partly.",
-        )
-        for outcome in ("ok", "error"):
-            self.job_edits.labels(outcome)
-        for reason in ("unavailable", "refused"):
-            self.job_schedd_failures.labels(reason)
 
     def set_jobs(self, report: JobsReport) -> None:
         """Count one annotation cycle and replace the per-site demand gauges."""

@@ -5,16 +5,22 @@ library. It raises :class:`~hydrator.errors.TransientSourceError` or
 :class:`~hydrator.errors.PermanentSourceError` when it has no usable answer; it never returns a
 partial answer as if it were complete. Records it cannot use (malformed, invalid names, storage
 elements with no site) are counted in ``Snapshot.invalid`` / ``Snapshot.unmapped`` and skipped.
+The helpers below are what the sources share for that: :func:`site_or_none` for a site name read
+from an untrusted record, :class:`OnceLog` to log each such problem once.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from hydrator.domain import DatasetId, Snapshot
+from hydrator.domain import DatasetId, InvalidNameError, Site, Snapshot, check_site
+
+MAX_REMEMBERED_PROBLEMS = 10_000
 
 
 @dataclass(frozen=True)
@@ -42,3 +48,37 @@ class Source(Protocol):
     def close(self) -> None:
         """Release connections; called once at shutdown."""
         ...
+
+
+def site_or_none(name: object) -> Site | None:
+    """``name`` as a :data:`Site`, or None when it is not a string or not a valid site name
+    (the caller decides whether that record is unmapped or invalid, and logs it)."""
+    if not isinstance(name, str):
+        return None
+    try:
+        return check_site(name)
+    except InvalidNameError:
+        return None
+
+
+class OnceLog:
+    """Logs a warning about a record the first time its ``key`` is seen, so that a bad record
+    repeated in every answer is logged once per process, not once per cycle.
+
+    Thread-safe. Memory is bounded: after ``limit`` distinct keys, new problems are no longer
+    logged (they are still counted by the caller).
+    """
+
+    def __init__(self, logger: logging.Logger, limit: int = MAX_REMEMBERED_PROBLEMS) -> None:
+        self._logger = logger
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def warn(self, key: str, message: str, *args: object) -> None:
+        """``logger.warning(message, *args)`` unless ``key`` was seen before (or the limit hit)."""
+        with self._lock:
+            if key in self._seen or len(self._seen) >= self._limit:
+                return
+            self._seen.add(key)
+        self._logger.warning(message, *args)

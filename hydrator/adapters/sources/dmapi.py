@@ -63,7 +63,7 @@ from urllib.parse import quote
 
 import requests
 
-from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.adapters.sources._http import HttpClient, RetryPolicy, Run
 from hydrator.config import DmapiSourceConfig
 from hydrator.domain import (
@@ -73,7 +73,6 @@ from hydrator.domain import (
     ReplicaState,
     Site,
     Snapshot,
-    check_site,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import checked_secret, read_secret
@@ -83,7 +82,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 # RFC 6749 §5.1 makes expires_in only RECOMMENDED; without it, assume this lifetime.
 DEFAULT_TOKEN_LIFETIME_S = 300.0
-MAX_REMEMBERED_PROBLEMS = 10_000
 
 
 # --------------------------------------------------------------------------- tokens
@@ -237,11 +235,9 @@ def parse_nodes(body: object) -> NodesMap:
     areas: dict[str, Site] = {}
     bad: set[str] = set()
     for site in _children(body, "sites"):
-        name = site.get("name")
-        try:
-            site_name = check_site(name)  # type: ignore[arg-type]
-        except InvalidNameError:
-            bad.add(repr(name))
+        site_name = site_or_none(site.get("name"))
+        if site_name is None:
+            bad.add(repr(site.get("name")))
             continue
         for storage in _children(site.get("storages"), None):
             for area in _children(storage.get("areas"), None):
@@ -322,8 +318,7 @@ class DmapiSource:
         self._pool = ThreadPoolExecutor(config.max_concurrency, f"dmapi-{config.name}")
         self._nodes: NodesMap | None = None
         self._nodes_at = 0.0
-        self._reported: set[str] = set()
-        self._reported_lock = threading.Lock()
+        self._problems = OnceLog(log)
         self._fetches = 0
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
         self.calls_last_fetch = 0
@@ -374,7 +369,7 @@ class DmapiSource:
                 wanted.add(DatasetId.parse(text))
             except InvalidNameError as exc:
                 invalid += 1
-                self._report_once(f"config:{text}", "skipping configured dataset: %s", exc)
+                self._problems.warn(f"config:{text}", "skipping configured dataset: %s", exc)
         if self._config.datasets_from_queue:
             wanted.update(context.wanted)
         return sorted(wanted), invalid
@@ -415,7 +410,7 @@ class DmapiSource:
             log.warning("%s; using the storage-area map fetched earlier", exc)
             return self._nodes
         for bad in nodes.bad_sites:
-            self._report_once(
+            self._problems.warn(
                 f"site:{bad}", "site capabilities: ignoring invalid site name %s", bad
             )
         self._nodes, self._nodes_at = nodes, self._clock()
@@ -469,7 +464,7 @@ class DmapiSource:
             # service answers for "no replicas") as an empty list: located nowhere, no error.
             return []
         if 400 <= resp.status_code < 500:
-            self._report_once(
+            self._problems.warn(
                 f"{resp.status_code}:{dataset}", "%s: HTTP %d, skipped", label, resp.status_code
             )
             return _Rejected(resp.status_code)
@@ -516,7 +511,7 @@ class DmapiSource:
             for location in result:
                 if location is None:
                     invalid += 1
-                    self._report_once(
+                    self._problems.warn(
                         f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
                     )
                     continue
@@ -525,7 +520,7 @@ class DmapiSource:
                 site = self._site_for(location, nodes)
                 if site is None:
                     unmapped.add(location.identifier)
-                    self._report_once(
+                    self._problems.warn(
                         f"unmapped:{location.identifier}",
                         "no site for RSE %r (storage area %s); add it to [sites]",
                         location.identifier,
@@ -554,14 +549,6 @@ class DmapiSource:
         if token_file is None:  # excluded by DmapiSourceConfig's validator
             raise PermanentSourceError(f"no token file configured for audience {audience!r}")
         return StaticToken(token_file, f"{audience} token")
-
-    def _report_once(self, key: str, message: str, *args: object) -> None:
-        """Log a problem with a record the first time it is seen (bounded memory)."""
-        with self._reported_lock:
-            if key in self._reported or len(self._reported) >= MAX_REMEMBERED_PROBLEMS:
-                return
-            self._reported.add(key)
-        log.warning(message, *args)
 
 
 def build(config: DmapiSourceConfig, sites: Mapping[str, str]) -> DmapiSource:

@@ -31,19 +31,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.config import StaticSourceConfig
-from hydrator.domain import (
-    DatasetId,
-    InvalidNameError,
-    Replica,
-    ReplicaState,
-    Site,
-    Snapshot,
-    Transfer,
-    check_site,
-    holding,
-)
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot, Transfer, holding
 from hydrator.errors import PermanentSourceError, TransientSourceError
 
 log = logging.getLogger(__name__)
@@ -70,7 +60,7 @@ class StaticSource:
         self.sites = dict(sites)
         self.settle_s = settle_s
         self._clock = clock
-        self._warned: set[str] = set()
+        self._problems = OnceLog(log)
 
     @property
     def name(self) -> str:
@@ -123,12 +113,13 @@ class StaticSource:
         return data
 
     def _site_of(self, element: str, entry: Any) -> Site | None:
+        """The element's site from [sites], else from its ``site`` key; None when there is none
+        or it is not a valid site name (logged once)."""
         name = self.sites.get(element) or (entry.get("site") if isinstance(entry, dict) else None)
-        try:
-            return check_site(name) if isinstance(name, str) else None
-        except InvalidNameError as exc:
-            self._warn_once(f"{self.path}: storage.{element}: {exc}")
-            return None
+        site = site_or_none(name)
+        if site is None and name is not None:
+            self._warn_once(f"{self.path}: storage.{element}: invalid site name {name!r}")
+        return site
 
     def _replica(
         self, element: str, site: Site, item: tuple[str | None, Any, Any]
@@ -153,9 +144,7 @@ class StaticSource:
             return None
 
     def _warn_once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            log.warning("%s", message)
+        self._problems.warn(message, "%s", message)
 
     def close(self) -> None:
         """Nothing to release."""

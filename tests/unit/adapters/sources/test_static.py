@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -46,20 +47,29 @@ def test_elements_map_to_sites_and_states(tmp_path: Path) -> None:
     assert snap.sites == {"CH", "SITE_X"} and snap.invalid == 0
 
 
-def test_invalid_records_are_counted_and_skipped(
+def test_invalid_records_are_counted_skipped_and_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    snap = source(
+    inventory = source(
         tmp_path,
         '[storage.A]\nsite = "A"\navailable = ["ska:ok", "ska:bad name", "noscope", "ska:q\\"x"]\n'
         'partial = { "ska:p" = 1.5 }\nbogus = 1\n'
         '[storage.NOSITE]\navailable = ["ska:z"]\n'
-        '[storage.B]\nsite = "bad site"\navailable = ["ska:y"]\n',
-    ).fetch(CTX)
-    assert [str(r.dataset) for r in snap.replicas] == ["ska:ok"]
-    assert snap.invalid == 5
-    assert snap.unmapped == {"NOSITE", "B"}
+        '[storage.B]\nsite = "bad site"\navailable = ["ska:y"]\n'
+        '[storage.N]\nsite = 7\navailable = ["ska:x"]\n',
+    )
+    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources.static"):
+        snap = inventory.fetch(CTX)
+        logged_first = [r.getMessage() for r in caplog.records]
+        again = inventory.fetch(CTX)
+    for snapshot in (snap, again):
+        assert [str(r.dataset) for r in snapshot.replicas] == ["ska:ok"]
+        assert snapshot.invalid == 5
+        assert snapshot.unmapped == {"NOSITE", "B", "N"}
     assert "invalid dataset name 'ska':'bad name'" in caplog.text
+    assert f"{inventory.path}: storage.B: invalid site name 'bad site'" in logged_first
+    assert f"{inventory.path}: storage.N: invalid site name 7" in logged_first
+    assert len(caplog.records) == len(logged_first)  # the second cycle repeats no warning
 
 
 @pytest.mark.parametrize(

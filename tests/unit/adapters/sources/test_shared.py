@@ -1,0 +1,35 @@
+"""What the sources share: reading a site name from a record, logging a bad record once."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from hydrator.adapters.sources import OnceLog, site_or_none
+
+log = logging.getLogger("test.sources.shared")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("SRCNET_CH", "SRCNET_CH"), ("bad site", None), ("", None), (7, None), (None, None)],
+)
+def test_site_or_none_accepts_only_valid_site_names(name: object, expected: str | None) -> None:
+    assert site_or_none(name) == expected
+
+
+def test_once_log_warns_once_per_key(caplog: pytest.LogCaptureFixture) -> None:
+    once = OnceLog(log)
+    with caplog.at_level(logging.WARNING, logger=log.name), ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: once.warn(f"k{i % 2}", "problem %d", i % 2), range(100)))
+    assert sorted(r.getMessage() for r in caplog.records) == ["problem 0", "problem 1"]
+
+
+def test_once_log_stops_logging_new_keys_past_its_limit(caplog: pytest.LogCaptureFixture) -> None:
+    once = OnceLog(log, limit=2)
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        for key in ("a", "b", "c", "a"):
+            once.warn(key, "problem %s", key)
+    assert [r.getMessage() for r in caplog.records] == ["problem a", "problem b"]
