@@ -48,21 +48,29 @@ def check_site(name: str) -> Site:
     return Site(name)
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class DatasetId:
-    """A dataset identifier; ``str(d)`` is the ``scope:name`` form published in ClassAds."""
-
+class _DatasetIdFields(NamedTuple):
     scope: str
     name: str
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.scope, str) or not SCOPE_PATTERN.fullmatch(self.scope):
-            raise InvalidNameError(f"invalid dataset scope {self.scope!r} (name {self.name!r})")
-        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
-            raise InvalidNameError(f"invalid dataset name {self.scope!r}:{self.name!r}")
+
+class DatasetId(_DatasetIdFields):
+    """A dataset identifier; ``str(d)`` is the ``scope:name`` form published in ClassAds.
+
+    A validated tuple ``(scope, name)``: immutable, ordered by scope then name, and hashed and
+    compared by C code (a million of them are hashed and compared every cycle).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, scope: str, name: str) -> DatasetId:
+        if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
+            raise InvalidNameError(f"invalid dataset scope {scope!r} (name {name!r})")
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise InvalidNameError(f"invalid dataset name {scope!r}:{name!r}")
+        return tuple.__new__(cls, (scope, name))
 
     def __str__(self) -> str:
-        return f"{self.scope}:{self.name}"
+        return f"{self[0]}:{self[1]}"
 
     @classmethod
     def parse(cls, text: str) -> DatasetId:
@@ -85,6 +93,10 @@ class ReplicaState(enum.Enum):
     REPLICATING = "replicating"  # no file at the site yet; an active transfer towards it
     STUCK = "stuck"  # no file at the site; the transfer towards it is stuck (never advertised)
 
+    # Members are singletons compared by identity; Enum's own __hash__ (of the name) is a
+    # Python call, paid for every replica a set or dict hashes.
+    __hash__ = object.__hash__
+
     @property
     def rank(self) -> int:
         """Higher is better; used to order and budget entries deterministically."""
@@ -106,6 +118,8 @@ class Transfer(enum.Enum):
     REPLICATING = "replicating"  # an active rule/transfer towards the site
     STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
 
+    __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
+
 
 _TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 
@@ -119,8 +133,15 @@ class Detail(NamedTuple):
     bytes_fraction: float
 
 
-@dataclass(frozen=True, slots=True)
-class Replica:
+class _ReplicaFields(NamedTuple):
+    dataset: DatasetId
+    site: Site
+    state: ReplicaState
+    fraction: float = 1.0
+    detail: Detail | None = None
+
+
+class Replica(_ReplicaFields):
     """One site's holding of one dataset, as one source reports it: two facts in one record.
 
     Presence: ``state`` AVAILABLE (complete), PARTIAL (``fraction`` of the files and
@@ -132,32 +153,35 @@ class Replica:
     :class:`Detail` (``detail`` None), so a million of them cost one slot more than a record of
     presence alone, and hash as fast. Build anything else with :func:`holding`, which keeps
     one form per meaning (equal facts, equal records).
+
+    A validated tuple ``(dataset, site, state, fraction, detail)``: immutable, and hashed and
+    compared by C code (snapshots of a million replicas are hashed and diffed every cycle).
     """
 
-    dataset: DatasetId
-    site: Site
-    state: ReplicaState
-    fraction: float = 1.0
-    detail: Detail | None = None
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
-        detail, state = self.detail, self.state
+    def __new__(
+        cls,
+        dataset: DatasetId,
+        site: Site,
+        state: ReplicaState,
+        fraction: float = 1.0,
+        detail: Detail | None = None,
+    ) -> Replica:
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"replica fraction {fraction!r} outside 0..1 for {dataset}")
         absent = state is ReplicaState.REPLICATING or state is ReplicaState.STUCK
         if detail is None:
             if absent:
-                raise ValueError(
-                    f"replica of {self.dataset} at {self.site}: {state.value} needs a transfer"
-                )
-            return
-        if not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
-            raise ValueError(f"replica of {self.dataset} at {self.site}: {detail} outside 0..1")
-        if absent and detail.transfer.value != state.value:
+                raise ValueError(f"replica of {dataset} at {site}: {state.value} needs a transfer")
+        elif not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
+            raise ValueError(f"replica of {dataset} at {site}: {detail} outside 0..1")
+        elif absent and detail.transfer.value != state.value:
             raise ValueError(
-                f"replica of {self.dataset} at {self.site}: state {state.value} "
+                f"replica of {dataset} at {site}: state {state.value} "
                 f"needs a {state.value} transfer, not {detail.transfer.value}"
             )
+        return tuple.__new__(cls, (dataset, site, state, fraction, detail))
 
     @property
     def key(self) -> tuple[Site, DatasetId]:
@@ -181,6 +205,10 @@ class Replica:
     def bytes_fraction(self) -> float:
         """Share of the dataset's bytes present, 0..1."""
         return self.fraction if self.detail is None else self.detail.bytes_fraction
+
+
+replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
+"""``replica_key(r) == r.key``, without a Python call: for loops over a million replicas."""
 
 
 def holding(
@@ -243,7 +271,7 @@ def combine(a: Replica, b: Replica) -> Replica:
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
     """Collapse reports to one per (site, dataset) with :func:`combine`."""
     reports = list(replicas)
-    merged = {r.key: r for r in reports}
+    merged = dict(zip(map(replica_key, reports), reports, strict=True))  # C-level loop
     if len(merged) == len(reports):  # one report per key, as a source usually sends
         return merged
     merged = {}
@@ -349,7 +377,9 @@ class SourceState:
         O(replicas). Never mutated once built."""
         index = self.memo.index
         if index is None:
-            index = self.memo.index = {r.key: r for r in self.replicas}
+            replicas = self.replicas
+            index = dict(zip(map(replica_key, replicas), replicas, strict=True))
+            self.memo.index = index
         return index
 
     def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> SourceState:
