@@ -667,15 +667,18 @@ class ChangeKind(enum.Enum):
     CHANGED = "changed"  # state, a fraction, or the transfer changed
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Change:
-    """One (site, dataset) whose merged view changed this cycle."""
+class Change(NamedTuple):
+    """One (site, dataset) whose merged view changed this cycle.
+
+    A tuple (a first cycle makes one per replica): ordered by site, then dataset, as the
+    core lists them (a plan holds one change per pair, so the other fields never decide).
+    """
 
     site: Site
     dataset: DatasetId
-    kind: ChangeKind = field(compare=False)
-    old: Replica | None = field(default=None, compare=False)
-    new: Replica | None = field(default=None, compare=False)
+    kind: ChangeKind
+    old: Replica | None = None
+    new: Replica | None = None
 
 
 @dataclass(frozen=True, slots=True)
