@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, NewType, TypeVar
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
@@ -502,11 +502,11 @@ class State:
         return self
 
 
-_by_id = attrgetter("scope", "name")
+_first = itemgetter(0)  # a (dataset, share) pair's dataset
 
 
-def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
-    return (pair[0].scope, pair[0].name)
+def _itself(dataset: DatasetId) -> DatasetId:
+    return dataset
 
 
 def site_contents(
@@ -514,9 +514,14 @@ def site_contents(
 ) -> dict[Site, SiteView]:
     """Per site, the sorted lists that make its ClassAd, and their digest."""
     lists = {site: _SiteLists() for site in sites}
+    available = ReplicaState.AVAILABLE
     for (site, dataset), replica in merged.items():
         found = lists.get(site)
-        if found is not None:
+        if found is None:
+            continue
+        if replica.state is available and replica.detail is None:  # most: no call
+            found.available.append(dataset)
+        else:
             found.add(dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
@@ -540,12 +545,12 @@ def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
                 sized.append(change.dataset)
         if change.new is not None:
             lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _by_id)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _by_pair)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _by_pair)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _by_pair)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _by_pair)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _by_id)
+    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
+    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
+    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
     return lists.view(view.site)
 
 
@@ -553,16 +558,16 @@ _T = TypeVar("_T")
 
 
 def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], tuple[str, str]]
+    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
 ) -> list[_T]:
-    """``items`` (sorted by ``key``, one entry per dataset) without the ``removed`` datasets."""
+    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
+    without the ``removed`` datasets."""
     if not removed:
         return list(items)
     cuts: list[int] = []
     for d in removed:
-        wanted = (d.scope, d.name)
-        cut = bisect_left(items, wanted, key=key)
-        if cut == len(items) or key(items[cut]) != wanted:
+        cut = bisect_left(items, d, key=key)
+        if cut == len(items) or key(items[cut]) != d:
             raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
         cuts.append(cut)
     cuts.sort()
@@ -578,9 +583,9 @@ def _without(
 class _SiteLists:
     """One site's datasets by list while :func:`site_contents` collects them.
 
-    Plain attributes and identity tests, not a dict keyed by the enum (whose ``__hash__`` is
-    a Python call), and no (dataset, fraction) pair for the available ones, which are most:
-    at a million replicas this is a large share of a cycle and of its garbage.
+    Plain attributes and identity tests, not a dict keyed by the enum, and no
+    (dataset, fraction) pair for the available ones, which are most: at a million replicas
+    this is a large share of a cycle and of its garbage.
     """
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
@@ -612,23 +617,22 @@ class _SiteLists:
             self.incoming.append((dataset, detail.progress))
 
     def view(self, site: Site) -> SiteView:
-        # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a
-        # Python __lt__ call per comparison; a dataset appears once per site, so pairs need no
-        # tie-break.
-        self.available.sort(key=_by_id)
+        # DatasetId is a tuple (scope, name): sorting compares in C, in DatasetId's order; a
+        # dataset appears once per site, so (dataset, share) pairs never compare the share.
+        self.available.sort()
         available = tuple(self.available)
-        partial = tuple(sorted(self.partial, key=_by_pair))
-        replicating = tuple(sorted(self.replicating, key=_by_pair))
+        partial = tuple(sorted(self.partial))
+        replicating = tuple(sorted(self.replicating))
         return SiteView(
             site=site,
             available=available,
             partial=partial,
             replicating=replicating,
-            stuck=tuple(sorted(self.stuck, key=_by_id)),
+            stuck=tuple(sorted(self.stuck)),
             updated=None,
             digest=content_digest(site, available, partial, replicating),
-            partial_bytes=tuple(sorted(self.partial_bytes, key=_by_pair)),
-            incoming=tuple(sorted(self.incoming, key=_by_pair)),
+            partial_bytes=tuple(sorted(self.partial_bytes)),
+            incoming=tuple(sorted(self.incoming)),
         )
 
 
@@ -639,16 +643,20 @@ def content_digest(
     replicating: tuple[tuple[DatasetId, float], ...],
 ) -> str:
     """A short hash of what a site's ClassAd lists (not of its timestamp): it changes iff the
-    ad's lists change, so publishers can skip targets that already carry it."""
+    ad's lists change, so publishers can skip targets that already carry it. Persisted in the
+    collector's ads: its bytes must never change (a SHA-256 of the site, then per list a label
+    and each ``scope:name`` after a newline), hashed one list at a time: a C-level join, as
+    DatasetId is the tuple ``(scope, name)``."""
     h = hashlib.sha256(site.encode())
     for label, names in (
-        (b"A", [f"{d.scope}:{d.name}" for d in available]),  # str(d), without a call each
-        (b"P", [f"{d.scope}:{d.name}" for d, _ in partial]),
-        (b"R", [f"{d.scope}:{d.name}" for d, _ in replicating]),
+        (b"A", available),
+        (b"P", map(_first, partial)),
+        (b"R", map(_first, replicating)),
     ):
         h.update(b"\0" + label)
-        for name in names:
-            h.update(b"\n" + name.encode())
+        joined = "\n".join(map(":".join, names))  # no name is empty: "" is no entry
+        if joined:
+            h.update(b"\n" + joined.encode())
     return h.hexdigest()[:16]
 
 
