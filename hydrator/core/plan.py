@@ -214,9 +214,7 @@ def _merge(
             new = ordered[0].index
         else:
             new = merge_replicas(r for s in ordered for r in s.replicas)
-        items = sorted(new.items())  # unique keys: the replicas are never compared
-        added = tuple(Change(k[0], k[1], ChangeKind.ADDED, None, r) for k, r in items)
-        return new, added, [k for k, _ in items]
+        return new, _all_added(new), list(new)
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = set(map(replica_key, chain.from_iterable(parts)))
     if len(ordered) == 1:
@@ -234,6 +232,25 @@ def _merge(
                 new.pop(key, None)
     changes = _changes(old, new, touched)
     return new, changes, [(c.site, c.dataset) for c in changes if c.kind is ChangeKind.ADDED]
+
+
+def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
+    """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
+    sort compares datasets within a site only (a sort of a million (site, dataset) keys
+    costs four times as much)."""
+    by_site: dict[Site, list[DatasetId]] = {}
+    for site, dataset in new:
+        found = by_site.get(site)
+        if found is None:
+            found = by_site[site] = []
+        found.append(dataset)
+    out: list[Change] = []
+    added = ChangeKind.ADDED
+    for site in sorted(by_site):
+        datasets = by_site[site]
+        datasets.sort()
+        out += [Change(site, d, added, None, new[site, d]) for d in datasets]
+    return tuple(out)
 
 
 def _changes(
