@@ -278,6 +278,7 @@ class Service:
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
         policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
         contents, memo = plan.state.contents, self._advertised
+        demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():
             known = memo.get(site)
@@ -285,7 +286,7 @@ class Service:
                 advertised[site] = known.stamped(view)
                 continue
             advertised[site] = advertise(view, wanted, policy, held, size)
-            memo[site] = _AdvertiseMemo(contents[site], view, dict(wanted), advertised[site])
+            memo[site] = _AdvertiseMemo(contents[site], view, demand, advertised[site])
         for site in memo.keys() - plan.sites.keys():
             del memo[site]
         self._warn_over_size(advertised)
