@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -67,7 +68,9 @@ class DatasetId(_DatasetIdFields):
             raise InvalidNameError(f"invalid dataset scope {scope!r} (name {name!r})")
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise InvalidNameError(f"invalid dataset name {scope!r}:{name!r}")
-        return tuple.__new__(cls, (scope, name))
+        # A catalogue has a few scopes and a million rows: one string per scope, not per row
+        # (a parsed answer gives every row its own copy).
+        return tuple.__new__(cls, (sys.intern(scope), name))
 
     def __str__(self) -> str:
         return f"{self[0]}:{self[1]}"
