@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from itertools import chain
+from operator import itemgetter
 
 from prometheus_client import CollectorRegistry
 
@@ -302,10 +304,13 @@ class Service:
             return len(old.body)
         attrs = self.config.classad
         empty = replace(view, available=(), partial=(), replicating=())
-        lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
-        lengths = [len(d.scope) + len(d.name) + 3 for names in lists for d in names]
-        lower = len(render_cron(empty, attrs).encode("utf-8")) + sum(lengths)
-        upper, limit = lower + len(lengths), self.advertise_policy.max_ad_bytes
+        first = itemgetter(0)
+        names = chain(view.available, map(first, view.partial), map(first, view.replicating))
+        count = len(view.available) + len(view.partial) + len(view.replicating)
+        # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
+        text = sum(map(len, map(":".join, names))) + 2 * count
+        lower = len(render_cron(empty, attrs).encode("utf-8")) + text
+        upper, limit = lower + count, self.advertise_policy.max_ad_bytes
         if upper <= limit:
             return upper
         if lower > limit:
