@@ -168,9 +168,12 @@ def _status(
 
 def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta:
     """``after - before`` and ``before - after`` in one pass: a set operation reuses the
-    stored element hashes, so only equal pairs cost a (Python-level) comparison, once."""
+    stored element hashes, so only equal pairs cost a comparison (C-level: a replica is a
+    tuple), and none where the source handed back last cycle's very objects."""
     if before is after:
         return SourceDelta()
+    if not before or not after:  # a first answer, or an emptied one: no set to build
+        return SourceDelta(added=after, removed=before)
     differ = after ^ before
     added = differ & after
     return SourceDelta(added=added, removed=differ - added)
