@@ -7,7 +7,10 @@ two independent facts, of which presence decides the advertised list. Sources pr
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
 this cycle's snapshots into a :class:`Plan`. Every dataclass here is frozen with slots (no
 instance ``__dict__``); the only mutable parts are the explicit memos of derived views
-(:class:`SourceMemo`, :class:`StateMemo`).
+(:class:`SourceMemo`, :class:`StateMemo`). The values a cycle handles by the million
+(:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead, validated
+in ``__new__``: as immutable, and hashed and compared by C code rather than by generated
+Python methods (issue 15).
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
