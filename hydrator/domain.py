@@ -7,7 +7,10 @@ two independent facts, of which presence decides the advertised list. Sources pr
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
 this cycle's snapshots into a :class:`Plan`. Every dataclass here is frozen with slots (no
 instance ``__dict__``); the only mutable parts are the explicit memos of derived views
-(:class:`SourceMemo`, :class:`StateMemo`).
+(:class:`SourceMemo`, :class:`StateMemo`). The values a cycle handles by the million
+(:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead, validated
+in ``__new__``: as immutable, and hashed and compared by C code rather than by generated
+Python methods (issue 15).
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
@@ -19,11 +22,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, NewType, TypeVar
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
@@ -48,21 +52,31 @@ def check_site(name: str) -> Site:
     return Site(name)
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class DatasetId:
-    """A dataset identifier; ``str(d)`` is the ``scope:name`` form published in ClassAds."""
-
+class _DatasetIdFields(NamedTuple):
     scope: str
     name: str
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.scope, str) or not SCOPE_PATTERN.fullmatch(self.scope):
-            raise InvalidNameError(f"invalid dataset scope {self.scope!r} (name {self.name!r})")
-        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
-            raise InvalidNameError(f"invalid dataset name {self.scope!r}:{self.name!r}")
+
+class DatasetId(_DatasetIdFields):
+    """A dataset identifier; ``str(d)`` is the ``scope:name`` form published in ClassAds.
+
+    A validated tuple ``(scope, name)``: immutable, ordered by scope then name, and hashed and
+    compared by C code (a million of them are hashed and compared every cycle).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, scope: str, name: str) -> DatasetId:
+        if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
+            raise InvalidNameError(f"invalid dataset scope {scope!r} (name {name!r})")
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise InvalidNameError(f"invalid dataset name {scope!r}:{name!r}")
+        # A catalogue has a few scopes and a million rows: one string per scope, not per row
+        # (a parsed answer gives every row its own copy).
+        return tuple.__new__(cls, (sys.intern(scope), name))
 
     def __str__(self) -> str:
-        return f"{self.scope}:{self.name}"
+        return f"{self[0]}:{self[1]}"
 
     @classmethod
     def parse(cls, text: str) -> DatasetId:
@@ -85,6 +99,10 @@ class ReplicaState(enum.Enum):
     REPLICATING = "replicating"  # no file at the site yet; an active transfer towards it
     STUCK = "stuck"  # no file at the site; the transfer towards it is stuck (never advertised)
 
+    # Members are singletons compared by identity; Enum's own __hash__ (of the name) is a
+    # Python call, paid for every replica a set or dict hashes.
+    __hash__ = object.__hash__
+
     @property
     def rank(self) -> int:
         """Higher is better; used to order and budget entries deterministically."""
@@ -106,6 +124,8 @@ class Transfer(enum.Enum):
     REPLICATING = "replicating"  # an active rule/transfer towards the site
     STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
 
+    __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
+
 
 _TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 
@@ -119,8 +139,15 @@ class Detail(NamedTuple):
     bytes_fraction: float
 
 
-@dataclass(frozen=True, slots=True)
-class Replica:
+class _ReplicaFields(NamedTuple):
+    dataset: DatasetId
+    site: Site
+    state: ReplicaState
+    fraction: float = 1.0
+    detail: Detail | None = None
+
+
+class Replica(_ReplicaFields):
     """One site's holding of one dataset, as one source reports it: two facts in one record.
 
     Presence: ``state`` AVAILABLE (complete), PARTIAL (``fraction`` of the files and
@@ -132,32 +159,35 @@ class Replica:
     :class:`Detail` (``detail`` None), so a million of them cost one slot more than a record of
     presence alone, and hash as fast. Build anything else with :func:`holding`, which keeps
     one form per meaning (equal facts, equal records).
+
+    A validated tuple ``(dataset, site, state, fraction, detail)``: immutable, and hashed and
+    compared by C code (snapshots of a million replicas are hashed and diffed every cycle).
     """
 
-    dataset: DatasetId
-    site: Site
-    state: ReplicaState
-    fraction: float = 1.0
-    detail: Detail | None = None
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"replica fraction {self.fraction!r} outside 0..1 for {self.dataset}")
-        detail, state = self.detail, self.state
+    def __new__(
+        cls,
+        dataset: DatasetId,
+        site: Site,
+        state: ReplicaState,
+        fraction: float = 1.0,
+        detail: Detail | None = None,
+    ) -> Replica:
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"replica fraction {fraction!r} outside 0..1 for {dataset}")
         absent = state is ReplicaState.REPLICATING or state is ReplicaState.STUCK
         if detail is None:
             if absent:
-                raise ValueError(
-                    f"replica of {self.dataset} at {self.site}: {state.value} needs a transfer"
-                )
-            return
-        if not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
-            raise ValueError(f"replica of {self.dataset} at {self.site}: {detail} outside 0..1")
-        if absent and detail.transfer.value != state.value:
+                raise ValueError(f"replica of {dataset} at {site}: {state.value} needs a transfer")
+        elif not (0.0 <= detail.progress <= 1.0 and 0.0 <= detail.bytes_fraction <= 1.0):
+            raise ValueError(f"replica of {dataset} at {site}: {detail} outside 0..1")
+        elif absent and detail.transfer.value != state.value:
             raise ValueError(
-                f"replica of {self.dataset} at {self.site}: state {state.value} "
+                f"replica of {dataset} at {site}: state {state.value} "
                 f"needs a {state.value} transfer, not {detail.transfer.value}"
             )
+        return tuple.__new__(cls, (dataset, site, state, fraction, detail))
 
     @property
     def key(self) -> tuple[Site, DatasetId]:
@@ -181,6 +211,11 @@ class Replica:
     def bytes_fraction(self) -> float:
         """Share of the dataset's bytes present, 0..1."""
         return self.fraction if self.detail is None else self.detail.bytes_fraction
+
+
+replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
+_site_of: Callable[[Replica], Site] = attrgetter("site")
+"""``replica_key(r) == r.key``, without a Python call: for loops over a million replicas."""
 
 
 def holding(
@@ -243,7 +278,7 @@ def combine(a: Replica, b: Replica) -> Replica:
 def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
     """Collapse reports to one per (site, dataset) with :func:`combine`."""
     reports = list(replicas)
-    merged = {r.key: r for r in reports}
+    merged = dict(zip(map(replica_key, reports), reports, strict=True))  # C-level loop
     if len(merged) == len(reports):  # one report per key, as a source usually sends
         return merged
     merged = {}
@@ -289,7 +324,7 @@ class Snapshot:
         """
         if unique:
             kept = replicas if isinstance(replicas, frozenset) else frozenset(replicas)
-            covered = frozenset(sites) | {r.site for r in kept}
+            covered = frozenset(sites).union(map(_site_of, kept))  # C-level loop
             return cls(source, kept, covered, invalid, frozenset(unmapped))
         merged = merge_replicas(replicas)
         covered = frozenset(sites) | {site for site, _ in merged}
@@ -349,7 +384,9 @@ class SourceState:
         O(replicas). Never mutated once built."""
         index = self.memo.index
         if index is None:
-            index = self.memo.index = {r.key: r for r in self.replicas}
+            replicas = self.replicas
+            index = dict(zip(map(replica_key, replicas), replicas, strict=True))
+            self.memo.index = index
         return index
 
     def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> SourceState:
@@ -472,11 +509,11 @@ class State:
         return self
 
 
-_by_id = attrgetter("scope", "name")
+_first = itemgetter(0)  # a (dataset, share) pair's dataset
 
 
-def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
-    return (pair[0].scope, pair[0].name)
+def _itself(dataset: DatasetId) -> DatasetId:
+    return dataset
 
 
 def site_contents(
@@ -484,9 +521,14 @@ def site_contents(
 ) -> dict[Site, SiteView]:
     """Per site, the sorted lists that make its ClassAd, and their digest."""
     lists = {site: _SiteLists() for site in sites}
+    available = ReplicaState.AVAILABLE
     for (site, dataset), replica in merged.items():
         found = lists.get(site)
-        if found is not None:
+        if found is None:
+            continue
+        if replica.state is available and replica.detail is None:  # most: no call
+            found.available.append(dataset)
+        else:
             found.add(dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
@@ -510,12 +552,12 @@ def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
                 sized.append(change.dataset)
         if change.new is not None:
             lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _by_id)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _by_pair)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _by_pair)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _by_pair)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _by_pair)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _by_id)
+    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
+    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
+    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
     return lists.view(view.site)
 
 
@@ -523,16 +565,16 @@ _T = TypeVar("_T")
 
 
 def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], tuple[str, str]]
+    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
 ) -> list[_T]:
-    """``items`` (sorted by ``key``, one entry per dataset) without the ``removed`` datasets."""
+    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
+    without the ``removed`` datasets."""
     if not removed:
         return list(items)
     cuts: list[int] = []
     for d in removed:
-        wanted = (d.scope, d.name)
-        cut = bisect_left(items, wanted, key=key)
-        if cut == len(items) or key(items[cut]) != wanted:
+        cut = bisect_left(items, d, key=key)
+        if cut == len(items) or key(items[cut]) != d:
             raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
         cuts.append(cut)
     cuts.sort()
@@ -548,9 +590,9 @@ def _without(
 class _SiteLists:
     """One site's datasets by list while :func:`site_contents` collects them.
 
-    Plain attributes and identity tests, not a dict keyed by the enum (whose ``__hash__`` is
-    a Python call), and no (dataset, fraction) pair for the available ones, which are most:
-    at a million replicas this is a large share of a cycle and of its garbage.
+    Plain attributes and identity tests, not a dict keyed by the enum, and no
+    (dataset, fraction) pair for the available ones, which are most: at a million replicas
+    this is a large share of a cycle and of its garbage.
     """
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
@@ -582,23 +624,22 @@ class _SiteLists:
             self.incoming.append((dataset, detail.progress))
 
     def view(self, site: Site) -> SiteView:
-        # Sorting by C-level keys gives DatasetId's own order (scope, then name) without a
-        # Python __lt__ call per comparison; a dataset appears once per site, so pairs need no
-        # tie-break.
-        self.available.sort(key=_by_id)
+        # DatasetId is a tuple (scope, name): sorting compares in C, in DatasetId's order; a
+        # dataset appears once per site, so (dataset, share) pairs never compare the share.
+        self.available.sort()
         available = tuple(self.available)
-        partial = tuple(sorted(self.partial, key=_by_pair))
-        replicating = tuple(sorted(self.replicating, key=_by_pair))
+        partial = tuple(sorted(self.partial))
+        replicating = tuple(sorted(self.replicating))
         return SiteView(
             site=site,
             available=available,
             partial=partial,
             replicating=replicating,
-            stuck=tuple(sorted(self.stuck, key=_by_id)),
+            stuck=tuple(sorted(self.stuck)),
             updated=None,
             digest=content_digest(site, available, partial, replicating),
-            partial_bytes=tuple(sorted(self.partial_bytes, key=_by_pair)),
-            incoming=tuple(sorted(self.incoming, key=_by_pair)),
+            partial_bytes=tuple(sorted(self.partial_bytes)),
+            incoming=tuple(sorted(self.incoming)),
         )
 
 
@@ -609,16 +650,20 @@ def content_digest(
     replicating: tuple[tuple[DatasetId, float], ...],
 ) -> str:
     """A short hash of what a site's ClassAd lists (not of its timestamp): it changes iff the
-    ad's lists change, so publishers can skip targets that already carry it."""
+    ad's lists change, so publishers can skip targets that already carry it. Persisted in the
+    collector's ads: its bytes must never change (a SHA-256 of the site, then per list a label
+    and each ``scope:name`` after a newline), hashed one list at a time: a C-level join, as
+    DatasetId is the tuple ``(scope, name)``."""
     h = hashlib.sha256(site.encode())
     for label, names in (
-        (b"A", [f"{d.scope}:{d.name}" for d in available]),  # str(d), without a call each
-        (b"P", [f"{d.scope}:{d.name}" for d, _ in partial]),
-        (b"R", [f"{d.scope}:{d.name}" for d, _ in replicating]),
+        (b"A", available),
+        (b"P", map(_first, partial)),
+        (b"R", map(_first, replicating)),
     ):
         h.update(b"\0" + label)
-        for name in names:
-            h.update(b"\n" + name.encode())
+        joined = "\n".join(map(":".join, names))  # no name is empty: "" is no entry
+        if joined:
+            h.update(b"\n" + joined.encode())
     return h.hexdigest()[:16]
 
 
@@ -637,15 +682,18 @@ class ChangeKind(enum.Enum):
     CHANGED = "changed"  # state, a fraction, or the transfer changed
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Change:
-    """One (site, dataset) whose merged view changed this cycle."""
+class Change(NamedTuple):
+    """One (site, dataset) whose merged view changed this cycle.
+
+    A tuple (a first cycle makes one per replica): ordered by site, then dataset, as the
+    core lists them (a plan holds one change per pair, so the other fields never decide).
+    """
 
     site: Site
     dataset: DatasetId
-    kind: ChangeKind = field(compare=False)
-    old: Replica | None = field(default=None, compare=False)
-    new: Replica | None = field(default=None, compare=False)
+    kind: ChangeKind
+    old: Replica | None = None
+    new: Replica | None = None
 
 
 @dataclass(frozen=True, slots=True)

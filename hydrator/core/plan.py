@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
+from itertools import chain
 
 from hydrator.domain import (
     Change,
@@ -39,7 +40,9 @@ from hydrator.domain import (
     SourceStatus,
     State,
     combine,
+    merge_replicas,
     patch_view,
+    replica_key,
     site_contents,
 )
 
@@ -77,15 +80,15 @@ def plan_cycle(
 
     state = State(sources=sources, first_seen=previous.first_seen)
     same_content = not deltas and _same_sites(previous.sources, sources)
+    first_seen = previous.first_seen
     if same_content:
         state.inherit_derived(previous)
         changes: tuple[Change, ...] = ()
     else:
-        merged, changes = _merge(previous, state, deltas)
+        merged, changes, added = _merge(previous, state, deltas)
         state.adopt(merged, _contents(previous, state, merged, changes))
-    state = State(
-        sources=sources, first_seen=_first_seen(previous.first_seen, changes, now)
-    ).inherit_derived(state)
+        first_seen = _first_seen(first_seen, changes, added, now)
+    state = State(sources=sources, first_seen=first_seen).inherit_derived(state)
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -165,9 +168,12 @@ def _status(
 
 def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta:
     """``after - before`` and ``before - after`` in one pass: a set operation reuses the
-    stored element hashes, so only equal pairs cost a (Python-level) comparison, once."""
+    stored element hashes, so only equal pairs cost a comparison (C-level: a replica is a
+    tuple), and none where the source handed back last cycle's very objects."""
     if before is after:
         return SourceDelta()
+    if not before or not after:  # a first answer, or an emptied one: no set to build
+        return SourceDelta(added=after, removed=before)
     differ = after ^ before
     added = differ & after
     return SourceDelta(added=added, removed=differ - added)
@@ -188,22 +194,32 @@ def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
     """The index of ``before``'s replicas moved by ``delta`` (a copy; the old one is kept)."""
     if not delta.added and not delta.removed:
         return before.index
+    added = delta.added
+    if not before.replicas:  # a first answer: one C-level pass
+        return dict(zip(map(replica_key, added), added, strict=True))
     index = dict(before.index)  # a C-level copy that keeps the stored hashes
-    for r in delta.removed:
-        del index[r.key]
-    for r in delta.added:
-        index[r.key] = r
+    for key in map(replica_key, delta.removed):
+        del index[key]
+    index.update(zip(map(replica_key, added), added, strict=True))
     return index
 
 
 def _merge(
     previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
-    """The new merged view and its changes, visiting only the keys some delta touched
-    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
-    touched = {r.key for d in deltas.values() for part in (d.added, d.removed) for r in part}
+) -> tuple[dict[Key, Replica], tuple[Change, ...], list[Key]]:
+    """The new merged view, its changes and the keys added, visiting only the keys some delta
+    touched (elsewhere every source reports what it reported before, so the merge is
+    unchanged). The added keys are the new view's own key tuples where it is built whole."""
     old = previous.merged
     ordered = [state.sources[name] for name in sorted(state.sources)]
+    if not old:  # nothing before (a first cycle): everything is added, nothing to diff
+        if len(ordered) == 1:
+            new = ordered[0].index
+        else:
+            new = merge_replicas(r for s in ordered for r in s.replicas)
+        return new, _all_added(new), list(new)
+    parts = (part for d in deltas.values() for part in (d.added, d.removed))
+    touched = set(map(replica_key, chain.from_iterable(parts)))
     if len(ordered) == 1:
         new = ordered[0].index
     elif not ordered:
@@ -217,14 +233,35 @@ def _merge(
                 new[key] = reduce(combine, reports)  # same order as merge_replicas
             else:
                 new.pop(key, None)
-    return new, _changes(old, new, touched)
+    changes = _changes(old, new, touched)
+    return new, changes, [(c.site, c.dataset) for c in changes if c.kind is ChangeKind.ADDED]
+
+
+def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
+    """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
+    sort compares datasets within a site only (a sort of a million (site, dataset) keys
+    costs four times as much)."""
+    by_site: dict[Site, list[DatasetId]] = {}
+    for site, dataset in new:
+        found = by_site.get(site)
+        if found is None:
+            found = by_site[site] = []
+        found.append(dataset)
+    out: list[Change] = []
+    added = ChangeKind.ADDED
+    for site in sorted(by_site):
+        datasets = by_site[site]
+        datasets.sort()
+        out += [Change(site, d, added, None, new[site, d]) for d in datasets]
+    return tuple(out)
 
 
 def _changes(
     old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: Iterable[Key]
 ) -> tuple[Change, ...]:
+    """The changes at ``keys``, in Change's order (by C-level tuple comparison of the keys)."""
     out: list[Change] = []
-    for key in keys:
+    for key in sorted(keys):
         prior, replica = old.get(key), new.get(key)
         if prior is None:
             if replica is not None:
@@ -233,12 +270,7 @@ def _changes(
             out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
         elif prior != replica:
             out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
-    out.sort(key=_change_order)  # Change's own order, by C-level keys
     return tuple(out)
-
-
-def _change_order(change: Change) -> tuple[str, str, str]:
-    return (change.site, change.dataset.scope, change.dataset.name)
 
 
 def _contents(
@@ -264,15 +296,20 @@ def _contents(
 
 
 def _first_seen(
-    previous: Mapping[Key, datetime], changes: tuple[Change, ...], now: datetime
+    previous: Mapping[Key, datetime],
+    changes: tuple[Change, ...],
+    added: list[Key],
+    now: datetime,
 ) -> Mapping[Key, datetime]:
+    """``previous`` without the removed pairs, with the ``added`` keys first seen ``now``
+    (a first cycle's added keys are the merged view's own tuples: shared, not copied)."""
     if not changes:
         return previous
+    if not previous:
+        return dict.fromkeys(added, now)
     first_seen = dict(previous)
     for change in changes:
-        key = (change.site, change.dataset)
-        if change.kind is ChangeKind.ADDED:
-            first_seen[key] = now
-        elif change.kind is ChangeKind.REMOVED:
-            first_seen.pop(key, None)
+        if change.kind is ChangeKind.REMOVED:
+            first_seen.pop((change.site, change.dataset), None)
+    first_seen.update(dict.fromkeys(added, now))
     return first_seen

@@ -70,8 +70,8 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
     metrics.cycle_duration.observe(report.duration_s)
     metrics.last_success.set(now.timestamp() + report.duration_s)
     metrics.state_rows_written.inc(report.rows_written)
-    for change in report.plan.changes:
-        metrics.changes.labels(change.kind.value).inc()
+    for change_kind, count in Counter(c.kind for c in report.plan.changes).items():
+        metrics.changes.labels(change_kind.value).inc(count)  # one call per kind, not per change
     for status in report.plan.sources:
         _record_source(metrics, status, now)
     for reported in report.published.values():

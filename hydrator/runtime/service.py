@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from itertools import chain
+from operator import itemgetter
 
 from prometheus_client import CollectorRegistry
 
@@ -152,6 +154,7 @@ class Service:
             stuck=config.classad.advertise_stuck,
         )
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
+        self._advertised: dict[Site, _AdvertiseMemo] = {}  # last cycle's, per site
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self.ready = threading.Event()
@@ -276,9 +279,18 @@ class Service:
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
         policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
-        advertised = {
-            site: advertise(v, wanted, policy, held, size) for site, v in plan.sites.items()
-        }
+        contents, memo = plan.state.contents, self._advertised
+        demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
+        advertised: dict[Site, Advertised] = {}
+        for site, view in plan.sites.items():
+            known = memo.get(site)
+            if known is not None and known.fits(contents[site], view, wanted):
+                advertised[site] = known.stamped(view)
+                continue
+            advertised[site] = advertise(view, wanted, policy, held, size)
+            memo[site] = _AdvertiseMemo(contents[site], view, demand, advertised[site])
+        for site in memo.keys() - plan.sites.keys():
+            del memo[site]
         self._warn_over_size(advertised)
         return advertised
 
@@ -292,10 +304,13 @@ class Service:
             return len(old.body)
         attrs = self.config.classad
         empty = replace(view, available=(), partial=(), replicating=())
-        lists = (view.available, (d for d, _ in view.partial), (d for d, _ in view.replicating))
-        lengths = [len(d.scope) + len(d.name) + 3 for names in lists for d in names]
-        lower = len(render_cron(empty, attrs).encode("utf-8")) + sum(lengths)
-        upper, limit = lower + len(lengths), self.advertise_policy.max_ad_bytes
+        first = itemgetter(0)
+        names = chain(view.available, map(first, view.partial), map(first, view.replicating))
+        count = len(view.available) + len(view.partial) + len(view.replicating)
+        # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
+        text = sum(map(len, map(":".join, names))) + 2 * count
+        lower = len(render_cron(empty, attrs).encode("utf-8")) + text
+        upper, limit = lower + count, self.advertise_policy.max_ad_bytes
         if upper <= limit:
             return upper
         if lower > limit:
@@ -411,6 +426,46 @@ class Service:
             except Exception:  # closing is best effort at shutdown; say what failed
                 log.exception("closing %s failed", name)
         self.store.close()
+
+
+class _AdvertiseMemo:
+    """A site's :func:`advertise` answer, reused while its inputs are the same: the same
+    unstamped view object (the core hands on an unchanged site's view as is), the same
+    demand and an ``updated`` time of the same width in the ad (the size checks see the
+    rendered ad). Everything else :func:`advertise` reads is fixed per service (policy,
+    configuration) or follows from the view (the held replicas of its site). Saves
+    re-rendering over-size ads each cycle to find how much fits."""
+
+    __slots__ = ("advertised", "contents", "stamp_width", "wanted")
+
+    def __init__(
+        self,
+        contents: SiteView,
+        view: SiteView,
+        wanted: dict[DatasetId, int],
+        advertised: Advertised,
+    ) -> None:
+        self.contents = contents  # held, so that an identity test is sound
+        self.stamp_width = _stamp_width(view)
+        self.wanted = wanted
+        self.advertised = advertised
+
+    def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
+        return (
+            contents is self.contents
+            and _stamp_width(view) == self.stamp_width
+            and wanted == self.wanted
+        )
+
+    def stamped(self, view: SiteView) -> Advertised:
+        """The remembered answer for the (equal) ``view`` with its ``updated`` time."""
+        known = self.advertised
+        return replace(known, view=replace(known.view, updated=view.updated))
+
+
+def _stamp_width(view: SiteView) -> int:
+    """Characters the ``updated`` time takes in an ad (0: none)."""
+    return 0 if view.updated is None else len(str(int(view.updated.timestamp())))
 
 
 def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:

@@ -60,24 +60,34 @@ def full_merge(state: State) -> dict[tuple[Site, DatasetId], Replica]:
     return merge_replicas(r for s in ordered for r in s.replicas)
 
 
-def as_outcomes(raw: Mapping[str, Snapshot | None]) -> dict[str, SourceOutcome]:
-    return {
-        name: SourceFailure(name, "down")
-        if snap is None
-        else Snapshot.of(name, snap.replicas, sites=snap.sites)
-        for name, snap in raw.items()
-    }
+def as_outcomes(
+    raw: Mapping[str, Snapshot | None], state: State, reuse: bool
+) -> dict[str, SourceOutcome]:
+    """The cycle's answers; with ``reuse``, as a source that keeps its answer by pair hands
+    them: last cycle's very objects where a replica is unchanged, in a set passed as is."""
+    out: dict[str, SourceOutcome] = {}
+    for name, snap in raw.items():
+        if snap is None:
+            out[name] = SourceFailure(name, "down")
+        elif reuse:
+            kept = state.sources[name].replicas if name in state.sources else frozenset()
+            held = {r: r for r in kept}
+            same = frozenset(held.get(r, r) for r in snap.replicas)
+            out[name] = Snapshot.of(name, same, sites=snap.sites, unique=True)
+        else:
+            out[name] = Snapshot.of(name, snap.replicas, sites=snap.sites)
+    return out
 
 
 @settings(max_examples=300, deadline=None)
-@given(cycles)
+@given(cycles, st.booleans())
 def test_incremental_views_equal_a_full_recomputation(
-    sequence: list[dict[str, Snapshot | None]],
+    sequence: list[dict[str, Snapshot | None]], reuse: bool
 ) -> None:
     state = State()
     for i, raw in enumerate(sequence):
         before = full_merge(state)
-        plan = plan_cycle(state, as_outcomes(raw), t(i), POLICY)
+        plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY)
         after = full_merge(plan.state)
         assert plan.state.merged == after
         expected = sorted(
@@ -92,4 +102,5 @@ def test_incremental_views_equal_a_full_recomputation(
         assert list(plan.state.contents) == list(rebuilt)
         for name, source in plan.state.sources.items():
             assert source.index == {r.key: r for r in source.replicas}, name
+        assert plan.state.first_seen == {k: state.first_seen.get(k, t(i)) for k in after}
         state = plan.state

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from hydrator.domain import DatasetId, Site, Snapshot, holding
+import hashlib
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hydrator.domain import DatasetId, Site, Snapshot, content_digest, holding
 from tests.unit.factories import rep
+
+DATASETS = [DatasetId(s, n) for s in ("ska", "lsst") for n in ("a", "b/c#1", "d.e", "f")]
 
 
 def test_a_snapshot_of_unique_replicas_keeps_the_given_objects() -> None:
@@ -22,3 +29,27 @@ def test_without_unique_two_reports_of_one_pair_merge_to_the_better() -> None:
     assert half is not None and full is not None
     snapshot = Snapshot.of("rucio", [half, full])
     assert snapshot.replicas == {full}
+
+
+def _digest_as_specified(site: str, lists: list[list[DatasetId]]) -> str:
+    """The digest's bytes as published since version 1 (ads in collectors carry it)."""
+    h = hashlib.sha256(site.encode())
+    for label, names in zip((b"A", b"P", b"R"), lists, strict=True):
+        h.update(b"\0" + label)
+        for d in names:
+            h.update(b"\n" + f"{d.scope}:{d.name}".encode())
+    return h.hexdigest()[:16]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(DATASETS), unique=True).map(sorted), min_size=3, max_size=3)
+)
+def test_the_site_digest_keeps_its_bytes(lists: list[list[DatasetId]]) -> None:
+    available, partial, replicating = lists
+    digest = content_digest(
+        Site("SRCNET_CH"),
+        tuple(available),
+        tuple((d, 0.5) for d in partial),
+        tuple((d, 0.1) for d in replicating),
+    )
+    assert digest == _digest_as_specified("SRCNET_CH", lists)

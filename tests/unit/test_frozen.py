@@ -12,7 +12,17 @@ import pytest
 
 import hydrator
 from hydrator import domain
-from hydrator.domain import Site, SourceState, State
+from hydrator.domain import (
+    Change,
+    ChangeKind,
+    DatasetId,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    SourceState,
+    State,
+)
 from tests.unit.factories import rep
 
 DOMAIN_DATACLASSES = [
@@ -63,3 +73,37 @@ def test_a_replaced_state_does_not_reuse_the_views_of_the_old_sources() -> None:
     assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
     assert list(new.merged) == [(Site("B"), rep("B", "d2").dataset)]
     assert dataclasses.replace(source, stale=True).memo is not source.memo
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        DatasetId("ska", "x"),
+        rep("A", "x"),
+        Change(Site("A"), DatasetId("ska", "x"), ChangeKind.ADDED, None, rep("A", "x")),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_the_tuple_based_domain_values_are_immutable_without_an_instance_dict(
+    value: tuple[object, ...],
+) -> None:
+    """DatasetId, Replica and Change are tuples (hashed and compared in C): no field can be
+    set or added, and equal values hash equal."""
+    assert all("__dict__" not in vars(k) for k in type(value).__mro__)
+    with pytest.raises(AttributeError):
+        value.site = Site("B")  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        value.cache = 1  # type: ignore[attr-defined]
+    copy = type(value)(*value)
+    assert copy == value and hash(copy) == hash(value) and copy is not value
+
+
+def test_a_replica_is_validated_like_before_and_equal_facts_are_equal_records() -> None:
+    with pytest.raises(ValueError, match=r"outside 0\.\.1"):
+        Replica(DatasetId("ska", "x"), Site("A"), ReplicaState.PARTIAL, 1.5)
+    with pytest.raises(ValueError, match="needs a transfer"):
+        Replica(DatasetId("ska", "x"), Site("A"), ReplicaState.STUCK, 0.0)
+    with pytest.raises(InvalidNameError):
+        DatasetId("ska", "bad name")
+    assert Replica(DatasetId("ska", "x"), Site("A"), state=ReplicaState.AVAILABLE) == rep("A", "x")
+    assert hash(ReplicaState.AVAILABLE) == hash(ReplicaState.AVAILABLE)  # by identity, in C

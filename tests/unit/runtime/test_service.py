@@ -347,6 +347,36 @@ def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
     assert "site A: its ad fits max_ad_bytes = 60000 again" in caplog.text
 
 
+def test_an_unchanged_over_size_site_is_cut_again_by_this_cycles_demand_and_time(
+    config: Config, clock: object
+) -> None:
+    """The cut of an unchanged site is reused across cycles only while the demand is the
+    same: a newly demanded dataset enters the ad at once, with this cycle's time."""
+    from hydrator.domain import DatasetId
+    from tests.unit.factories import rep, snap
+
+    big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
+    last = DatasetId("ska", f"observation_01999_{'x' * 40}")  # sorts last: cut without demand
+    answers: list[dict[DatasetId, int]] = [{}, {}, {last: 3}, {last: 3}]
+    service = Service(
+        config,
+        sources=[Scripted("s", [big] * 4)],
+        store=SqliteStateStore(config.daemon.state_path),
+        demand=lambda: answers.pop(0),
+        clock=clock,  # type: ignore[arg-type]
+    )
+    listed = []
+    for _ in range(4):
+        report = service.run_cycle()
+        assert report.plan is not None
+        ad = service.published.ads[Site("A")]
+        assert ad.view.updated == report.plan.sites[Site("A")].updated == report.started
+        assert len(ad.body) <= 60_000 < 2000 * 57
+        listed.append(last in ad.view.available)
+    assert listed == [False, False, True, True]
+    service.close()
+
+
 def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fails(
     config: Config, clock: object
 ) -> None:
