@@ -65,6 +65,8 @@ from hydrator.errors import StateError
 
 log = logging.getLogger(__name__)
 
+Key = tuple[Site, DatasetId]
+
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -103,21 +105,6 @@ class StateStore(Protocol):
 
 def _epoch(when: datetime | None) -> float | None:
     return None if when is None else when.timestamp()
-
-
-class _Times:
-    """Epoch -> aware UTC datetime, sharing one object per distinct value (most rows share)."""
-
-    def __init__(self) -> None:
-        self._cache: dict[float, datetime] = {}
-
-    def __call__(self, value: float | None) -> datetime | None:
-        if value is None:
-            return None
-        found = self._cache.get(value)
-        if found is None:
-            found = self._cache[value] = datetime.fromtimestamp(value, tz=UTC)
-        return found
 
 
 class StateLock:
@@ -437,7 +424,7 @@ class _Loader:
     def __init__(self) -> None:
         self.rejected = dict.fromkeys(TABLES, 0)
         self.first_problem: str | None = None
-        self.times = _Times()
+        self.times: dict[Any, datetime] = {}  # epoch -> time, one object per value
         self._datasets: dict[tuple[str, str], DatasetId] = {}
         self._sites: dict[str, Site] = {}
         self._fractions: dict[float, float] = {}
@@ -463,41 +450,86 @@ class _Loader:
         return found
 
     def time(self, value: Any) -> datetime | None:
-        if value is not None and not (isinstance(value, float | int) and math.isfinite(value)):
-            raise ValueError(f"invalid time {value!r}")
-        return self.times(value)
+        """The aware UTC time of an epoch (None for NULL), one object per distinct value;
+        raises ValueError (or OverflowError/OSError from datetime) for anything else."""
+        if value is None:
+            return None
+        found = self.times.get(value)
+        if found is None:
+            if not (isinstance(value, float | int) and math.isfinite(value)):
+                raise ValueError(f"invalid time {value!r}")
+            found = self.times[value] = datetime.fromtimestamp(value, tz=UTC)
+        return found
+
+    def checked_time(self, value: Any) -> datetime | None:
+        """:meth:`time`, or None for a value that is no time."""
+        try:
+            return self.time(value)
+        except (ValueError, TypeError, OverflowError, OSError):
+            return None
 
     def load(self, db: sqlite3.Connection, query: str) -> State:
-        replicas = self.replicas(db, query)
+        indexes, first_seen = self.replicas(db, query)
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
+            index = indexes.get(row[0], {})
             try:
-                sources[row[0]] = self.source(row, replicas.get(row[0], ()))
+                sources[row[0]] = self.source(row, index.values()).adopt_index(index)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        first_seen: dict[tuple[Site, DatasetId], datetime | None] = {}
+        (stored,) = db.execute("SELECT count(*) FROM first_seen").fetchone()
+        if len(first_seen) != stored:  # a row the join left out, or one that failed
+            first_seen = self.first_seen(db)
+        return State(sources=sources, first_seen=first_seen)
+
+    def first_seen(self, db: sqlite3.Connection) -> dict[Key, datetime]:
+        """Every ``first_seen`` row on its own, each checked; only when the join of
+        :meth:`replicas` did not account for every row (invalid rows, or rows of no replica)."""
+        first_seen: dict[Key, datetime] = {}
         for site, scope, name, at in db.execute("SELECT * FROM first_seen"):
             try:
-                first_seen[(self.site(site), self.dataset(scope, name))] = self.time(at)
+                when = self.time(at)
+                if when is None:
+                    raise ValueError("no time")
+                first_seen[(self.site(site), self.dataset(scope, name))] = when
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("first_seen", exc)
-        return State(sources=sources, first_seen=first_seen)  # type: ignore[arg-type]
+        return first_seen
 
-    def replicas(self, db: sqlite3.Connection, query: str) -> dict[str, list[Replica]]:
-        """Source -> its replica rows that pass the checks (the hot loop: locals, no calls
-        but the caches' and Replica's own checks, which cover every share's 0..1 range)."""
-        replicas: dict[str, list[Replica]] = {}
-        dataset, site, states, fractions = self.dataset, self.site, self._states, self._fractions
-        for source, site_name, scope, name, state, fraction, transfer, progress, size in db.execute(
-            query
-        ):
+    def replicas(
+        self, db: sqlite3.Connection, query: str
+    ) -> tuple[dict[str, dict[Key, Replica]], dict[Key, datetime]]:
+        """Source -> its index of the replica rows that pass the checks, and the first-seen
+        times of their (site, dataset) keys (the row's join; a time that fails is left out for
+        :meth:`load` to notice). One key tuple per replica, shared by the index and the
+        first-seen map. The hot loop: locals, no Python call but Replica's own checks (which
+        cover every share's 0..1 range) where the caches know the values already."""
+        indexes: dict[str, dict[Key, Replica]] = {}
+        first_seen: dict[Key, datetime] = {}
+        datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
+        states, fractions = self._states, self._fractions
+        for (
+            source,
+            site_name,
+            scope,
+            name,
+            state,
+            fraction,
+            transfer,
+            progress,
+            size,
+            at,
+        ) in db.execute(query):
             try:
+                dataset = datasets((scope, name)) or self.dataset(scope, name)
+                site = sites(site_name) or self.site(site_name)
+                plain = transfer == "none" and size == fraction  # rows are written canonical
                 replica = Replica(
-                    dataset(scope, name),
-                    site(site_name),
+                    dataset,
+                    site,
                     states[state],
                     fractions.setdefault(fraction, fraction),
-                    self.detail(transfer, progress, size, fraction),
+                    None if plain else self.detail(transfer, progress, size),
                 )
             except KeyError:
                 self.reject("replicas", f"invalid replica state {state!r} or transfer {transfer!r}")
@@ -505,14 +537,20 @@ class _Loader:
             except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
                 self.reject("replicas", exc)
                 continue
-            replicas.setdefault(source, []).append(replica)
-        return replicas
+            key = (site, dataset)
+            index = indexes.get(source)
+            if index is None:
+                index = indexes[source] = {}
+            index[key] = replica
+            when = times(at)
+            if when is None and at is not None:
+                when = self.checked_time(at)
+            if when is not None:
+                first_seen[key] = when
+        return indexes, first_seen
 
-    def detail(self, transfer: Any, progress: Any, size: Any, fraction: Any) -> Detail | None:
-        """None for the plain record (rows are written canonical), else one object per
-        distinct detail, as for fractions."""
-        if transfer == "none" and size == fraction:
-            return None
+    def detail(self, transfer: Any, progress: Any, size: Any) -> Detail:
+        """One object per distinct detail, as for fractions."""
         key = (transfer, progress, size)
         found = self._details.get(key)
         if found is None:
@@ -561,14 +599,19 @@ _V1_AS_V2 = {
         f"CASE WHEN {_MOVING} THEN 0 WHEN state = 'partial' THEN fraction ELSE 1 END"
     ),
 }
+# Each replica row with its (site, dataset)'s first-seen time: one pass over both tables.
+_WITH_FIRST_SEEN = (
+    ", f.at FROM replicas AS r LEFT JOIN first_seen AS f"
+    " ON f.site = r.site AND f.scope = r.scope AND f.name = r.name"
+)
 _REPLICAS = (
-    "SELECT source, site, scope, name, state, fraction, transfer, progress, bytes_fraction"
-    " FROM replicas"
+    "SELECT r.source, r.site, r.scope, r.name, r.state, r.fraction, r.transfer, r.progress,"
+    " r.bytes_fraction" + _WITH_FIRST_SEEN
 )
 _V1_REPLICAS = (
-    "SELECT source, site, scope, name, state, "
+    "SELECT r.source, r.site, r.scope, r.name, r.state, "
     + ", ".join(_V1_AS_V2[c] for c in ("fraction", "transfer", "progress", "bytes_fraction"))
-    + " FROM replicas"
+    + _WITH_FIRST_SEEN
 )
 
 

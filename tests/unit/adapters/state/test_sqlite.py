@@ -384,3 +384,32 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     assert SqliteStateStore(path, read_only=True).load().first_seen == first.state.first_seen
     assert store.save(second) == 2
     assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
+
+
+@pytest.mark.parametrize(
+    ("sql", "first_seen"),
+    [
+        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 0)", {"A/x", "B/y", "C/w"}),
+        ("DELETE FROM first_seen WHERE name = 'y'", {"A/x"}),
+        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 'noon')", {"A/x", "B/y"}),
+        ("UPDATE first_seen SET at = 'noon' WHERE name = 'y'", {"A/x"}),
+    ],
+)
+def test_first_seen_rows_load_whether_or_not_a_replica_row_matches(
+    tmp_path: Path, sql: str, first_seen: set[str]
+) -> None:
+    """First-seen rows come with their replica rows; one without a replica, or a replica
+    without one, loads as it is stored, and an invalid one is counted."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql)
+    store = SqliteStateStore(path, read_only=True)
+    loaded = store.load()
+    assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
+    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
+    assert store.rejected_rows["first_seen"] == ("noon" in sql)
+    assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
+        ("A", "x"),
+        ("B", "y"),
+    }
