@@ -345,16 +345,13 @@ class _Epochs(dict[datetime, float]):
 
 def _rows(
     items: Sequence[Any],
-    extra: Iterable[Any] = (),
-    *,
+    *extra: Iterable[Any],
     lead: tuple[Any, ...] = (),
     getters: Iterable[Callable[[Any], Any]] = _KEY,
 ) -> Iterator[tuple[Any, ...]]:
-    """One row per item: the ``lead`` constants, one column per getter, then the matching
-    element of ``extra`` (if given); built by C-level iterators, not a Python loop per row."""
-    columns = [*(repeat(value) for value in lead), *(map(get, items) for get in getters)]
-    if extra != ():
-        columns.append(iter(extra))
+    """One row per item: the ``lead`` constants, one column per getter, then one per ``extra``
+    iterable (one element per item); built by C-level iterators, not a Python loop per row."""
+    columns = [*(repeat(value) for value in lead), *(map(get, items) for get in getters), *extra]
     return zip(*columns, strict=False)  # the repeats never end; the items' columns do
 
 

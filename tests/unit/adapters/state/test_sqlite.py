@@ -134,6 +134,15 @@ def _saved(path: Path) -> None:
     store.close()
 
 
+def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, State]:
+    """A reader of :func:`_saved`'s state after ``sql`` changed its file, and what it loads."""
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql)
+    store = SqliteStateStore(path, read_only=True)
+    return store, store.load()
+
+
 INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fraction) VALUES "
 
 
@@ -158,12 +167,7 @@ def test_invalid_rows_are_counted_and_left_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, sql: str, table: str
 ) -> None:
     """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
-    path = tmp_path / "s.sqlite"
-    _saved(path)
-    with sqlite3.connect(path) as db:
-        db.execute(sql)
-    store = SqliteStateStore(path, read_only=True)
-    loaded = store.load()
+    store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     assert store.rejected_rows == {"replicas": 0, "sources": 0, "first_seen": 0, table: 1}
     replicas = loaded.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
@@ -400,12 +404,7 @@ def test_first_seen_rows_load_whether_or_not_a_replica_row_matches(
 ) -> None:
     """First-seen rows come with their replica rows; one without a replica, or a replica
     without one, loads as it is stored, and an invalid one is counted."""
-    path = tmp_path / "s.sqlite"
-    _saved(path)
-    with sqlite3.connect(path) as db:
-        db.execute(sql)
-    store = SqliteStateStore(path, read_only=True)
-    loaded = store.load()
+    store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
     assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
     assert store.rejected_rows["first_seen"] == ("noon" in sql)
