@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import sqlite3
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +21,16 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
 from hydrator.core.plan import Policy, plan_cycle
-from hydrator.domain import DatasetId, ReplicaState, Site, State, Transfer
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+    State,
+    Transfer,
+    holding,
+)
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.service import Service
@@ -123,6 +134,15 @@ def _saved(path: Path) -> None:
     store.close()
 
 
+def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, State]:
+    """A reader of :func:`_saved`'s state after ``sql`` changed its file, and what it loads."""
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql)
+    store = SqliteStateStore(path, read_only=True)
+    return store, store.load()
+
+
 INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fraction) VALUES "
 
 
@@ -147,12 +167,7 @@ def test_invalid_rows_are_counted_and_left_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, sql: str, table: str
 ) -> None:
     """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
-    path = tmp_path / "s.sqlite"
-    _saved(path)
-    with sqlite3.connect(path) as db:
-        db.execute(sql)
-    store = SqliteStateStore(path, read_only=True)
-    loaded = store.load()
+    store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     assert store.rejected_rows == {"replicas": 0, "sources": 0, "first_seen": 0, table: 1}
     replicas = loaded.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
@@ -306,3 +321,94 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
         ("SRCNET_ES", "ska:obs_1500"): "changed",
     }
     service.close()
+
+
+def _random_holdings(rng: random.Random, count: int) -> list[Replica]:
+    """``count`` replicas over 30 sites and 3 scopes in every form a record takes: complete,
+    partial with or without their own bytes share, absent, each with or without a transfer."""
+    out: list[Replica] = []
+    while len(out) < count:
+        dataset = DatasetId(rng.choice(("ska", "ska_low", "x.y")), f"obs_{rng.randrange(10**6)}")
+        files = rng.choice((1.0, 0.0, rng.random()))
+        made = holding(
+            dataset,
+            Site(f"S{rng.randrange(30)}"),
+            files,
+            rng.choice((files, rng.random())),
+            transfer=rng.choice(list(Transfer)),
+            progress=rng.random(),
+        )
+        if made is not None:
+            out.append(made)
+    return out
+
+
+def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path) -> None:
+    """10k replicas in all states and transfers from two sources, then a churn (removed,
+    changed, added): each save, loaded back, is the plan's state exactly, and a restart
+    plans no change."""
+    rng = random.Random(15)
+    pool = _random_holdings(rng, 12_000)
+    a, b = pool[:6000], pool[5000:10_000]  # 1000 (site, dataset) pairs reported by both
+    assert {r.state for r in a} == set(ReplicaState) and {r.transfer for r in a} == set(Transfer)
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    outcomes = {"a": Snapshot.of("a", a), "b": Snapshot.of("b", b)}
+    plan = plan_cycle(State(), outcomes, t(0), POLICY)
+    store.save(plan)
+    half = [holding(r.dataset, r.site, 0.5, 0.25) for r in b[:500]]  # changed or new in "a"
+    churned = a[1000:] + pool[10_000:] + [r for r in half if r is not None]
+    outcomes["a"] = Snapshot.of("a", churned)
+    second = plan_cycle(plan.state, outcomes, t(1), POLICY)
+    assert second.changes and store.save(second) > 0
+    store.close()
+
+    loaded = SqliteStateStore(path, read_only=True).load()
+    assert loaded.sources == second.state.sources
+    assert loaded.first_seen == second.state.first_seen
+    assert {t(0), t(1)} == set(loaded.first_seen.values())
+    for name, source in loaded.sources.items():
+        assert source.index == {r.key: r for r in second.state.sources[name].replicas}
+    assert loaded.merged == second.state.merged
+    again = plan_cycle(loaded, outcomes, t(2), POLICY)
+    assert again.changes == () and again.source_deltas == {}
+
+
+def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    first = plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY)
+    store.save(first)
+    second = plan_cycle(first.state, {"r": snap("r", rep("A", "x"), rep("A", "y"))}, t(1), POLICY)
+    broken = replace(second, state=replace(second.state, first_seen={}))  # no time for ska:y
+    with pytest.raises(KeyError):
+        store.save(broken)
+    assert SqliteStateStore(path, read_only=True).load().first_seen == first.state.first_seen
+    assert store.save(second) == 2
+    assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
+
+
+@pytest.mark.parametrize(
+    ("sql", "first_seen"),
+    [
+        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 0)", {"A/x", "B/y", "C/w"}),
+        ("DELETE FROM first_seen WHERE name = 'y'", {"A/x"}),
+        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 'noon')", {"A/x", "B/y"}),
+        ("UPDATE first_seen SET at = 'noon' WHERE name = 'y'", {"A/x"}),
+    ],
+)
+def test_first_seen_rows_load_whether_or_not_a_replica_row_matches(
+    tmp_path: Path, sql: str, first_seen: set[str]
+) -> None:
+    """First-seen rows come with their replica rows; one without a replica, or a replica
+    without one, loads as it is stored, and an invalid one is counted."""
+    store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
+    assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
+    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
+    assert store.rejected_rows["first_seen"] == ("noon" in sql)
+    assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
+        ("A", "x"),
+        ("B", "y"),
+    }
