@@ -13,7 +13,7 @@
 
 :class:`HttpEndpoint` binds the public socket (a busy address is a
 :class:`~hydrator.errors.ConfigError` at start-up), writes what is served into a private
-directory after every cycle, each file atomically (temp file, fsync, rename), and starts the
+directory after every cycle, each file atomically (temp file, rename), and starts the
 server (:mod:`hydrator.adapters.http.server`, aiohttp) as a child process that inherits the
 socket and serves
 those files. The daemon never waits for the server: if it is slow, stopped or dead, cycles go on
@@ -86,7 +86,11 @@ def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.
 
 
 class Spool:
-    """A private directory of files, each replaced atomically (temp file, fsync, rename)."""
+    """A private directory of files, each replaced atomically (temp file, rename).
+
+    No fsync: ``rename`` alone makes readers see the old file or the new one, never a part,
+    and durability buys nothing here: the directory is made at start-up and removed at stop,
+    so after a crash nothing reads it again (issue 15: ~100 fsyncs per cycle, 0.15 s)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -96,8 +100,6 @@ class Spool:
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "wb") as f:
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
 
     def remove(self, name: str) -> None:
