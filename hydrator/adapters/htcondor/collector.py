@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
 import classad2
@@ -81,6 +82,12 @@ class Rendered:
     ad: classad2.ClassAd
     digest: str
     updated: int
+
+    @cached_property
+    def exprs(self) -> list[tuple[str, Any]]:
+        """The ad's attributes as (name, expression), looked up once: a lookup copies the
+        expression (~1 ms for a 60 kB list), and site ads and merges both need them."""
+        return [(key, self.ad.lookup(key)) for key in self.ad]
 
 
 def is_current(target: Target, want: Rendered, now_s: float, refresh_s: float) -> bool:
@@ -320,7 +327,9 @@ class CollectorPublisher:
         lifetime = int(2 * self.config.refresh_s + 60)
 
         def site_ad(site: Site) -> classad2.ClassAd:
-            ad = _copy(rendered[site].ad)
+            ad = classad2.ClassAd()
+            for key, expr in rendered[site].exprs:
+                ad[key] = expr
             ad["MyType"] = SITE_AD_TYPE
             ad["Name"] = str(site)
             ad["ClassAdLifetime"] = lifetime
@@ -350,8 +359,7 @@ class CollectorPublisher:
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 
         def template(site: Site, slim: bool) -> list[tuple[str, Any]]:
-            ad = rendered[site].ad
-            return [(k, ad.lookup(k)) for k in ad if not slim or k in slim_keys]
+            return [(k, e) for k, e in rendered[site].exprs if not slim or k in slim_keys]
 
         built = (
             batch
@@ -362,13 +370,6 @@ class CollectorPublisher:
 
     def _where(self) -> str:
         return self.config.pool or "(local configuration)"
-
-
-def _copy(ad: classad2.ClassAd) -> classad2.ClassAd:
-    out = classad2.ClassAd()
-    for key in ad:
-        out[key] = ad.lookup(key)
-    return out
 
 
 def _connect(config: CollectorConfig) -> htcondor2.Collector:
