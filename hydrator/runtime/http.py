@@ -13,7 +13,7 @@
 
 :class:`HttpEndpoint` binds the public socket (a busy address is a
 :class:`~hydrator.errors.ConfigError` at start-up), writes what is served into a private
-directory after every cycle, each file atomically (temp file, fsync, rename), and starts the
+directory after every cycle, each file atomically (temp file, rename), and starts the
 server (:mod:`hydrator.adapters.http.server`, aiohttp) as a child process that inherits the
 socket and serves
 those files. The daemon never waits for the server: if it is slow, stopped or dead, cycles go on
@@ -35,13 +35,14 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import generate_latest
 
 from hydrator.config import HttpConfig
-from hydrator.domain import Site
+from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter
 from hydrator.runtime.report import demand_json, site_json, sites_json
@@ -86,7 +87,11 @@ def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.
 
 
 class Spool:
-    """A private directory of files, each replaced atomically (temp file, fsync, rename)."""
+    """A private directory of files, each replaced atomically (temp file, rename).
+
+    No fsync: ``rename`` alone makes readers see the old file or the new one, never a part,
+    and durability buys nothing here: the directory is made at start-up and removed at stop,
+    so after a crash nothing reads it again (issue 15: ~100 fsyncs per cycle, 0.15 s)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -96,8 +101,6 @@ class Spool:
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "wb") as f:
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
 
     def remove(self, name: str) -> None:
@@ -118,7 +121,8 @@ class HttpEndpoint:
         for sub in ("classad", "site"):
             (self.directory / sub).mkdir()
         self.spool = Spool(self.directory)
-        self._written: dict[Site, tuple[str, object]] = {}  # site -> (ETag, JSON version)
+        self._written: dict[Site, tuple[str, SiteView, dict[str, Any]]] = {}
+        """Site -> the ETag of its ClassAd file, and the view and document of its JSON file."""
         self._lock = threading.Lock()  # guards _child
         self._writing = threading.Lock()  # one writer at a time: cycles, the watcher
         self._child: subprocess.Popen[bytes] | None = None
@@ -159,13 +163,14 @@ class HttpEndpoint:
     def _write_sites(self) -> None:
         ads = self.service.published.ads
         for site, ad in ads.items():
-            version = (ad.view.digest, ad.view.updated)
-            etag, written = self._written.get(site, ("", None))
+            view = ad.view
+            etag, old, doc = self._written.get(site, ("", None, {}))
             if etag != ad.etag:
                 self.spool.write(f"classad/{site}", ad.body)
-            if written != version:
-                self.spool.write(f"site/{site}.json", _json(site_json(ad.view)))
-            self._written[site] = (ad.etag, version)
+            new = _site_doc(view, old, doc)
+            if new is not None:
+                self.spool.write(f"site/{site}.json", _json(new))
+            self._written[site] = (ad.etag, view, doc if new is None else new)
         for site in [s for s in self._written if s not in ads]:
             self.spool.remove(f"classad/{site}")
             self.spool.remove(f"site/{site}.json")
@@ -231,6 +236,26 @@ class HttpEndpoint:
                 except OSError as exc:
                     log.error("could not start the HTTP server: %s", exc)
                     self._child = None
+
+
+EMPTY_LISTS: dict[str, Any] = dict.fromkeys(
+    ("available", "partial", "replicating", "stuck", "incoming", "partial_bytes"), ()
+)
+"""A site view's lists, emptied: what :func:`_site_doc` leaves out to format ``updated`` alone."""
+
+
+def _site_doc(view: SiteView, old: SiteView | None, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`site_json` of ``view``, given ``doc`` made from ``old``; None if ``view`` equals
+    ``old``. A view that differs only in ``updated`` (every cycle in which its sources answered
+    and nothing changed) reuses the lists of ``doc`` instead of building them again (issue 15:
+    0.3 s a cycle at 1M replicas). Views are compared only when their digests are equal."""
+    if old is None or old.digest != view.digest:
+        return site_json(view)
+    if old == view:
+        return None
+    if replace(old, updated=view.updated) != view:
+        return site_json(view)
+    return {**doc, "updated": site_json(replace(view, **EMPTY_LISTS))["updated"]}
 
 
 def _json(doc: Any) -> bytes:

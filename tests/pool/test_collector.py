@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import classad2
 import htcondor2
@@ -20,7 +20,8 @@ import pytest
 
 from hydrator.adapters.htcondor.collector import SITE_AD_TYPE, CollectorPublisher, build
 from hydrator.config import ClassAdConfig, CollectorConfig
-from hydrator.domain import Site
+from hydrator.core.render import site_classad
+from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from tests.pool.views import views
 from tests.support.pool import RUNNING, SLOT_SITES, Pool
@@ -130,6 +131,64 @@ def test_site_ads_and_every_slot_carry_the_site_lists(
         site = SLOT_SITES[name.split("@")[0].split("_")[0]]
         assert available == CONTENT[site], name
     assert report.sent == {"site_ad": 3, "merge": len(slots)}
+
+
+def slot_site(name: str) -> Site:
+    return Site(SLOT_SITES[name.split("@")[0].split("_")[0]])
+
+
+def carried(pool: Pool, sites: dict[Site, SiteView]) -> dict[str, tuple[dict[str, object], ...]]:
+    """Slot name -> (the site attributes it carries, those of its site's rendered ad)."""
+    want = {site: site_classad(view, ATTRS) for site, view in sites.items()}
+    keys = sorted({k for ad in want.values() for k in ad})
+    out: dict[str, tuple[dict[str, object], ...]] = {}
+    for ad in pool.slot_ads(keys):
+        name = str(ad["Name"])
+        site_ad = want[slot_site(name)]
+        out[name] = ({k: ad.get(k) for k in keys}, {k: site_ad.get(k) for k in keys})
+    return out
+
+
+def test_merges_from_reused_ads_carry_exactly_the_rendered_attributes(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """batch_size 2: SITE_C's three slots (slot3, slot4, slot4_1) take two advertise calls
+    that send the same two ads, the second time under another Name."""
+    publisher = build(_config(slow_updates, batch_size=2), ATTRS)
+    sites = views({site: [*names, "ska:obs_reused"] for site, names in CONTENT.items()})
+    report = publisher.publish(sites, frozenset(), _now())
+    slots = carried(slow_updates, sites)
+    assert report.sent == {"site_ad": 3, "merge": len(slots)}
+    assert sum(slot_site(n) == "SITE_C" for n in slots) == 3
+    for name, (has, want) in slots.items():
+        assert has == want, name
+
+
+def test_refresh_of_an_unchanged_site_moves_updated_and_keeps_its_lists(
+    slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
+) -> None:
+    """A slot that carries the site's digest is sent the digest and updated value only."""
+    pool = slow_updates
+    content = {site: [*names, "ska:obs_refresh"] for site, names in CONTENT.items()}
+    before = _now() - timedelta(seconds=3000)
+    before_s = int(before.timestamp()) // ATTRS.updated_resolution_s * ATTRS.updated_resolution_s
+    publisher.publish(views(content, now=before), frozenset(), before)
+    # another writer changes slot1's list behind the digest: a slim refresh does not restore it
+    # (a startd update, or the site's next change, does)
+    one = next(n for n in merged(pool) if n.startswith("slot1@"))
+    pool.advertise(
+        [classad2.ClassAd({"Name": one, "AvailableDatasets": ["ska:other"]})], "MERGE_STARTD_AD"
+    )
+    sites = views(content)
+    report = publisher.publish(sites, frozenset(), _now())
+    slots = carried(pool, sites)
+    assert report.sent == {"site_ad": 3, "merge": len(slots)}
+    for name, (has, want) in slots.items():
+        assert has[ATTRS.updated_attribute] == want[ATTRS.updated_attribute] != before_s, name
+        if name == one:
+            assert has == dict(want, AvailableDatasets=["ska:other"])
+        else:
+            assert has == want, name
 
 
 def test_second_publish_without_change_sends_nothing(

@@ -2,7 +2,7 @@
 
 The daemon (:class:`~hydrator.runtime.http.HttpEndpoint`) binds the public socket, writes what
 is to be served into a private directory after each cycle (each file atomically: temp file,
-fsync, rename), and starts this module with ``subprocess`` (``python -m
+rename), and starts this module with ``subprocess`` (``python -m
 hydrator.adapters.http.server``; exec, not fork) and the socket as an inherited descriptor.
 Nothing else passes between the two processes: the daemon never waits for this one, and this one
 exits when its standard input (a pipe the daemon holds open) ends, i.e. when the daemon stops or

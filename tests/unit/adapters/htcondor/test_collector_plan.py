@@ -9,8 +9,10 @@ from hydrator.adapters.htcondor.collector import (
     Rendered,
     Target,
     is_current,
+    named_batches,
     plan_merges,
     plan_site_ads,
+    slim_merge,
 )
 from hydrator.adapters.htcondor.condor_queue import count_demand, required_names, slot_site
 from hydrator.domain import Site
@@ -106,3 +108,25 @@ def test_slot_site_falls_back_to_the_partitionable_parent() -> None:
     assert slot_site(sites, "slot4_1@h") == "C"  # not advertised yet
     assert slot_site(sites, "slot9_1@h") is None
     assert slot_site(sites, "slot1_1@other") is None
+
+
+def test_slim_merge_only_when_the_slot_carries_the_same_digest_and_an_updated_value() -> None:
+    assert slim_merge(slot("s", digest="d1", updated=int(NOW) - 5000), WANT)
+    assert not slim_merge(slot("s", digest="d0"), WANT)  # lists changed: send them
+    assert not slim_merge(slot("s", digest=None), WANT)  # wiped: send everything
+    assert not slim_merge(slot("s", digest="d1", updated=None), WANT)
+
+
+def test_named_batches_reuse_at_most_size_ads_and_each_batch_is_complete() -> None:
+    template = [("AvailableDatasets", classad2.ExprTree('{"ska:a","ska:b"}')), ("N", 1)]
+    names = [f"slot{i}@h" for i in range(7)]
+    seen: list[dict[str, object]] = []
+    objects: set[int] = set()
+    for batch in named_batches(template, names, 3):
+        assert len(batch) <= 3
+        objects.update(id(ad) for ad in batch)
+        seen += [{k: ad.eval(k) for k in ad} for ad in batch]  # read before the next batch
+    assert len(objects) == 3
+    assert [ad["Name"] for ad in seen] == names
+    for ad in seen:
+        assert ad == {"AvailableDatasets": ["ska:a", "ska:b"], "N": 1, "Name": ad["Name"]}
