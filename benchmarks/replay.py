@@ -64,6 +64,8 @@ DATE_BYTES = DATE.encode()
 TOKEN = "root-root-hydrator-benchmark-token"
 SPLIT_EVERY = 50  # one complete holding in this many is spread over two RSEs of its site
 
+_ROW_HEAD = b'{"scope": "%s", "name": "obs_%07d", '  # then the RSE's part, then the tail
+_SCOPE_BYTES = [scope.encode() for scope in SCOPES]
 _ROW_TAIL = (
     b'"bytes": %d, "length": %d, "available_bytes": %d, "available_length": %d, "state": "%s", '
     b'"created_at": "%s", "updated_at": "%s", "accessed_at": null}\n'
@@ -191,32 +193,47 @@ class Catalogue:
         return tail
 
     def _rse_chunk(self, rse: int, block: int) -> bytes:
-        """Rows at RSE ``rse`` of the datasets in ``block``: its own (``dataset % per_site``
-        selects the RSE of a site) and the second half of split holdings of its neighbour."""
+        """Rows at RSE ``rse`` of the datasets in ``block``, in dataset order: its own
+        (``dataset % per_site`` selects the RSE of a site) and the second half of its
+        neighbour's split holdings. A complete unsplit holding (most rows) takes the short way."""
         n_sites, per_site = self.fed.scale.sites, self.per_site
         site, j = divmod(rse, per_site)
-        states, percents = self.holdings.states, self.holdings.percents
-        lo, hi = block * BLOCK_DATASETS, (block + 1) * BLOCK_DATASETS
+        states = self.holdings.states
+        lo = block * BLOCK_DATASETS
+        hi = min((block + 1) * BLOCK_DATASETS, len(states) // n_sites)
         first = lo + (j - lo) % per_site  # the first dataset of the block at this RSE
         rows: list[tuple[int, bytes]] = []
-        name = self.rse_names[rse]
-        split = (math.lcm(SPLIT_EVERY, per_site), self._split_start(lo, j))
-        for step, start in ((per_site, first), split):
-            if start is None:
+        head, part, scopes = _ROW_HEAD, self._rse_part[rse], _SCOPE_BYTES
+        complete = [self._tail(n, n, "AVAILABLE") for n in range(files_of(0) + 9)]
+        sliced = states[first * n_sites + site : hi * n_sites : per_site * n_sites]
+        for i, st in enumerate(sliced):
+            if not st:
                 continue
-            keys = range(start * n_sites + site, min(hi, len(states) // n_sites) * n_sites,
-                         step * n_sites)  # fmt: skip
-            for key in keys:
-                st = states[key]
-                if not st:
-                    continue
-                dataset = key // n_sites
-                code = encode(st - 1, percents[key])
-                for at, n, ok, state in self.placements(dataset, site, code):
-                    if at == name:
-                        rows.append((dataset, self._row(dataset, rse, n, ok, state)))
-        rows.sort()
+            dataset = first + i * per_site
+            if st == AVAILABLE + 1 and dataset % SPLIT_EVERY != 7:
+                scope = scopes[dataset % len(scopes)]
+                row = head % (scope, dataset) + part + complete[files_of(dataset)]
+                rows.append((dataset, row))
+            else:
+                rows += self._placed(dataset, site, rse)
+        start, step = self._split_start(lo, j), math.lcm(SPLIT_EVERY, per_site)
+        if start is not None:
+            for dataset in range(start, hi, step):
+                if states[dataset * n_sites + site]:
+                    rows += self._placed(dataset, site, rse)
+            rows.sort()
         return b"".join(row for _, row in rows)
+
+    def _placed(self, dataset: int, site: int, rse: int) -> list[tuple[int, bytes]]:
+        """The rows that holding (``dataset``, ``site``) has at ``rse`` (the general way)."""
+        key = dataset * self.fed.scale.sites + site
+        code = encode(self.holdings.states[key] - 1, self.holdings.percents[key])
+        name = self.rse_names[rse]
+        return [
+            (dataset, self._row(dataset, rse, n, ok, state))
+            for at, n, ok, state in self.placements(dataset, site, code)
+            if at == name
+        ]
 
     def _split_start(self, lo: int, j: int) -> int | None:
         """The first dataset >= ``lo`` whose split holding puts a half at RSE ``j`` of a site
@@ -229,12 +246,8 @@ class Catalogue:
         return None
 
     def _row(self, dataset: int, rse: int, n: int, ok: int, state: str) -> bytes:
-        scope = SCOPES[dataset % len(SCOPES)]
-        return (
-            b'{"scope": "%s", "name": "obs_%07d", ' % (scope.encode(), dataset)
-            + self._rse_part[rse]
-            + self._tail(n, ok, state)
-        )
+        scope = _SCOPE_BYTES[dataset % len(SCOPES)]
+        return _ROW_HEAD % (scope, dataset) + self._rse_part[rse] + self._tail(n, ok, state)
 
     def _rule_chunk(self, which: int, block: int) -> bytes:
         """The rules in state ``RULE_LETTERS[which]`` of the keys in ``block``."""
