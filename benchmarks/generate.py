@@ -269,8 +269,9 @@ class CompactHoldings(MutableMapping[int, int]):
     built on this store equals one built on a ``dict`` with the same seed). About 2 bytes per
     possible key plus 4 per replica: ~150 MB at 10M replicas instead of ~1 GB.
 
-    :attr:`touched` collects every key written or deleted since :meth:`take_touched`, with
-    its state before the first touch (for a cache of answers that churn invalidates).
+    Once :meth:`take_touched` was called, :attr:`touched` collects every key written or
+    deleted since the last call, with its state before the first touch (for a cache of
+    answers that churn invalidates).
     """
 
     def __init__(self, sites: int) -> None:
@@ -278,7 +279,7 @@ class CompactHoldings(MutableMapping[int, int]):
         self.states = bytearray()
         self.percents = bytearray()
         self.order = array("i")
-        self.touched: dict[int, int] = {}  # key -> state + 1 before the first touch (0: absent)
+        self.touched: dict[int, int] | None = None  # key -> state + 1 before (0: absent)
         self._dead = 0  # deleted keys still in ``order``
 
     def ordered(self) -> array[int]:
@@ -313,7 +314,8 @@ class CompactHoldings(MutableMapping[int, int]):
             self.states.extend(bytes(grow))
             self.percents.extend(bytes(grow))
         was = self.states[key]
-        self.touched.setdefault(key, was)
+        if self.touched is not None:
+            self.touched.setdefault(key, was)
         if not was:
             self.ordered().append(key)  # compacted first: a key deleted and re-added moves last
         self.states[key] = (code & 3) + 1
@@ -323,12 +325,15 @@ class CompactHoldings(MutableMapping[int, int]):
         was = self.state_at(key)
         if not was:
             raise KeyError(key)
-        self.touched.setdefault(key, was)
+        if self.touched is not None:
+            self.touched.setdefault(key, was)
         self.states[key] = 0
         self._dead += 1
 
     def take_touched(self) -> dict[int, int]:
-        touched, self.touched = self.touched, {}
+        """The keys touched since the last call (none before the first) and their state
+        before; recording starts with the first call."""
+        touched, self.touched = self.touched or {}, {}
         return touched
 
 
