@@ -418,13 +418,13 @@ def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> di
     if args.profile is not None:
         command += ["--profile", str(args.profile)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
+    cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if args.code is not None:
-        env["PYTHONPATH"] = str(code_path(args.code, workdir))
+        cwd = code_path(args.code, workdir)
+        env["PYTHONPATH"] = str(cwd)
     before = vmstat()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            command, stdout=out, stderr=err, text=True, env=env, cwd=HERE.parent
-        )
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
         stopped = watch(proc, args.min_available_mib)
         out.seek(0)
         err.seek(0)
@@ -590,7 +590,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.step:
         result = step_daemon(args) if args.step == "daemon" else step_restart(args)
-        result["hydrator"] = str(Path(service_module.__file__).parents[2])
+        result["hydrator"] = str(Path(service_module.__file__).resolve().parents[2])
         print(json.dumps(result))
         return
     summary = run(args)
@@ -617,7 +617,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.stop()
     summary = summarise(args.replicas, daemon, restart)
-    summary["code"] = revision(args.code or HERE.parent)
+    code = (args.code or HERE.parent).resolve()
+    if summary["hydrator"] not in (None, str(code)):
+        raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {code}")
+    summary["code"] = revision(code)
     summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
     summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
     summary["machine"] = before
