@@ -29,8 +29,31 @@ Steps, each in a fresh process so that its peak RSS is its own:
              HTTP files: ``startup_s``), then one cycle after a churn.
 
 ``python -m benchmarks.cycle --replicas 1000000 --json out.json [--profile DIR]`` prints and
-writes medians (seconds), peak RSS (MiB) and the system load average. ``--profile DIR``
-writes a cProfile per phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+writes medians (seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load
+before and after) and the replay server's own peak RSS and CPU seconds (``replay``,
+``replay_peak_rss_mib``: not part of ``peak_rss_mib``). ``--profile DIR`` writes a cProfile per
+phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+
+Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
+``hydrator`` package of the checkout ``DIR`` while the harness and the replay stay this
+checkout's (the run stops if a step imported another ``hydrator``; ``code`` in the JSON is
+``DIR``'s commit)::
+
+    git worktree add --detach /tmp/old <previous commit>
+    python -m benchmarks.cycle --replicas 1000000 --code /tmp/old --json old-1000000.json
+    python -m benchmarks.cycle --replicas 1000000 --json new-1000000.json
+    git worktree remove /tmp/old
+
+``benchmarks/cycle_report.py`` turns such files (10k to 10M) into the tables and the plot.
+
+At 10M replicas (issue 15 item 3) the replay generates its answers on the fly (~1.2 GiB
+with its default cache, about 17 s of CPU per cycle on the other core; see
+:mod:`benchmarks.replay`). A step that dies is recorded, not a crash: ``failed`` names the
+step and why (killed by the OOM killer, seen as a signal and a rise of ``oom_kill`` in
+``/proc/vmstat``; or stopped by this harness's watchdog when the machine's available memory
+falls under ``--min-available-mib``, default 3 GiB, to spare whatever else runs on the
+machine), its figures are ``null``; ``swapped_pages`` counts pages swapped in and out
+during the steps.
 """
 
 from __future__ import annotations
