@@ -41,6 +41,7 @@ FIGURES = (
     ("peak_rss_mib", "peak RSS (MiB)"),
     ("replay_peak_rss_mib", "replay server's peak RSS (MiB, not counted above)"),
 )
+SCALES = (10_000, 100_000, 1_000_000, 10_000_000)  # issue 15 item 4
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other", "gc")
 
 
@@ -107,7 +108,7 @@ def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
 
 def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, style in (("old", "o--"), ("new", "s-")):
+    for label, style, colour in (("old", "o--", "tab:blue"), ("new", "s-", "tab:orange")):
         by_scale = runs.get(label, {})
         for ax, key, title, alpha in (
             (left, "whole_cycle_s", "1 % churn", 1.0),
@@ -117,10 +118,11 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
             xs = sorted(n for n, run in by_scale.items() if run.get(key) is not None)
             if xs:
                 ys = [by_scale[x][key] for x in xs]
-                ax.plot(xs, ys, style, alpha=alpha, label=f"{label}: {title}")
+                ax.plot(xs, ys, style, color=colour, alpha=alpha, label=f"{label}: {title}")
     for ax, title in ((left, "cycle time (s)"), (right, "peak RSS (MiB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(SCALES, [f"{n:,}" for n in SCALES])
         ax.set_xlabel("dataset replicas")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
