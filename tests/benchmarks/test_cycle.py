@@ -201,3 +201,23 @@ def test_the_replay_streams_the_generated_answers_and_churns_them(replay: Replay
         local.churn()
     stats = replay.stats()
     assert stats["peak_rss_mib"] > 0 and stats["cache_mib"] == 0
+
+
+def test_a_step_stopped_for_memory_is_recorded_not_a_crash(tmp_path: Path) -> None:
+    """The watchdog stops a step when the machine runs short of memory (here: always); the
+    run still writes its JSON, naming the step and why, with no figures for it."""
+    out = tmp_path / "cycle.json"
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.cycle", "--replicas", "1000", "--cycles", "1"),
+            *("--slots", "100", "--json", str(out), "--min-available-mib", str(10**9)),
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert "watchdog" in result["failed"]["daemon"] and "not run" in result["failed"]["restart"]
+    assert result["whole_cycle_s"] is None and result["peak_rss_mib"] is None
+    assert result["replay_peak_rss_mib"] > 0
