@@ -107,19 +107,25 @@ def test_replay_answers_have_the_recorded_wire_format(replay: ReplayServer) -> N
     assert DATE.endswith(" UTC") and first["created_at"] == DATE
 
 
-def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> None:
+def _benchmark(tmp_path: Path, *options: str) -> dict[str, Any]:
+    """The JSON of ``benchmarks/cycle.py`` at 1000 replicas, one cycle each, 100 slots."""
     out = tmp_path / "cycle.json"
     subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.cycle", "--replicas", "1000", "--cycles", "1"),
-            *("--slots", "100", "--json", str(out), "--profile", str(tmp_path / "prof")),
+            *("--slots", "100", "--json", str(out), *options),
         ],
         check=True,
         cwd=ROOT,
         capture_output=True,
         timeout=300,
     )
-    result = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--profile", str(tmp_path / "prof"))
     for key in ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s"):
         assert result[key] > 0
     assert result["peak_rss_mib"] > 0
@@ -206,18 +212,7 @@ def test_the_replay_streams_the_generated_answers_and_churns_them(replay: Replay
 def test_a_step_stopped_for_memory_is_recorded_not_a_crash(tmp_path: Path) -> None:
     """The watchdog stops a step when the machine runs short of memory (here: always); the
     run still writes its JSON, naming the step and why, with no figures for it."""
-    out = tmp_path / "cycle.json"
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.cycle", "--replicas", "1000", "--cycles", "1"),
-            *("--slots", "100", "--json", str(out), "--min-available-mib", str(10**9)),
-        ],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=300,
-    )
-    result = json.loads(out.read_text())
+    result = _benchmark(tmp_path, "--min-available-mib", str(10**9))
     assert "watchdog" in result["failed"]["daemon"] and "not run" in result["failed"]["restart"]
     assert result["whole_cycle_s"] is None and result["peak_rss_mib"] is None
     assert result["replay_peak_rss_mib"] > 0
