@@ -120,9 +120,12 @@ DEFAULT_CACHE_BYTES = 768 * 2**20
 WRITE_BYTES = 256 * 1024  # the streamed body is written in pieces of about this size
 
 
+MAX_FILES = 10
+
+
 def files_of(dataset: int) -> int:
-    """Files in dataset ``dataset`` (2..10)."""
-    return 2 + dataset % 9
+    """Files in dataset ``dataset`` (2..``MAX_FILES``)."""
+    return 2 + dataset % (MAX_FILES - 1)
 
 
 def rse_id(rse: str) -> str:
@@ -235,7 +238,7 @@ class Catalogue:
         first = lo + (j - lo) % per_site  # the first dataset of the block at this RSE
         rows: list[tuple[int, bytes]] = []
         head, part, scopes = _ROW_HEAD, self._rse_part[rse], _SCOPE_BYTES
-        complete = [self._tail(n, n, "AVAILABLE") for n in range(files_of(0) + 9)]
+        complete = [self._tail(n, n, "AVAILABLE") for n in range(MAX_FILES + 1)]
         sliced = states[first * n_sites + site : hi * n_sites : per_site * n_sites]
         for i, st in enumerate(sliced):
             if not st:
