@@ -29,8 +29,31 @@ Steps, each in a fresh process so that its peak RSS is its own:
              HTTP files: ``startup_s``), then one cycle after a churn.
 
 ``python -m benchmarks.cycle --replicas 1000000 --json out.json [--profile DIR]`` prints and
-writes medians (seconds), peak RSS (MiB) and the system load average. ``--profile DIR``
-writes a cProfile per phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+writes medians (seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load
+before and after) and the replay server's own peak RSS and CPU seconds (``replay``,
+``replay_peak_rss_mib``: not part of ``peak_rss_mib``). ``--profile DIR`` writes a cProfile per
+phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+
+Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
+``hydrator`` package of the checkout ``DIR`` while the harness and the replay stay this
+checkout's (the run stops if a step imported another ``hydrator``; ``code`` in the JSON is
+``DIR``'s commit)::
+
+    git worktree add --detach /tmp/old <previous commit>
+    python -m benchmarks.cycle --replicas 1000000 --code /tmp/old --json old-1000000.json
+    python -m benchmarks.cycle --replicas 1000000 --json new-1000000.json
+    git worktree remove /tmp/old
+
+``benchmarks/cycle_report.py`` turns such files (10k to 10M) into the tables and the plot.
+
+At 10M replicas (issue 15 item 3) the replay generates its answers on the fly (~1.2 GiB
+with its default cache, about 17 s of CPU per cycle on the other core; see
+:mod:`benchmarks.replay`). A step that dies is recorded, not a crash: ``failed`` names the
+step and why (killed by the OOM killer, seen as a signal and a rise of ``oom_kill`` in
+``/proc/vmstat``; or stopped by this harness's watchdog when the machine's available memory
+falls under ``--min-available-mib``, default 3 GiB, to spare whatever else runs on the
+machine), its figures are ``null``; ``swapped_pages`` counts pages swapped in and out
+during the steps.
 """
 
 from __future__ import annotations
@@ -75,6 +98,7 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_source
 
+HERE = Path(__file__).resolve().parent
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
 N_SITES, N_SLOTS = 50, 20_000
 
@@ -371,17 +395,14 @@ def step_restart(args: argparse.Namespace) -> dict[str, Any]:
 class ReplayServer:
     """:mod:`benchmarks.replay` in a child process (its memory and CPU are not the daemon's)."""
 
-    def __init__(self, replicas: int, seed: int) -> None:
+    def __init__(self, replicas: int, seed: int, cache_mib: int | None = None) -> None:
+        command = [sys.executable, "-m", "benchmarks.replay", "--replicas", str(replicas)]
+        command += ["--seed", str(seed)]
+        if cache_mib is not None:
+            command += ["--cache-mib", str(cache_mib)]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.replay",
-                "--replicas",
-                str(replicas),
-                "--seed",
-                str(seed),
-            ],
+            command,
+            cwd=HERE.parent,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -392,6 +413,12 @@ class ReplayServer:
             self.stop()
             raise RuntimeError(f"replay server did not start: {line!r}")
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def stats(self) -> dict[str, float]:
+        """The replay's own peak RSS (MiB), CPU seconds and cache use so far."""
+        with urllib.request.urlopen(f"{self.url}/_bench/stats", timeout=60) as answer:
+            found: dict[str, float] = json.load(answer)
+            return found
 
     def stop(self) -> None:
         if self.proc.stdin is not None:
@@ -404,6 +431,9 @@ class ReplayServer:
 
 
 def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One step in a child process, watched: its result, or a record of why it has none
+    (``failed``: killed by the OOM killer or by the watchdog when the machine's available
+    memory fell under ``--min-available-mib``, or its error) and the swapping it caused."""
     command = [
         sys.executable, "-m", "benchmarks.cycle", "--step", step, "--url", url,
         "--workdir", str(workdir), "--cycles", str(args.cycles), "--slots", str(args.slots),
@@ -411,9 +441,95 @@ def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> di
     if args.profile is not None:
         command += ["--profile", str(args.profile)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
+    if args.code is not None:
+        cwd = code_path(args.code, workdir)
+        env["PYTHONPATH"] = str(cwd)
+    before = vmstat()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+        stopped = watch(proc, args.min_available_mib)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    after = vmstat()
+    swapped = {k: after.get(k, 0) - before.get(k, 0) for k in ("pswpin", "pswpout")}
+    oom_kills = after.get("oom_kill", 0) - before.get("oom_kill", 0)
+    if proc.returncode != 0:
+        reason = stopped or (
+            f"killed by signal {-proc.returncode}"
+            + (" (the OOM killer: /proc/vmstat oom_kill rose)" if oom_kills else "")
+            if proc.returncode < 0
+            else f"exit {proc.returncode}: {stderr.strip().splitlines()[-1:]}"
+        )
+        print(f"step {step} failed: {reason}", file=sys.stderr)
+        return {"failed": reason, "swapped_pages": swapped, "stderr_tail": stderr[-2000:]}
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    result["swapped_pages"] = swapped
     return result
+
+
+def code_path(code: Path, workdir: Path) -> Path:
+    """A directory for ``PYTHONPATH`` whose ``hydrator`` is ``code``'s and whose
+    ``benchmarks`` (harness and replay) is this checkout's."""
+    links = workdir / "code"
+    links.mkdir(exist_ok=True)
+    for name, target in (("hydrator", code.resolve() / "hydrator"), ("benchmarks", HERE)):
+        if not target.is_dir():
+            raise SystemExit(f"--code {code}: no {target}")
+        if not (links / name).exists():
+            (links / name).symlink_to(target)
+    return links
+
+
+def watch(proc: subprocess.Popen[str], min_available_mib: int) -> str | None:
+    """Wait for ``proc``; kill it if the machine's available memory falls under
+    ``min_available_mib`` (other work shares the machine) and say so."""
+    while proc.poll() is None:
+        if meminfo().get("MemAvailable", 1 << 40) / 1024 < min_available_mib:
+            proc.kill()
+            proc.wait()
+            return f"stopped by the watchdog: MemAvailable < {min_available_mib} MiB"
+        time.sleep(0.5)
+    return None
+
+
+def meminfo() -> dict[str, int]:
+    """``/proc/meminfo`` in KiB."""
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = int(value.split()[0])
+    return out
+
+
+def vmstat() -> dict[str, int]:
+    """``/proc/vmstat`` counters (pages swapped in/out, OOM kills)."""
+    pairs = (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    return {key: int(value) for key, value in pairs}
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run was measured on: CPU model, cores, memory, swap, load."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown",
+    )
+    memory = meminfo()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(memory["MemTotal"] / 2**20, 1),
+        "available_gib": round(memory["MemAvailable"] / 2**20, 1),
+        "swap_gib": round(memory["SwapTotal"] / 2**20, 1),
+        "swap_used_gib": round((memory["SwapTotal"] - memory["SwapFree"]) / 2**20, 1),
+        "load_average": os.getloadavg(),
+        "python": sys.version.split()[0],
+    }
 
 
 def median(rows: list[dict[str, Any]], key: str) -> float:
@@ -421,26 +537,56 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
 
 
 def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, Any]:
-    churned, idle = daemon["churn"], daemon["nochange"]
-    return {
-        "replicas": replicas,
-        "replicas_held": churned[-1]["replicas"],
-        "whole_cycle_s": median(churned, "whole"),
-        "nochange_cycle_s": median(idle, "whole"),
-        "startup_s": restart["startup_s"],
-        "first_cycle_s": daemon["first"]["whole"],
-        "cycle_after_restart_s": restart["cycle_after_restart"]["whole"],
-        "peak_rss_mib": max(daemon["peak_rss_mib"], restart["peak_rss_mib"]),
-        "peak_rss_steady_mib": restart["peak_rss_mib"],
-        "phases_s": {p: median(churned, p) for p in (*PHASES, "gc")},
-        "nochange_phases_s": {p: median(idle, p) for p in (*PHASES, "gc")},
-        "first_phases_s": {p: daemon["first"][p] for p in (*PHASES, "gc")},
-        "cycles": len(churned),
-        "load_average": os.getloadavg(),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "raw": {"daemon": daemon, "restart": restart},
+    """Medians of both steps' records; a step that failed (``failed``) leaves its figures
+    ``None`` and is named in ``failed``."""
+    out: dict[str, Any] = {"replicas": replicas}
+    failed = {
+        step: r["failed"] for step, r in (("daemon", daemon), ("restart", restart)) if "failed" in r
     }
+    if "failed" not in daemon:
+        churned, idle = daemon["churn"], daemon["nochange"]
+        out |= {
+            "replicas_held": churned[-1]["replicas"],
+            "whole_cycle_s": median(churned, "whole"),
+            "nochange_cycle_s": median(idle, "whole"),
+            "first_cycle_s": daemon["first"]["whole"],
+            "phases_s": {p: median(churned, p) for p in (*PHASES, "gc")},
+            "nochange_phases_s": {p: median(idle, p) for p in (*PHASES, "gc")},
+            "first_phases_s": {p: daemon["first"][p] for p in (*PHASES, "gc")},
+            "cycles": len(churned),
+        }
+    if "failed" not in restart:
+        out |= {
+            "startup_s": restart["startup_s"],
+            "cycle_after_restart_s": restart["cycle_after_restart"]["whole"],
+            "peak_rss_steady_mib": restart["peak_rss_mib"],
+        }
+    peaks = [r["peak_rss_mib"] for r in (daemon, restart) if "peak_rss_mib" in r]
+    out["peak_rss_mib"] = max(peaks) if peaks else None
+    for key in ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s"):
+        out.setdefault(key, None)
+    out["failed"] = failed
+    out["swapped_pages"] = {
+        k: sum(r["swapped_pages"][k] for r in (daemon, restart) if "swapped_pages" in r)
+        for k in ("pswpin", "pswpout")
+    }
+    out["hydrator"] = daemon.get("hydrator") or restart.get("hydrator")
+    out["load_average"] = os.getloadavg()
+    out["cpus"] = os.cpu_count()
+    out["python"] = sys.version.split()[0]
+    out["raw"] = {"daemon": daemon, "restart": restart}
+    return out
+
+
+def revision(code: Path) -> str:
+    """``code``'s git commit (and ``+dirty`` when its work tree differs), or ``unknown``."""
+    found = subprocess.run(
+        ["git", "-C", str(code), "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return found.stdout.strip() or "unknown"
 
 
 def main() -> None:
@@ -451,29 +597,59 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=N_SLOTS, help="glidein slots in the pool")
     parser.add_argument("--json", type=Path, help="write the summary here")
     parser.add_argument("--profile", type=Path, help="write a cProfile per phase here")
+    parser.add_argument(
+        "--code", type=Path,
+        help="run the daemon steps with the hydrator package of this checkout (e.g. the "
+        "previous commit in a temporary worktree); the harness and replay stay this one's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-available-mib", type=int, default=3072,
+        help="stop a step when the machine's available memory falls under this",
+    )  # fmt: skip
+    parser.add_argument("--replay-cache-mib", type=int, help="the replay's answer cache")
     parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
         result = step_daemon(args) if args.step == "daemon" else step_restart(args)
+        result["hydrator"] = str(Path(service_module.__file__).resolve().parents[2])
         print(json.dumps(result))
         return
-    load_before = os.getloadavg()
-    server = ReplayServer(args.replicas, args.seed)
-    try:
-        with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
-            daemon = run_step("daemon", server.url, Path(tmp), args)
-            restart = run_step("restart", server.url, Path(tmp), args)
-    finally:
-        server.stop()
-    summary = summarise(args.replicas, daemon, restart)
-    summary["load_average_before"] = load_before
+    summary = run(args)
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text + "\n")
     brief = {k: v for k, v in summary.items() if k != "raw"}
     print(json.dumps(brief, indent=1))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The replay server, then both steps against it; the summary with the machine, the code
+    measured and the replay's own cost (not part of ``peak_rss_mib``)."""
+    before = machine()
+    server = ReplayServer(args.replicas, args.seed, args.replay_cache_mib)
+    try:
+        replay_start = server.stats()
+        with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
+            daemon = run_step("daemon", server.url, Path(tmp), args)
+            restart: dict[str, Any] = {"failed": "not run: the daemon step failed"}
+            if "failed" not in daemon:
+                restart = run_step("restart", server.url, Path(tmp), args)
+        replay = server.stats()
+    finally:
+        server.stop()
+    summary = summarise(args.replicas, daemon, restart)
+    code = (args.code or HERE.parent).resolve()
+    if summary["hydrator"] not in (None, str(code)):
+        raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {code}")
+    summary["code"] = revision(code)
+    summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
+    summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
+    summary["machine"] = before
+    summary["machine_after"] = machine()
+    summary["load_average_before"] = before["load_average"]
+    return summary
 
 
 if __name__ == "__main__":

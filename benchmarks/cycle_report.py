@@ -3,8 +3,21 @@
 ``python -m benchmarks.cycle_report RUN.json ...`` where each file is a ``--json`` output
 named ``<label>-<replicas>.json`` (label ``old`` or ``new``). Writes
 ``benchmarks/cycle_results.json`` (every run, raw per-cycle records left out),
-``benchmarks/cycle.png`` (whole-cycle time and peak RSS against replicas, old and new) and
-prints the Markdown tables that ``benchmarks/RESULTS.md`` quotes.
+``benchmarks/cycle.png`` (cycle times and peak RSS against replicas on log axes, old and new:
+10k, 100k, 1M, 10M) and prints the Markdown tables that ``benchmarks/RESULTS.md`` quotes,
+with the machine each run was measured on. A run whose step failed (killed by the OOM killer,
+stopped by the watchdog) shows ``failed`` in the table and no point in the plot.
+
+The runs, old and new from one session (``old`` is the previous commit checked out in a
+temporary worktree, its ``hydrator`` measured by this checkout's harness and replay)::
+
+    git worktree add --detach /tmp/old <previous commit>
+    for n in 10000 100000 1000000 10000000; do
+        python -m benchmarks.cycle --replicas $n --json /tmp/cycle/new-$n.json
+        python -m benchmarks.cycle --replicas $n --code /tmp/old --json /tmp/cycle/old-$n.json
+    done
+    python -m benchmarks.cycle_report /tmp/cycle/*.json
+    git worktree remove /tmp/old
 """
 
 from __future__ import annotations
@@ -26,7 +39,9 @@ FIGURES = (
     ("startup_s", "startup with state (s)"),
     ("first_cycle_s", "first cycle from empty (s)"),
     ("peak_rss_mib", "peak RSS (MiB)"),
+    ("replay_peak_rss_mib", "replay server's peak RSS (MiB, not counted above)"),
 )
+SCALES = (10_000, 100_000, 1_000_000, 10_000_000)  # issue 15 item 4
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other", "gc")
 
 
@@ -46,17 +61,46 @@ def table(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     head = "| figure | " + " | ".join(f"{lb} {n:,}" for lb, n in columns) + " |"
     lines = [head, "|---" * (1 + len(columns)) + "|"]
     for key, title in FIGURES:
-        cells = [f"{runs[lb][n][key]:.2f}" for lb, n in columns]
+        cells = [cell(runs[lb][n], key) for lb, n in columns]
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
     loads = [f"{runs[lb][n]['load_average'][0]:.2f}" for lb, n in columns]
     lines.append("| load average (1 min) at the end | " + " | ".join(loads) + " |")
     return "\n".join(lines)
 
 
+def cell(run: dict[str, Any], key: str) -> str:
+    value = run.get(key)
+    if value is None:
+        return "failed" if run.get("failed") else "-"
+    return f"{value:.2f}"
+
+
+def machines(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """One line per distinct machine the runs were measured on, and what failed."""
+    seen = []
+    for label, by_scale in runs.items():
+        for n, run in sorted(by_scale.items()):
+            m = run.get("machine")
+            if m:
+                text = (
+                    f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+                    f"{m['swap_gib']} GiB swap, Python {m['python']}"
+                )
+                if text not in seen:
+                    seen.append(text)
+            for step, why in (run.get("failed") or {}).items():
+                seen.append(f"{label} {n:,}: {step} step failed: {why}")
+            if any((run.get("swapped_pages") or {}).values()):
+                seen.append(f"{label} {n:,}: swapped {run['swapped_pages']}")
+    return "\n".join(f"- {line}" for line in seen)
+
+
 def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
     lines = ["| run | " + " | ".join(PHASES) + " |", "|---" * (1 + len(PHASES)) + "|"]
     for label in ("old", "new"):
         for n, run in sorted(runs.get(label, {}).items()):
+            if key not in run:
+                continue
             cells = " | ".join(f"{run[key].get(p, 0.0):.2f}" for p in PHASES)
             lines.append(f"| {label} {n:,} | {cells} |")
     return "\n".join(lines)
@@ -64,22 +108,21 @@ def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
 
 def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, style in (("old", "o--"), ("new", "s-")):
+    for label, style, colour in (("old", "o--", "tab:blue"), ("new", "s-", "tab:orange")):
         by_scale = runs.get(label, {})
-        if not by_scale:
-            continue
-        xs = sorted(by_scale)
-        left.plot(
-            xs, [by_scale[x]["whole_cycle_s"] for x in xs], style, label=f"{label}: 1 % churn"
-        )
-        left.plot(
-            xs, [by_scale[x]["nochange_cycle_s"] for x in xs], style, alpha=0.5,
-            label=f"{label}: no change",
-        )  # fmt: skip
-        right.plot(xs, [by_scale[x]["peak_rss_mib"] for x in xs], style, label=label)
-    for ax, title in ((left, "whole cycle (s)"), (right, "peak RSS (MiB)")):
+        for ax, key, title, alpha in (
+            (left, "whole_cycle_s", "1 % churn", 1.0),
+            (left, "nochange_cycle_s", "no change", 0.5),
+            (right, "peak_rss_mib", "daemon", 1.0),
+        ):
+            xs = sorted(n for n, run in by_scale.items() if run.get(key) is not None)
+            if xs:
+                ys = [by_scale[x][key] for x in xs]
+                ax.plot(xs, ys, style, color=colour, alpha=alpha, label=f"{label}: {title}")
+    for ax, title in ((left, "cycle time (s)"), (right, "peak RSS (MiB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(SCALES, [f"{n:,}" for n in SCALES])
         ax.set_xlabel("dataset replicas")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
@@ -89,10 +132,20 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
 
 
 def main() -> None:
-    runs = load([Path(p) for p in sys.argv[1:]])
-    (HERE / "cycle_results.json").write_text(json.dumps(runs, indent=1) + "\n")
-    plot(runs, HERE / "cycle.png")
+    """``python -m benchmarks.cycle_report RUN.json ... [--out DIR]`` (default: this
+    directory, which ``benchmarks/RESULTS.md`` quotes)."""
+    args = sys.argv[1:]
+    out = HERE
+    if "--out" in args:
+        at = args.index("--out")
+        out = Path(args[at + 1])
+        del args[at : at + 2]
+    runs = load([Path(p) for p in args])
+    (out / "cycle_results.json").write_text(json.dumps(runs, indent=1) + "\n")
+    plot(runs, out / "cycle.png")
     print(table(runs))
+    print()
+    print(machines(runs))
     print()
     print(phases(runs, "phases_s"))
     print()

@@ -21,12 +21,37 @@ Rucio as a catalogue would hold it:
 * ``GET /replicas/<scope>/<name>/datasets?deep=True`` and ``POST /replicas/list`` answer from
   the same holdings.
 
-Answers are built once per churn (``POST /_bench/churn``, not part of what the benchmark
-times) and served as stored bytes, so the server costs the client little CPU: an unchanged
-federation gives byte-identical answers, as a real catalogue does.
+The federation is held compactly (:class:`benchmarks.generate.CompactHoldings`: a byte of
+state and one of percent per possible (dataset, site), the keys in insertion order; the same
+federation as the ``dict`` one for a seed, churned the same way) and every answer is generated
+from it when asked, streamed in chunks (``StreamResponse``, chunked transfer encoding, as Rucio
+streams its JSON lines). Encoded chunks are cached until a churn touches their rows, within
+``--cache-mib`` (first come, first kept); ``POST /_bench/churn`` (not timed by the benchmark)
+churns the compact form and drops the touched chunks. An unchanged federation gives
+byte-identical answers, as a real catalogue does. ``GET /_bench/stats`` says what the replay
+cost: its peak RSS, CPU seconds, cache use.
+
+What it costs (measured with ``--sweep 3``: every bulk answer once per cycle, a churn
+between cycles; 2 shared cores at load 4-5, so wall times are noisy: CPU seconds given):
+
+========  ===============  ======  ====================  ==================  ========
+replicas  build the model  bodies  first sweep (no hit)  churn + next sweep  peak RSS
+========  ===============  ======  ====================  ==================  ========
+1M        1.5 s CPU        410 MB  2.5 s CPU             0.5 s CPU           490 MiB
+10M       13 s CPU         4.1 GB  17 s CPU              18 s CPU            1.15 GiB
+========  ===============  ======  ====================  ==================  ========
+
+At 1M the default cache (768 MiB) holds every answer, so a cycle regenerates only the
+chunks churn touched; at 10M it holds a fifth, so most of each cycle's 4.1 GB is formatted
+again (about 1.5 µs a row) on the core the daemon leaves while it reads the bytes.
+In a whole benchmark at 1M (``benchmarks/cycle.py``, 8 fetches) the replay used 9 s of CPU
+serving (~1.1 s a fetch, HTTP included) and peaked at 500 MiB; at 10M, streaming the
+777 MiB rules answer over HTTP took 10 s and the replay peaked at 1.05 GiB.
+Without a cache (``--cache-mib 0``) the replay holds ~180 MiB at 10M (the model: 2 bytes
+per possible key, 4 per replica) plus the chunk being written.
 
 Run: ``python -m benchmarks.replay --replicas N`` prints ``port <n>`` and serves on 127.0.0.1
-until its stdin closes.
+until its stdin closes; ``--sweep 3`` (no server) prints the costs above as JSON lines.
 """
 
 from __future__ import annotations
@@ -35,8 +60,11 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
+import resource
 import sys
-from collections import defaultdict
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -47,20 +75,25 @@ from benchmarks.generate import (
     REPLICATING,
     SCOPES,
     STUCK,
+    Churn,
+    CompactHoldings,
     Federation,
     Scale,
     decode,
+    encode,
 )
 
 STREAM = "application/x-json-stream"
 DATE = "Mon, 23 Nov 2026 11:48:48 UTC"  # Rucio's date format, as recorded
+DATE_BYTES = DATE.encode()
 TOKEN = "root-root-hydrator-benchmark-token"
 SPLIT_EVERY = 50  # one complete holding in this many is spread over two RSEs of its site
 
-_ROW = (
-    '{"scope": "%s", "name": "%s", "rse_id": "%s", "rse": "%s", "bytes": %d, "length": %d, '
-    '"available_bytes": %d, "available_length": %d, "state": "%s", "created_at": "%s", '
-    '"updated_at": "%s", "accessed_at": null}\n'
+_ROW_HEAD = b'{"scope": "%s", "name": "obs_%07d", '  # then the RSE's part, then the tail
+_SCOPE_BYTES = [scope.encode() for scope in SCOPES]
+_ROW_TAIL = (
+    b'"bytes": %d, "length": %d, "available_bytes": %d, "available_length": %d, "state": "%s", '
+    b'"created_at": "%s", "updated_at": "%s", "accessed_at": null}\n'
 )
 _DEEP_ROW = (
     '{"scope": "%s", "name": "%s", "rse_id": "%s", "rse": "%s", "available_bytes": %d, '
@@ -80,11 +113,19 @@ _RULE = (
     '"eol_at": null, "bytes": null}\n'
 )
 FILE_BYTES = 1_000_000_000
+BLOCK_DATASETS = 256  # datasets per chunk of an RSE's summary answer (~13 rows at one RSE)
+RULE_KEYS = 256  # keys (dataset * sites + site) per chunk of a rules answer (~5 rules)
+RULES = {"R": -1, "S": -2}  # chunk owners of the two rules answers (RSEs are 0..199)
+DEFAULT_CACHE_BYTES = 768 * 2**20
+WRITE_BYTES = 256 * 1024  # the streamed body is written in pieces of about this size
+
+
+MAX_FILES = 10
 
 
 def files_of(dataset: int) -> int:
-    """Files in dataset ``dataset`` (2..10)."""
-    return 2 + dataset % 9
+    """Files in dataset ``dataset`` (2..``MAX_FILES``)."""
+    return 2 + dataset % (MAX_FILES - 1)
 
 
 def rse_id(rse: str) -> str:
@@ -92,17 +133,38 @@ def rse_id(rse: str) -> str:
 
 
 class Catalogue:
-    """The federation as Rucio rows, kept as the bytes of each answer."""
+    """The federation as Rucio rows, generated on request from a :class:`CompactHoldings`.
 
-    def __init__(self, fed: Federation) -> None:
+    The two bulk answers (the per-RSE summary rows and the rules in state R / S) are cut into
+    chunks by key range (:data:`BLOCK_DATASETS` datasets of one RSE; :data:`RULE_KEYS` keys of
+    rules) and each chunk is encoded when first asked for and kept while the cache has room
+    (``cache_bytes``; first come, first kept: a sequential sweep larger than the cache would
+    evict everything an LRU keeps). :meth:`churn` drops the chunks the churned keys touch, so
+    an unchanged chunk is served from memory and the answers stay byte-identical across
+    cycles while nothing changed. Rows come in key order (dataset, then site).
+    """
+
+    def __init__(self, fed: Federation, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if not isinstance(fed.holdings, CompactHoldings):
+            raise TypeError("the replay needs a Federation built on CompactHoldings")
         self.fed = fed
+        self.holdings: CompactHoldings = fed.holdings
+        self.holdings.take_touched()
         self.per_site = len(fed.rses) // fed.scale.sites
         self.rse_names = [rse for rse, _ in fed.rses]
+        self.rse_index = {rse: i for i, rse in enumerate(self.rse_names)}
         self.rse_site = dict(fed.rses)
         self.rse_ids = {rse: rse_id(rse) for rse in self.rse_names}
-        self.by_rse: dict[str, bytes] = {}
-        self.rules: dict[str, bytes] = {}
-        self.build()
+        self._rse_part = [
+            b'"rse_id": "%s", "rse": "%s", ' % (self.rse_ids[r].encode(), r.encode())
+            for r in self.rse_names
+        ]
+        self._tails: dict[tuple[int, int, str], bytes] = {}
+        self.cache: dict[tuple[int, int], bytes] = {}  # (RSE index or -1/-2 rules, block)
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
+        self.served_bytes = self.generated_bytes = 0
+        self.generate_s = 0.0  # building the federation (set by whoever built it)
 
     def placements(self, dataset: int, site: int, code: int) -> list[tuple[str, int, int, str]]:
         """(RSE, files, available files, row state) of one holding: one row, or two for a
@@ -124,54 +186,168 @@ class Catalogue:
             return [(rse, n, max(1, min(n - 1, n * percent // 100)), "UNAVAILABLE")]
         return [(rse, n, min(n - 1, n * percent // 100), "UNAVAILABLE")]
 
-    def build(self) -> None:
-        """Rebuild every answer from the holdings (after a churn)."""
-        rows: dict[str, list[str]] = defaultdict(list)
-        rules: dict[str, list[str]] = defaultdict(list)
+    # -- the bulk answers, chunk by chunk ----------------------------------------------------
+    def blocks(self) -> int:
+        return -(-len(self.holdings.states) // (self.fed.scale.sites * BLOCK_DATASETS))
+
+    def rule_blocks(self) -> int:
+        return -(-len(self.holdings.states) // RULE_KEYS)
+
+    def answer(self, which: int) -> Iterator[bytes]:
+        """The body of one bulk answer, chunk by chunk: RSE ``which``'s summary rows, or the
+        rules (``which`` = ``RULES[letter]``)."""
+        blocks = self.rule_blocks() if which < 0 else self.blocks()
+        return (self.chunk(which, block) for block in range(blocks))
+
+    def chunk(self, which: int, block: int) -> bytes:
+        """The encoded rows of chunk ``(which, block)``: RSE ``which``'s summary rows for the
+        datasets of ``block``, or (``which`` = ``RULES[letter]``) the rules of a key range."""
+        body = self.cache.get((which, block))
+        if body is None:
+            body = self._rule_chunk(which, block) if which < 0 else self._rse_chunk(which, block)
+            self.generated_bytes += len(body)
+            if self.cached_bytes + len(body) <= self.cache_bytes:
+                self.cache[(which, block)] = body
+                self.cached_bytes += len(body)
+        self.served_bytes += len(body)
+        return body
+
+    def _tail(self, n: int, ok: int, state: str) -> bytes:
+        tail = self._tails.get((n, ok, state))
+        if tail is None:
+            tail = self._tails[(n, ok, state)] = _ROW_TAIL % (
+                n * FILE_BYTES,
+                n,
+                ok * FILE_BYTES,
+                ok,
+                state.encode(),
+                DATE_BYTES,
+                DATE_BYTES,
+            )
+        return tail
+
+    def _rse_chunk(self, rse: int, block: int) -> bytes:
+        """Rows at RSE ``rse`` of the datasets in ``block``, in dataset order: its own
+        (``dataset % per_site`` selects the RSE of a site) and the second half of its
+        neighbour's split holdings. A complete unsplit holding (most rows) takes the short way."""
+        n_sites, per_site = self.fed.scale.sites, self.per_site
+        site, j = divmod(rse, per_site)
+        states = self.holdings.states
+        lo = block * BLOCK_DATASETS
+        hi = min((block + 1) * BLOCK_DATASETS, len(states) // n_sites)
+        first = lo + (j - lo) % per_site  # the first dataset of the block at this RSE
+        rows: list[tuple[int, bytes]] = []
+        head, part, scopes = _ROW_HEAD, self._rse_part[rse], _SCOPE_BYTES
+        complete = [self._tail(n, n, "AVAILABLE") for n in range(MAX_FILES + 1)]
+        sliced = states[first * n_sites + site : hi * n_sites : per_site * n_sites]
+        for i, st in enumerate(sliced):
+            if not st:
+                continue
+            dataset = first + i * per_site
+            if st == AVAILABLE + 1 and dataset % SPLIT_EVERY != 7:
+                scope = scopes[dataset % len(scopes)]
+                row = head % (scope, dataset) + part + complete[files_of(dataset)]
+                rows.append((dataset, row))
+            else:
+                rows += self._placed(dataset, site, rse)
+        start, step = self._split_start(lo, j), math.lcm(SPLIT_EVERY, per_site)
+        if start is not None:
+            for dataset in range(start, hi, step):
+                if states[dataset * n_sites + site]:
+                    rows += self._placed(dataset, site, rse)
+            rows.sort()
+        return b"".join(row for _, row in rows)
+
+    def _placed(self, dataset: int, site: int, rse: int) -> list[tuple[int, bytes]]:
+        """The rows that holding (``dataset``, ``site``) has at ``rse`` (the general way)."""
+        key = dataset * self.fed.scale.sites + site
+        code = encode(self.holdings.states[key] - 1, self.holdings.percents[key])
+        name = self.rse_names[rse]
+        return [
+            (dataset, self._row(dataset, rse, n, ok, state))
+            for at, n, ok, state in self.placements(dataset, site, code)
+            if at == name
+        ]
+
+    def _split_start(self, lo: int, j: int) -> int | None:
+        """The first dataset >= ``lo`` whose split holding puts a half at RSE ``j`` of a site
+        (``dataset % SPLIT_EVERY == 7`` and ``(dataset + 1) % per_site == j``)."""
+        if self.per_site < 2:
+            return None
+        for dataset in range(lo, lo + math.lcm(SPLIT_EVERY, self.per_site)):
+            if dataset % SPLIT_EVERY == 7 and (dataset + 1) % self.per_site == j:
+                return dataset
+        return None
+
+    def _row(self, dataset: int, rse: int, n: int, ok: int, state: str) -> bytes:
+        scope = _SCOPE_BYTES[dataset % len(SCOPES)]
+        return _ROW_HEAD % (scope, dataset) + self._rse_part[rse] + self._tail(n, ok, state)
+
+    def _rule_chunk(self, which: int, block: int) -> bytes:
+        """The rules in state ``RULE_LETTERS[which]`` of the keys in ``block``."""
+        kind = REPLICATING if which == RULES["R"] else STUCK
+        states, percents = self.holdings.states, self.holdings.percents
         n_sites = self.fed.scale.sites
-        for key, code in self.fed.holdings.items():
+        lo, hi = block * RULE_KEYS, min(len(states), (block + 1) * RULE_KEYS)
+        out = []
+        key = states.find(kind + 1, lo, hi)
+        while key >= 0:
             dataset, site = divmod(key, n_sites)
+            code = encode(kind, percents[key])
+            rse, n, ok, _ = self.placements(dataset, site, code)[0]
             scope, name = self.fed.dataset_text(dataset)
-            for rse, n, ok, state in self.placements(dataset, site, code):
-                rows[rse].append(
-                    _ROW
-                    % (
-                        scope,
-                        name,
-                        self.rse_ids[rse],
-                        rse,
-                        n * FILE_BYTES,
-                        n,
-                        ok * FILE_BYTES,
-                        ok,
-                        state,
-                        DATE,
-                        DATE,
-                    )
+            stuck = (n - ok) if kind == STUCK else 0
+            out.append(
+                _RULE
+                % (
+                    ok,
+                    "REPLICATING" if kind == REPLICATING else "STUCK",
+                    n - ok - stuck,
+                    stuck,
+                    rse,
+                    DATE,
+                    hashlib.md5(f"{key}".encode()).hexdigest(),
+                    DATE,
+                    scope,
+                    name,
                 )
-            kind = code & 3
-            if kind in (REPLICATING, STUCK):
-                rse, n, ok, _ = self.placements(dataset, site, code)[0]
-                code_letter = "R" if kind == REPLICATING else "S"
-                rule_id = hashlib.md5(f"{key}".encode()).hexdigest()
-                stuck = (n - ok) if kind == STUCK else 0
-                rules[code_letter].append(
-                    _RULE
-                    % (
-                        ok,
-                        "REPLICATING" if kind == REPLICATING else "STUCK",
-                        n - ok - stuck,
-                        stuck,
-                        rse,
-                        DATE,
-                        rule_id,
-                        DATE,
-                        scope,
-                        name,
-                    )
-                )
-        self.by_rse = {rse: "".join(rows.get(rse, ())).encode() for rse in self.rse_names}
-        self.rules = {k: "".join(rules.get(k, ())).encode() for k in ("R", "S")}
+            )
+            key = states.find(kind + 1, key + 1, hi)
+        return "".join(out).encode()
+
+    def churn(self) -> Churn:
+        """Churn the federation once and drop the chunks whose rows it changed."""
+        done = self.fed.churn()
+        n_sites, per_site = self.fed.scale.sites, self.per_site
+        for key, was in self.holdings.take_touched().items():
+            dataset, site = divmod(key, n_sites)
+            block = dataset // BLOCK_DATASETS
+            base = site * per_site
+            self._drop(base + dataset % per_site, block)
+            if dataset % SPLIT_EVERY == 7:
+                self._drop(base + (dataset + 1) % per_site, block)
+            now = self.holdings.state_at(key)
+            for kind, which in ((REPLICATING, RULES["R"]), (STUCK, RULES["S"])):
+                if kind + 1 in (was, now):
+                    self._drop(which, key // RULE_KEYS)
+        return done
+
+    def stats(self) -> dict[str, float]:
+        """This process's peak RSS (MiB) and CPU seconds so far, and the cache's use."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux: KiB
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "generate_s": self.generate_s,
+            "cache_mib": self.cached_bytes / 2**20,
+            "served_mib": self.served_bytes / 2**20,
+            "generated_mib": self.generated_bytes / 2**20,
+        }
+
+    def _drop(self, which: int, block: int) -> None:
+        body = self.cache.pop((which, block), None)
+        if body is not None:
+            self.cached_bytes -= len(body)
 
     # -- per-dataset answers ------------------------------------------------------------
     def holdings_of(self, scope: str, name: str) -> list[tuple[int, int, int]]:
@@ -262,10 +438,29 @@ class Catalogue:
 
 
 def make_app(catalogue: Catalogue) -> web.Application:
-    """The routes ``rucio-clients`` uses for the source's calls, plus ``/_bench/churn``."""
+    """The routes ``rucio-clients`` uses for the source's calls, plus ``/_bench/churn`` and
+    ``/_bench/stats``."""
 
     def stream(body: bytes) -> web.Response:
         return web.Response(body=body, content_type=STREAM)
+
+    async def streamed(request: web.Request, chunks: Iterable[bytes]) -> web.StreamResponse:
+        """Chunks written as they are made (chunked transfer encoding, as Rucio streams),
+        at most about :data:`WRITE_BYTES` held at once beyond the cache."""
+        response = web.StreamResponse(headers={"Content-Type": STREAM})
+        await response.prepare(request)
+        pending: list[bytes] = []
+        size = 0
+        for body in chunks:
+            pending.append(body)
+            size += len(body)
+            if size >= WRITE_BYTES:
+                await response.write(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            await response.write(b"".join(pending))
+        await response.write_eof()
+        return response
 
     async def auth(request: web.Request) -> web.Response:
         return web.Response(
@@ -284,11 +479,17 @@ def make_app(catalogue: Catalogue) -> web.Application:
         body = json.dumps({rse: True, "site": catalogue.rse_site[rse]}, separators=(",", ":"))
         return web.Response(text=body, content_type="application/json")
 
-    async def per_rse(request: web.Request) -> web.Response:
-        return stream(catalogue.by_rse.get(request.match_info["rse"], b""))
+    async def per_rse(request: web.Request) -> web.StreamResponse:
+        rse = catalogue.rse_index.get(request.match_info["rse"])
+        if rse is None:
+            return stream(b"")
+        return await streamed(request, catalogue.answer(rse))
 
-    async def rules(request: web.Request) -> web.Response:
-        return stream(catalogue.rules.get(request.query.get("state", ""), b""))
+    async def rules(request: web.Request) -> web.StreamResponse:
+        which = RULES.get(request.query.get("state", ""))
+        if which is None:
+            return stream(b"")
+        return await streamed(request, catalogue.answer(which))
 
     async def deep(request: web.Request) -> web.Response:
         return stream(catalogue.deep(request.match_info["scope"], request.match_info["name"]))
@@ -298,9 +499,10 @@ def make_app(catalogue: Catalogue) -> web.Application:
         return stream(b"".join(catalogue.files(d["scope"], d["name"]) for d in body["dids"]))
 
     async def churn(request: web.Request) -> web.Response:
-        done = catalogue.fed.churn()
-        catalogue.build()
-        return web.json_response(vars(done))
+        return web.json_response(vars(catalogue.churn()))
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response(catalogue.stats())
 
     app = web.Application(client_max_size=16 * 2**20)
     app.router.add_get("/auth/userpass", auth)
@@ -311,6 +513,7 @@ def make_app(catalogue: Catalogue) -> web.Application:
     app.router.add_get("/replicas/{scope}/{name}/datasets", deep)
     app.router.add_post("/replicas/list", listed)
     app.router.add_post("/_bench/churn", churn)
+    app.router.add_get("/_bench/stats", stats)
     return app
 
 
@@ -326,13 +529,51 @@ async def serve(catalogue: Catalogue, port: int) -> None:
     await runner.cleanup()
 
 
+def sweep(catalogue: Catalogue, cycles: int) -> None:
+    """Make every bulk answer once per cycle, churning between cycles, as a benchmark's fetch
+    would ask for them (no HTTP): prints JSON lines of seconds and memory per cycle."""
+    owners = [*range(len(catalogue.rse_names)), *RULES.values()]
+    for cycle in range(cycles):
+        churn_s = 0.0
+        if cycle:
+            t0 = time.perf_counter()
+            catalogue.churn()
+            churn_s = time.perf_counter() - t0
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        served = sum(len(body) for which in owners for body in catalogue.answer(which))
+        answers_s, answers_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+        line = {
+            "cycle": cycle,
+            "churn_s": churn_s,
+            "answers_s": answers_s,
+            "answers_cpu_s": answers_cpu_s,
+            "body_mib": served / 2**20,
+        }
+        print(json.dumps(line | catalogue.stats()), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", type=int, required=True)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--cache-mib", type=int, default=DEFAULT_CACHE_BYTES // 2**20,
+        help="memory for encoded answer chunks kept across requests",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sweep", type=int, metavar="CYCLES",
+        help="no server: make every bulk answer CYCLES times (churning between) and print costs",
+    )  # fmt: skip
     args = parser.parse_args()
-    catalogue = Catalogue(Federation(Scale(args.replicas), args.seed))
+    t0 = time.perf_counter()
+    fed = Federation(Scale(args.replicas), args.seed, CompactHoldings(Scale(args.replicas).sites))
+    catalogue = Catalogue(fed, args.cache_mib * 2**20)
+    catalogue.generate_s = time.perf_counter() - t0
+    if args.sweep:
+        print(json.dumps({"generate_s": catalogue.generate_s} | catalogue.stats()), flush=True)
+        sweep(catalogue, args.sweep)
+        return
     asyncio.run(serve(catalogue, args.port))
 
 

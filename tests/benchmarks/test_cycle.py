@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from benchmarks.cycle import ReplayServer
-from benchmarks.replay import DATE
+from benchmarks.generate import CompactHoldings, Federation, Scale
+from benchmarks.replay import DATE, RULES, Catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "benchmarks" / "rucio_wire.json").read_text())
@@ -27,7 +28,7 @@ RECORDED = json.loads((ROOT / "benchmarks" / "rucio_wire.json").read_text())
 
 @pytest.fixture(scope="module")
 def replay() -> Iterator[ReplayServer]:
-    server = ReplayServer(replicas=2000, seed=7)
+    server = ReplayServer(replicas=2000, seed=7, cache_mib=0)
     try:
         yield server
     finally:
@@ -106,19 +107,25 @@ def test_replay_answers_have_the_recorded_wire_format(replay: ReplayServer) -> N
     assert DATE.endswith(" UTC") and first["created_at"] == DATE
 
 
-def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> None:
+def _benchmark(tmp_path: Path, *options: str) -> dict[str, Any]:
+    """The JSON of ``benchmarks/cycle.py`` at 1000 replicas, one cycle each, 100 slots."""
     out = tmp_path / "cycle.json"
     subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.cycle", "--replicas", "1000", "--cycles", "1"),
-            *("--slots", "100", "--json", str(out), "--profile", str(tmp_path / "prof")),
+            *("--slots", "100", "--json", str(out), *options),
         ],
         check=True,
         cwd=ROOT,
         capture_output=True,
         timeout=300,
     )
-    result = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--profile", str(tmp_path / "prof"))
     for key in ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s"):
         assert result[key] > 0
     assert result["peak_rss_mib"] > 0
@@ -127,3 +134,85 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     # the source saw the generated federation through rucio-clients: most holdings arrive
     assert 800 <= result["replicas_held"] <= 1100
     assert (tmp_path / "prof" / "churn-fetch_parse.txt").exists()
+    assert result["failed"] == {} and result["replay_peak_rss_mib"] > 0
+    assert result["machine"]["cores"] >= 1 and result["machine"]["ram_gib"] > 0
+
+
+def _catalogue(scale: Scale, seed: int, cache_bytes: int) -> Catalogue:
+    return Catalogue(Federation(scale, seed, CompactHoldings(50)), cache_bytes)
+
+
+def _expected(catalogue: Catalogue, fed: Federation) -> tuple[set[tuple[Any, ...]], set[str]]:
+    """The summary rows (RSE, scope, name, files, available, state) and the rule names the
+    holdings of ``fed`` (a plain-``dict`` federation) imply, by :meth:`Catalogue.placements`."""
+    rows, rules = set(), set()
+    for key, code in fed.holdings.items():
+        dataset, site = fed.split(key)
+        scope, name = fed.dataset_text(dataset)
+        placed = catalogue.placements(dataset, site, code)
+        rows |= {(rse, scope, name, n, ok, state) for rse, n, ok, state in placed}
+        if code & 3 >= 2:  # REPLICATING or STUCK: a rule at the first RSE
+            rules.add(f"{'RS'[(code & 3) - 2]} {scope}:{name}@{placed[0][0]}")
+    return rows, rules
+
+
+def _served(catalogue: Catalogue) -> tuple[list[tuple[Any, ...]], list[str]]:
+    rows, rules = [], []
+    for i, rse in enumerate(catalogue.rse_names):
+        for line in b"".join(catalogue.answer(i)).splitlines():
+            row = json.loads(line)
+            assert row["rse"] == rse and row["created_at"] == DATE
+            fields = ("rse", "scope", "name", "length", "available_length", "state")
+            rows.append(tuple(row[k] for k in fields))
+    for letter, which in RULES.items():
+        for line in b"".join(catalogue.answer(which)).splitlines():
+            rule = json.loads(line)
+            assert rule["state"][0] == letter
+            rules.append(f"{letter} {rule['scope']}:{rule['name']}@{rule['rse_expression']}")
+    return rows, rules
+
+
+def test_answers_made_on_the_fly_hold_the_federation_through_churn() -> None:
+    """The compact federation equals the dict one for a seed, the answers generated from it
+    chunk by chunk hold exactly its holdings (no row twice), and a cache too small for
+    everything serves the same bytes as none while churn drops what it touched."""
+    scale = Scale(3000, churn_fraction=0.1)  # churn enough to touch split holdings and rules
+    reference = Federation(scale, 11)
+    # all cached, cached as room allows (the summary rows come first), never cached
+    cached, some, uncached = (_catalogue(scale, 11, size) for size in (2**30, 600_000, 0))
+    for cycle in range(4):
+        if cycle:
+            churns = {json.dumps(vars(c.churn())) for c in (cached, some, uncached)}
+            assert churns == {json.dumps(vars(reference.churn()))}
+        assert list(cached.fed.holdings.items()) == list(reference.holdings.items())
+        rows, rules = _served(cached)
+        assert len(rows) == len(set(rows)) and len(rules) == len(set(rules))
+        assert (set(rows), set(rules)) == _expected(cached, reference)
+        for which in [*range(len(cached.rse_names)), *RULES.values()]:
+            body = b"".join(uncached.answer(which))
+            assert b"".join(cached.answer(which)) == body == b"".join(some.answer(which))
+        assert 0 < some.cached_bytes <= 600_000 and uncached.cached_bytes == 0
+
+
+def test_the_replay_streams_the_generated_answers_and_churns_them(replay: ReplayServer) -> None:
+    """Over HTTP the bulk answers are the generated bytes, before and after a churn."""
+    local = _catalogue(Scale(2000), 7, 0)
+    rse = "SRCNET_S00_DISK1"
+    for _ in range(2):
+        _, body = _get(f"{replay.url}/replicas/rse/{rse}")
+        assert body.encode() == b"".join(local.answer(local.rse_index[rse]))
+        _, body = _get(f"{replay.url}/rules/?state=R")
+        assert body.encode() == b"".join(local.answer(RULES["R"]))
+        _get(f"{replay.url}/_bench/churn", b"{}")
+        local.churn()
+    stats = replay.stats()
+    assert stats["peak_rss_mib"] > 0 and stats["cache_mib"] == 0
+
+
+def test_a_step_stopped_for_memory_is_recorded_not_a_crash(tmp_path: Path) -> None:
+    """The watchdog stops a step when the machine runs short of memory (here: always); the
+    run still writes its JSON, naming the step and why, with no figures for it."""
+    result = _benchmark(tmp_path, "--min-available-mib", str(10**9))
+    assert "watchdog" in result["failed"]["daemon"] and "not run" in result["failed"]["restart"]
+    assert result["whole_cycle_s"] is None and result["peak_rss_mib"] is None
+    assert result["replay_peak_rss_mib"] > 0
