@@ -1144,19 +1144,11 @@ def _apply_rows(
     site: Site,
     dirty: _Dirty,
 ) -> None:
-    """One RSE's rows with ``added`` put in (replacing a dataset's row) and ``gone`` taken
-    out where still current; each dataset touched is dirty at ``site``, and one that gained
-    its first or lost its last row anywhere has its rules applied again."""
-    for value in added:
-        if isinstance(value, _Mark):
-            continue
-        dataset = _dataset_of(value)
-        if dataset not in rows:
-            dataset.rows += 1
-            if dataset.rows == 1:
-                dirty.datasets.add(dataset)
-        rows[dataset] = value
-        dirty.add(site, dataset)
+    """One RSE's rows with ``gone`` taken out where still current, then ``added`` put in
+    (a row that says complete is its dataset object, so a changed line goes before its
+    successor comes). Each dataset touched is dirty at ``site``; one that gained its first
+    or lost its last row anywhere has its rules applied again."""
+    emptied: set[_Dataset] = set()
     for value in gone:
         if isinstance(value, _Mark):
             continue
@@ -1165,8 +1157,20 @@ def _apply_rows(
             del rows[dataset]
             dataset.rows -= 1
             if dataset.rows == 0:
-                dirty.datasets.add(dataset)
+                emptied.add(dataset)
             dirty.add(site, dataset)
+    for value in added:
+        if isinstance(value, _Mark):
+            continue
+        dataset = _dataset_of(value)
+        if dataset not in rows:
+            dataset.rows += 1
+            if dataset.rows == 1 and dataset not in emptied:
+                dirty.datasets.add(dataset)
+            emptied.discard(dataset)
+        rows[dataset] = value
+        dirty.add(site, dataset)
+    dirty.datasets |= emptied
 
 
 def _remap(book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
