@@ -123,7 +123,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, partial
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 from urllib.parse import quote
@@ -372,6 +372,7 @@ class _Book:
     checked: set[_Dataset] = field(default_factory=set)
     answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
     replicas: frozenset[Replica] = frozenset()
+    order: list[_Dataset] | None = None  # ``pending`` by :func:`_order_key`, while it stands
 
 
 @dataclass
@@ -391,16 +392,17 @@ class _Dirty:
         found.add(dataset)
 
 
-def _chunks(lines: Iterable[bytes], size: int = 10_000) -> Iterator[list[bytes]]:
-    """``lines`` in lists of ``size`` (bounded memory for a bulk parse)."""
-    chunk: list[bytes] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+def _line_blocks(response: requests.Response, size: int = _READ_BYTES) -> Iterator[list[bytes]]:
+    """The non-empty lines of a streamed answer, a block of about ``size`` bytes at a time
+    (split in C, not a generator step per line)."""
+    rest = b""
+    for block in response.iter_content(chunk_size=size):
+        data = rest + block
+        lines = data.splitlines()
+        rest = b"" if data.endswith((b"\n", b"\r")) or not lines else lines.pop()
+        yield list(filter(None, lines))
+    if rest:
+        yield [rest]
 
 
 @cache
@@ -688,30 +690,27 @@ class RucioSource:
         self, client: Any, code: str, old: _Lines[_Rule | _Mark] | None
     ) -> tuple[_Lines[_Rule | _Mark], list[_Rule | _Mark], list[_Rule | _Mark]]:
         """The rules in state ``code`` as lines, with what the new lines give and what the
-        lines gone gave; read as the answer streams in (a million rules are about a gigabyte
-        of JSON), parsing only lines not in ``old``."""
+        lines gone gave; read a block at a time as the answer streams in (a million rules are
+        about a gigabyte of JSON), parsing only lines not in ``old``."""
         response = self._get(client, f"{_RULES}/", {"state": code}, stream=True)
         index = dict(zip(old.hashes, old.values, strict=True)) if old is not None else {}
         lines: _Lines[_Rule | _Mark] = _Lines()
         seen: set[int] = set()
         added: list[_Rule | _Mark] = []
-        for chunk in _chunks(response.iter_lines(chunk_size=_READ_BYTES)):
-            fresh: list[tuple[int, bytes]] = []
-            for line in chunk:
-                digest = hash(line)
-                if digest in seen:
-                    continue  # identical lines count once
-                seen.add(digest)
-                lines.hashes.append(digest)
-                value = index.get(digest)
-                if value is None:
-                    fresh.append((len(lines.values), line))
-                    value = _Mark.SKIPPED  # until parsed below
-                lines.values.append(value)
-            parsed = self._parse_lines(_RuleRow, [line for _, line in fresh])
-            for (i, _), row in zip(fresh, parsed, strict=True):
-                lines.values[i] = _rule_value(row, code)
-                added.append(lines.values[i])
+        for block in _line_blocks(response):
+            distinct = dict(zip(map(hash, block), block, strict=True))  # identical lines once
+            if not seen.isdisjoint(distinct):
+                distinct = {h: line for h, line in distinct.items() if h not in seen}
+            seen.update(distinct)
+            hashes = list(distinct)
+            values: list[_Rule | _Mark | _New] = list(map(index.get, hashes, repeat(_New.LINE)))
+            fresh = _new_positions(values)
+            parsed = self._parse_lines(_RuleRow, [distinct[hashes[i]] for i in fresh])
+            for i, row in zip(fresh, parsed, strict=True):
+                values[i] = _rule_value(row, code)
+                added.append(values[i])  # type: ignore[arg-type]  # parsed: no _New
+            lines.hashes.extend(hashes)
+            lines.values += cast(list[_Rule | _Mark], values)
         gone = [index[h] for h in index.keys() - seen]
         return lines, added, gone
 
@@ -766,6 +765,8 @@ class RucioSource:
         site_rses = cycle.site_rses()
         out: list[_Outcome] = []
         waiting: dict[_Dataset, set[Site]] = {}
+        if dirty.pairs:
+            book.order = None
         for site, datasets in dirty.pairs.items():
             rses = site_rses.get(site, ())
             for dataset in datasets:
@@ -797,11 +798,10 @@ class RucioSource:
         rule's locks vouch for, up to ``deep_check_limit``. The others use the lagging summary
         (or the locks, where they prove more), recomputed only for the ``waiting`` pairs and
         those checked last time (the rest kept their inputs, so their replicas stand)."""
-        ordered = _deep_order(book, context.wanted)
         limit = self.config.deep_check_limit
-        chosen = ordered[:limit]
+        chosen = _deep_order(book, context.wanted, limit)
         checked = set(chosen)
-        self.deep_checks_skipped_last_fetch = max(0, len(ordered) - limit)
+        self.deep_checks_skipped_last_fetch = max(0, len(book.pending) - limit)
         if self.deep_checks_skipped_last_fetch:
             log.warning(
                 "rucio: %d datasets over deep_check_limit=%d used the lagging summary",
@@ -1333,19 +1333,30 @@ def _settled(
     return _Wait.PENDING
 
 
-def _deep_order(book: _Book, wanted: Mapping[DatasetId, int]) -> list[_Dataset]:
-    """The pending datasets, most wanted first, then those no rule's locks vouch for at a
-    pending site, then by scope and name."""
+def _deep_order(book: _Book, wanted: Mapping[DatasetId, int], limit: int) -> list[_Dataset]:
+    """The first ``limit`` pending datasets: most wanted first, then those no rule's locks
+    vouch for at a pending site, then by scope and name. The order without demand is kept
+    in the book until a pair is settled again (only that can change ``pending`` or a pending
+    pair's rules), so a fetch in which nothing changed sorts only the wanted datasets."""
+    if book.order is None:
+        book.order = sorted(book.pending, key=partial(_order_key, book))
+    demand: dict[_Dataset, int] = {}
+    for did, count in wanted.items():
+        found = book.datasets.get((did.scope, did.name))
+        if count > 0 and found is not None and found in book.pending:
+            demand[found] = count
+    head = sorted(demand, key=lambda d: (-demand[d], *_order_key(book, d)))
+    rest = (d for d in book.order if d not in demand)
+    return head[:limit] + list(islice(rest, max(0, limit - len(head))))
 
-    def order(dataset: _Dataset) -> tuple[int, bool, str, str]:
-        covered = book.moving.get(dataset)
-        vouched = covered is not None and any(
-            (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
-        )
-        demand = wanted.get(dataset.id, 0) if wanted else 0
-        return (-demand, vouched, dataset.id.scope, dataset.id.name)
 
-    return sorted(book.pending, key=order)
+def _order_key(book: _Book, dataset: _Dataset) -> tuple[bool, str, str]:
+    """Unvouched first (no rule's OK locks show files at a pending site), then scope, name."""
+    covered = book.moving.get(dataset)
+    vouched = covered is not None and any(
+        (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
+    )
+    return (vouched, dataset.id.scope, dataset.id.name)
 
 
 def _replica(

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from hydrator.adapters.sources import FetchContext
-from hydrator.adapters.sources.rucio import RucioSource
+from hydrator.adapters.sources.rucio import RucioSource, _line_blocks
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import TransientSourceError
@@ -284,3 +284,12 @@ def test_a_fetch_failing_half_way_leaves_the_next_one_exact() -> None:
     world.fail = set()
     ctx = FetchContext(now=datetime.now(UTC))
     assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 1 << 20])
+def test_a_streamed_listing_splits_into_the_same_lines_whatever_the_block_size(size: int) -> None:
+    body = b'{"a": 1}\n\n{"b": 22}\r\n{"c": 333}\n  \n{"d": 4444}'
+    response = requests.Response()
+    response.raw = io.BytesIO(body)
+    got = [line for block in _line_blocks(response, size) for line in block]
+    assert got == [line for line in body.splitlines() if line]
