@@ -257,10 +257,11 @@ class _Dataset:
     """One dataset known to the source: one object per dataset while it has summary rows, so
     the source's tables key on it by identity (a C-level hash, unlike :class:`DatasetId`'s)."""
 
-    __slots__ = ("id", "rows")
+    __slots__ = ("id", "key", "rows")
 
-    def __init__(self, dataset: DatasetId) -> None:
+    def __init__(self, dataset: DatasetId, key: tuple[str, str]) -> None:
         self.id = dataset
+        self.key = key  # (scope, name), shared by the tables keyed by text
         self.rows = 0  # summary rows at mapped RSEs (the dataset is "listed" while > 0)
 
 
@@ -368,7 +369,7 @@ class _Book:
     rules_of: dict[tuple[str, str], list[_Rule]] = field(default_factory=dict)
     resolved: dict[str, frozenset[str]] = field(default_factory=dict)
     moving: dict[_Dataset, dict[Site, _SiteTransfer]] = field(default_factory=dict)
-    pending: dict[_Dataset, set[Site]] = field(default_factory=dict)
+    pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[_Dataset] = field(default_factory=set)
     answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
     replicas: frozenset[Replica] = frozenset()
@@ -659,7 +660,7 @@ class RucioSource:
                 self._logged_names.add(text)
                 log.warning("rucio: skipping a dataset with an invalid name: %s", exc)
             return _Mark.INVALID
-        found = book.datasets[key] = _Dataset(dataset)
+        found = book.datasets[key] = _Dataset(dataset, key)
         dirty.datasets.add(found)  # forgotten again at the end if no row keeps it
         return found
 
@@ -670,7 +671,8 @@ class RucioSource:
         for code in ("R", "S"):
             old = book.rule_lines.get(code)
             lines, added, gone = self._call(
-                "list_replication_rules", partial(self._rule_lines, client, code, old)
+                "list_replication_rules",
+                partial(self._rule_lines, client, code, old, book.datasets),
             )
             book.rule_lines[code] = lines
             cycle.invalid += lines.invalid
@@ -687,7 +689,11 @@ class RucioSource:
                     dirty.rule_keys.add(rule.key)
 
     def _rule_lines(
-        self, client: Any, code: str, old: _Lines[_Rule | _Mark] | None
+        self,
+        client: Any,
+        code: str,
+        old: _Lines[_Rule | _Mark] | None,
+        known: Mapping[tuple[str, str], _Dataset],
     ) -> tuple[_Lines[_Rule | _Mark], list[_Rule | _Mark], list[_Rule | _Mark]]:
         """The rules in state ``code`` as lines, with what the new lines give and what the
         lines gone gave; read a block at a time as the answer streams in (a million rules are
@@ -707,7 +713,7 @@ class RucioSource:
             fresh = _new_positions(values)
             parsed = self._parse_lines(_RuleRow, [distinct[hashes[i]] for i in fresh])
             for i, row in zip(fresh, parsed, strict=True):
-                values[i] = _rule_value(row, code)
+                values[i] = _rule_value(row, code, known)
                 added.append(values[i])  # type: ignore[arg-type]  # parsed: no _New
             lines.hashes.extend(hashes)
             lines.values += cast(list[_Rule | _Mark], values)
@@ -740,8 +746,7 @@ class RucioSource:
             }
         datasets = dirty.datasets | {found for k in keys if (found := book.datasets.get(k))}
         for dataset in datasets:
-            key = (dataset.id.scope, dataset.id.name)
-            rules = book.rules_of.get(key, []) if dataset.rows > 0 else []
+            rules = book.rules_of.get(dataset.key, []) if dataset.rows > 0 else []
             _move(book, dataset, _coverage(rules, resolved, cycle.sites), dirty)
 
     def _resolve(self, client: Any, expression: str, cycle: _Cycle) -> frozenset[str]:
@@ -772,16 +777,17 @@ class RucioSource:
             for dataset in datasets:
                 moving = _moving(book, dataset, site)
                 found = _settled(dataset, site, _rows_at(book, rses, dataset), moving)
-                pending = book.pending.get(dataset)
+                pending = book.pending.get(dataset, ())
                 if found is _Wait.PENDING:
-                    if pending is None:
-                        pending = book.pending[dataset] = set()
-                    pending.add(site)
+                    if site not in pending:
+                        book.pending[dataset] = (*pending, site)  # a tuple: most have one
                     waiting.setdefault(dataset, set()).add(site)
                     continue
-                if pending is not None and site in pending:
-                    pending.discard(site)
-                    if not pending:
+                if site in pending:
+                    rest = tuple(s for s in pending if s != site)
+                    if rest:
+                        book.pending[dataset] = rest
+                    else:
                         del book.pending[dataset]
                 out.append((site, dataset, found))
         return out + self._deep_checks(client, book, cycle, waiting, context)
@@ -1227,7 +1233,9 @@ def _remap(book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
 # -- rules ---------------------------------------------------------------------------------
 
 
-def _rule_value(row: _RuleRow | _Mark, code: str) -> _Rule | _Mark:
+def _rule_value(
+    row: _RuleRow | _Mark, code: str, known: Mapping[tuple[str, str], _Dataset]
+) -> _Rule | _Mark:
     """What a rule line gives: an active or stuck dataset rule, or a mark (malformed:
     counted; a container rule, whose datasets get a deep check, or a finished one: skipped).
     The transfer follows the lock counts, which the rule engine keeps current, before the
@@ -1241,7 +1249,10 @@ def _rule_value(row: _RuleRow | _Mark, code: str) -> _Rule | _Mark:
         return _Mark.SKIPPED
     total = row.locks_ok_cnt + row.locks_replicating_cnt + row.locks_stuck_cnt
     progress = min(1.0, max(0.0, row.locks_ok_cnt / total)) if total > 0 else 0.0
-    return _Rule((row.scope, row.name), sys.intern(row.rse_expression), transfer, progress)
+    key = (row.scope, row.name)
+    found = known.get(key)
+    key = key if found is None else found.key  # the dataset's own strings: less memory
+    return _Rule(key, sys.intern(row.rse_expression), transfer, progress)
 
 
 def _transfer(rule: _RuleRow, code: str) -> Transfer:
@@ -1410,10 +1421,8 @@ def _record(book: _Book, outcomes: Iterable[_Outcome]) -> None:
 def _forget_unlisted(book: _Book, dirty: _Dirty) -> None:
     """Drop the datasets left without a summary row (nothing else refers to them now)."""
     for dataset in dirty.datasets:
-        if dataset.rows == 0:
-            key = (dataset.id.scope, dataset.id.name)
-            if book.datasets.get(key) is dataset:
-                del book.datasets[key]
+        if dataset.rows == 0 and book.datasets.get(dataset.key) is dataset:
+            del book.datasets[dataset.key]
 
 
 def _read_secret(path: Path | None, key: str) -> str:
