@@ -266,18 +266,22 @@ class _Dataset:
 
 
 class _Partial(NamedTuple):
-    """A summary row that does not say complete, with its counts. A row that says complete
-    is kept as its :class:`_Dataset` alone: its counts are never needed (8 bytes a row)."""
+    """A summary row that does not say complete: its files, files present, and share of
+    bytes present. A row that says complete is kept as its :class:`_Dataset` alone: its
+    counts are never needed (8 bytes a row)."""
 
     dataset: _Dataset
     length: int
     available: int
-    bytes: int
-    available_bytes: int
+    bytes_share: float  # available_bytes / bytes; without bytes, the files share
+
+    @classmethod
+    def of(cls, dataset: _Dataset, counts: _Counts) -> _Partial:
+        return cls(dataset, counts.length, counts.available, counts.bytes_share)
 
     @property
-    def counts(self) -> _Counts:
-        return _Counts(self.length, self.available, self.bytes, self.available_bytes)
+    def files_share(self) -> float:
+        return self.available / self.length if self.length > 0 else 0.0
 
 
 _RowValue = _Dataset | _Partial  # one dataset's summary row at one RSE
@@ -638,9 +642,8 @@ class RucioSource:
             if row.state == "AVAILABLE" and available >= length > 0:
                 out.append(dataset)
             else:
-                out.append(
-                    _Partial(dataset, length, available, row.bytes or 0, row.available_bytes or 0)
-                )
+                counts = _Counts(length, available, row.bytes or 0, row.available_bytes or 0)
+                out.append(_Partial.of(dataset, counts))
         return out
 
     def _known(self, scope: str, name: str, book: _Book, dirty: _Dirty) -> _Dataset | _Mark:
@@ -1386,9 +1389,9 @@ def _fallback(
 ) -> Replica | None:
     """Without a deep check: the best summary row of the site's RSEs (a lower bound that lags),
     or the share of files the rules' OK locks prove present, whichever shows more."""
-    counts = [v.counts for _, v in rows if isinstance(v, _Partial)]
-    best = max(counts, key=lambda c: c.available, default=_NOTHING)
-    files, bytes_ = best.files_share, best.bytes_share
+    partial = [v for _, v in rows if isinstance(v, _Partial)]
+    best = max(partial, key=lambda p: p.available, default=None)
+    files, bytes_ = (0.0, 0.0) if best is None else (best.files_share, best.bytes_share)
     if moving is not None and moving.floor > files:
         files = bytes_ = moving.floor  # locks count files, not bytes: the file share stands in
     return _replica(dataset, site, files, bytes_, moving)
