@@ -766,16 +766,18 @@ class RucioSource:
 
     def _settle(
         self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty, context: FetchContext
-    ) -> list[_Outcome]:
+    ) -> Iterator[_Outcome]:
         """The new replica of each dirty pair the summary or one rule's locks settle
         (:func:`_settled`); the others join ``book.pending`` and are answered by
-        :meth:`_deep_checks`, with the pending pairs whose deep check starts or stops."""
+        :meth:`_deep_checks`, with the pending pairs whose deep check starts or stops.
+        Yielded as settled, and the dirty pairs let go site by site (a first fetch settles
+        every pair: no list of a million outcomes)."""
         site_rses = cycle.site_rses()
-        out: list[_Outcome] = []
         waiting: dict[_Dataset, set[Site]] = {}
         if dirty.pairs:
             book.order = None
-        for site, datasets in dirty.pairs.items():
+        while dirty.pairs:
+            site, datasets = dirty.pairs.popitem()
             rses = site_rses.get(site, ())
             for dataset in datasets:
                 moving = _moving(book, dataset, site)
@@ -792,8 +794,8 @@ class RucioSource:
                         book.pending[dataset] = rest
                     else:
                         del book.pending[dataset]
-                out.append((site, dataset, found))
-        return out + self._deep_checks(client, book, cycle, waiting, context)
+                yield (site, dataset, found)
+        yield from self._deep_checks(client, book, cycle, waiting, context)
 
     def _deep_checks(
         self,
