@@ -17,11 +17,40 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    when the dataset has summary rows at two or more RSEs of one site.
 
 The two bulk listings (steps 3 and 4) are sent as rucio-clients sends them (its URL, session,
-token and headers) but their bodies are read here: validated a chunk of lines at a time with
-one pydantic call (record by record only when a chunk holds a malformed one), instead of
-rucio-clients' ``json.loads`` per line with a date-parsing hook, which was most of a fetch at a
-million rows. An RSE whose summary answer is byte-identical to the last fetch's (SHA-256)
-reuses the rows parsed then, and each dataset id is one object per dataset across fetches.
+token and headers) but their bodies are read here, with one pydantic call per batch of lines
+(record by record only when a batch holds a malformed one), instead of rucio-clients'
+``json.loads`` per line with a date-parsing hook, which was most of a fetch at a million rows.
+
+Incremental design (issue 15): a fetch costs what changed, not what exists. The source keeps a
+:class:`_Book` between fetches and reads each answer against it:
+
+* **Lines, not answers.** Each listing is kept as the hash of each distinct line and what it
+  gave (:class:`_Lines`: 16 bytes a line). An RSE answer byte-identical to the last (SHA-256)
+  costs its transfer and a hash; otherwise only its new lines are parsed (:func:`_diff`), and
+  its rows are updated by the lines added and gone (:func:`_apply_rows`). The rules listings
+  are diffed the same way as they stream in. A malformed line is kept as a mark, counted every
+  fetch, never used. An RSE answer naming a dataset twice keeps the first row (the others are
+  counted invalid) and is read whole at its next change.
+* **Rows are small.** Per RSE, dataset -> row; a row that says complete is just the
+  :class:`_Dataset` (one object per dataset, hashed by identity), others a :class:`_Partial`
+  tuple of counts. No pydantic model outlives its batch.
+* **Dirty pairs only.** A (site, dataset) is settled again (:meth:`RucioSource._settle`) only
+  when one of its inputs changed: a row at one of the site's RSEs, the rules' transfer towards
+  the site (:func:`_coverage` per dataset whose rules changed or that gained or lost all its
+  rows; all of them when the RSE -> site map or an expression's RSEs changed), the RSE -> site
+  map, or a deep check (done this fetch or last). Pairs left to the fallback beyond
+  ``deep_check_limit`` keep their replica while their inputs stand.
+* **Identity.** A pair whose new replica equals the last keeps the last object; the answer is
+  one frozenset updated by delta (:func:`_record`) and handed over with
+  ``Snapshot.of(..., unique=True)``, so an unchanged fetch returns the very same frozenset and
+  the core compares by identity.
+* **All or nothing.** A fetch that fails half way replaces the book by an empty one: the next
+  fetch reads everything, as the first does, and nothing partial is ever returned.
+
+Line identity is Python's 64-bit ``hash`` of the line's bytes (random per process): two
+different lines of one listing colliding (odds about 3 in 10^10 per million new lines read
+against listings of 5,000 lines) would
+make the source miss one change until that line changes again.
 
 So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
 bounded deep checks), not with the number of datasets; :attr:`RucioSource.calls_last_fetch`
@@ -78,21 +107,25 @@ one sent, also when ``BEARER_TOKEN`` is set in the environment.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, partial
+from itertools import islice, repeat
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 from urllib.parse import quote
 
 import requests
@@ -202,7 +235,7 @@ class _FileRow(_Payload):
 P = TypeVar("P", bound=_Payload)
 
 
-@dataclass(frozen=True, slots=True)  # a million of them live between fetches
+@dataclass(frozen=True, slots=True)
 class _Counts:
     """Files and bytes of a dataset, and how many of them are present (at an RSE or site)."""
 
@@ -220,23 +253,82 @@ class _Counts:
         return self.available_bytes / self.bytes if self.bytes > 0 else self.files_share
 
 
-@dataclass(frozen=True, slots=True)  # a million of them live between fetches
-class _Row:
-    dataset: DatasetId
-    rse: str
-    available_summary: bool  # the summary row says complete
-    counts: _Counts
+class _Dataset:
+    """One dataset known to the source: one object per dataset while it has summary rows, so
+    the source's tables key on it by identity (a C-level hash, unlike :class:`DatasetId`'s)."""
+
+    __slots__ = ("id", "key", "rows")
+
+    def __init__(self, dataset: DatasetId, key: tuple[str, str]) -> None:
+        self.id = dataset
+        self.key = key  # (scope, name), shared by the tables keyed by text
+        self.rows = 0  # summary rows at mapped RSEs (the dataset is "listed" while > 0)
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    dataset: DatasetId
+class _Partial(NamedTuple):
+    """A summary row that does not say complete: its files, files present, and share of
+    bytes present. A row that says complete is kept as its :class:`_Dataset` alone: its
+    counts are never needed (8 bytes a row)."""
+
+    dataset: _Dataset
+    length: int
+    available: int
+    bytes_share: float  # available_bytes / bytes; without bytes, the files share
+
+    @classmethod
+    def of(cls, dataset: _Dataset, counts: _Counts) -> _Partial:
+        return cls(dataset, counts.length, counts.available, counts.bytes_share)
+
+    @property
+    def files_share(self) -> float:
+        return self.available / self.length if self.length > 0 else 0.0
+
+
+_RowValue = _Dataset | _Partial  # one dataset's summary row at one RSE
+
+
+class _Rule(NamedTuple):
+    """An active or stuck dataset rule, as this source uses it."""
+
+    key: tuple[str, str]  # (scope, name) of its dataset
     expression: str
     transfer: Transfer  # REPLICATING or STUCK
     progress: float  # OK locks / all locks
 
 
-@dataclass(frozen=True)
+class _Mark(enum.Enum):
+    """What a line of a listing gave besides a value (kept, so the line is not read again)."""
+
+    INVALID = "invalid"  # malformed or an invalid name: counted every fetch, never used
+    SKIPPED = "skipped"  # out of the configured scopes, a container rule, a finished rule
+
+
+class _New(enum.Enum):
+    LINE = "new"  # placeholder for a line not in the last answer, until it is parsed
+
+
+V = TypeVar("V")
+
+
+@dataclass
+class _Lines(Generic[V]):
+    """A listing's last answer as this source keeps it: per distinct line (identical lines
+    count once) its hash and what it gave, in answer order. The next answer is compared line
+    by line (Python's 64-bit ``hash`` of the bytes, per process), so only new lines are parsed.
+    ``unique`` is False when two different lines named one dataset (only the first counts):
+    the next change to that answer is then read whole."""
+
+    hashes: array[int] = field(default_factory=lambda: array("q"))
+    values: list[V] = field(default_factory=list)
+    digest: bytes = b""
+    unique: bool = True
+
+    @property
+    def invalid(self) -> int:
+        return self.values.count(_Mark.INVALID)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
 class _SiteTransfer:
     """The rules' transfer towards one site for one dataset.
 
@@ -262,24 +354,60 @@ class _Tally:
 
 
 @dataclass
-class _Listing:
-    """One RSE's summary rows as parsed, and the SHA-256 of the answer they came from."""
+class _Book:
+    """Everything the source keeps between fetches, so that a fetch costs what changed.
 
-    digest: bytes
-    rows: list[_Row] = field(default_factory=list)
-    invalid: int = 0
+    Summary rows per RSE (``rows``: dataset -> row) and the lines they came from
+    (``listings``); the rules per dataset (``rules_of``, from the lines in ``rule_lines``);
+    the rules' transfer per dataset and site (``moving``) and the RSEs each expression covered
+    (``resolved``); the pairs waiting for a deep check (``pending``) and the datasets checked
+    last time (``checked``); and the answer itself: per site, dataset -> replica, and all
+    replicas as one frozenset. Replaced by an empty book when a fetch fails half way.
+    """
+
+    rse_site: dict[str, Site] = field(default_factory=dict)
+    listings: dict[str, _Lines[_RowValue | _Mark]] = field(default_factory=dict)
+    rows: dict[str, dict[_Dataset, _RowValue]] = field(default_factory=dict)
+    datasets: dict[tuple[str, str], _Dataset] = field(default_factory=dict)
+    rule_lines: dict[str, _Lines[_Rule | _Mark]] = field(default_factory=dict)
+    rules_of: dict[tuple[str, str], list[_Rule]] = field(default_factory=dict)
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)
+    moving: dict[_Dataset, dict[Site, _SiteTransfer]] = field(default_factory=dict)
+    pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
+    checked: set[_Dataset] = field(default_factory=set)
+    answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
+    replicas: frozenset[Replica] = frozenset()
+    order: list[_Dataset] | None = None  # ``pending`` by :func:`_order_key`, while it stands
 
 
-def _chunks(lines: Iterable[bytes], size: int = 10_000) -> Iterator[list[bytes]]:
-    """``lines`` in lists of ``size`` (bounded memory for a bulk parse)."""
-    chunk: list[bytes] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+@dataclass
+class _Dirty:
+    """What changed in one fetch: the (site, dataset) pairs to settle again, and the datasets
+    whose rules must be re-applied (their rules changed, or they gained or lost every row)."""
+
+    pairs: dict[Site, set[_Dataset]] = field(default_factory=dict)
+    datasets: set[_Dataset] = field(default_factory=set)
+    rule_keys: set[tuple[str, str]] = field(default_factory=set)
+    remapped: bool = False  # the RSE -> site map changed
+
+    def add(self, site: Site, dataset: _Dataset) -> None:
+        found = self.pairs.get(site)
+        if found is None:
+            found = self.pairs[site] = set()
+        found.add(dataset)
+
+
+def _line_blocks(response: requests.Response, size: int = _READ_BYTES) -> Iterator[list[bytes]]:
+    """The non-empty lines of a streamed answer, a block of about ``size`` bytes at a time
+    (split in C, not a generator step per line)."""
+    rest = b""
+    for block in response.iter_content(chunk_size=size):
+        data = rest + block
+        lines = data.splitlines()
+        rest = b"" if data.endswith((b"\n", b"\r")) or not lines else lines.pop()
+        yield list(filter(None, lines))
+    if rest:
+        yield [rest]
 
 
 @cache
@@ -294,6 +422,13 @@ class _Cycle:
     sites: dict[str, Site]  # mapped RSE -> site
     unmapped: set[str]
     invalid: int = 0
+
+    def site_rses(self) -> dict[Site, tuple[str, ...]]:
+        """Site -> its mapped RSEs, sorted."""
+        out: dict[Site, list[str]] = {}
+        for rse in sorted(self.sites):
+            out.setdefault(self.sites[rse], []).append(rse)
+        return {site: tuple(rses) for site, rses in out.items()}
 
 
 def build(config: RucioSourceConfig, sites: Mapping[str, str]) -> RucioSource:
@@ -328,8 +463,7 @@ class RucioSource:
         self._token_seen: str | None = None
         self._logged_names: set[str] = set()
         self._logged_unmapped: set[str] = set()
-        self._listings: dict[str, _Listing] = {}  # RSE -> its last summary answer, parsed
-        self._names: dict[tuple[str, str], DatasetId] = {}  # the last fetch's dataset ids
+        self._book = _Book()  # what the last fetch learned (the incremental design)
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
@@ -353,29 +487,41 @@ class RucioSource:
     # -- the cycle -----------------------------------------------------------------------
 
     def fetch(self, context: FetchContext) -> Snapshot:
-        """This cycle's snapshot, or raise Transient/PermanentSourceError (nothing partial)."""
+        """This cycle's snapshot, or raise Transient/PermanentSourceError (nothing partial).
+
+        Incremental (see the module docstring): only lines new since the last fetch are parsed
+        and only the pairs they touch are settled again. A fetch that fails half way forgets
+        what the source kept, so the next one reads everything as a first fetch does.
+        """
         self._calls = Counter()
         self.deep_checks_last_fetch = self.deep_checks_skipped_last_fetch = 0
+        book = self._book
         try:
             client = self._connected_client()
             cycle = self._map_rses(client)
-            rows = self._summary_rows(client, cycle)
-            listed = {(row.dataset.scope, row.dataset.name) for row in rows}
-            rules = self._active_rules(client, cycle, listed)
-            moving = self._rule_coverage(client, rules, cycle)
-            replicas, pending = _classify(rows, moving, cycle.sites)
-            replicas += self._deep_checks(client, pending, moving, cycle, context)
+            dirty = _Dirty()
+            _remap(book, cycle, dirty)
+            self._read_summaries(client, book, cycle, dirty)
+            self._read_rules(client, book, cycle, dirty)
+            self._apply_rules(client, book, cycle, dirty)
+            _record(book, self._settle(client, book, cycle, dirty, context))
+            _forget_unlisted(book, dirty)
         except PermanentSourceError:
             self._client = None  # rebuilt (password file re-read) next cycle
+            self._book = _Book()
+            raise
+        except BaseException:
+            self._book = _Book()
             raise
         finally:
             self.calls_last_fetch = dict(self._calls)
         return Snapshot.of(
             self.name,
-            replicas,
+            book.replicas,
             sites=cycle.sites.values(),
             invalid=cycle.invalid,
             unmapped=cycle.unmapped,
+            unique=True,  # one replica per (site, dataset): the book is keyed by pair
         )
 
     def _map_rses(self, client: Any) -> _Cycle:
@@ -428,111 +574,183 @@ class RucioSource:
                 self.config.site_attribute,
             )
 
-    def _summary_rows(self, client: Any, cycle: _Cycle) -> list[_Row]:
-        """Every dataset row of the summary table at every mapped RSE.
-
-        An RSE whose answer is byte-identical to the last fetch's (same SHA-256) contributes
-        the rows parsed then, so an unchanged RSE costs its transfer and a hash.
-        """
-        rows: list[_Row] = []
-        names: dict[tuple[str, str], DatasetId] = {}
+    def _read_summaries(self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
+        """Every mapped RSE's summary table, compared with its last answer: an identical
+        answer (same SHA-256) costs its transfer and a hash; otherwise only its new lines are
+        parsed, and each row added, changed or gone marks its (site, dataset) dirty."""
         for rse in sorted(cycle.sites):
             path = f"{_REPLICAS}/rse/{quote(rse, safe='')}"
-            listing = self._call(
-                "list_datasets_per_rse", partial(self._rse_listing, client, path, rse, names)
-            )
+            body = self._call("list_datasets_per_rse", partial(self._body, client, path))
+            digest = hashlib.sha256(body).digest()
+            listing = book.listings.get(rse)
+            if listing is None or listing.digest != digest:
+                listing = self._summary_listing(
+                    body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
+                )
+                listing.digest = digest
+                book.listings[rse] = listing
             cycle.invalid += listing.invalid
-            rows += listing.rows
-            self._listings[rse] = listing  # at once: the old rows need not outlive this RSE
-        for rse in self._listings.keys() - cycle.sites.keys():
-            del self._listings[rse]
-        self._names = names
-        return rows
 
-    def _rse_listing(
-        self, client: Any, path: str, rse: str, names: dict[tuple[str, str], DatasetId]
-    ) -> _Listing:
-        body = self._get(client, path).content
-        listing = _Listing(hashlib.sha256(body).digest())
-        known = self._listings.get(rse)
-        if known is not None and known.digest == listing.digest:
-            names.update(((r.dataset.scope, r.dataset.name), r.dataset) for r in known.rows)
-            return known
-        for chunk in _chunks(body.splitlines()):
-            for row in self._parse_all(_DatasetRow, chunk, listing):
-                dataset = self._interned(row, names, listing)
-                if dataset is None:
-                    continue
-                counts = _Counts(
-                    row.length or 0,
-                    row.available_length or 0,
-                    row.bytes or 0,
-                    row.available_bytes or 0,
-                )
-                complete = row.state == "AVAILABLE" and counts.available >= counts.length > 0
-                listing.rows.append(_Row(dataset, rse, complete, counts))
-        return listing
+    def _body(self, client: Any, path: str) -> bytes:
+        return self._get(client, path).content
 
-    def _active_rules(
-        self, client: Any, cycle: _Cycle, listed: set[tuple[str, str]]
-    ) -> list[_Rule]:
-        """The transfers of the REPLICATING and STUCK rules on the ``listed`` datasets.
+    def _summary_listing(
+        self,
+        body: bytes,
+        old: _Lines[_RowValue | _Mark] | None,
+        book: _Book,
+        *,
+        rse: str,
+        site: Site,
+        dirty: _Dirty,
+    ) -> _Lines[_RowValue | _Mark]:
+        """One RSE's new answer applied to its rows: line by line against ``old`` when that is
+        exact, else read whole (the first time, or when the RSE named a dataset twice)."""
+        lines = list(dict.fromkeys(filter(None, body.splitlines())))  # identical lines once
+        hashes = array("q", map(hash, lines))
+        rows = book.rows.setdefault(rse, {})
+        diff = _diff(old, hashes)
+        if diff is not None:
+            values, gone = diff
+            fresh = _new_positions(values)
+            added = self._row_values([lines[i] for i in fresh], book, dirty)
+            for i, value in zip(fresh, added, strict=True):
+                values[i] = value
+            if not _repeats(added, gone, rows):
+                _apply_rows(rows, added, gone, site, dirty)
+                return _Lines(hashes, cast(list[_RowValue | _Mark], values))  # no _New left
+        values_all = self._row_values(lines, book, dirty)
+        unique = _first_only(values_all)
+        _apply_rows(rows, values_all, old.values if old is not None else (), site, dirty)
+        return _Lines(hashes, values_all, unique=unique)
 
-        Rules are listed for the whole server (state filter by one-letter code); those on other
-        datasets are irrelevant here and skipped without validation (their names are not this
-        source's to count), as are container rules (their datasets get a deep check). The
-        transfer follows the lock counts, which the rule engine keeps current, before the
-        rule's state, which waits for the judge: any STUCK lock -> stuck, else any
-        REPLICATING lock -> replicating, all locks OK -> no transfer (done).
-        """
-        rules: list[_Rule] = []
+    def _row_values(
+        self, lines: list[bytes], book: _Book, dirty: _Dirty
+    ) -> list[_RowValue | _Mark]:
+        """What each summary line gives: its dataset alone when the row says complete, its
+        counts otherwise, or a mark (malformed or invalid: counted; out of scope: skipped)."""
+        out: list[_RowValue | _Mark] = []
+        for row in self._parse_lines(_DatasetRow, lines):
+            if isinstance(row, _Mark):
+                out.append(row)
+                continue
+            dataset = self._known(row.scope, row.name, book, dirty)
+            if isinstance(dataset, _Mark):
+                out.append(dataset)
+                continue
+            length, available = row.length or 0, row.available_length or 0
+            if row.state == "AVAILABLE" and available >= length > 0:
+                out.append(dataset)
+            else:
+                counts = _Counts(length, available, row.bytes or 0, row.available_bytes or 0)
+                out.append(_Partial.of(dataset, counts))
+        return out
+
+    def _known(self, scope: str, name: str, book: _Book, dirty: _Dirty) -> _Dataset | _Mark:
+        """The one :class:`_Dataset` for ``scope:name``, made on first sight; a mark when out
+        of scope (skipped) or invalid (counted, logged once per name)."""
+        key = (scope, name)
+        found = book.datasets.get(key)
+        if found is not None:
+            return found
+        if self.config.scopes and scope not in self.config.scopes:
+            return _Mark.SKIPPED
+        try:
+            dataset = DatasetId(scope, name)
+        except InvalidNameError as exc:
+            text = f"{scope}:{name}"
+            if text not in self._logged_names and len(self._logged_names) < _MAX_LOGGED_NAMES:
+                self._logged_names.add(text)
+                log.warning("rucio: skipping a dataset with an invalid name: %s", exc)
+            return _Mark.INVALID
+        found = book.datasets[key] = _Dataset(dataset, key)
+        dirty.datasets.add(found)  # forgotten again at the end if no row keeps it
+        return found
+
+    def _read_rules(self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
+        """The REPLICATING and STUCK rules (state filter by one-letter code), line by line
+        against the last answer: the rules of new lines join their dataset's, those of lines
+        gone leave it, and those datasets' rules are applied again (:meth:`_apply_rules`)."""
         for code in ("R", "S"):
-            tally = _Tally()
-            records = self._call(
-                "list_replication_rules", partial(self._rule_listing, client, code, tally)
+            old = book.rule_lines.get(code)
+            lines, added, gone = self._call(
+                "list_replication_rules",
+                partial(self._rule_lines, client, code, old, book.datasets),
             )
-            cycle.invalid += tally.invalid
-            for rule in records:
-                if rule.did_type != "DATASET":
-                    continue
-                if (rule.scope, rule.name) not in listed:
-                    continue
-                transfer = _transfer(rule, code)
-                if transfer is Transfer.NONE:
-                    continue
-                dataset = DatasetId(rule.scope, rule.name)  # valid: a listed row has it
-                total = rule.locks_ok_cnt + rule.locks_replicating_cnt + rule.locks_stuck_cnt
-                progress = min(1.0, max(0.0, rule.locks_ok_cnt / total)) if total > 0 else 0.0
-                rules.append(_Rule(dataset, rule.rse_expression, transfer, progress))
-        return rules
+            book.rule_lines[code] = lines
+            cycle.invalid += lines.invalid
+            for rule in added:
+                if isinstance(rule, _Rule):
+                    book.rules_of.setdefault(rule.key, []).append(rule)
+                    dirty.rule_keys.add(rule.key)
+            for rule in gone:
+                if isinstance(rule, _Rule):
+                    rules = book.rules_of[rule.key]
+                    rules.remove(rule)
+                    if not rules:
+                        del book.rules_of[rule.key]
+                    dirty.rule_keys.add(rule.key)
 
-    def _rule_coverage(
-        self, client: Any, rules: list[_Rule], cycle: _Cycle
-    ) -> dict[tuple[Site, DatasetId], _SiteTransfer]:
-        """(site, dataset) -> the transfer towards the site, for the mapped RSEs each rule's
-        expression covers (several rules: :func:`_merge_transfers`).
+    def _rule_lines(
+        self,
+        client: Any,
+        code: str,
+        old: _Lines[_Rule | _Mark] | None,
+        known: Mapping[tuple[str, str], _Dataset],
+    ) -> tuple[_Lines[_Rule | _Mark], list[_Rule | _Mark], list[_Rule | _Mark]]:
+        """The rules in state ``code`` as lines, with what the new lines give and what the
+        lines gone gave; read a block at a time as the answer streams in (a million rules are
+        about a gigabyte of JSON), parsing only lines not in ``old``."""
+        response = self._get(client, f"{_RULES}/", {"state": code}, stream=True)
+        index = dict(zip(old.hashes, old.values, strict=True)) if old is not None else {}
+        lines: _Lines[_Rule | _Mark] = _Lines()
+        seen: set[int] = set()
+        added: list[_Rule | _Mark] = []
+        for block in _line_blocks(response):
+            distinct = dict(zip(map(hash, block), block, strict=True))  # identical lines once
+            if not seen.isdisjoint(distinct):
+                distinct = {h: line for h, line in distinct.items() if h not in seen}
+            seen.update(distinct)
+            hashes = list(distinct)
+            values: list[_Rule | _Mark | _New] = list(map(index.get, hashes, repeat(_New.LINE)))
+            fresh = _new_positions(values)
+            parsed = self._parse_lines(_RuleRow, [distinct[hashes[i]] for i in fresh])
+            for i, row in zip(fresh, parsed, strict=True):
+                values[i] = _rule_value(row, code, known)
+                added.append(values[i])  # type: ignore[arg-type]  # parsed: no _New
+            lines.hashes.extend(hashes)
+            lines.values += cast(list[_Rule | _Mark], values)
+        gone = [index[h] for h in index.keys() - seen]
+        return lines, added, gone
 
-        Only rules on datasets with a summary row at a mapped RSE are passed in. An expression
-        that is just one of those RSE names needs no call; others are resolved once each.
+    def _apply_rules(self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
+        """Each rule's transfer towards the sites its expression covers, re-applied for the
+        datasets whose rules changed, that gained or lost every summary row, or (after a
+        change of the RSE -> site map or of an expression's RSEs) that have rules at all.
+
+        Only rules on datasets with a summary row at a mapped RSE count. An expression that
+        is just an RSE name needs no call; the others are resolved once each per fetch.
         """
-        resolved: dict[str, frozenset[str]] = {}
-        covered: dict[tuple[Site, DatasetId], _SiteTransfer] = {}
-        for rule in rules:
-            if rule.expression not in resolved:
-                resolved[rule.expression] = self._resolve(client, rule.expression, cycle)
-            rses = resolved[rule.expression]
-            at = {cycle.sites[rse] for rse in rses}
-            single = len(at) == 1  # the rule's locks are all at one site
-            for site in at:
-                new = _SiteTransfer(
-                    rule.transfer,
-                    rule.progress,
-                    rule.progress if single else 0.0,
-                    rses if single else None,
-                )
-                old = covered.get((site, rule.dataset))
-                covered[(site, rule.dataset)] = new if old is None else _merge_transfers(old, new)
-        return covered
+        relevant = {
+            rule.expression
+            for key, rules in book.rules_of.items()
+            if (found := book.datasets.get(key)) is not None and found.rows > 0
+            for rule in rules
+        }
+        resolved = {e: self._resolve(client, e, cycle) for e in sorted(relevant)}
+        moved = {e for e, rses in resolved.items() if book.resolved.get(e, rses) != rses}
+        book.resolved = resolved
+        keys = dirty.rule_keys
+        if dirty.remapped or moved:
+            keys = keys | {
+                key
+                for key, rules in book.rules_of.items()
+                if dirty.remapped or any(rule.expression in moved for rule in rules)
+            }
+        datasets = dirty.datasets | {found for k in keys if (found := book.datasets.get(k))}
+        for dataset in datasets:
+            rules = book.rules_of.get(dataset.key, []) if dataset.rows > 0 else []
+            _move(book, dataset, _coverage(rules, resolved, cycle.sites), dirty)
 
     def _resolve(self, client: Any, expression: str, cycle: _Cycle) -> frozenset[str]:
         if expression in cycle.sites or expression in cycle.unmapped:
@@ -546,60 +764,101 @@ class RucioSource:
         names = {r.get("rse") for r in found if isinstance(r, dict)}
         return frozenset(rse for rse in names if isinstance(rse, str) and rse in cycle.sites)
 
+    def _settle(
+        self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty, context: FetchContext
+    ) -> Iterator[_Outcome]:
+        """The new replica of each dirty pair the summary or one rule's locks settle
+        (:func:`_settled`); the others join ``book.pending`` and are answered by
+        :meth:`_deep_checks`, with the pending pairs whose deep check starts or stops.
+        Yielded as settled, and the dirty pairs let go site by site (a first fetch settles
+        every pair: no list of a million outcomes)."""
+        site_rses = cycle.site_rses()
+        waiting: dict[_Dataset, set[Site]] = {}
+        if dirty.pairs:
+            book.order = None
+        while dirty.pairs:
+            site, datasets = dirty.pairs.popitem()
+            rses = site_rses.get(site, ())
+            for dataset in datasets:
+                moving = _moving(book, dataset, site)
+                found = _settled(dataset, site, _rows_at(book, rses, dataset), moving)
+                pending = book.pending.get(dataset, ())
+                if found is _Wait.PENDING:
+                    if site not in pending:
+                        book.pending[dataset] = (*pending, site)  # a tuple: most have one
+                    waiting.setdefault(dataset, set()).add(site)
+                    continue
+                if site in pending:
+                    rest = tuple(s for s in pending if s != site)
+                    if rest:
+                        book.pending[dataset] = rest
+                    else:
+                        del book.pending[dataset]
+                yield (site, dataset, found)
+        yield from self._deep_checks(client, book, cycle, waiting, context)
+
     def _deep_checks(
-        self, client: Any, pending: _Pending, moving: _Moving, cycle: _Cycle, context: FetchContext
-    ) -> list[Replica]:
-        """Exact presence for the (site, dataset) pairs the summary cannot settle: most wanted
-        datasets first, then those no rule's locks vouch for. Beyond ``deep_check_limit`` the
-        lagging summary (or the locks, where they prove more) is used."""
-
-        def order(dataset: DatasetId) -> tuple[int, bool, DatasetId]:
-            vouched = any(
-                (m := moving.get((site, dataset))) is not None and m.floor > 0
-                for site in pending[dataset]
-            )
-            return (-context.wanted.get(dataset, 0), vouched, dataset)
-
-        ordered = sorted(pending, key=order)
+        self,
+        client: Any,
+        book: _Book,
+        cycle: _Cycle,
+        waiting: dict[_Dataset, set[Site]],
+        context: FetchContext,
+    ) -> list[_Outcome]:
+        """Exact presence for the pending pairs: most wanted datasets first, then those no
+        rule's locks vouch for, up to ``deep_check_limit``. The others use the lagging summary
+        (or the locks, where they prove more), recomputed only for the ``waiting`` pairs and
+        those checked last time (the rest kept their inputs, so their replicas stand)."""
         limit = self.config.deep_check_limit
-        replicas: list[Replica] = []
-        for dataset in ordered[limit:]:
-            for site, rows in pending[dataset].items():
-                replicas += _fallback(dataset, site, rows, moving.get((site, dataset)))
-        self.deep_checks_skipped_last_fetch = max(0, len(ordered) - limit)
+        chosen = _deep_order(book, context.wanted, limit)
+        checked = set(chosen)
+        self.deep_checks_skipped_last_fetch = max(0, len(book.pending) - limit)
         if self.deep_checks_skipped_last_fetch:
             log.warning(
                 "rucio: %d datasets over deep_check_limit=%d used the lagging summary",
                 self.deep_checks_skipped_last_fetch,
                 limit,
             )
-        for dataset in ordered[:limit]:
-            replicas += self._checked(client, dataset, pending[dataset], moving, cycle)
-        self.deep_checks_last_fetch = min(limit, len(ordered))
-        return replicas
+        for dataset in book.checked - checked:
+            if dataset in book.pending:
+                waiting.setdefault(dataset, set()).update(book.pending[dataset])
+        site_rses = cycle.site_rses()
+        out: list[_Outcome] = []
+        for dataset, sites in waiting.items():
+            if dataset not in checked:
+                for site in sites:
+                    rows = _rows_at(book, site_rses.get(site, ()), dataset)
+                    found = _fallback(dataset.id, site, rows, _moving(book, dataset, site))
+                    out.append((site, dataset, found))
+        for dataset in chosen:
+            out += self._checked(client, dataset, book, cycle, site_rses)
+        book.checked = checked
+        self.deep_checks_last_fetch = len(chosen)
+        return out
 
     def _checked(
         self,
         client: Any,
-        dataset: DatasetId,
-        sites: Mapping[Site, list[_Row]],
-        moving: _Moving,
+        dataset: _Dataset,
+        book: _Book,
         cycle: _Cycle,
-    ) -> list[Replica]:
-        """One exact listing for ``dataset``: per file when some site has summary rows at two
-        or more of its RSEs (the union needs to know which files they share), else per RSE."""
-        if any(len(rows) > 1 for rows in sites.values()):
-            exact = self._file_union(client, dataset, cycle)
+        site_rses: Mapping[Site, tuple[str, ...]],
+    ) -> list[_Outcome]:
+        """One exact listing for ``dataset``: per file when some pending site has summary rows
+        at two or more of its RSEs (the union needs to know which files they share), else per
+        RSE; a replica for each of its pending sites."""
+        sites = book.pending[dataset]
+        if any(len(_rows_at(book, site_rses.get(s, ()), dataset)) > 1 for s in sites):
+            exact = self._file_union(client, dataset.id, cycle)
         else:
-            exact = self._deep_counts(client, dataset, cycle)
-        replicas: list[Replica] = []
+            exact = self._deep_counts(client, dataset.id, cycle)
+        out: list[_Outcome] = []
         for site in sites:
             counts = exact.get(site, _NOTHING)
-            found = _replica(
-                dataset, site, counts.files_share, counts.bytes_share, moving.get((site, dataset))
-            )
-            replicas += [found] if found is not None else []
-        return replicas
+            moving = _moving(book, dataset, site)
+            found = _replica(dataset.id, site, counts.files_share, counts.bytes_share, moving)
+            out.append((site, dataset, found))
+        return out
 
     def _deep_counts(self, client: Any, dataset: DatasetId, cycle: _Cycle) -> dict[Site, _Counts]:
         """Site -> files and bytes of one dataset present there, from the file replicas
@@ -654,17 +913,6 @@ class RucioSource:
 
     # -- parsing -------------------------------------------------------------------------
 
-    def _rule_listing(self, client: Any, code: str, tally: _Tally) -> list[_RuleRow]:
-        """The rules in state ``code``, validated (malformed ones counted in ``tally``), read
-        a chunk of lines at a time as the answer streams in: a million rules are about a
-        gigabyte of JSON."""
-        tally.invalid = 0  # a retried call starts again
-        response = self._get(client, f"{_RULES}/", {"state": code}, stream=True)
-        rules: list[_RuleRow] = []
-        for chunk in _chunks(response.iter_lines(chunk_size=_READ_BYTES)):
-            rules += self._parse_all(_RuleRow, chunk, tally)
-        return rules
-
     def _get(
         self, client: Any, path: str, params: dict[str, str] | None = None, stream: bool = False
     ) -> requests.Response:
@@ -699,32 +947,26 @@ class RucioSource:
             raise rucio_exc.RucioException(f"HTTP {response.status_code} from {path}")
         return response
 
-    def _parse_all(self, model: type[P], lines: list[bytes], tally: _Counter) -> list[P]:
-        """Validate a chunk of JSON lines at once (one pydantic call, which reads the JSON
-        itself); if any record is malformed, record by record, counting and skipping the bad
-        ones. A line that is not JSON raises ``JSONDecodeError`` (a broken answer: transient,
-        as when rucio-clients read it)."""
-        lines = [line for line in lines if line.strip()]
+    def _parse_lines(self, model: type[P], lines: list[bytes]) -> list[P | _Mark]:
+        """Validate JSON lines at once (one pydantic call, which reads the JSON itself); if
+        any record is malformed, record by record, marking the bad ones ``_Mark.INVALID``
+        (counted) and blank lines ``_Mark.SKIPPED``. A line that is not JSON raises
+        ``JSONDecodeError`` (a broken answer: transient, as when rucio-clients read it)."""
+        if not lines:
+            return []
+        blank = [not line.strip() for line in lines]
+        text = [line for line, empty in zip(lines, blank, strict=True) if not empty]
         try:
-            return _adapter(model).validate_json(b"[" + b",".join(lines) + b"]")
+            parsed: Iterable[P | None] = _adapter(model).validate_json(
+                b"[" + b",".join(text) + b"]"
+            )
         except ValidationError:
-            pass
-        parsed = [self._parse(model, json.loads(line), tally) for line in lines]
-        return [p for p in parsed if p is not None]
-
-    def _interned(
-        self, row: _DatasetRow, names: dict[tuple[str, str], DatasetId], tally: _Counter
-    ) -> DatasetId | None:
-        """The row's dataset id, one object per dataset: the last fetch's (checked then) or
-        checked now (None when out of scope, or invalid: counted in ``tally``, logged once)."""
-        key = (row.scope, row.name)
-        found = names.get(key) or self._names.get(key)
-        if found is None:
-            found = self._dataset(row, tally)
-            if found is None:
-                return None
-        names[key] = found
-        return found
+            parsed = [self._parse(model, json.loads(line), _Tally()) for line in text]
+        found = iter(parsed)
+        return [
+            _Mark.SKIPPED if empty else (_Mark.INVALID if (p := next(found)) is None else p)
+            for empty in blank
+        ]
 
     def _parse(self, model: type[P], record: Any, tally: _Counter) -> P | None:
         """Validate one untrusted record; a malformed one is counted and skipped."""
@@ -733,20 +975,6 @@ class RucioSource:
         except ValidationError as exc:
             tally.invalid += 1
             log.debug("rucio: skipping a malformed %s record: %s", model.__name__, exc)
-            return None
-
-    def _dataset(self, record: _DatasetRow, tally: _Counter) -> DatasetId | None:
-        """The record's dataset id, or None when out of scope or invalid (counted, logged once)."""
-        if self.config.scopes and record.scope not in self.config.scopes:
-            return None
-        try:
-            return DatasetId(record.scope, record.name)
-        except InvalidNameError as exc:
-            tally.invalid += 1
-            key = f"{record.scope}:{record.name}"
-            if key not in self._logged_names and len(self._logged_names) < _MAX_LOGGED_NAMES:
-                self._logged_names.add(key)
-                log.warning("rucio: skipping a dataset with an invalid name: %s", exc)
             return None
 
     # -- calls, retries, errors ----------------------------------------------------------
@@ -884,9 +1112,152 @@ class RucioSource:
         return {}
 
 
-_Pending = dict[DatasetId, dict[Site, list[_Row]]]  # dataset -> site -> its summary rows there
-_Moving = Mapping[tuple[Site, DatasetId], _SiteTransfer]
+_Outcome = tuple[Site, _Dataset, Replica | None]  # a pair's replica this fetch (None: none)
 _NOTHING = _Counts(0, 0, 0, 0)
+
+
+class _Wait(enum.Enum):
+    PENDING = "pending"  # the summary cannot settle the pair: a deep check or the fallback
+
+
+def _dataset_of(value: _RowValue) -> _Dataset:
+    return value if isinstance(value, _Dataset) else value.dataset
+
+
+# -- line diffs ----------------------------------------------------------------------------
+
+
+def _diff(old: _Lines[V] | None, hashes: array[int]) -> tuple[list[V | _New], list[V]] | None:
+    """Against ``old``, the value of each line of a new answer (``_New.LINE`` where the line
+    is new) and the values of ``old``'s lines that are gone; None when ``old`` cannot be
+    compared line by line (none yet, or it named a dataset twice)."""
+    if old is None or not old.unique:
+        return None
+    index = dict(zip(old.hashes, old.values, strict=True))
+    values: list[V | _New] = list(map(index.get, hashes, repeat(_New.LINE)))
+    gone = [index[h] for h in index.keys() - set(hashes)]
+    return values, gone
+
+
+def _new_positions(values: list[Any]) -> list[int]:
+    """Indices of the ``_New.LINE`` placeholders (C-level scans: most lines are not new)."""
+    out: list[int] = []
+    start = 0
+    while True:
+        try:
+            start = values.index(_New.LINE, start)
+        except ValueError:
+            return out
+        out.append(start)
+        start += 1
+
+
+def _repeats(
+    added: list[_RowValue | _Mark], gone: list[_RowValue | _Mark], rows: dict[_Dataset, _RowValue]
+) -> bool:
+    """True when the new lines name a dataset twice, or one that a kept line names."""
+    new = [_dataset_of(v) for v in added if not isinstance(v, _Mark)]
+    leaving = {_dataset_of(v) for v in gone if not isinstance(v, _Mark)}
+    return len(set(new)) != len(new) or any(d in rows and d not in leaving for d in new)
+
+
+def _first_only(values: list[_RowValue | _Mark]) -> bool:
+    """Keep the first row of each dataset of one answer, marking later ones invalid (Rucio
+    keeps one row per dataset and RSE); return whether every dataset came once."""
+    seen: set[_Dataset] = set()
+    unique = True
+    for i, value in enumerate(values):
+        if isinstance(value, _Mark):
+            continue
+        dataset = _dataset_of(value)
+        if dataset in seen:
+            values[i] = _Mark.INVALID
+            unique = False
+        seen.add(dataset)
+    return unique
+
+
+def _apply_rows(
+    rows: dict[_Dataset, _RowValue],
+    added: Iterable[_RowValue | _Mark],
+    gone: Iterable[_RowValue | _Mark],
+    site: Site,
+    dirty: _Dirty,
+) -> None:
+    """One RSE's rows with ``gone`` taken out where still current, then ``added`` put in
+    (a row that says complete is its dataset object, so a changed line goes before its
+    successor comes). Each dataset touched is dirty at ``site``; one that gained its first
+    or lost its last row anywhere has its rules applied again."""
+    emptied: set[_Dataset] = set()
+    for value in gone:
+        if isinstance(value, _Mark):
+            continue
+        dataset = _dataset_of(value)
+        if rows.get(dataset) is value:
+            del rows[dataset]
+            dataset.rows -= 1
+            if dataset.rows == 0:
+                emptied.add(dataset)
+            dirty.add(site, dataset)
+    for value in added:
+        if isinstance(value, _Mark):
+            continue
+        dataset = _dataset_of(value)
+        if dataset not in rows:
+            dataset.rows += 1
+            if dataset.rows == 1 and dataset not in emptied:
+                dirty.datasets.add(dataset)
+            emptied.discard(dataset)
+        rows[dataset] = value
+        dirty.add(site, dataset)
+    dirty.datasets |= emptied
+
+
+def _remap(book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
+    """Apply the changes of the RSE -> site map: an RSE no longer mapped takes its rows away;
+    one mapped to another site makes each of its datasets dirty at both sites."""
+    for rse, old in book.rse_site.items():
+        new = cycle.sites.get(rse)
+        if new == old:
+            continue
+        dirty.remapped = True
+        rows = book.rows.get(rse, {})
+        if new is None:
+            _apply_rows(rows, (), list(rows.values()), old, dirty)
+            book.rows.pop(rse, None)
+            book.listings.pop(rse, None)
+            continue
+        for dataset in rows:
+            dirty.add(old, dataset)
+            dirty.add(new, dataset)
+    if cycle.sites.keys() - book.rse_site.keys():
+        dirty.remapped = True
+    book.rse_site = dict(cycle.sites)
+
+
+# -- rules ---------------------------------------------------------------------------------
+
+
+def _rule_value(
+    row: _RuleRow | _Mark, code: str, known: Mapping[tuple[str, str], _Dataset]
+) -> _Rule | _Mark:
+    """What a rule line gives: an active or stuck dataset rule, or a mark (malformed:
+    counted; a container rule, whose datasets get a deep check, or a finished one: skipped).
+    The transfer follows the lock counts, which the rule engine keeps current, before the
+    rule's state, which waits for the judge."""
+    if isinstance(row, _Mark):
+        return row
+    if row.did_type != "DATASET":
+        return _Mark.SKIPPED
+    transfer = _transfer(row, code)
+    if transfer is Transfer.NONE:
+        return _Mark.SKIPPED
+    total = row.locks_ok_cnt + row.locks_replicating_cnt + row.locks_stuck_cnt
+    progress = min(1.0, max(0.0, row.locks_ok_cnt / total)) if total > 0 else 0.0
+    key = (row.scope, row.name)
+    found = known.get(key)
+    key = key if found is None else found.key  # the dataset's own strings: less memory
+    return _Rule(key, sys.intern(row.rse_expression), transfer, progress)
 
 
 def _transfer(rule: _RuleRow, code: str) -> Transfer:
@@ -907,34 +1278,101 @@ def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
     return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))  # not "only"
 
 
-def _classify(
-    rows: Iterable[_Row], moving: _Moving, sites: Mapping[str, Site]
-) -> tuple[list[Replica], _Pending]:
-    """Settle each (site, dataset) whose summary says complete at one of the site's RSEs
-    (presence wins over any transfer), or that one rule's locks count exactly (the rule's RSEs
-    are all at the site and hold every summary row of the site; the bytes share is taken to be
-    the files share); return the others, with the pairs only a rule names, as pending
+def _coverage(
+    rules: Iterable[_Rule], resolved: Mapping[str, frozenset[str]], sites: Mapping[str, Site]
+) -> dict[Site, _SiteTransfer]:
+    """One dataset's rules as site -> the transfer towards it, for the mapped RSEs each
+    rule's expression covers (several rules: :func:`_merge_transfers`, order-free)."""
+    covered: dict[Site, _SiteTransfer] = {}
+    for rule in rules:
+        rses = resolved[rule.expression]
+        at = {sites[rse] for rse in rses}
+        single = len(at) == 1  # the rule's locks are all at one site
+        for site in at:
+            new = _SiteTransfer(
+                rule.transfer,
+                rule.progress,
+                rule.progress if single else 0.0,
+                rses if single else None,
+            )
+            old = covered.get(site)
+            covered[site] = new if old is None else _merge_transfers(old, new)
+    return covered
+
+
+def _move(
+    book: _Book, dataset: _Dataset, covered: dict[Site, _SiteTransfer], dirty: _Dirty
+) -> None:
+    """Put a dataset's new rule coverage in the book; each site whose transfer changed is
+    dirty."""
+    old = book.moving.get(dataset, {})
+    for site in old.keys() | covered.keys():
+        if old.get(site) != covered.get(site):
+            dirty.add(site, dataset)
+    if covered:
+        book.moving[dataset] = covered
+    else:
+        book.moving.pop(dataset, None)
+
+
+def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
+    covered = book.moving.get(dataset)
+    return None if covered is None else covered.get(site)
+
+
+# -- settling pairs ------------------------------------------------------------------------
+
+
+def _rows_at(book: _Book, rses: Iterable[str], dataset: _Dataset) -> list[tuple[str, _RowValue]]:
+    """(RSE, row) of ``dataset`` at each of ``rses`` that has one."""
+    return [(rse, v) for rse in rses if (v := book.rows[rse].get(dataset)) is not None]
+
+
+def _settled(
+    dataset: _Dataset,
+    site: Site,
+    rows: list[tuple[str, _RowValue]],
+    moving: _SiteTransfer | None,
+) -> Replica | _Wait | None:
+    """A pair's replica when its summary says complete at one of the site's RSEs (presence
+    wins over any transfer), or when one rule's locks count it exactly (the rule's RSEs are
+    all at the site and hold every summary row of the site; the bytes share is taken to be
+    the files share); None when nothing is there or moving; else ``_Wait.PENDING``
     (``list_datasets_per_rse`` rows per RSE are not a union over a site's RSEs)."""
-    by_key: dict[tuple[Site, DatasetId], list[_Row]] = {}
-    for row in rows:
-        by_key.setdefault((sites[row.rse], row.dataset), []).append(row)
-    for key in moving:
-        by_key.setdefault(key, [])
-    replicas: list[Replica] = []
-    pending: _Pending = {}
-    for key, here in by_key.items():
-        site, dataset = key
-        rule = moving.get(key)
-        # most pairs have one row: test it without a generator (a million pairs per fetch)
-        if here and (here[0].available_summary or any(row.available_summary for row in here)):
-            found = _replica(dataset, site, 1.0, 1.0, rule)
-        elif rule is not None and rule.only is not None and all(r.rse in rule.only for r in here):
-            found = _replica(dataset, site, rule.floor, rule.floor, rule)
-        else:
-            pending.setdefault(dataset, {})[site] = here
-            continue
-        replicas += [found] if found is not None else []
-    return replicas, pending
+    for _, value in rows:
+        if isinstance(value, _Dataset):
+            return _replica(dataset.id, site, 1.0, 1.0, moving)
+    if moving is not None and moving.only is not None and all(r in moving.only for r, _ in rows):
+        return _replica(dataset.id, site, moving.floor, moving.floor, moving)
+    if not rows and moving is None:
+        return None
+    return _Wait.PENDING
+
+
+def _deep_order(book: _Book, wanted: Mapping[DatasetId, int], limit: int) -> list[_Dataset]:
+    """The first ``limit`` pending datasets: most wanted first, then those no rule's locks
+    vouch for at a pending site, then by scope and name. The order without demand is kept
+    in the book until a pair is settled again (only that can change ``pending`` or a pending
+    pair's rules), so a fetch in which nothing changed sorts only the wanted datasets."""
+    if book.order is None:
+        book.order = sorted(book.pending, key=partial(_order_key, book))
+    demand: dict[_Dataset, int] = {}
+    for did, count in wanted.items():
+        found = book.datasets.get((did.scope, did.name))
+        if count > 0 and found is not None and found in book.pending:
+            demand[found] = count
+    head = sorted(demand, key=lambda d: (-demand[d], *_order_key(book, d)))
+    rest = (d for d in book.order if d not in demand)
+    return head[:limit] + list(islice(rest, max(0, limit - len(head))))
+
+
+def _order_key(book: _Book, dataset: _Dataset) -> tuple[bool, str, str]:
+    """Unvouched first (no rule's OK locks show files at a pending site), then scope, name."""
+    covered = book.moving.get(dataset)
+    vouched = covered is not None and any(
+        (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
+    )
+    return (vouched, dataset.id.scope, dataset.id.name)
 
 
 def _replica(
@@ -946,16 +1384,50 @@ def _replica(
 
 
 def _fallback(
-    dataset: DatasetId, site: Site, rows: list[_Row], moving: _SiteTransfer | None
-) -> list[Replica]:
+    dataset: DatasetId,
+    site: Site,
+    rows: list[tuple[str, _RowValue]],
+    moving: _SiteTransfer | None,
+) -> Replica | None:
     """Without a deep check: the best summary row of the site's RSEs (a lower bound that lags),
     or the share of files the rules' OK locks prove present, whichever shows more."""
-    best = max((row.counts for row in rows), key=lambda c: c.available, default=_NOTHING)
-    files, bytes_ = best.files_share, best.bytes_share
+    partial = [v for _, v in rows if isinstance(v, _Partial)]
+    best = max(partial, key=lambda p: p.available, default=None)
+    files, bytes_ = (0.0, 0.0) if best is None else (best.files_share, best.bytes_share)
     if moving is not None and moving.floor > files:
         files = bytes_ = moving.floor  # locks count files, not bytes: the file share stands in
-    found = _replica(dataset, site, files, bytes_, moving)
-    return [found] if found is not None else []
+    return _replica(dataset, site, files, bytes_, moving)
+
+
+def _record(book: _Book, outcomes: Iterable[_Outcome]) -> None:
+    """Put each pair's replica in the book. A pair whose replica equals the last one keeps
+    that object, and the answer frozenset is updated by delta (C-level copies reusing the
+    stored hashes), so the core compares unchanged pairs by identity."""
+    removed: list[Replica] = []
+    added: list[Replica] = []
+    for site, dataset, new in outcomes:
+        answer = book.answer.get(site)
+        if answer is None:
+            answer = book.answer[site] = {}
+        old = answer.get(dataset)
+        if old == new:
+            continue
+        if old is not None:
+            removed.append(old)
+        if new is None:
+            del answer[dataset]
+        else:
+            answer[dataset] = new
+            added.append(new)
+    if removed or added:
+        book.replicas = book.replicas.difference(removed).union(added)
+
+
+def _forget_unlisted(book: _Book, dirty: _Dirty) -> None:
+    """Drop the datasets left without a summary row (nothing else refers to them now)."""
+    for dataset in dirty.datasets:
+        if dataset.rows == 0 and book.datasets.get(dataset.key) is dataset:
+            del book.datasets[dataset.key]
 
 
 def _read_secret(path: Path | None, key: str) -> str:

@@ -396,3 +396,31 @@ def test_a_malformed_summary_row_is_counted_and_the_rest_of_its_rse_read(
     assert view(first) == view(again) == {(site, f"{scope}:{good}"): ("available", 1.0)}
     assert repaired.invalid == 0
     assert view(repaired)[(site, f"{scope}:{bad}")] == ("available", 1.0)
+
+
+def test_an_unchanged_catalogue_gives_the_same_replicas_and_a_change_only_its_own(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    """The source reads each answer against the last: nothing changed -> the very same
+    frozenset (the core compares by identity); a dataset added -> one replica more, the
+    others the same objects as before."""
+    tag = unique("i").lower()
+    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag})
+    scope = rucio_admin.scope()
+    rucio_admin.many_datasets(scope, 3, rse)
+    rucio_server.run_abacus()
+    source = RucioSource(source_config(rucio_server, rse_expression=f"fed={tag}"), {})
+    try:
+        first = source.fetch(now())
+        again = source.fetch(now())
+        (added,) = rucio_admin.many_datasets(scope, 1, rse)
+        rucio_server.run_abacus()
+        changed = source.fetch(now())
+    finally:
+        source.close()
+    assert again.replicas is first.replicas and len(first.replicas) == 3
+    assert changed.replicas - first.replicas == {
+        r for r in changed.replicas if r.dataset == DatasetId(scope, added)
+    }
+    old = {r: r for r in first.replicas}
+    assert all(old[r] is r for r in changed.replicas if r in old) and len(changed.replicas) == 4
