@@ -1,7 +1,7 @@
 """Tables and a plot from ``benchmarks/cycle.py`` runs (issue 15).
 
 ``python -m benchmarks.cycle_report RUN.json ...`` where each file is a ``--json`` output
-named ``<label>-<replicas>.json`` (label ``old`` or ``new``). Writes
+named ``<label>-<replicas>.json`` (label ``old``, ``mid`` or ``new``). Writes
 ``benchmarks/cycle_results.json`` (every run, raw per-cycle records left out),
 ``benchmarks/cycle.png`` (cycle times and peak RSS against replicas on log axes, old and new:
 10k, 100k, 1M, 10M) and prints the Markdown tables that ``benchmarks/RESULTS.md`` quotes,
@@ -42,6 +42,9 @@ FIGURES = (
     ("replay_peak_rss_mib", "replay server's peak RSS (MiB, not counted above)"),
 )
 SCALES = (10_000, 100_000, 1_000_000, 10_000_000)  # issue 15 item 4
+# Code versions in the order they are shown: ``old`` (before the work), optionally ``mid`` (an
+# intermediate commit), ``new``; a file's label is its name up to the first ``-``.
+LABELS = (("old", "o--", "tab:blue"), ("mid", "^:", "tab:green"), ("new", "s-", "tab:orange"))
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other", "gc")
 
 
@@ -57,7 +60,7 @@ def load(paths: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
 
 def table(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     scales = sorted({n for by_scale in runs.values() for n in by_scale})
-    columns = [(lb, n) for n in scales for lb in ("old", "new") if n in runs.get(lb, {})]
+    columns = [(lb, n) for n in scales for lb, _, _ in LABELS if n in runs.get(lb, {})]
     head = "| figure | " + " | ".join(f"{lb} {n:,}" for lb, n in columns) + " |"
     lines = [head, "|---" * (1 + len(columns)) + "|"]
     for key, title in FIGURES:
@@ -97,7 +100,7 @@ def machines(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
     lines = ["| run | " + " | ".join(PHASES) + " |", "|---" * (1 + len(PHASES)) + "|"]
-    for label in ("old", "new"):
+    for label, _, _ in LABELS:
         for n, run in sorted(runs.get(label, {}).items()):
             if key not in run:
                 continue
@@ -108,7 +111,7 @@ def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
 
 def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, style, colour in (("old", "o--", "tab:blue"), ("new", "s-", "tab:orange")):
+    for label, style, colour in LABELS:
         by_scale = runs.get(label, {})
         for ax, key, title, alpha in (
             (left, "whole_cycle_s", "1 % churn", 1.0),
