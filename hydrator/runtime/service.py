@@ -157,7 +157,6 @@ class Service:
         self._advertised: dict[Site, _AdvertiseMemo] = {}  # last cycle's, per site
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
-        self.ready = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         with collector_paused():
             self._state = store.load()
@@ -247,7 +246,6 @@ class Service:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
         self._measure_locality(plan)
         jobs = self._annotate(plan, started)
-        self.ready.set()
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
         return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
