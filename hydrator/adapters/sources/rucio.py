@@ -135,7 +135,7 @@ from rucio.common import exception as rucio_exc
 from rucio.common.utils import build_url
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
-from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import (
     DatasetId,
@@ -461,8 +461,8 @@ class RucioSource:
         self._last_status: int | None = None
         self._retry_after_s: float | None = None
         self._token_seen: str | None = None
-        self._logged_names: set[str] = set()
-        self._logged_unmapped: set[str] = set()
+        self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
+        self._unmapped_rses = OnceLog(log)
         self._book = _Book()  # what the last fetch learned (the incremental design)
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
@@ -554,25 +554,23 @@ class RucioSource:
         value = attrs.get(self.config.site_attribute) if isinstance(attrs, dict) else None
         if value is None:
             return None
-        try:
-            return check_site(str(value))
-        except InvalidNameError:
+        site = site_or_none(str(value))
+        if site is None:
             log.warning(
                 "rucio: RSE %s has an invalid %s attribute %r; ignoring the RSE",
                 rse,
                 self.config.site_attribute,
                 value,
             )
-            return None
+        return site
 
     def _log_unmapped(self, rse: str) -> None:
-        if rse not in self._logged_unmapped:
-            self._logged_unmapped.add(rse)
-            log.warning(
-                "rucio: RSE %s has no %r attribute and no [sites] entry; its datasets are ignored",
-                rse,
-                self.config.site_attribute,
-            )
+        self._unmapped_rses.warn(
+            rse,
+            "rucio: RSE %s has no %r attribute and no [sites] entry; its datasets are ignored",
+            rse,
+            self.config.site_attribute,
+        )
 
     def _read_summaries(self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
         """Every mapped RSE's summary table, compared with its last answer: an identical
@@ -658,10 +656,9 @@ class RucioSource:
         try:
             dataset = DatasetId(scope, name)
         except InvalidNameError as exc:
-            text = f"{scope}:{name}"
-            if text not in self._logged_names and len(self._logged_names) < _MAX_LOGGED_NAMES:
-                self._logged_names.add(text)
-                log.warning("rucio: skipping a dataset with an invalid name: %s", exc)
+            self._bad_names.warn(
+                f"{scope}:{name}", "rucio: skipping a dataset with an invalid name: %s", exc
+            )
             return _Mark.INVALID
         found = book.datasets[key] = _Dataset(dataset, key)
         dirty.datasets.add(found)  # forgotten again at the end if no row keeps it
