@@ -152,6 +152,14 @@ def slim_merge(slot: Target, want: Rendered) -> bool:
     return slot.digest == want.digest and slot.updated is not None
 
 
+def ad_of(exprs: Iterable[tuple[str, Any]]) -> classad2.ClassAd:
+    """A new ad holding ``exprs`` (each expression copied in by classad2)."""
+    ad = classad2.ClassAd()
+    for key, expr in exprs:
+        ad[key] = expr
+    return ad
+
+
 def named_batches(
     template: Sequence[tuple[str, Any]], names: Sequence[str], size: int
 ) -> Iterator[list[classad2.ClassAd]]:
@@ -161,10 +169,7 @@ def named_batches(
     ads: list[classad2.ClassAd] = []
     for chunk in batches(names, size):
         while len(ads) < len(chunk):
-            ad = classad2.ClassAd()
-            for key, expr in template:
-                ad[key] = expr
-            ads.append(ad)
+            ads.append(ad_of(template))
         for ad, name in zip(ads, chunk, strict=False):
             ad["Name"] = name
         yield ads[: len(chunk)]
@@ -184,7 +189,7 @@ class CollectorPublisher:
         self._collector = collector if collector is not None else _connect(config)
         self.probe = CondorPoolProbe(self._collector, config.slot_site_attribute)
         """Reads jobs and slots for the matchmaking-quality metrics (a ``PoolProbe``)."""
-        self._rendered: dict[Site, tuple[tuple[str, int], Rendered]] = {}
+        self._rendered: dict[Site, Rendered] = {}
         """Last cycle's rendered ads, keyed by (digest, published updated), which determine
         the ad: an unchanged site is not rendered again."""
 
@@ -230,13 +235,17 @@ class CollectorPublisher:
     def _render_all(self, sites: Mapping[Site, SiteView]) -> dict[Site, Rendered]:
         """Each site's ad, rendered again only when its digest or published updated value
         changed since the last cycle (the ads are never modified once rendered)."""
-        cache, self._rendered = self._rendered, {}
         out: dict[Site, Rendered] = {}
         for site, view in sites.items():
-            key = (view.digest, published_updated(view, self.attrs))
-            old = cache.get(site)
-            out[site] = old[1] if old is not None and old[0] == key else self._render(view)
-            self._rendered[site] = (key, out[site])
+            ad = self._rendered.get(site)
+            if (
+                ad is None
+                or ad.digest != view.digest
+                or ad.updated != published_updated(view, self.attrs)
+            ):
+                ad = self._render(view)
+            out[site] = ad
+        self._rendered = out
         return out
 
     def _render(self, view: SiteView) -> Rendered:
@@ -327,9 +336,7 @@ class CollectorPublisher:
         lifetime = int(2 * self.config.refresh_s + 60)
 
         def site_ad(site: Site) -> classad2.ClassAd:
-            ad = classad2.ClassAd()
-            for key, expr in rendered[site].exprs:
-                ad[key] = expr
+            ad = ad_of(rendered[site].exprs)
             ad["MyType"] = SITE_AD_TYPE
             ad["Name"] = str(site)
             ad["ClassAdLifetime"] = lifetime
