@@ -325,6 +325,14 @@ class CollectorConfig(_Model):
     """Advertise one ad per site with MyType = "DataLocality"."""
     refresh_s: PositiveSeconds = 900.0
     """Re-merge a current slot whose DataLocalityUpdated is older than this."""
+    merge_min_interval_s: float = Field(300.0, ge=0)
+    """Re-merge a slot that still carries an earlier merge of its site's lists (its
+    DataLocalityMerged, written with every full merge, is in the collector) at most once per
+    this many seconds; slots without one (new, or wiped by their startd's update) are merged
+    at once, site ads follow every cycle. Slot ads then lag the catalogue by up to this long,
+    removals included. 0: every cycle. Default: HTCondor's UPDATE_INTERVAL, set it to the
+    startds' own. refresh_s still holds: a slot whose DataLocalityUpdated is older than
+    refresh_s while a newer exists is re-merged, so larger values act as refresh_s."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU

@@ -23,6 +23,7 @@ class PublishReport:
     sent: Mapping[str, int] = field(default_factory=dict)
     failed: Mapping[str, int] = field(default_factory=dict)
     skipped_current: int = 0  # targets already up to date, sent nothing
+    deferred: int = 0  # targets not up to date, left for a later cycle (rate limits)
 
 
 class Publisher(Protocol):

@@ -17,6 +17,23 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
   ad carries, and a startd update wipes all merged attributes at once, so the lists it already
   carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
+* **rate limit** (``merge_min_interval_s``, default 300 s): every full merge also writes
+  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the cycle that sent it),
+  which the startd's next update wipes with the rest. A slot that carries it and an older
+  digest was merged by us and not wiped since: it is re-merged only once that value is
+  ``merge_min_interval_s`` old (:func:`defer_merges`). The value is read back from the
+  collector each cycle, so a restarted daemon keeps the same pace. Slots without it (new
+  glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
+  site ads and the hook's HTTP files follow every cycle. Trade-off: a slot ad lags the
+  catalogue by up to the interval, removals included, so a job can match a slot whose site
+  has just lost (or not yet see one that has just gained) its dataset. With the interval at
+  the startds' ``UPDATE_INTERVAL`` a changed slot is in practice wiped by its own startd
+  before it is due, so merges follow the startd updates (merged at once) and continuous
+  churn adds none: at 20,000 slots, 60 s cycles and a 300 s ``UPDATE_INTERVAL``, ~4,000 merges
+  a cycle (the wiped fifth) instead of 20,000, ~0.25 GB instead of ~1.2 GB into the collector
+  (deploy/README.md, "Collector merges or the hook"). ``refresh_s`` keeps its promise: a
+  deferred slot whose ``DataLocalityUpdated`` is older than ``refresh_s`` while a newer one
+  exists is re-merged anyway.
 
 Cost (issue 15, measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
@@ -56,6 +73,8 @@ from hydrator.errors import PublishError
 log = logging.getLogger(__name__)
 
 SITE_AD_TYPE = "DataLocality"
+MERGED_ATTRIBUTE = "DataLocalityMerged"
+"""Slot attribute: epoch seconds of the cycle that last merged the site's whole ad into it."""
 ADVERTISE_ATTEMPTS = 2
 T = TypeVar("T")
 
@@ -65,7 +84,9 @@ class Target:
     """An ad in the collector that should carry a site's attributes (a slot or a site ad).
 
     ``digest``/``updated`` are what it carries now (None when missing); ``heard_s`` is the
-    collector's ``LastHeardFrom`` (epoch seconds), used to keep site ads alive.
+    collector's ``LastHeardFrom`` (epoch seconds), used to keep site ads alive; ``merged_s``
+    its :data:`MERGED_ATTRIBUTE` (epoch seconds of our last full merge into it, None when
+    missing: never merged, or wiped since).
     """
 
     name: str
@@ -73,6 +94,7 @@ class Target:
     digest: str | None
     updated: int | None
     heard_s: int | None = None
+    merged_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,35 @@ def plan_merges(
         else:
             todo.append(slot)
     return todo, current
+
+
+def may_merge_now(
+    slot: Target, want: Rendered, now_s: float, refresh_s: float, min_interval_s: float
+) -> bool:
+    """False if ``slot`` (not current) waits for a later cycle: it carries our earlier merge
+    (``merged_s``) of other lists (an older digest), made less than ``min_interval_s`` ago,
+    and its updated value is not older than ``refresh_s`` while ``want``'s is newer. A
+    ``merged_s`` in the future (the clock went back) is not trusted: merge now."""
+    if slot.merged_s is None or slot.digest is None or slot.digest == want.digest:
+        return True
+    if not 0 <= now_s - slot.merged_s < min_interval_s:
+        return True
+    return slot.updated is None or (
+        slot.updated < want.updated and now_s - slot.updated >= refresh_s
+    )
+
+
+def defer_merges(
+    todo: Sequence[Target],
+    rendered: Mapping[Site, Rendered],
+    now_s: float,
+    refresh_s: float,
+    min_interval_s: float,
+) -> tuple[list[Target], int]:
+    """The slots of ``todo`` (from :func:`plan_merges`) to merge this cycle, and how many
+    wait (:func:`may_merge_now`); ``min_interval_s`` 0 defers none."""
+    now = [t for t in todo if may_merge_now(t, rendered[t.site], now_s, refresh_s, min_interval_s)]
+    return now, len(todo) - len(now)
 
 
 def plan_site_ads(
@@ -217,11 +268,18 @@ class CollectorPublisher:
             sent["site_ad"] = self._advertise_site_ads(send, rendered)
             sent["invalidate"] = self._invalidate(gone)
             current += current_ads
+        deferred = 0
         if self.config.merge_slots:
-            todo, current_slots = plan_merges(self._slots(), rendered, now_s, self.config.refresh_s)
-            sent["merge"] = self._merge(todo, rendered)
+            refresh_s = self.config.refresh_s
+            todo, current_slots = plan_merges(self._slots(), rendered, now_s, refresh_s)
+            todo, deferred = defer_merges(
+                todo, rendered, now_s, refresh_s, self.config.merge_min_interval_s
+            )
+            sent["merge"] = self._merge(todo, rendered, int(now_s))
             current += current_slots
-        return PublishReport(sent={k: v for k, v in sent.items() if v}, skipped_current=current)
+        return PublishReport(
+            sent={k: v for k, v in sent.items() if v}, skipped_current=current, deferred=deferred
+        )
 
     def demand(self) -> Mapping[DatasetId, int]:
         """Idle jobs per dataset in their ``RequiredDatasets`` (see :mod:`.condor_queue`)."""
@@ -266,7 +324,13 @@ class CollectorPublisher:
         ads = self._query(
             htcondor2.AdType.Slot,
             f"isString({site_attr})",
-            ["Name", site_attr, self.attrs.digest_attribute, self.attrs.updated_attribute],
+            [
+                "Name",
+                site_attr,
+                self.attrs.digest_attribute,
+                self.attrs.updated_attribute,
+                MERGED_ATTRIBUTE,
+            ],
         )
         return [t for t in (self._target(ad, site_attr) for ad in ads) if t is not None]
 
@@ -285,12 +349,14 @@ class CollectorPublisher:
         digest = ad.get(self.attrs.digest_attribute)
         updated = ad.get(self.attrs.updated_attribute)
         heard = ad.get("LastHeardFrom")
+        merged = ad.get(MERGED_ATTRIBUTE)
         return Target(
             name,
             Site(site),
             digest if isinstance(digest, str) else None,
             updated if isinstance(updated, int) else None,
             heard if isinstance(heard, int) else None,
+            merged if isinstance(merged, int) else None,
         )
 
     # -- updates --------------------------------------------------------------------------------
@@ -355,10 +421,12 @@ class CollectorPublisher:
 
         return self._advertise(sites, query, "INVALIDATE_ADS_GENERIC")
 
-    def _merge(self, slots: Sequence[Target], rendered: Mapping[Site, Rendered]) -> int:
-        """Merge each slot's site attributes into it: per site and kind (full, or digest and
-        updated alone: :func:`slim_merge`) one template, whose ads are reused across that
-        group's batches (:func:`named_batches`)."""
+    def _merge(
+        self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], merged_s: int
+    ) -> int:
+        """Merge each slot's site attributes into it: per site and kind (full, with
+        :data:`MERGED_ATTRIBUTE` = ``merged_s``, or digest and updated alone: :func:`slim_merge`)
+        one template, whose ads are reused across that group's batches (:func:`named_batches`)."""
         groups: dict[tuple[Site, bool], list[str]] = {}
         for slot in slots:
             slim = slim_merge(slot, rendered[slot.site])
@@ -366,7 +434,9 @@ class CollectorPublisher:
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 
         def template(site: Site, slim: bool) -> list[tuple[str, Any]]:
-            return [(k, e) for k, e in rendered[site].exprs if not slim or k in slim_keys]
+            if slim:
+                return [(k, e) for k, e in rendered[site].exprs if k in slim_keys]
+            return [*rendered[site].exprs, (MERGED_ATTRIBUTE, merged_s)]
 
         built = (
             batch

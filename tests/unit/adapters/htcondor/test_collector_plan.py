@@ -8,7 +8,9 @@ import pytest
 from hydrator.adapters.htcondor.collector import (
     Rendered,
     Target,
+    defer_merges,
     is_current,
+    may_merge_now,
     named_batches,
     plan_merges,
     plan_site_ads,
@@ -28,8 +30,9 @@ def slot(
     digest: str | None = "d1",
     updated: int | None = int(NOW) - 300,
     heard: int | None = None,
+    merged: int | None = None,
 ) -> Target:
-    return Target(name, Site(site), digest, updated, heard)
+    return Target(name, Site(site), digest, updated, heard, merged)
 
 
 @pytest.mark.parametrize(
@@ -130,3 +133,40 @@ def test_named_batches_reuse_at_most_size_ads_and_each_batch_is_complete() -> No
     assert [ad["Name"] for ad in seen] == names
     for ad in seen:
         assert ad == {"AvailableDatasets": ["ska:a", "ska:b"], "N": 1, "Name": ad["Name"]}
+
+
+INTERVAL = 300.0
+WANT2 = Rendered(classad2.ClassAd(), digest="d2", updated=int(NOW))
+
+
+@pytest.mark.parametrize(
+    ("target", "now"),
+    [
+        (slot("s", digest="d1", merged=int(NOW) - 299), False),  # merged 299 s ago: waits
+        (slot("s", digest="d1", merged=int(NOW) - 300), True),  # the interval has passed
+        (slot("s", digest="d1", merged=None), True),  # no merge of ours (hook, old version)
+        (slot("s", digest=None, merged=None), True),  # wiped by its startd, or a new slot
+        (slot("s", digest="d2", updated=None, merged=int(NOW) - 10), True),  # same lists
+        (slot("s", digest="d1", merged=int(NOW) + 60), True),  # in the future: not trusted
+        # refresh_s still holds: its updated value is older than refresh_s, ours newer
+        (slot("s", digest="d1", updated=int(NOW) - 900, merged=int(NOW) - 10), True),
+        (slot("s", digest="d1", updated=None, merged=int(NOW) - 10), True),
+    ],
+)
+def test_may_merge_now(target: Target, now: bool) -> None:
+    assert may_merge_now(target, WANT2, NOW, REFRESH, INTERVAL) is now
+
+
+def test_defer_merges_keeps_order_and_counts_and_zero_defers_none() -> None:
+    recent = int(NOW) - 60
+    todo = [
+        slot("slot1@a", digest="d1", merged=recent),
+        slot("slot2@a", digest=None),
+        slot("slot3@a", digest="d1", merged=int(NOW) - 400),
+        slot("slot4@a", digest="d0", merged=recent),
+    ]
+    rendered = {Site("SITE_A"): WANT2}
+    now, deferred = defer_merges(todo, rendered, NOW, REFRESH, INTERVAL)
+    assert [t.name for t in now] == ["slot2@a", "slot3@a"]
+    assert deferred == 2
+    assert defer_merges(todo, rendered, NOW, REFRESH, 0.0) == (todo, 0)
