@@ -33,6 +33,10 @@ writes medians (seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, sw
 before and after) and the replay server's own peak RSS and CPU seconds (``replay``,
 ``replay_peak_rss_mib``: not part of ``peak_rss_mib``). ``--profile DIR`` writes a cProfile per
 phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s`` (default: the config's;
+recorded as ``merge_min_interval_s``): the churn cycles follow each other within seconds and
+the stub never wipes merged attributes, so with ``S`` above a few minutes no slot is re-merged
+after the first cycle, with 0 every slot is, each churn cycle.
 
 Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
 ``hydrator`` package of the checkout ``DIR`` while the harness and the replay stay this
@@ -82,7 +86,7 @@ from prometheus_client import CollectorRegistry
 
 import hydrator.runtime.service as service_module
 from benchmarks.core_bench import GcClock
-from hydrator.adapters.htcondor.collector import CollectorPublisher
+from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE, CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
     ClassAdConfig,
@@ -120,7 +124,7 @@ class PoolStub:
         self.site_ads: dict[str, dict[str, Any]] = {}
         self.encoded_bytes = 0
         attrs = ClassAdConfig()
-        self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute)  # what is queried
+        self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
 
     def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
         ads = self.site_ads if constraint.startswith("MyType") else self.slots
@@ -239,7 +243,7 @@ def instrument(clock: Clock) -> None:
 # -- the daemon under test -----------------------------------------------------------------
 
 
-def config(url: str, workdir: Path) -> Config:
+def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -> Config:
     password = workdir / "password"
     password.write_text("secret\n")
     password.chmod(0o600)
@@ -257,9 +261,16 @@ def config(url: str, workdir: Path) -> Config:
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
         http=HttpConfig(listen="127.0.0.1:0"),
         classad=ClassAdConfig(),
-        collector=CollectorConfig(enabled=True),
+        collector=CollectorConfig(enabled=True, **collector_options(merge_min_interval_s)),
         sources=[source],
     )
+
+
+def collector_options(merge_min_interval_s: float | None) -> dict[str, Any]:
+    """``[collector]`` keys given on the command line (none: the config's defaults)."""
+    if merge_min_interval_s is None:
+        return {}
+    return {"merge_min_interval_s": merge_min_interval_s}
 
 
 class Daemon:
@@ -333,7 +344,7 @@ def _instrumented(args: argparse.Namespace) -> tuple[Clock, PoolStub, Config]:
     clock = Clock(args.profile is not None)
     instrument(clock)
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    return clock, pool, config(args.url, args.workdir)
+    return clock, pool, config(args.url, args.workdir, args.merge_min_interval_s)
 
 
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,6 +451,8 @@ def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> di
     ]  # fmt: skip
     if args.profile is not None:
         command += ["--profile", str(args.profile)]
+    if args.merge_min_interval_s is not None:
+        command += ["--merge-min-interval-s", str(args.merge_min_interval_s)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if args.code is not None:
@@ -607,6 +620,11 @@ def main() -> None:
         help="stop a step when the machine's available memory falls under this",
     )  # fmt: skip
     parser.add_argument("--replay-cache-mib", type=int, help="the replay's answer cache")
+    parser.add_argument(
+        "--merge-min-interval-s", type=float,
+        help="[collector] merge_min_interval_s (default: the config's, "
+        f"{CollectorConfig().merge_min_interval_s:g})",
+    )  # fmt: skip
     parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -644,6 +662,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if summary["hydrator"] not in (None, str(code)):
         raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {code}")
     summary["code"] = revision(code)
+    summary["merge_min_interval_s"] = CollectorConfig(
+        **collector_options(args.merge_min_interval_s)
+    ).merge_min_interval_s
     summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
     summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
     summary["machine"] = before

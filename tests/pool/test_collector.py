@@ -18,13 +18,19 @@ import classad2
 import htcondor2
 import pytest
 
-from hydrator.adapters.htcondor.collector import SITE_AD_TYPE, CollectorPublisher, build
+from hydrator.adapters.htcondor import PublishReport
+from hydrator.adapters.htcondor.collector import (
+    MERGED_ATTRIBUTE,
+    SITE_AD_TYPE,
+    CollectorPublisher,
+    build,
+)
 from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.core.render import site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from tests.pool.views import views
-from tests.support.pool import RUNNING, SLOT_SITES, Pool
+from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool
 
 pytestmark = pytest.mark.pool
 
@@ -92,8 +98,10 @@ def slow_updates(condor_pool: Pool, dynamic_slot: str) -> Iterator[Pool]:
 
 
 def _config(pool: Pool, **overrides: object) -> CollectorConfig:
-    return CollectorConfig(
-        enabled=True, pool=pool.collector_address, token_dir=pool.token_dir, **overrides
+    """The publisher's configuration; merge_min_interval_s 0 (every cycle) unless overridden."""
+    return CollectorConfig.model_validate(
+        {"merge_min_interval_s": 0.0, **overrides}
+        | {"enabled": True, "pool": pool.collector_address, "token_dir": pool.token_dir}
     )
 
 
@@ -213,6 +221,20 @@ def test_changed_site_re_merges_only_its_slots(
     ] == ["ska:obs_1", "ska:obs_9"]
 
 
+def wipe_merges(pool: Pool) -> dict[str, list[str] | None]:
+    """Let the startd update its ads once (which wipes every merged attribute), then slow it
+    down again; returns :func:`merged` afterwards (every value None)."""
+    set_update_interval(pool, 5)
+    deadline = time.monotonic() + 30
+    while any(merged(pool).values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    set_update_interval(pool, 600)
+    wait_until_quiet(pool)
+    wiped = merged(pool)
+    assert not any(wiped.values())
+    return wiped
+
+
 def test_slots_wiped_by_the_startd_update_are_re_merged(
     slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
 ) -> None:
@@ -226,19 +248,117 @@ def test_slots_wiped_by_the_startd_update_are_re_merged(
     )
     assert publisher.publish(sites, frozenset(), _now()).sent == {"merge": 1}
 
-    set_update_interval(pool, 5)  # the startd's next update wipes every merged attribute
-    deadline = time.monotonic() + 30
-    while any(merged(pool).values()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    set_update_interval(pool, 600)
-    wait_until_quiet(pool)
-    wiped = merged(pool)
-    assert not any(wiped.values())
-
+    wiped = wipe_merges(pool)
     report = publisher.publish(sites, frozenset(), _now())
     assert report.sent == {"merge": len(wiped)}
     # (whether they still carry them a moment later depends on the startd's next update; the
     # first test shows merges landing)
+
+
+INTERVAL_S = 300
+
+
+def publish_at(pool: Pool, content: dict[str, list[str]], at: datetime) -> PublishReport:
+    """One cycle at ``at`` by a new publisher with merge_min_interval_s = INTERVAL_S, as a
+    restarted daemon: when it last merged a slot it learns from the collector alone."""
+    publisher = build(_config(pool, merge_min_interval_s=INTERVAL_S), ATTRS)
+    return publisher.publish(views(content, now=at), frozenset(), at)
+
+
+def slot_lists(pool: Pool, prefix: str) -> tuple[list[str] | None, int | None]:
+    """(AvailableDatasets, DataLocalityMerged) of the slot whose name starts with ``prefix``."""
+    ad = next(
+        a
+        for a in pool.slot_ads(["AvailableDatasets", MERGED_ATTRIBUTE])
+        if a["Name"].startswith(prefix)
+    )
+    available = ad.get("AvailableDatasets")
+    return (list(available) if available is not None else None), ad.get(MERGED_ATTRIBUTE)
+
+
+def test_interval_defers_a_changed_slot_until_it_has_passed(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """SITE_A changes 60 s after slot1 was merged: its site ad follows at once, slot1 keeps
+    the old lists until merge_min_interval_s after its merge, then gets the new ones."""
+    pool = slow_updates
+    before = {site: [*names, "ska:obs_interval"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_A=[*before["SITE_A"], "ska:obs_new"])
+    t0 = _now().replace(microsecond=0)
+    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)  # every slot
+    assert slot_lists(pool, "slot1@") == (before["SITE_A"], int(t0.timestamp()))
+
+    soon = publish_at(pool, after, t0 + timedelta(seconds=60))
+    assert (soon.sent, soon.deferred) == ({"site_ad": 1}, 1)
+    assert list(site_ads(pool)["SITE_A"]["AvailableDatasets"]) == after["SITE_A"]
+    assert slot_lists(pool, "slot1@") == (before["SITE_A"], int(t0.timestamp()))
+
+    almost = publish_at(pool, after, t0 + timedelta(seconds=INTERVAL_S - 1))
+    assert (almost.sent, almost.deferred) == ({}, 1)
+    due = t0 + timedelta(seconds=INTERVAL_S)
+    report = publish_at(pool, after, due)
+    assert (report.sent, report.deferred) == ({"merge": 1}, 0)
+    assert slot_lists(pool, "slot1@") == (after["SITE_A"], int(due.timestamp()))
+
+
+def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: str) -> None:
+    """Within the interval a changed slot waits; once its startd's update wiped it, it is
+    merged at the next cycle with the current lists, like every other wiped slot."""
+    pool = slow_updates
+    before = {site: [*names, "ska:obs_wipe"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_B=["ska:obs_wipe_new"])
+    t0 = _now().replace(microsecond=0)
+    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)
+    assert publish_at(pool, after, t0 + timedelta(seconds=10)).deferred == 1  # slot2 waits
+
+    wiped = wipe_merges(pool)
+    report = publish_at(pool, after, t0 + timedelta(seconds=20))
+    assert (report.sent, report.deferred) == ({"merge": len(wiped)}, 0)
+    assert dynamic_slot in wiped
+    # the startd is slow again (600 s), so what was merged is still there
+    for name, available in merged(pool).items():
+        assert available == after[slot_site(name)], name
+
+
+def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_slot: str) -> None:
+    """As documented (deploy/README.md): within the interval a job needing a dataset that
+    SITE_A just lost still matches SITE_A's slot, and one needing a dataset SITE_B just gained
+    waits for slot2's re-merge, then runs there."""
+    pool = slow_updates
+    before = {"SITE_A": ["ska:obs_going"], "SITE_B": ["ska:obs_2"], "SITE_C": ["ska:obs_3"]}
+    after = dict(before, SITE_A=["ska:obs_1"], SITE_B=["ska:obs_2", "ska:obs_coming"])
+    t0 = _now().replace(microsecond=0)
+    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)
+    assert publish_at(pool, after, t0 + timedelta(seconds=10)).deferred == 2
+    job = "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /dev/null\n"
+    need = 'requirements = identicalMember("{}", TARGET.AvailableDatasets)\nqueue\n'
+    going = pool.submit(job + need.format("ska:obs_going"))
+    coming = pool.submit(job + need.format("ska:obs_coming"))
+    try:
+        ran = pool.wait_for_job_state(going, [RUNNING], timeout_s=60)
+        assert pool.job_site(ran) == "SITE_A"  # the slot ad still lists what SITE_A lost
+        rejected = wait_for_rejection(pool, coming)
+        assert int(rejected["JobStatus"]) == IDLE  # nothing lists obs_coming yet
+
+        publish_at(pool, after, t0 + timedelta(seconds=INTERVAL_S))
+        ran = pool.wait_for_job_state(coming, [RUNNING], timeout_s=60)
+        assert pool.job_site(ran) == "SITE_B"
+    finally:
+        for cluster in (going, coming):
+            pool.run_in_chroot(["condor_rm", str(cluster)], user="submitter", check=False)
+        pool.wait_for_slots('State == "Unclaimed"', count=3, timeout_s=60)
+        wait_until_quiet(pool)
+
+
+def wait_for_rejection(pool: Pool, cluster: int, timeout_s: float = 60.0) -> classad2.ClassAd:
+    """The job's ad once a negotiation cycle found no slot for it (``LastRejMatchTime``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ad = pool.job_ad(cluster, ["LastRejMatchTime"])
+        if ad is not None and ad.get("LastRejMatchTime") is not None:
+            return ad
+        assert time.monotonic() < deadline, f"no negotiation cycle rejected job {cluster}: {ad}"
+        time.sleep(0.5)
 
 
 def test_removed_site_ad_is_invalidated(slow_updates: Pool, publisher: CollectorPublisher) -> None:
@@ -260,7 +380,7 @@ def test_publish_without_token_is_refused(slow_updates: Pool) -> None:
         "from hydrator.adapters.htcondor.collector import build\n"
         "from tests.pool.views import views\n"
         f"config = CollectorConfig(enabled=True, pool={slow_updates.collector_address!r},"
-        " token_dir='/nonexistent', site_ads=False)\n"
+        " token_dir='/nonexistent', site_ads=False, merge_min_interval_s=0)\n"
         "try:\n"
         "    build(config, ClassAdConfig()).publish(views({'SITE_A': ['ska:x']}), frozenset(),"
         " datetime.now(UTC))\n"

@@ -90,11 +90,13 @@ class Daemon:
         )
         return config
 
-    def start_publishing(self, pool: Pool) -> None:
-        """Start with the collector publisher on ``pool`` (refresh slow enough for tests)."""
+    def start_publishing(self, pool: Pool, merge_min_interval_s: int = 0) -> None:
+        """Start with the collector publisher on ``pool`` (refresh slow enough for tests;
+        changed slots re-merged every cycle unless ``merge_min_interval_s`` is given)."""
         self.start(
             f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
             f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\n'
+            f"merge_min_interval_s = {merge_min_interval_s}\n"
         )
 
     def start(self, extra_config: str = "") -> None:

@@ -32,9 +32,13 @@ def publishing_daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
     d.start_publishing(condor_pool)
     yield d
     d.stop()
+    invalidate_site_ads(condor_pool)
+
+
+def invalidate_site_ads(pool: Pool) -> None:
     invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
     invalidate["Requirements"] = classad2.ExprTree(SITE_ADS)
-    condor_pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
+    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
 
 
 def site_ads(pool: Pool) -> set[str]:
@@ -60,6 +64,29 @@ def test_merged_attributes_follow_a_data_change_within_a_cycle(
     took = wait_for("changed lists", lambda: slot1_available(pool) == ["ska:obs_1", "ska:obs_new"])
     print(f"data change merged into the slot ad in {took:.1f}s")
     assert took < 2 * CYCLE_S + 3
+
+
+def test_with_the_default_interval_a_change_reaches_the_slot_with_its_startds_update(
+    condor_pool: Pool, tmp_path: Path
+) -> None:
+    """merge_min_interval_s = 300 (the default) and the pool's UPDATE_INTERVAL of 5 s: slot1
+    is not re-merged for the change, but its startd's next update wipes it and the next cycle
+    merges it at once, so the change arrives within UPDATE_INTERVAL and a cycle."""
+    pool = condor_pool
+    d = Daemon(tmp_path, free_port())
+    d.write_inventory(INVENTORY)
+    d.start_publishing(pool, merge_min_interval_s=300)
+    try:
+        wait_for("merged lists", lambda: slot1_available(pool) == ["ska:obs_1"])
+        d.write_inventory(dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
+        took = wait_for(
+            "changed lists", lambda: slot1_available(pool) == ["ska:obs_1", "ska:obs_new"]
+        )
+        print(f"data change merged into the slot ad in {took:.1f}s")
+        assert took < 5 + 2 * CYCLE_S + 3
+    finally:
+        d.stop()
+        invalidate_site_ads(pool)
 
 
 def test_collector_outage_does_not_stop_the_daemon(
