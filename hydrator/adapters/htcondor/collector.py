@@ -29,11 +29,12 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   has just lost (or not yet see one that has just gained) its dataset. With the interval at
   the startds' ``UPDATE_INTERVAL`` a changed slot is in practice wiped by its own startd
   before it is due, so merges follow the startd updates (merged at once) and continuous
-  churn adds none: at 20,000 slots, 60 s cycles and a 300 s ``UPDATE_INTERVAL``, ~4,000 merges
-  a cycle (the wiped fifth) instead of 20,000, ~0.25 GB instead of ~1.2 GB into the collector
-  (deploy/README.md, "Collector merges or the hook"). ``refresh_s`` keeps its promise: a
-  deferred slot whose ``DataLocalityUpdated`` is older than ``refresh_s`` while a newer one
-  exists is re-merged anyway.
+  churn adds next to none: at 20,000 slots, 60 s cycles and a 300 s ``UPDATE_INTERVAL``, ~4,000
+  merges a cycle (the wiped fifth) instead of 20,000 under continuous churn, ~0.24 GB instead
+  of ~1.2 GB into the collector (``benchmarks/cycle.py --merge-min-interval-s``: 1.2 GB of
+  merge ads per churn cycle with 0, none with 300; deploy/README.md, "Collector merges or the
+  hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
+  older than ``refresh_s`` while a newer one exists is re-merged anyway.
 
 Cost (issue 15, measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
