@@ -35,7 +35,9 @@ before and after) and the replay server's own peak RSS and CPU seconds (``replay
 phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
 ``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s`` (default: the config's;
 recorded as ``merge_min_interval_s``): the churn cycles follow each other within seconds and
-the stub never wipes merged attributes, so with ``S`` above a few minutes no slot is re-merged
+the stub wipes merged attributes only with ``--startd-updates F`` (that fraction of the slots'
+startds re-advertise before each cycle: ``interval_s / UPDATE_INTERVAL``, 0.2 for 60 s and
+HTCondor's default 300 s); without it, with ``S`` above a few minutes no slot is re-merged
 after the first cycle, with 0 every slot is, each churn cycle.
 
 Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
@@ -116,15 +118,30 @@ class PoolStub:
     ``query`` answers from what earlier ``advertise`` calls sent (a pool of ``slots`` whose
     ads carry the merged attributes; site ads with ``LastHeardFrom``); ``advertise`` encodes
     every ad as HTCondor's wire format needs it (``printOld``), which is the last step before
-    the bytes go out. Not modelled: startds re-advertising (which wipes merged attributes).
+    the bytes go out. Startds re-advertising, which wipes what was merged into their slots
+    (FACTS.md), is modelled only when asked (:meth:`startd_updates`).
     """
 
     def __init__(self, slots: Mapping[str, str], slot_site_attribute: str) -> None:
         self.slots = {name: {"Name": name, slot_site_attribute: s} for name, s in slots.items()}
+        self.bare = {name: dict(ad) for name, ad in self.slots.items()}
+        self._next_update = 0
         self.site_ads: dict[str, dict[str, Any]] = {}
         self.encoded_bytes = 0
         attrs = ClassAdConfig()
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
+
+    def startd_updates(self, fraction: float) -> int:
+        """The next ``fraction`` of the slots (in turn, so every slot's startd updates once per
+        ``1 / fraction`` calls, as startds do once per ``UPDATE_INTERVAL``) re-advertise: their
+        ads lose what was merged into them. Returns how many."""
+        names = list(self.bare)
+        count = min(len(names), round(len(names) * fraction))
+        for i in range(self._next_update, self._next_update + count):
+            name = names[i % len(names)]
+            self.slots[name] = dict(self.bare[name])
+        self._next_update = (self._next_update + count) % max(1, len(names))
+        return count
 
     def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
         ads = self.site_ads if constraint.startswith("MyType") else self.slots
@@ -359,11 +376,13 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
     churned, nochange = [], []
     for _ in range(args.cycles):
         churn(args.url)
+        pool.startd_updates(args.startd_updates)
         clock.take()
         churned.append(record(clock, daemon.cycle(), daemon.service))
     if args.profile:
         clock.write_profiles(args.profile, "churn")
     for _ in range(args.cycles):
+        pool.startd_updates(args.startd_updates)
         clock.take()
         nochange.append(record(clock, daemon.cycle(), daemon.service))
     if args.profile:
@@ -453,6 +472,7 @@ def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> di
         command += ["--profile", str(args.profile)]
     if args.merge_min_interval_s is not None:
         command += ["--merge-min-interval-s", str(args.merge_min_interval_s)]
+    command += ["--startd-updates", str(args.startd_updates)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if args.code is not None:
@@ -625,6 +645,12 @@ def main() -> None:
         help="[collector] merge_min_interval_s (default: the config's, "
         f"{CollectorConfig().merge_min_interval_s:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--startd-updates", type=float, default=0.0,
+        help="fraction of the slots whose startd re-advertises (wiping merged attributes) "
+        "before each churn and no-change cycle: interval_s / UPDATE_INTERVAL, e.g. 0.2 for a "
+        "60 s cycle and HTCondor's default 300 s (default 0: not modelled)",
+    )  # fmt: skip
     parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -665,6 +691,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary["merge_min_interval_s"] = CollectorConfig(
         **collector_options(args.merge_min_interval_s)
     ).merge_min_interval_s
+    summary["startd_updates"] = args.startd_updates
     summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
     summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
     summary["machine"] = before
