@@ -204,6 +204,11 @@ class Metrics:
         "kind",
         "outcome",
     )
+    collector_merges_deferred = _gauge(
+        "collector_merges_deferred",
+        "Slot merges held back in the last cycle by [collector] merge_min_interval_s: slots"
+        " whose ads still carry an earlier merge of their site's lists.",
+    )
     unadvertised = _gauge(
         "datasets_unadvertised",
         "Datasets a site holds that its ad leaves out, by reason (not_demanded, "

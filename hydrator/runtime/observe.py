@@ -74,6 +74,7 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
         metrics.changes.labels(change_kind.value).inc(count)  # one call per kind, not per change
     for status in report.plan.sources:
         _record_source(metrics, status, now)
+    metrics.collector_merges_deferred.set(sum(r.deferred for r in report.published.values()))
     for reported in report.published.values():
         for kind, count in reported.sent.items():
             metrics.collector_updates.labels(kind, "ok").inc(count)

@@ -79,14 +79,28 @@ def test_with_the_default_interval_a_change_reaches_the_slot_with_its_startds_up
     try:
         wait_for("merged lists", lambda: slot1_available(pool) == ["ska:obs_1"])
         d.write_inventory(dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
-        took = wait_for(
-            "changed lists", lambda: slot1_available(pool) == ["ska:obs_1", "ska:obs_new"]
-        )
+        seen_deferred: list[float] = []
+
+        def changed() -> bool:
+            seen_deferred.append(deferred_merges(d.url))
+            return slot1_available(pool) == ["ska:obs_1", "ska:obs_new"]
+
+        took = wait_for("changed lists", changed)
         print(f"data change merged into the slot ad in {took:.1f}s")
         assert took < 5 + 2 * CYCLE_S + 3
+        # while SITE_A's slots waited for their startd's update, the daemon said so
+        assert max(seen_deferred) >= 1
     finally:
         d.stop()
         invalidate_site_ads(pool)
+
+
+def deferred_merges(url: str) -> float:
+    """``hydrator_collector_merges_deferred`` as the daemon's /metrics serves it."""
+    for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("hydrator_collector_merges_deferred "):
+            return float(line.split()[1])
+    raise AssertionError("hydrator_collector_merges_deferred not exported")
 
 
 def test_collector_outage_does_not_stop_the_daemon(
