@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
     }
     store = SqliteStateStore(tmp_path / "s.sqlite")
     plan = plan_cycle(State(), outcome, t(0), POLICY)
-    assert store.save(plan) == 3 + 3  # replica rows + first-seen rows
+    assert store.save(plan) == 3  # one row per replica, its pair's first-seen time in it
     store.close()
 
     reopened = SqliteStateStore(tmp_path / "s.sqlite")
@@ -76,7 +77,7 @@ def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> 
     SqliteStateStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 2"):
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 3"):
         SqliteStateStore(path)
 
 
@@ -155,8 +156,8 @@ INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fracti
         (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
         (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
         (INSERT_REPLICA + "('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
-        ("INSERT INTO first_seen VALUES ('A', 'ska', 'bad name', 0)", "first_seen"),
-        ("INSERT INTO first_seen VALUES ('A', 'ska', 'z', 1e300)", "first_seen"),
+        ("UPDATE replicas SET first_seen = 1e300 WHERE name = 'x'", "first_seen"),
+        ("UPDATE replicas SET first_seen = 'noon' WHERE name = 'y'", "first_seen"),
         ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
         ("INSERT INTO sources VALUES ('R\nX', 0, 0, 0, NULL, 0, '[]')", "sources"),
         ("INSERT INTO sources VALUES ('q', 0, 0, 0, NULL, 0, 'not json')", "sources"),
@@ -184,7 +185,7 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     _saved(path)
     with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO first_seen VALUES ('A\nB', 'ska', 'z', 0)")
+        db.execute("UPDATE replicas SET first_seen = 'noon' WHERE name = 'x'")
     config = parse_config(
         {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
         tmp_path,
@@ -286,7 +287,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
     partial = held[(Site("SRCNET_CH"), DatasetId("ska", "obs_1300"))]
     assert (partial.fraction, partial.bytes_fraction) == (0.4, 0.4)
     with sqlite3.connect(config.daemon.state_path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
 
 
 def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change(
@@ -382,33 +383,64 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     first = plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY)
     store.save(first)
     second = plan_cycle(first.state, {"r": snap("r", rep("A", "x"), rep("A", "y"))}, t(1), POLICY)
-    broken = replace(second, state=replace(second.state, first_seen={}))  # no time for ska:y
-    with pytest.raises(KeyError):
+    noon = cast(datetime, "noon")  # no time: fails while the row of ska:y is written
+    times = {**second.state.first_seen, (Site("A"), DatasetId("ska", "y")): noon}
+    broken = replace(second, state=replace(second.state, first_seen=times))
+    with pytest.raises(AttributeError):
         store.save(broken)
     assert SqliteStateStore(path, read_only=True).load().first_seen == first.state.first_seen
-    assert store.save(second) == 2
+    assert store.save(second) == 1
     assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
 
 
 @pytest.mark.parametrize(
-    ("sql", "first_seen"),
+    ("sql", "first_seen", "rejected"),
     [
-        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 0)", {"A/x", "B/y", "C/w"}),
-        ("DELETE FROM first_seen WHERE name = 'y'", {"A/x"}),
-        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 'noon')", {"A/x", "B/y"}),
-        ("UPDATE first_seen SET at = 'noon' WHERE name = 'y'", {"A/x"}),
+        ("UPDATE replicas SET first_seen = NULL WHERE name = 'y'", {"A/x"}, 0),
+        ("UPDATE replicas SET first_seen = 'noon' WHERE name = 'y'", {"A/x"}, 1),
+        ("UPDATE replicas SET first_seen = -1e300 WHERE name = 'y'", {"A/x"}, 1),
     ],
 )
-def test_first_seen_rows_load_whether_or_not_a_replica_row_matches(
-    tmp_path: Path, sql: str, first_seen: set[str]
+def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
+    tmp_path: Path, sql: str, first_seen: set[str], rejected: int
 ) -> None:
-    """First-seen rows come with their replica rows; one without a replica, or a replica
-    without one, loads as it is stored, and an invalid one is counted."""
+    """A NULL time is no time; an invalid one is counted: the replica loads either way."""
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
     assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
-    assert store.rejected_rows["first_seen"] == ("noon" in sql)
+    assert store.rejected_rows["first_seen"] == rejected
     assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
         ("A", "x"),
         ("B", "y"),
     }
+
+
+@pytest.mark.parametrize(("minutes", "loaded_minutes"), [(-5, -5), (5, 0)])
+def test_a_pair_whose_rows_hold_several_times_loads_the_earliest(
+    tmp_path: Path, minutes: int, loaded_minutes: int
+) -> None:
+    """Every source's row of a pair is written with the pair's one time; a file edited to
+    hold two loads the earliest."""
+    at = t(minutes).timestamp()
+    sql = INSERT_REPLICA.replace("fraction)", "fraction, first_seen)")
+    _, loaded = _loaded_after(
+        tmp_path / "s.sqlite", sql + f"('q', 'A', 'ska', 'x', 'available', 1.0, {at})"
+    )
+    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(loaded_minutes)
+    assert loaded.first_seen[(Site("B"), DatasetId("ska", "y"))] == t(0)
+
+
+def test_two_sources_of_a_pair_write_its_first_time_and_load_it_back(tmp_path: Path) -> None:
+    """A pair first seen from one source keeps that time when a second source reports it
+    later, in the second source's row too (the pair's time, not the row's)."""
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    first = plan_cycle(State(), {"a": snap("a", rep("A", "x")), "b": snap("b")}, t(0), POLICY)
+    store.save(first)
+    outcomes = {"a": snap("a", rep("A", "x")), "b": snap("b", rep("A", "x", "partial", 0.5))}
+    second = plan_cycle(first.state, outcomes, t(1), POLICY)
+    assert store.save(second) == 1
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT source, first_seen FROM replicas").fetchall()
+    assert rows == [("a", t(0).timestamp()), ("b", t(0).timestamp())]
+    assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
