@@ -448,12 +448,15 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
+_SHAPES = 65_536  # the loader's bound on distinct replica shapes kept (a few dozen in practice)
+
+
 class _Loader:
     """Rows -> :class:`State`, each row checked as fresh input is; rejects counted by table.
 
-    One object per distinct site name, dataset, fraction and time, as SQLite hands out a new
-    str/float per row (~190 MB of duplicates at a million replicas); names are checked once
-    per distinct value, so the checks cost little.
+    One object per distinct site name, dataset, fraction, detail and time, as SQLite hands out
+    a new str/float per row (~190 MB of duplicates at a million replicas); names and replica
+    shapes are checked once per distinct value, so the checks cost little.
     """
 
     def __init__(self) -> None:
@@ -462,10 +465,11 @@ class _Loader:
         self.times: dict[Any, datetime] = {}  # epoch -> time, one object per value
         self._datasets: dict[tuple[str, str], DatasetId] = {}
         self._sites: dict[str, Site] = {}
-        self._fractions: dict[float, float] = {}
         self._states = {s.value: s for s in ReplicaState}  # not Enum(value): a Python call
         self._transfers = {t.value: t for t in Transfer}
-        self._details: dict[tuple[Any, Any, Any], Detail] = {}
+        # (state, fraction, transfer, progress, bytes_fraction) as read -> a checked
+        # replica's fields after the site: one object per distinct fraction and detail
+        self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def reject(self, table: str, problem: object) -> None:
         self.rejected[table] += 1
@@ -522,14 +526,13 @@ class _Loader:
         """Source -> its index of the replica rows that pass the checks, and the first-seen
         times of their (site, dataset) keys: the earliest valid time of the pair's rows. One
         key tuple per replica, shared by the index and the first-seen map (the first source's
-        where several report a pair). The hot loop: locals, no Python call but Replica's own
-        checks (which cover every share's 0..1 range) where the caches know the values
-        already."""
+        where several report a pair). The hot loop: locals, no Python call where the caches
+        know the values already (a row of a known shape is built with ``Replica._make``: its
+        checks passed on the shape's first row)."""
         indexes: dict[str, dict[Key, Replica]] = {}
         first_seen: dict[Key, datetime] = {}
         datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
-        earliest = first_seen.setdefault
-        states, fractions = self._states, self._fractions
+        earliest, shapes, make = first_seen.setdefault, self._shapes.get, Replica._make
         for (
             source,
             site_name,
@@ -545,14 +548,12 @@ class _Loader:
             try:
                 dataset = datasets((scope, name)) or self.dataset(scope, name)
                 site = sites(site_name) or self.site(site_name)
-                plain = transfer == "none" and size == fraction  # rows are written canonical
-                replica = Replica(
-                    dataset,
-                    site,
-                    states[state],
-                    fractions.setdefault(fraction, fraction),
-                    None if plain else self.detail(transfer, progress, size),
-                )
+                values = (state, fraction, transfer, progress, size)
+                shape = shapes(values)
+                if shape is None:
+                    replica = self.replica(dataset, site, values)
+                else:
+                    replica = make((dataset, site, *shape))
             except KeyError:
                 self.reject("replicas", f"invalid replica state {state!r} or transfer {transfer!r}")
                 continue
@@ -576,13 +577,19 @@ class _Loader:
                 first_seen[key] = when
         return indexes, first_seen
 
-    def detail(self, transfer: Any, progress: Any, size: Any) -> Detail:
-        """One object per distinct detail, as for fractions."""
-        key = (transfer, progress, size)
-        found = self._details.get(key)
-        if found is None:
-            found = self._details[key] = Detail(self._transfers[transfer], progress, size)
-        return found
+    def replica(self, dataset: DatasetId, site: Site, values: tuple[Any, ...]) -> Replica:
+        """A row's replica built and checked by :class:`Replica` itself from its ``values``
+        (state, fraction, transfer, progress, bytes_fraction as read; raises KeyError for an
+        unknown state or transfer, ValueError/TypeError for a value it refuses), its shape
+        (every field after the site) kept for the next rows of the same values: a replica's
+        checks read the shape only. At most :data:`_SHAPES` shapes are kept."""
+        state, fraction, transfer, progress, size = values
+        plain = transfer == "none" and size == fraction  # rows are written canonical
+        detail = None if plain else Detail(self._transfers[transfer], progress, size)
+        replica = Replica(dataset, site, self._states[state], fraction, detail)
+        if len(self._shapes) < _SHAPES:
+            self._shapes[values] = replica[2:]
+        return replica
 
     def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
         """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""

@@ -18,6 +18,7 @@ from typing import cast
 
 import pytest
 
+from benchmarks.state_store import downgrade_to_schema_2
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
@@ -322,6 +323,135 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
         ("SRCNET_ES", "ska:obs_1500"): "changed",
     }
     service.close()
+
+
+# data/state-v2.sqlite: written by the last release of schema 2 (befc475) with its Service on
+# data/inventory.toml (source "demo", at T0) and then also data/inventory-extra.toml (source
+# "extra", 5 minutes later: SRCNET_CH ska:obs_1234 reported by both, first seen at T0);
+# data/show-v2.txt: that release's `hydrator show` of it.
+def v2_config(tmp_path: Path) -> Path:
+    """The v2 state file, its inventories and a config like the one that wrote them."""
+    shutil.copy(DATA / "state-v2.sqlite", tmp_path / "state.sqlite")
+    for name in ("inventory.toml", "inventory-extra.toml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    path = tmp_path / "hydrator.toml"
+    path.write_text(
+        '[daemon]\nstate_path = "state.sqlite"\n'
+        '[[sources]]\ntype = "static"\nname = "demo"\npath = "inventory.toml"\n'
+        '[[sources]]\ntype = "static"\nname = "extra"\npath = "inventory-extra.toml"\n'
+        '[sites]\nCH_DISK = "SRCNET_CH"\nUK_DISK = "SRCNET_UK"\nUK_SCRATCH = "SRCNET_UK"\n'
+        'ES_DISK = "SRCNET_ES"\n'
+    )
+    return path
+
+
+def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every table of ``path`` with its columns as SQLite describes them."""
+    with sqlite3.connect(path) as db:
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {n: db.execute(f"PRAGMA table_xinfo({n})").fetchall() for n in sorted(names)}
+
+
+def test_a_version_2_state_file_is_migrated_with_every_row_and_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = v2_config(tmp_path)
+    state_path = tmp_path / "state.sqlite"
+    with sqlite3.connect(state_path) as db:
+        old_rows = db.execute("SELECT * FROM replicas ORDER BY 1, 2, 3, 4").fetchall()
+        old_times = {
+            (s, f"{sc}:{n}"): at for s, sc, n, at in db.execute("SELECT * FROM first_seen")
+        }
+    assert cli_main(["show", "--config", str(config)]) == 0  # a reader of the v2 file
+    assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
+    with sqlite3.connect(state_path) as db:  # a reader migrates nothing
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+
+    loaded = SqliteStateStore(state_path).load()
+    with sqlite3.connect(state_path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        new_rows = db.execute("SELECT * FROM replicas").fetchall()
+    assert set(_tables(state_path)) == {"meta", "sources", "replicas"}
+    assert [row[:-1] for row in new_rows] == old_rows
+    assert [row[-1] for row in new_rows] == [old_times[(r[1], f"{r[2]}:{r[3]}")] for r in old_rows]
+    assert {(s, str(d)): when.timestamp() for (s, d), when in loaded.first_seen.items()} == (
+        old_times
+    )
+    assert cli_main(["show", "--config", str(config)]) == 0  # the same ads from version 3
+    assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
+
+
+def test_the_schema_2_writer_of_the_benchmark_writes_what_the_release_wrote(
+    tmp_path: Path,
+) -> None:
+    """:func:`benchmarks.state_store.downgrade_to_schema_2` (the migration benchmark's, and
+    the kill test's, schema-2 files) makes the tables of the real schema-2 file."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    downgrade_to_schema_2(path)
+    assert _tables(path) == _tables(DATA / "state-v2.sqlite")
+
+
+def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Path) -> None:
+    """A failure after the rows were copied and the old tables dropped (the rename refuses a
+    view left broken by the drop) rolls everything back: the file stays version 2, readable."""
+    v2_config(tmp_path)
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE VIEW times AS SELECT * FROM first_seen")
+        before = list(db.iterdump())
+    expected = SqliteStateStore(path, read_only=True).load()
+    with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
+        SqliteStateStore(path)
+    with sqlite3.connect(path) as db:
+        assert list(db.iterdump()) == before
+    loaded = SqliteStateStore(path, read_only=True).load()
+    assert loaded.sources == expected.sources and loaded.first_seen == expected.first_seen
+    with sqlite3.connect(path) as db:
+        db.execute("DROP VIEW times")
+    assert SqliteStateStore(path).load().first_seen == expected.first_seen
+
+
+MIGRATOR = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from hydrator.adapters.state.sqlite import SqliteStateStore
+    print("migrating", flush=True)
+    SqliteStateStore(Path(sys.argv[1])).close()
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15])
+def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
+    tmp_path: Path, delay_s: float
+) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"obs{i}") for i in range(60_000)))}
+    plan = plan_cycle(State(), outcome, t(0), POLICY)
+    store.save(plan)
+    store.close()
+    downgrade_to_schema_2(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MIGRATOR, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[4],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "migrating"
+    time.sleep(delay_s)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("3",))
+    loaded = SqliteStateStore(path).load()  # migrated now if it was not
+    assert loaded.sources == plan.state.sources and loaded.first_seen == plan.state.first_seen
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
 
 
 def _random_holdings(rng: random.Random, count: int) -> list[Replica]:
