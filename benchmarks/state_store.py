@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.state_store --replicas 1000000 [--json out.json] [--dir DIR]`` builds
 the generated federation of :mod:`benchmarks.generate` (one source), plans its first cycle from
-an empty state and times, in seconds:
+an empty state and times, in seconds (wall clock; ``*_cpu_s`` the process's CPU seconds):
 
 ``first_save_s``       :meth:`SqliteStateStore.save` of that first cycle (every replica new)
 ``load_s``             a restarted writer's :meth:`SqliteStateStore.load` of that file
@@ -12,8 +12,9 @@ an empty state and times, in seconds:
 ``load_migrated_s``    the load after that upgrade; ``same_after_migration`` checks it equals
                        the state the schema-3 file holds
 
-Single runs (not medians) on whatever else the machine runs: ``load_average`` says how busy it
-was. The files go to a temporary directory unless ``--dir`` is given (1M replicas: ~110 MB).
+Each call timed as the daemon runs it, without garbage-collector passes. Single runs (not
+medians) on whatever else the machine runs: ``load_average`` says how busy it was. The files
+go to a temporary directory unless ``--dir`` is given (1M replicas: ~140 MB).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,6 +36,7 @@ from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import State
+from hydrator.runtime.service import collector_paused
 
 T = TypeVar("T")
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -70,25 +73,35 @@ def downgrade_to_schema_2(path: Path) -> None:
         db.close()
 
 
-def timed(call: Callable[[], T]) -> tuple[T, float]:
-    started = time.perf_counter()
-    result = call()
-    return result, time.perf_counter() - started
+def timed(call: Callable[[], T], into: dict[str, object], name: str) -> T:
+    """``call()``, its wall-clock and CPU seconds put in ``into`` as ``<name>_s`` and
+    ``<name>_cpu_s`` (CPU time says more on a busy machine); run without garbage-collector
+    passes as the daemon runs its startup and cycles
+    (:func:`~hydrator.runtime.service.collector_paused`; its one collection afterwards is not
+    timed)."""
+    with collector_paused():
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = call()
+        into[f"{name}_s"] = time.perf_counter() - wall
+        into[f"{name}_cpu_s"] = time.process_time() - cpu
+    return result
 
 
 def run(replicas: int, workdir: Path) -> dict[str, object]:
+    figures: dict[str, object] = {"replicas": replicas}
     federation = Federation(Scale(replicas=replicas))
     path = workdir / "state.sqlite"
     first = plan_cycle(State(), {SOURCE: federation.snapshot()}, T0, Policy())
     store = SqliteStateStore(path)
-    _, first_save = timed(lambda: store.save(first))
+    timed(partial(store.save, first), figures, "first_save")
     store.close()
     del first
     store = SqliteStateStore(path)
-    loaded, load = timed(store.load)
+    loaded = timed(store.load, figures, "load")
     federation.churn()
-    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, T0 + timedelta(minutes=1), Policy())
-    _, churn_save = timed(lambda: store.save(churned))
+    later = T0 + timedelta(minutes=1)
+    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, Policy())
+    timed(partial(store.save, churned), figures, "churn_save")
     store.close()
     del loaded
     saved = churned.state
@@ -96,22 +109,15 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     old = workdir / "state-v2.sqlite"
     shutil.copy(path, old)
     downgrade_to_schema_2(old)
-    migrating, migrate = timed(lambda: SqliteStateStore(old))
-    migrated, load_migrated = timed(migrating.load)
+    migrating = timed(partial(SqliteStateStore, old), figures, "migrate_2_to_3")
+    migrated = timed(migrating.load, figures, "load_migrated")
     migrating.close()
-    return {
-        "replicas": replicas,
-        "first_save_s": first_save,
-        "load_s": load,
-        "churn_save_s": churn_save,
-        "migrate_2_to_3_s": migrate,
-        "load_migrated_s": load_migrated,
-        "same_after_migration": (
-            migrated.sources == saved.sources and migrated.first_seen == saved.first_seen
-        ),
-        "file_mib": path.stat().st_size / 2**20,
-        "load_average": os.getloadavg(),
-    }
+    figures["same_after_migration"] = (
+        migrated.sources == saved.sources and migrated.first_seen == saved.first_seen
+    )
+    figures["file_mib"] = path.stat().st_size / 2**20
+    figures["load_average"] = os.getloadavg()
+    return figures
 
 
 def main() -> None:
