@@ -545,6 +545,24 @@ def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
     }
 
 
+def test_a_pair_without_a_time_keeps_none_when_its_row_is_written_again(tmp_path: Path) -> None:
+    """The rows of a save take their pair's time from the state, none where it has none, also
+    when every time the state holds is the same one."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE replicas SET first_seen = NULL WHERE name = 'y'")
+    store = SqliteStateStore(path)
+    loaded = store.load()
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.25))}
+    changed = plan_cycle(loaded, outcome, t(1), POLICY)
+    assert [c.kind.value for c in changed.changes] == ["changed"]
+    assert store.save(changed) == 2  # y's row deleted and written again
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT name, fraction, first_seen FROM replicas").fetchall()
+    assert rows == [("x", 1.0, t(0).timestamp()), ("y", 0.25, None)]
+
+
 @pytest.mark.parametrize(("minutes", "loaded_minutes"), [(-5, -5), (5, 0)])
 def test_a_pair_whose_rows_hold_several_times_loads_the_earliest(
     tmp_path: Path, minutes: int, loaded_minutes: int
