@@ -517,13 +517,14 @@ class _Loader:
             found = self.times[value] = datetime.fromtimestamp(value, tz=UTC)
         return found
 
-    def first_seen(self, value: Any, where: tuple[Any, ...]) -> datetime | None:
-        """:meth:`time` of a replica row's first-seen column, or None for NULL; a value that
-        is no time is counted under ``first_seen`` and read as None (the replica stays)."""
+    def first_seen(self, value: Any, source: Any, key: Key) -> datetime | None:
+        """:meth:`time` of the first-seen column of ``source``'s row of ``key`` (checked), or
+        None for NULL; a value that is no time is counted under ``first_seen`` and read as
+        None (the replica stays)."""
         try:
             return self.time(value)
         except (ValueError, TypeError, OverflowError, OSError) as exc:
-            self.reject("first_seen", f"{'/'.join(map(str, where))}: {exc}")
+            self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
     def load(self, db: sqlite3.Connection, query: str) -> State:
@@ -584,7 +585,7 @@ class _Loader:
             index[key] = replica
             when = times(at)
             if when is None and at is not None:
-                when = self.first_seen(at, (source, site, dataset))
+                when = self.first_seen(at, source, key)
                 if when is None:
                     continue
             elif when is None:

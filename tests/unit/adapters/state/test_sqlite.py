@@ -159,6 +159,11 @@ INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fracti
         (INSERT_REPLICA + "('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
         ("UPDATE replicas SET first_seen = 1e300 WHERE name = 'x'", "first_seen"),
         ("UPDATE replicas SET first_seen = 'noon' WHERE name = 'y'", "first_seen"),
+        (
+            INSERT_REPLICA.replace("fraction)", "fraction, first_seen)")
+            + "('r\nX', 'A', 'ska', 'z', 'available', 1.0, 'noon')",
+            "first_seen",
+        ),
         ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
         ("INSERT INTO sources VALUES ('R\nX', 0, 0, 0, NULL, 0, '[]')", "sources"),
         ("INSERT INTO sources VALUES ('q', 0, 0, 0, NULL, 0, 'not json')", "sources"),
