@@ -310,8 +310,9 @@ class SqliteStateStore:
     def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
         written = 0
         db.execute("BEGIN IMMEDIATE")
-        epochs = _Epochs(plan.state)
-        for source, delta in plan.source_deltas.items():
+        deltas = plan.source_deltas
+        epochs = _Epochs(plan.state, sum(len(d.added) for d in deltas.values()))
+        for source, delta in deltas.items():
             written += _delete(db, source, delta.removed)
             written += _insert(db, source, delta.added, epochs)
         db.execute("DELETE FROM sources")  # a handful of rows; dropped sources go too
@@ -360,9 +361,10 @@ class _Epochs(dict[datetime | None, float | None]):
 
     Where every pair of the state has a time and all are one object (a first cycle, which
     stamps every pair with its ``now``), the column is that one epoch: no lookup per row (a
-    million lookups in key order, not the dict's, cost about a second)."""
+    million lookups in key order, not the dict's, cost about a second). That check reads every
+    pair, so it is made only for a save of ``rows`` at least half the pairs."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, rows: int) -> None:
         super().__init__({None: None})
         first_seen = state.first_seen
         self._first_seen = first_seen.get
@@ -371,6 +373,7 @@ class _Epochs(dict[datetime | None, float | None]):
         one = next(times, None)
         if (
             one is not None
+            and rows * 2 >= len(first_seen)
             and all(map(is_, times, repeat(one)))  # stops at the first other time
             and state.merged.keys() <= first_seen.keys()  # every row's pair has it
         ):
