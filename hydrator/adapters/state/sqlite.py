@@ -1,24 +1,28 @@
 """The state store: the last good state, in one SQLite file (stdlib ``sqlite3``).
 
 One transaction per cycle (``BEGIN IMMEDIATE`` … ``COMMIT``) in WAL mode, so a kill at any
-moment leaves the old state or the new one, never a mix. A cycle writes only what changed:
-the replica rows in the plan's source deltas, the first-seen rows of added/removed entries,
-and one status row per source. A cycle with no change writes no replica rows.
+moment leaves the old state or the new one, never a mix. A cycle writes only what changed: the
+replica rows in the plan's source deltas and one status row per source. A cycle with no change
+writes no replica rows.
 
-Schema version 2::
+Schema version 3::
 
     meta(key, value)                      schema_version
     sources(name, last_success, last_attempt, stale, error, held_cycles, sites)
     replicas(source, site, scope, name, state, fraction,      last good snapshot per source
-             transfer, progress, bytes_fraction)
-    first_seen(site, scope, name, at)
+             transfer, progress, bytes_fraction, first_seen)
 
-Rows are written in the tables' key order (a B-tree filled in order touches each page once;
+``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
+belongs to the pair across sources: a row is written with the state's time of its pair, so
+every source's row of a pair holds the same time, and a load takes the earliest one a pair's
+rows hold (a row's NULL or invalid time counts as none). A first cycle writes one row per
+replica; a pair no row holds has no first-seen time.
+
+Rows are written in the table's key order (a B-tree filled in order touches each page once;
 a set's hash order costs about three times as much on a large save) and built by C-level
-iterators. A load reads each replica row joined with its first-seen row in one pass, builds
-each source's index as it goes, and shares the (site, dataset) key tuples between that index
-and ``first_seen``; the ``first_seen`` table is read on its own only when the join did not
-account for all its rows (rows of no replica, invalid rows).
+iterators. A load reads the replica rows in one pass (no join), builds each source's index as
+it goes, and shares the (site, dataset) key tuples between that index and ``first_seen``, and
+one ``datetime`` per distinct time (a first cycle stamps every pair with the same one).
 
 One writer: a writer holds an exclusive ``flock`` on ``<state>.lock`` (:class:`StateLock`, the
 file holds its PID; the kernel drops the lock when the process ends, even by SIGKILL). Readers
@@ -26,15 +30,24 @@ file holds its PID; the kernel drops the lock when the process ends, even by SIG
 
 Nothing read back is trusted: every row is checked with the rules fresh input meets
 (:class:`~hydrator.domain.DatasetId`, :func:`~hydrator.domain.check_site`); a row that fails is
-counted in :attr:`SqliteStateStore.rejected_rows`, logged once per load, and never used. A file
-that exists but is empty or not a hydrator database is an error, never an empty start.
+counted in :attr:`SqliteStateStore.rejected_rows`, logged once per load, and never used (a
+replica row whose only fault is its first-seen time keeps its replica and counts under
+``first_seen``). A file that exists but is empty or not a hydrator database is an error, never
+an empty start.
 
-Version 1 (up to f139dde) had one state per replica that mixed presence and transfer:
-``replicating``/``stuck`` rows carried the rule's progress in ``fraction``. Opening such a file
-migrates it in one transaction (:func:`_migrate_v1`): those rows become absent-with-a-transfer
-(``fraction`` 0, ``progress`` the old fraction), partial rows get ``bytes_fraction`` = their
-file fraction. Every advertised list, and so every site digest, stays as it was: the first
-cycle after an upgrade sends updates only where the sources' answer changes a list.
+Older files are upgraded when a writer opens them, in one transaction (:func:`_migrate`: a
+kill or an error leaves the old file as it was, migrated again at the next start); a reader
+reads their rows through the same query (:data:`_ROWS_OF`) and writes nothing.
+
+* Version 2 (up to befc475) kept first-seen times in a table of their own,
+  ``first_seen(site, scope, name, at)``: each replica row takes its pair's time; a time of no
+  replica row (a pair no source reports) is dropped, as the core never reads it.
+* Version 1 (up to f139dde) had one state per replica that mixed presence and transfer:
+  ``replicating``/``stuck`` rows carried the rule's progress in ``fraction``. They become
+  absent-with-a-transfer (``fraction`` 0, ``progress`` the old fraction), partial rows get
+  ``bytes_fraction`` = their file fraction. Every advertised list, and so every site digest,
+  stays as it was: the first cycle after an upgrade sends updates only where the sources'
+  answer changes a list.
 """
 
 from __future__ import annotations
@@ -45,17 +58,17 @@ import logging
 import math
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any, Protocol
 
 from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.domain import (
-    ChangeKind,
     DatasetId,
     Detail,
     InvalidNameError,
@@ -74,24 +87,31 @@ log = logging.getLogger(__name__)
 
 Key = tuple[Site, DatasetId]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sources (
-    name TEXT PRIMARY KEY, last_success REAL, last_attempt REAL, stale INTEGER NOT NULL,
-    error TEXT, held_cycles INTEGER NOT NULL, sites TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS replicas (
+_REPLICAS_TABLE = """
+CREATE TABLE {name} (
     source TEXT NOT NULL, site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, fraction REAL NOT NULL,
     transfer TEXT NOT NULL DEFAULT 'none', progress REAL NOT NULL DEFAULT 0,
-    bytes_fraction REAL NOT NULL DEFAULT 1,
+    bytes_fraction REAL NOT NULL DEFAULT 1, first_seen REAL,
     PRIMARY KEY (source, site, scope, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS first_seen (
-    site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
-    PRIMARY KEY (site, scope, name)) WITHOUT ROWID;
 """
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sources (
+    name TEXT PRIMARY KEY, last_success REAL, last_attempt REAL, stale INTEGER NOT NULL,
+    error TEXT, held_cycles INTEGER NOT NULL, sites TEXT NOT NULL);
+""" + _REPLICAS_TABLE.format(name="replicas")
+# What rejected_rows counts, by table: ``first_seen`` counts the invalid first-seen times of
+# replica rows (the table of schema 2; the label stays for the metric's series).
 TABLES = ("replicas", "sources", "first_seen")
+# The tables each schema version has (the versions this hydrator reads)
+_VERSION_TABLES = {
+    "1": {"meta", "sources", "replicas", "first_seen"},
+    "2": {"meta", "sources", "replicas", "first_seen"},
+    str(SCHEMA_VERSION): {"meta", "sources", "replicas"},
+}
 WHAT_TO_DO = "move it away (keep it to inspect) or start `hydrator run|once --reset-state`"
 
 
@@ -181,7 +201,7 @@ class SqliteStateStore:
         self._lock = lock
         self._rejected = dict.fromkeys(TABLES, 0)
         self._db: sqlite3.Connection | None = None
-        self._v1 = False  # a version-1 file opened read-only: its rows are read as version 2
+        self._version = str(SCHEMA_VERSION)  # an older file opened read-only stays older
         try:
             if path.exists():
                 _check_file(path, writable=not read_only)
@@ -225,21 +245,25 @@ class SqliteStateStore:
         temporary.rename(self.path)
 
     def _check_schema(self) -> None:
+        """Refuse a file that is no hydrator state or of an unknown version; a writer
+        migrates an older version (:func:`_migrate`), a reader reads it as it is."""
         assert self._db is not None
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-        if not {"meta", *TABLES} <= tables:
+        if not {"meta", "sources", "replicas"} <= tables:
             raise StateError(f"state database {self.path} is not a hydrator state; {WHAT_TO_DO}")
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and row[0] == "1":
-            self._v1 = True  # read as version 2 (see _V1_AS_V2); a writer migrates it
-            if not self.read_only:
-                _migrate_v1(self._db)
-                self._v1 = False
-        elif row is None or row[0] != str(SCHEMA_VERSION):
+        version = None if row is None else row[0]
+        if version not in _VERSION_TABLES:
             raise StateError(
-                f"state database {self.path} has schema version {row and row[0]}; "
-                f"this hydrator reads version {SCHEMA_VERSION} (and upgrades version 1)"
+                f"state database {self.path} has schema version {version}; this hydrator "
+                f"reads version {SCHEMA_VERSION} (and upgrades versions 1 and 2)"
             )
+        if not _VERSION_TABLES[version] <= tables:
+            raise StateError(f"state database {self.path} is not a hydrator state; {WHAT_TO_DO}")
+        self._version = version
+        if version != str(SCHEMA_VERSION) and not self.read_only:
+            _migrate(self._db, version, self.path)
+            self._version = str(SCHEMA_VERSION)
 
     @property
     def rejected_rows(self) -> Mapping[str, int]:
@@ -251,7 +275,7 @@ class SqliteStateStore:
             return State()
         try:
             loader = _Loader()
-            state = loader.load(self._db, _V1_REPLICAS if self._v1 else _REPLICAS)
+            state = loader.load(self._db, _ROWS_OF[self._version])
         except (sqlite3.Error, ValueError, KeyError) as exc:
             raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
         self._rejected = loader.rejected
@@ -286,10 +310,11 @@ class SqliteStateStore:
     def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
         written = 0
         db.execute("BEGIN IMMEDIATE")
-        for source, delta in plan.source_deltas.items():
+        deltas = plan.source_deltas
+        epochs = _Epochs(plan.state, sum(len(d.added) for d in deltas.values()))
+        for source, delta in deltas.items():
             written += _delete(db, source, delta.removed)
-            written += _insert(db, source, delta.added)
-        written += self._save_first_seen(db, plan)
+            written += _insert(db, source, delta.added, epochs)
         db.execute("DELETE FROM sources")  # a handful of rows; dropped sources go too
         for s in plan.state.sources.values():
             db.execute(
@@ -306,18 +331,6 @@ class SqliteStateStore:
             )
         db.execute("COMMIT")
         return written
-
-    def _save_first_seen(self, db: sqlite3.Connection, plan: Plan) -> int:
-        """The first-seen rows of the plan's added/removed entries, in the changes' order
-        (the core sorts them by site, scope, name: the table's key order)."""
-        added, removed = ChangeKind.ADDED, ChangeKind.REMOVED  # locals: read once, not per row
-        gone = [c for c in plan.changes if c.kind is removed]
-        new = [c for c in plan.changes if c.kind is added]
-        db.executemany("DELETE FROM first_seen WHERE site=? AND scope=? AND name=?", _rows(gone))
-        when = map(plan.state.first_seen.__getitem__, map(_PAIR, new))
-        epochs = map(_Epochs().__getitem__, when)
-        db.executemany("INSERT OR REPLACE INTO first_seen VALUES (?, ?, ?, ?)", _rows(new, epochs))
-        return len(gone) + len(new)
 
     def close(self) -> None:
         if self._db is not None:
@@ -337,17 +350,46 @@ _PRESENCE = (attrgetter("state._value_"), attrgetter("fraction"))
 _DETAIL = tuple(
     attrgetter(f"detail.{c}") for c in ("transfer._value_", "progress", "bytes_fraction")
 )
-_INSERT_PLAIN = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, 'none', 0.0, ?)"
-_INSERT_DETAILED = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_PLAIN = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, 'none', 0.0, ?, ?)"
+_INSERT_DETAILED = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-class _Epochs(dict[datetime, float]):
-    """datetime -> epoch seconds, computed once per distinct time (a cycle's new entries all
-    share one); ``__getitem__`` stays the C-level dict lookup."""
+class _Epochs(dict[datetime | None, float | None]):
+    """A row's first-seen column: (site, dataset) -> its first-seen time in epoch seconds, or
+    None (NULL) for a pair the state has no time for; each distinct time converted once (a
+    cycle's new pairs all share one), C-level lookups per row.
 
-    def __missing__(self, when: datetime) -> float:
+    Where every pair of the state has a time and all are one object (a first cycle, which
+    stamps every pair with its ``now``), the column is that one epoch: no lookup per row (a
+    million lookups in key order, not the dict's, cost about a second). That check reads every
+    pair, so it is made only for a save of ``rows`` at least half the pairs."""
+
+    def __init__(self, state: State, rows: int) -> None:
+        super().__init__({None: None})
+        first_seen = state.first_seen
+        self._first_seen = first_seen.get
+        self._one: float | None = None
+        times = iter(first_seen.values())
+        one = next(times, None)
+        if (
+            one is not None
+            and rows * 2 >= len(first_seen)
+            and all(map(is_, times, repeat(one)))  # stops at the first other time
+            and state.merged.keys() <= first_seen.keys()  # every row's pair has it
+        ):
+            self._one = self[one]
+
+    def __missing__(self, when: datetime | None) -> float | None:
+        assert when is not None
         epoch = self[when] = when.timestamp()
         return epoch
+
+    def column(self, replicas: Sequence[Replica]) -> Iterator[float | None]:
+        """The first-seen epochs of ``replicas``' pairs (pairs of the state), one per
+        replica."""
+        if self._one is not None:
+            return repeat(self._one, len(replicas))
+        return map(self.__getitem__, map(self._first_seen, map(_PAIR, replicas)))
 
 
 def _rows(
@@ -382,15 +424,24 @@ def _delete(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) ->
     return len(ordered)
 
 
-def _insert(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) -> int:
-    """Write ``replicas`` as rows of ``source``; a plain record (no :class:`Detail`) is stored
-    as its properties read: no transfer, progress 0, bytes share = files share."""
+def _insert(
+    db: sqlite3.Connection, source: str, replicas: Iterable[Replica], epochs: _Epochs
+) -> int:
+    """Write ``replicas`` as rows of ``source``, each with its pair's first-seen time; a plain
+    record (no :class:`Detail`) is stored as its properties read: no transfer, progress 0,
+    bytes share = files share."""
     ordered = _in_key_order(replicas)
     plain = [r for r in ordered if r.detail is None]
     detailed = [r for r in ordered if r.detail is not None]
     own = (*_KEY, *_PRESENCE)
-    db.executemany(_INSERT_PLAIN, _rows(plain, lead=(source,), getters=(*own, _PRESENCE[1])))
-    db.executemany(_INSERT_DETAILED, _rows(detailed, lead=(source,), getters=(*own, *_DETAIL)))
+    db.executemany(
+        _INSERT_PLAIN,
+        _rows(plain, epochs.column(plain), lead=(source,), getters=(*own, _PRESENCE[1])),
+    )
+    db.executemany(
+        _INSERT_DETAILED,
+        _rows(detailed, epochs.column(detailed), lead=(source,), getters=(*own, *_DETAIL)),
+    )
     return len(ordered)
 
 
@@ -417,12 +468,15 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
+_SHAPES = 65_536  # the loader's bound on distinct replica shapes kept (a few dozen in practice)
+
+
 class _Loader:
     """Rows -> :class:`State`, each row checked as fresh input is; rejects counted by table.
 
-    One object per distinct site name, dataset, fraction and time, as SQLite hands out a new
-    str/float per row (~190 MB of duplicates at a million replicas); names are checked once
-    per distinct value, so the checks cost little.
+    One object per distinct site name, dataset, fraction, detail and time, as SQLite hands out
+    a new str/float per row (~190 MB of duplicates at a million replicas); names and replica
+    shapes are checked once per distinct value, so the checks cost little.
     """
 
     def __init__(self) -> None:
@@ -431,10 +485,11 @@ class _Loader:
         self.times: dict[Any, datetime] = {}  # epoch -> time, one object per value
         self._datasets: dict[tuple[str, str], DatasetId] = {}
         self._sites: dict[str, Site] = {}
-        self._fractions: dict[float, float] = {}
         self._states = {s.value: s for s in ReplicaState}  # not Enum(value): a Python call
         self._transfers = {t.value: t for t in Transfer}
-        self._details: dict[tuple[Any, Any, Any], Detail] = {}
+        # (state, fraction, transfer, progress, bytes_fraction) as read -> a checked
+        # replica's fields after the site: one object per distinct fraction and detail
+        self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def reject(self, table: str, problem: object) -> None:
         self.rejected[table] += 1
@@ -465,11 +520,14 @@ class _Loader:
             found = self.times[value] = datetime.fromtimestamp(value, tz=UTC)
         return found
 
-    def checked_time(self, value: Any) -> datetime | None:
-        """:meth:`time`, or None for a value that is no time."""
+    def first_seen(self, value: Any, source: Any, key: Key) -> datetime | None:
+        """:meth:`time` of the first-seen column of ``source``'s row of ``key`` (checked), or
+        None for NULL; a value that is no time is counted under ``first_seen`` and read as
+        None (the replica stays)."""
         try:
             return self.time(value)
-        except (ValueError, TypeError, OverflowError, OSError):
+        except (ValueError, TypeError, OverflowError, OSError) as exc:
+            self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
     def load(self, db: sqlite3.Connection, query: str) -> State:
@@ -481,37 +539,21 @@ class _Loader:
                 sources[row[0]] = self.source(row, index.values()).adopt_index(index)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        (stored,) = db.execute("SELECT count(*) FROM first_seen").fetchone()
-        if len(first_seen) != stored:  # a row the join left out, or one that failed
-            first_seen = self.first_seen(db)
         return State(sources=sources, first_seen=first_seen)
-
-    def first_seen(self, db: sqlite3.Connection) -> dict[Key, datetime]:
-        """Every ``first_seen`` row on its own, each checked; only when the join of
-        :meth:`replicas` did not account for every row (invalid rows, or rows of no replica)."""
-        first_seen: dict[Key, datetime] = {}
-        for site, scope, name, at in db.execute("SELECT * FROM first_seen"):
-            try:
-                when = self.time(at)
-                if when is None:
-                    raise ValueError("no time")
-                first_seen[(self.site(site), self.dataset(scope, name))] = when
-            except (ValueError, TypeError, OverflowError, OSError) as exc:
-                self.reject("first_seen", exc)
-        return first_seen
 
     def replicas(
         self, db: sqlite3.Connection, query: str
     ) -> tuple[dict[str, dict[Key, Replica]], dict[Key, datetime]]:
         """Source -> its index of the replica rows that pass the checks, and the first-seen
-        times of their (site, dataset) keys (the row's join; a time that fails is left out for
-        :meth:`load` to notice). One key tuple per replica, shared by the index and the
-        first-seen map. The hot loop: locals, no Python call but Replica's own checks (which
-        cover every share's 0..1 range) where the caches know the values already."""
+        times of their (site, dataset) keys: the earliest valid time of the pair's rows. One
+        key tuple per replica, shared by the index and the first-seen map (the first source's
+        where several report a pair). The hot loop: locals, no Python call where the caches
+        know the values already (a row of a known shape is built with ``Replica._make``: its
+        checks passed on the shape's first row)."""
         indexes: dict[str, dict[Key, Replica]] = {}
         first_seen: dict[Key, datetime] = {}
         datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
-        states, fractions = self._states, self._fractions
+        earliest, shapes, make = first_seen.setdefault, self._shapes.get, Replica._make
         for (
             source,
             site_name,
@@ -527,14 +569,12 @@ class _Loader:
             try:
                 dataset = datasets((scope, name)) or self.dataset(scope, name)
                 site = sites(site_name) or self.site(site_name)
-                plain = transfer == "none" and size == fraction  # rows are written canonical
-                replica = Replica(
-                    dataset,
-                    site,
-                    states[state],
-                    fractions.setdefault(fraction, fraction),
-                    None if plain else self.detail(transfer, progress, size),
-                )
+                values = (state, fraction, transfer, progress, size)
+                shape = shapes(values)
+                if shape is None:
+                    replica = self.replica(dataset, site, values)
+                else:
+                    replica = make((dataset, site, *shape))
             except KeyError:
                 self.reject("replicas", f"invalid replica state {state!r} or transfer {transfer!r}")
                 continue
@@ -548,18 +588,29 @@ class _Loader:
             index[key] = replica
             when = times(at)
             if when is None and at is not None:
-                when = self.checked_time(at)
-            if when is not None:
+                when = self.first_seen(at, source, key)
+                if when is None:
+                    continue
+            elif when is None:
+                continue
+            held = earliest(key, when)
+            if held is not when and when < held:  # a pair's rows hold one time, unless edited
                 first_seen[key] = when
         return indexes, first_seen
 
-    def detail(self, transfer: Any, progress: Any, size: Any) -> Detail:
-        """One object per distinct detail, as for fractions."""
-        key = (transfer, progress, size)
-        found = self._details.get(key)
-        if found is None:
-            found = self._details[key] = Detail(self._transfers[transfer], progress, size)
-        return found
+    def replica(self, dataset: DatasetId, site: Site, values: tuple[Any, ...]) -> Replica:
+        """A row's replica built and checked by :class:`Replica` itself from its ``values``
+        (state, fraction, transfer, progress, bytes_fraction as read; raises KeyError for an
+        unknown state or transfer, ValueError/TypeError for a value it refuses), its shape
+        (every field after the site) kept for the next rows of the same values: a replica's
+        checks read the shape only. At most :data:`_SHAPES` shapes are kept."""
+        state, fraction, transfer, progress, size = values
+        plain = transfer == "none" and size == fraction  # rows are written canonical
+        detail = None if plain else Detail(self._transfers[transfer], progress, size)
+        replica = Replica(dataset, site, self._states[state], fraction, detail)
+        if len(self._shapes) < _SHAPES:
+            self._shapes[values] = replica[2:]
+        return replica
 
     def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
         """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""
@@ -591,9 +642,12 @@ class _Loader:
         )
 
 
-# Version 1 rows as version 2 (the migration's one definition): replicating/stuck rows carried
-# the rule's progress in ``fraction`` and become absent with a transfer; partial rows get the
-# bytes share = their file share.
+# The replica rows of a file of each version as rows of version 3, in key order: how a reader
+# reads an older file and what its migration writes (one definition for both).
+_COLUMNS = "source, site, scope, name, state, fraction, transfer, progress, bytes_fraction"
+# Version 1 rows as version 2: replicating/stuck rows carried the rule's progress in
+# ``fraction`` and become absent with a transfer; partial rows get the bytes share = their
+# file share.
 _MOVING = "state IN ('replicating', 'stuck')"
 _V1_AS_V2 = {
     "fraction": f"CASE WHEN {_MOVING} THEN 0 ELSE fraction END",
@@ -603,40 +657,44 @@ _V1_AS_V2 = {
         f"CASE WHEN {_MOVING} THEN 0 WHEN state = 'partial' THEN fraction ELSE 1 END"
     ),
 }
-# Each replica row with its (site, dataset)'s first-seen time: one pass over both tables.
+# Versions 1 and 2: each replica row with its (site, dataset)'s time from the first_seen table
 _WITH_FIRST_SEEN = (
     ", f.at FROM replicas AS r LEFT JOIN first_seen AS f"
     " ON f.site = r.site AND f.scope = r.scope AND f.name = r.name"
+    " ORDER BY r.source, r.site, r.scope, r.name"
 )
-_REPLICAS = (
-    "SELECT r.source, r.site, r.scope, r.name, r.state, r.fraction, r.transfer, r.progress,"
-    " r.bytes_fraction" + _WITH_FIRST_SEEN
-)
-_V1_REPLICAS = (
-    "SELECT r.source, r.site, r.scope, r.name, r.state, "
+_ROWS_OF = {
+    str(SCHEMA_VERSION): f"SELECT {_COLUMNS}, first_seen FROM replicas",
+    "2": "SELECT " + ", ".join(f"r.{c}" for c in _COLUMNS.split(", ")) + _WITH_FIRST_SEEN,
+    "1": "SELECT r.source, r.site, r.scope, r.name, r.state, "
     + ", ".join(_V1_AS_V2[c] for c in ("fraction", "transfer", "progress", "bytes_fraction"))
-    + _WITH_FIRST_SEEN
-)
+    + _WITH_FIRST_SEEN,
+}
 
 
-def _migrate_v1(db: sqlite3.Connection) -> None:
-    """Schema 1 -> 2 in one transaction (a kill leaves version 1, migrated again next start);
-    a reader of a version-1 file reads its rows through the same expressions
-    (:data:`_V1_REPLICAS`) and writes nothing.
-    """
+def _migrate(db: sqlite3.Connection, version: str, path: Path) -> None:
+    """Upgrade a file of an older ``version`` to :data:`SCHEMA_VERSION` in one transaction: a
+    new replica table filled in key order from :data:`_ROWS_OF` (each row with its
+    first-seen time), the old tables dropped. A kill or an error at any point leaves the old
+    file untouched (rolled back; a kill's journal is rolled back at the next open), and the
+    next start migrates it again."""
+    started = time.monotonic()
     db.execute("BEGIN IMMEDIATE")
     try:
-        for column in (
-            "transfer TEXT NOT NULL DEFAULT 'none'",
-            "progress REAL NOT NULL DEFAULT 0",
-            "bytes_fraction REAL NOT NULL DEFAULT 1",
-        ):
-            db.execute(f"ALTER TABLE replicas ADD COLUMN {column}")
-        # every right-hand side reads the row's old values (SQL UPDATE semantics)
-        assignments = ", ".join(f"{column} = {expr}" for column, expr in _V1_AS_V2.items())
-        db.execute(f"UPDATE replicas SET {assignments} WHERE {_MOVING} OR state = 'partial'")
-        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        db.execute(_REPLICAS_TABLE.format(name="replicas_new"))
+        db.execute(f"INSERT INTO replicas_new {_ROWS_OF[version]}")
+        db.execute("DROP TABLE replicas")
+        db.execute("DROP TABLE first_seen")
+        db.execute("ALTER TABLE replicas_new RENAME TO replicas")
+        db.execute(f"UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+    log.info(
+        "state database %s upgraded from schema version %s to %d in %.1f s",
+        path,
+        version,
+        SCHEMA_VERSION,
+        time.monotonic() - started,
+    )

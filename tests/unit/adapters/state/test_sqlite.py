@@ -14,9 +14,11 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from benchmarks.state_store import downgrade_to_schema_2
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
@@ -46,7 +48,7 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
     }
     store = SqliteStateStore(tmp_path / "s.sqlite")
     plan = plan_cycle(State(), outcome, t(0), POLICY)
-    assert store.save(plan) == 3 + 3  # replica rows + first-seen rows
+    assert store.save(plan) == 3  # one row per replica, its pair's first-seen time in it
     store.close()
 
     reopened = SqliteStateStore(tmp_path / "s.sqlite")
@@ -76,7 +78,7 @@ def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> 
     SqliteStateStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 2"):
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 3"):
         SqliteStateStore(path)
 
 
@@ -155,8 +157,13 @@ INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fracti
         (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 7.5)", "replicas"),
         (INSERT_REPLICA + "('r', 'A', 'ska', 'z', 'partial', 'half')", "replicas"),
         (INSERT_REPLICA + "('r', X'41', 'ska', 'z', 'available', 1.0)", "replicas"),
-        ("INSERT INTO first_seen VALUES ('A', 'ska', 'bad name', 0)", "first_seen"),
-        ("INSERT INTO first_seen VALUES ('A', 'ska', 'z', 1e300)", "first_seen"),
+        ("UPDATE replicas SET first_seen = 1e300 WHERE name = 'x'", "first_seen"),
+        ("UPDATE replicas SET first_seen = 'noon' WHERE name = 'y'", "first_seen"),
+        (
+            INSERT_REPLICA.replace("fraction)", "fraction, first_seen)")
+            + "('r\nX', 'A', 'ska', 'z', 'available', 1.0, 'noon')",
+            "first_seen",
+        ),
         ('UPDATE sources SET sites = \'["A", "B C"]\'', "sources"),
         ("INSERT INTO sources VALUES ('R\nX', 0, 0, 0, NULL, 0, '[]')", "sources"),
         ("INSERT INTO sources VALUES ('q', 0, 0, 0, NULL, 0, 'not json')", "sources"),
@@ -184,7 +191,7 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     _saved(path)
     with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO first_seen VALUES ('A\nB', 'ska', 'z', 0)")
+        db.execute("UPDATE replicas SET first_seen = 'noon' WHERE name = 'x'")
     config = parse_config(
         {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
         tmp_path,
@@ -286,7 +293,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
     partial = held[(Site("SRCNET_CH"), DatasetId("ska", "obs_1300"))]
     assert (partial.fraction, partial.bytes_fraction) == (0.4, 0.4)
     with sqlite3.connect(config.daemon.state_path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
 
 
 def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change(
@@ -321,6 +328,135 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
         ("SRCNET_ES", "ska:obs_1500"): "changed",
     }
     service.close()
+
+
+# data/state-v2.sqlite: written by the last release of schema 2 (befc475) with its Service on
+# data/inventory.toml (source "demo", at T0) and then also data/inventory-extra.toml (source
+# "extra", 5 minutes later: SRCNET_CH ska:obs_1234 reported by both, first seen at T0);
+# data/show-v2.txt: that release's `hydrator show` of it.
+def v2_config(tmp_path: Path) -> Path:
+    """The v2 state file, its inventories and a config like the one that wrote them."""
+    shutil.copy(DATA / "state-v2.sqlite", tmp_path / "state.sqlite")
+    for name in ("inventory.toml", "inventory-extra.toml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    path = tmp_path / "hydrator.toml"
+    path.write_text(
+        '[daemon]\nstate_path = "state.sqlite"\n'
+        '[[sources]]\ntype = "static"\nname = "demo"\npath = "inventory.toml"\n'
+        '[[sources]]\ntype = "static"\nname = "extra"\npath = "inventory-extra.toml"\n'
+        '[sites]\nCH_DISK = "SRCNET_CH"\nUK_DISK = "SRCNET_UK"\nUK_SCRATCH = "SRCNET_UK"\n'
+        'ES_DISK = "SRCNET_ES"\n'
+    )
+    return path
+
+
+def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every table of ``path`` with its columns as SQLite describes them."""
+    with sqlite3.connect(path) as db:
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {n: db.execute(f"PRAGMA table_xinfo({n})").fetchall() for n in sorted(names)}
+
+
+def test_a_version_2_state_file_is_migrated_with_every_row_and_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = v2_config(tmp_path)
+    state_path = tmp_path / "state.sqlite"
+    with sqlite3.connect(state_path) as db:
+        old_rows = db.execute("SELECT * FROM replicas ORDER BY 1, 2, 3, 4").fetchall()
+        old_times = {
+            (s, f"{sc}:{n}"): at for s, sc, n, at in db.execute("SELECT * FROM first_seen")
+        }
+    assert cli_main(["show", "--config", str(config)]) == 0  # a reader of the v2 file
+    assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
+    with sqlite3.connect(state_path) as db:  # a reader migrates nothing
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
+
+    loaded = SqliteStateStore(state_path).load()
+    with sqlite3.connect(state_path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        new_rows = db.execute("SELECT * FROM replicas").fetchall()
+    assert set(_tables(state_path)) == {"meta", "sources", "replicas"}
+    assert [row[:-1] for row in new_rows] == old_rows
+    assert [row[-1] for row in new_rows] == [old_times[(r[1], f"{r[2]}:{r[3]}")] for r in old_rows]
+    assert {(s, str(d)): when.timestamp() for (s, d), when in loaded.first_seen.items()} == (
+        old_times
+    )
+    assert cli_main(["show", "--config", str(config)]) == 0  # the same ads from version 3
+    assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
+
+
+def test_the_schema_2_writer_of_the_benchmark_writes_what_the_release_wrote(
+    tmp_path: Path,
+) -> None:
+    """:func:`benchmarks.state_store.downgrade_to_schema_2` (the migration benchmark's, and
+    the kill test's, schema-2 files) makes the tables of the real schema-2 file."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    downgrade_to_schema_2(path)
+    assert _tables(path) == _tables(DATA / "state-v2.sqlite")
+
+
+def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Path) -> None:
+    """A failure after the rows were copied and the old tables dropped (the rename refuses a
+    view left broken by the drop) rolls everything back: the file stays version 2, readable."""
+    v2_config(tmp_path)
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE VIEW times AS SELECT * FROM first_seen")
+        before = list(db.iterdump())
+    expected = SqliteStateStore(path, read_only=True).load()
+    with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
+        SqliteStateStore(path)
+    with sqlite3.connect(path) as db:
+        assert list(db.iterdump()) == before
+    loaded = SqliteStateStore(path, read_only=True).load()
+    assert loaded.sources == expected.sources and loaded.first_seen == expected.first_seen
+    with sqlite3.connect(path) as db:
+        db.execute("DROP VIEW times")
+    assert SqliteStateStore(path).load().first_seen == expected.first_seen
+
+
+MIGRATOR = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from hydrator.adapters.state.sqlite import SqliteStateStore
+    print("migrating", flush=True)
+    SqliteStateStore(Path(sys.argv[1])).close()
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15])
+def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
+    tmp_path: Path, delay_s: float
+) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"obs{i}") for i in range(60_000)))}
+    plan = plan_cycle(State(), outcome, t(0), POLICY)
+    store.save(plan)
+    store.close()
+    downgrade_to_schema_2(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MIGRATOR, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[4],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "migrating"
+    time.sleep(delay_s)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("3",))
+    loaded = SqliteStateStore(path).load()  # migrated now if it was not
+    assert loaded.sources == plan.state.sources and loaded.first_seen == plan.state.first_seen
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
 
 
 def _random_holdings(rng: random.Random, count: int) -> list[Replica]:
@@ -382,33 +518,82 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     first = plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY)
     store.save(first)
     second = plan_cycle(first.state, {"r": snap("r", rep("A", "x"), rep("A", "y"))}, t(1), POLICY)
-    broken = replace(second, state=replace(second.state, first_seen={}))  # no time for ska:y
-    with pytest.raises(KeyError):
+    noon = cast(datetime, "noon")  # no time: fails while the row of ska:y is written
+    times = {**second.state.first_seen, (Site("A"), DatasetId("ska", "y")): noon}
+    broken = replace(second, state=replace(second.state, first_seen=times))
+    with pytest.raises(AttributeError):
         store.save(broken)
     assert SqliteStateStore(path, read_only=True).load().first_seen == first.state.first_seen
-    assert store.save(second) == 2
+    assert store.save(second) == 1
     assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
 
 
 @pytest.mark.parametrize(
-    ("sql", "first_seen"),
+    ("sql", "first_seen", "rejected"),
     [
-        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 0)", {"A/x", "B/y", "C/w"}),
-        ("DELETE FROM first_seen WHERE name = 'y'", {"A/x"}),
-        ("INSERT INTO first_seen VALUES ('C', 'ska', 'w', 'noon')", {"A/x", "B/y"}),
-        ("UPDATE first_seen SET at = 'noon' WHERE name = 'y'", {"A/x"}),
+        ("UPDATE replicas SET first_seen = NULL WHERE name = 'y'", {"A/x"}, 0),
+        ("UPDATE replicas SET first_seen = 'noon' WHERE name = 'y'", {"A/x"}, 1),
+        ("UPDATE replicas SET first_seen = -1e300 WHERE name = 'y'", {"A/x"}, 1),
     ],
 )
-def test_first_seen_rows_load_whether_or_not_a_replica_row_matches(
-    tmp_path: Path, sql: str, first_seen: set[str]
+def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
+    tmp_path: Path, sql: str, first_seen: set[str], rejected: int
 ) -> None:
-    """First-seen rows come with their replica rows; one without a replica, or a replica
-    without one, loads as it is stored, and an invalid one is counted."""
+    """A NULL time is no time; an invalid one is counted: the replica loads either way."""
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
     assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
-    assert store.rejected_rows["first_seen"] == ("noon" in sql)
+    assert store.rejected_rows["first_seen"] == rejected
     assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
         ("A", "x"),
         ("B", "y"),
     }
+
+
+def test_a_pair_without_a_time_keeps_none_when_its_row_is_written_again(tmp_path: Path) -> None:
+    """The rows of a save take their pair's time from the state, none where it has none, also
+    when every time the state holds is the same one."""
+    path = tmp_path / "s.sqlite"
+    _saved(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE replicas SET first_seen = NULL WHERE name = 'y'")
+    store = SqliteStateStore(path)
+    loaded = store.load()
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.25))}
+    changed = plan_cycle(loaded, outcome, t(1), POLICY)
+    assert [c.kind.value for c in changed.changes] == ["changed"]
+    assert store.save(changed) == 2  # y's row deleted and written again
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT name, fraction, first_seen FROM replicas").fetchall()
+    assert rows == [("x", 1.0, t(0).timestamp()), ("y", 0.25, None)]
+
+
+@pytest.mark.parametrize(("minutes", "loaded_minutes"), [(-5, -5), (5, 0)])
+def test_a_pair_whose_rows_hold_several_times_loads_the_earliest(
+    tmp_path: Path, minutes: int, loaded_minutes: int
+) -> None:
+    """Every source's row of a pair is written with the pair's one time; a file edited to
+    hold two loads the earliest."""
+    at = t(minutes).timestamp()
+    sql = INSERT_REPLICA.replace("fraction)", "fraction, first_seen)")
+    _, loaded = _loaded_after(
+        tmp_path / "s.sqlite", sql + f"('q', 'A', 'ska', 'x', 'available', 1.0, {at})"
+    )
+    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(loaded_minutes)
+    assert loaded.first_seen[(Site("B"), DatasetId("ska", "y"))] == t(0)
+
+
+def test_two_sources_of_a_pair_write_its_first_time_and_load_it_back(tmp_path: Path) -> None:
+    """A pair first seen from one source keeps that time when a second source reports it
+    later, in the second source's row too (the pair's time, not the row's)."""
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    first = plan_cycle(State(), {"a": snap("a", rep("A", "x")), "b": snap("b")}, t(0), POLICY)
+    store.save(first)
+    outcomes = {"a": snap("a", rep("A", "x")), "b": snap("b", rep("A", "x", "partial", 0.5))}
+    second = plan_cycle(first.state, outcomes, t(1), POLICY)
+    assert store.save(second) == 1
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT source, first_seen FROM replicas").fetchall()
+    assert rows == [("a", t(0).timestamp()), ("b", t(0).timestamp())]
+    assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen

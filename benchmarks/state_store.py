@@ -1,0 +1,142 @@
+"""The state store alone (issue 15): first save, load, churn save, and a schema-2 migration.
+
+``python -m benchmarks.state_store --replicas 1000000 [--json out.json] [--dir DIR]`` builds
+the generated federation of :mod:`benchmarks.generate` (one source), plans its first cycle from
+an empty state and times, in seconds (wall clock; ``*_cpu_s`` the process's CPU seconds):
+
+``first_save_s``       :meth:`SqliteStateStore.save` of that first cycle (every replica new)
+``load_s``             a restarted writer's :meth:`SqliteStateStore.load` of that file
+``churn_save_s``       the save of a cycle after 1 % churn
+``migrate_2_to_3_s``   opening (as a writer) a schema-2 copy of the same state: the upgrade to
+                       schema 3 in one transaction (:func:`downgrade_to_schema_2` writes it)
+``load_migrated_s``    the load after that upgrade; ``same_after_migration`` checks it equals
+                       the state the schema-3 file holds
+
+Each call timed as the daemon runs it, without garbage-collector passes. Single runs (not
+medians) on whatever else the machine runs: ``load_average`` says how busy it was. The files
+go to a temporary directory unless ``--dir`` is given (1M replicas: ~140 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+from benchmarks.generate import SOURCE, Federation, Scale
+from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.domain import State
+from hydrator.runtime.service import collector_paused
+
+T = TypeVar("T")
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+# Schema 2 as the release before schema 3 (befc475) created it, and its rows from a schema-3
+# file: each pair's time in a first_seen row of its own, replica rows without the column.
+_SCHEMA_2 = """
+CREATE TABLE replicas_v2 (
+    source TEXT NOT NULL, site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,
+    state TEXT NOT NULL, fraction REAL NOT NULL,
+    transfer TEXT NOT NULL DEFAULT 'none', progress REAL NOT NULL DEFAULT 0,
+    bytes_fraction REAL NOT NULL DEFAULT 1,
+    PRIMARY KEY (source, site, scope, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS first_seen (
+    site TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (site, scope, name)) WITHOUT ROWID;
+INSERT INTO first_seen SELECT site, scope, name, min(first_seen) FROM replicas
+    WHERE first_seen IS NOT NULL GROUP BY site, scope, name ORDER BY site, scope, name;
+INSERT INTO replicas_v2 SELECT source, site, scope, name, state, fraction, transfer, progress,
+    bytes_fraction FROM replicas;
+DROP TABLE replicas;
+ALTER TABLE replicas_v2 RENAME TO replicas;
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+"""
+
+
+def downgrade_to_schema_2(path: Path) -> None:
+    """Rewrite the schema-3 file ``path`` (closed) as the schema-2 file of the same state."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.executescript(f"BEGIN; {_SCHEMA_2} COMMIT;")
+        db.execute("VACUUM")
+    finally:
+        db.close()
+
+
+def timed(call: Callable[[], T], into: dict[str, object], name: str) -> T:
+    """``call()``, its wall-clock and CPU seconds put in ``into`` as ``<name>_s`` and
+    ``<name>_cpu_s`` (CPU time says more on a busy machine); run without garbage-collector
+    passes as the daemon runs its startup and cycles
+    (:func:`~hydrator.runtime.service.collector_paused`; its one collection afterwards is not
+    timed)."""
+    with collector_paused():
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = call()
+        into[f"{name}_s"] = time.perf_counter() - wall
+        into[f"{name}_cpu_s"] = time.process_time() - cpu
+    return result
+
+
+def run(replicas: int, workdir: Path) -> dict[str, object]:
+    figures: dict[str, object] = {"replicas": replicas}
+    federation = Federation(Scale(replicas=replicas))
+    path = workdir / "state.sqlite"
+    first = plan_cycle(State(), {SOURCE: federation.snapshot()}, T0, Policy())
+    store = SqliteStateStore(path)
+    timed(partial(store.save, first), figures, "first_save")
+    store.close()
+    del first
+    store = SqliteStateStore(path)
+    loaded = timed(store.load, figures, "load")
+    federation.churn()
+    later = T0 + timedelta(minutes=1)
+    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, Policy())
+    timed(partial(store.save, churned), figures, "churn_save")
+    store.close()
+    del loaded
+    saved = churned.state
+    del churned
+    old = workdir / "state-v2.sqlite"
+    shutil.copy(path, old)
+    downgrade_to_schema_2(old)
+    migrating = timed(partial(SqliteStateStore, old), figures, "migrate_2_to_3")
+    migrated = timed(migrating.load, figures, "load_migrated")
+    migrating.close()
+    figures["same_after_migration"] = (
+        migrated.sources == saved.sources and migrated.first_seen == saved.first_seen
+    )
+    figures["file_mib"] = path.stat().st_size / 2**20
+    figures["load_average"] = os.getloadavg()
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=100_000)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--dir", type=Path, help="keep the files here (default: temporary)")
+    args = parser.parse_args()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        figures = run(args.replicas, args.dir)
+    else:
+        with tempfile.TemporaryDirectory() as workdir:
+            figures = run(args.replicas, Path(workdir))
+    text = json.dumps(figures, indent=1)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
