@@ -196,7 +196,7 @@ class Metrics:
         preset=("added", "removed", "changed"),
     )
     state_rows_written = _counter(
-        "state_rows_written", "Replica and first-seen rows written to the state database."
+        "state_rows_written", "Replica rows written to the state database."
     )
     collector_updates = _counter(
         "collector_updates",
