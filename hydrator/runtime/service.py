@@ -25,7 +25,7 @@ from hydrator.adapters.htcondor import Publisher, PublishReport
 from hydrator.adapters.sources import FetchContext, Source
 from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import ClassAdConfig, Config
-from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
@@ -296,7 +296,8 @@ class Service:
         """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
         ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
         lists are unchanged; else bounds from the names over the empty ad (each name costs its
-        length and two quotes, plus at most a comma); a rendering only between the bounds."""
+        length and two quotes, plus at most a comma; so at least ``MIN_NAME_BYTES``, which
+        settles a long list at once); a rendering only between the bounds."""
         old = self.published.ads.get(view.site)
         if old is not None and old.view.digest == view.digest:
             return len(old.body)
@@ -305,10 +306,13 @@ class Service:
         first = itemgetter(0)
         names = chain(view.available, map(first, view.partial), map(first, view.replicating))
         count = len(view.available) + len(view.partial) + len(view.replicating)
+        limit = self.advertise_policy.max_ad_bytes
+        if MIN_NAME_BYTES * count > limit:  # too many names to fit, whatever their length
+            return MIN_NAME_BYTES * count
         # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
         text = sum(map(len, map(":".join, names))) + 2 * count
         lower = len(render_cron(empty, attrs).encode("utf-8")) + text
-        upper, limit = lower + count, self.advertise_policy.max_ad_bytes
+        upper = lower + count
         if upper <= limit:
             return upper
         if lower > limit:
