@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -16,7 +17,7 @@ from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
-from hydrator.runtime.service import Service
+from hydrator.runtime.service import Service, map_large_blocks
 from tests.unit.factories import t
 
 
@@ -394,3 +395,37 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
         seen.append(m("hydrator_source_invalid_records", {"source": "s"}))
     assert seen == [1, 1, 1, 3]
     assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in [
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        ]
+    ]
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc < 2.33")
+def test_large_blocks_stay_mapped_after_a_larger_one_was_freed() -> None:
+    """glibc would raise its mmap threshold past a freed 8 MiB block and carve the next
+    1 MiB table from the heap, where it stays resident once freed; the service keeps it
+    mapped (returned to the system when freed)."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _MallInfo2
+    map_large_blocks()
+    big = bytearray(8 << 20)
+    del big  # freed: would raise glibc's dynamic threshold to 8 MiB
+    mapped = libc.mallinfo2().hblkhd
+    block = bytearray(1 << 20)
+    assert libc.mallinfo2().hblkhd >= mapped + (1 << 20)
+    del block
