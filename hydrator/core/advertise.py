@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from itertools import chain, islice, repeat
-from operator import itemgetter
+from itertools import chain, compress, islice, repeat
+from operator import is_, itemgetter
 
 from hydrator.domain import (
     DatasetId,
@@ -69,6 +69,7 @@ _PER_NAME_BYTES = 3
 MIN_NAME_BYTES = 5
 
 _first, _second = itemgetter(0), itemgetter(1)  # a (dataset, share) pair's parts
+_third, _pair = itemgetter(2), itemgetter(0, 1)  # an entry's state, and its (dataset, share)
 Size = Callable[[SiteView], int]
 _Keep = Callable[[DatasetId], bool] | None
 
@@ -232,9 +233,14 @@ def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
 def _narrowed(view: SiteView, entries: list[_Entry], keep: _Keep) -> SiteView:
     """The view with only ``entries`` in its lists; the transfers reported beside them are
     kept for the datasets ``keep`` accepts (all when None)."""
-    available = tuple(sorted(d for d, _, s in entries if s is ReplicaState.AVAILABLE))
-    partial = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.PARTIAL))
-    replicating = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.REPLICATING))
+    states = list(map(_third, entries))  # C-level filters: an ad takes thousands of names
+
+    def having(state: ReplicaState) -> Iterator[bool]:
+        return map(is_, states, repeat(state))
+
+    available = tuple(sorted(compress(map(_first, entries), having(ReplicaState.AVAILABLE))))
+    partial = tuple(sorted(compress(map(_pair, entries), having(ReplicaState.PARTIAL))))
+    replicating = tuple(sorted(compress(map(_pair, entries), having(ReplicaState.REPLICATING))))
     digest = content_digest(view.site, available, partial, replicating)
     listed = {d for d, _ in partial}
     return replace(
