@@ -126,14 +126,15 @@ MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial value, kept fixed
 
 
 def map_large_blocks() -> None:
-    """Keep glibc serving every block of ``MMAP_THRESHOLD_BYTES`` or more by its own mapping,
-    unmapped when freed (``mallopt(M_MMAP_THRESHOLD)``; nothing elsewhere).
+    """Keep glibc's mmap threshold at ``MMAP_THRESHOLD_BYTES`` (``mallopt(M_MMAP_THRESHOLD)``;
+    nothing elsewhere): a block that large which free heap space cannot serve gets a mapping
+    of its own, unmapped when freed, instead of growing the heap.
 
-    By default glibc raises that threshold each time such a block is freed, up to 32 MiB
-    (mallopt(3): setting it disables the adjustment), after which the tables of a million
-    entries that a cycle copies and drops (the index and first-seen maps, the answer's set)
-    are carved from the heap, fragment it and stay resident. At a million replicas this
-    lowered the peak RSS by 50-75 MiB (issue 15)."""
+    By default glibc raises that threshold each time such a block is freed, up to 32 MiB, and
+    the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
+    tables a cycle copies and drops (index and first-seen maps, sets, answers, lists) then
+    grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
+    the peak RSS by 50-75 MiB (issue 15)."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -17,7 +19,7 @@ from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
-from hydrator.runtime.service import Service, map_large_blocks
+from hydrator.runtime.service import Service
 from tests.unit.factories import t
 
 
@@ -397,35 +399,40 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
     assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in [
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        ]
-    ]
+_MALLOC_PROBE = """
+import ctypes
+from hydrator.runtime.service import map_large_blocks
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks".split()
+                + "uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if MAP:
+    map_large_blocks()
+big = bytearray(16 << 20)
+del big  # freed: raises glibc's dynamic mmap threshold to 16 MiB, unless it is fixed
+mapped = libc.mallinfo2().hblkhd
+block = bytearray(4 << 20)
+print(libc.mallinfo2().hblkhd - mapped)
+"""
 
 
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc < 2.33")
-def test_large_blocks_stay_mapped_after_a_larger_one_was_freed() -> None:
-    """glibc would raise its mmap threshold past a freed 8 MiB block and carve the next
-    1 MiB table from the heap, where it stays resident once freed; the service keeps it
-    mapped (returned to the system when freed)."""
-    libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = _MallInfo2
-    map_large_blocks()
-    big = bytearray(8 << 20)
-    del big  # freed: would raise glibc's dynamic threshold to 8 MiB
-    mapped = libc.mallinfo2().hblkhd
-    block = bytearray(1 << 20)
-    assert libc.mallinfo2().hblkhd >= mapped + (1 << 20)
-    del block
+def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
+    """glibc would raise its mmap threshold past a freed 16 MiB block and grow the heap for
+    the next 4 MiB table, where it stays resident once freed; the service keeps the block a
+    mapping of its own (returned to the system when freed). In a fresh interpreter, whose
+    heap has no free 4 MiB to reuse."""
+
+    def mapped_bytes(fixed: bool) -> int:
+        code = _MALLOC_PROBE.replace("MAP", str(fixed))
+        command = [sys.executable, "-c", code]
+        found = subprocess.run(command, check=False, capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+        return int(found.stdout)
+
+    assert mapped_bytes(fixed=True) >= 4 << 20
+    assert mapped_bytes(fixed=False) == 0  # what the fix is for: glibc's own default
