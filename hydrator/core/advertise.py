@@ -22,8 +22,10 @@ folded into the digest so a change of that list reaches the ads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import chain, compress, islice, repeat
+from operator import is_, itemgetter
 
 from hydrator.domain import (
     DatasetId,
@@ -62,7 +64,12 @@ _Entry = tuple[DatasetId, float, ReplicaState]
 _ADVERTISABLE = (ReplicaState.AVAILABLE, ReplicaState.PARTIAL, ReplicaState.REPLICATING)
 # Bytes a name costs in an old-syntax list at most: its two quotes and a comma
 _PER_NAME_BYTES = 3
+# Bytes a name costs in an ad at least: a scope and a name of one character, the colon and
+# two quotes. So no more than ``max_ad_bytes // MIN_NAME_BYTES`` names ever fit.
+MIN_NAME_BYTES = 5
 
+_first, _second = itemgetter(0), itemgetter(1)  # a (dataset, share) pair's parts
+_third, _pair = itemgetter(2), itemgetter(0, 1)  # an entry's state, and its (dataset, share)
 Size = Callable[[SiteView], int]
 _Keep = Callable[[DatasetId], bool] | None
 
@@ -79,7 +86,8 @@ def advertise(
     ``held`` is the state's (site, dataset) -> replica index, so the cost grows with the
     demanded datasets and the budget, not with the names a site holds. ``size`` gives the
     bytes of a view's published ad, or any number on the same side of ``max_ad_bytes`` (it is
-    only compared with it); without it, or without ``max_ad_bytes``, size is not checked.
+    only compared with it); without it, or without ``max_ad_bytes``, size is not checked. A
+    name costs at least :data:`MIN_NAME_BYTES` in it, as in a real ad.
     """
     advertised = _narrow(view, wanted, policy, held, size)
     if not policy.stuck:
@@ -99,14 +107,15 @@ def _narrow(
     limit = policy.max_ad_bytes
     if size is None or not limit or size(narrowed.view) <= limit:
         return narrowed
-    entries, _ = _ranked(view, wanted, policy, held)
+    # only the entries that could fit are built: a big site lists far more (issue 15)
+    entries, _, listed = _ranked(view, wanted, policy, held, limit // MIN_NAME_BYTES + 1)
     keep = _kept(wanted, policy)
     count = _fitting(view, entries, size, limit, keep)
     return Advertised(
         _narrowed(view, entries[:count], keep),
         narrowed.not_demanded,
         narrowed.over_budget,
-        len(entries) - count,
+        listed - count,
     )
 
 
@@ -123,7 +132,7 @@ def _by_demand_and_budget(
 ) -> Advertised:
     if not policy.narrows:
         return Advertised(view)
-    entries, candidates = _ranked(view, wanted, policy, held)
+    entries, candidates, _ = _ranked(view, wanted, policy, held)
     total = len(view.available) + len(view.partial) + len(view.replicating)
     not_demanded, over_budget = total - candidates, candidates - len(entries)
     if not_demanded == 0 and over_budget == 0:
@@ -151,17 +160,31 @@ def _ranked(
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
     held: Mapping[tuple[Site, DatasetId], Replica],
-) -> tuple[list[_Entry], int]:
-    """What demand and budget let into the ad, in the order they win (demanded first), and
-    how many candidates there were before the budget."""
+    most: int | None = None,
+) -> tuple[list[_Entry], int, int]:
+    """What demand and budget let into the ad, in the order they win (demanded first): the
+    first ``most`` of those entries (all when None), how many candidates there were before
+    the budget, and how many entries there are in all."""
     demanded = _demanded(view, wanted, held)
     total = len(view.available) + len(view.partial) + len(view.replicating)
     candidates = len(demanded) if policy.demand_only else total
     budget = policy.max_datasets_per_site or candidates
     entries = demanded[:budget]
-    if not policy.demand_only and len(entries) < budget:
-        entries += _fill(view, {e[0] for e in demanded}, budget - len(entries))
-    return entries, candidates
+    listed = len(entries)
+    if not policy.demand_only and listed < budget:
+        taken = {e[0] for e in demanded}
+        left = min(budget - listed, total - _listed(view, taken))
+        entries += _fill(view, taken, left if most is None else max(0, min(left, most - listed)))
+        listed += left
+    return (entries if most is None else entries[:most]), candidates, listed
+
+
+def _listed(view: SiteView, datasets: set[DatasetId]) -> int:
+    """How many of ``datasets`` the view's three lists hold (a C-level count)."""
+    if not datasets:
+        return 0
+    names = chain(view.available, map(_first, view.partial), map(_first, view.replicating))
+    return sum(map(datasets.__contains__, names))
 
 
 def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int, keep: _Keep) -> int:
@@ -194,28 +217,30 @@ def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int, keep
 
 def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
     """The next ``count`` undemanded entries in budget order: better state, then name (the
-    view's lists are already sorted by name)."""
-    out: list[_Entry] = []
-    lists: list[list[_Entry]] = [
-        [(d, 1.0, ReplicaState.AVAILABLE) for d in view.available[: count + len(taken)]],
-        [(d, f, ReplicaState.PARTIAL) for d, f in view.partial[: count + len(taken)]],
-        [(d, f, ReplicaState.REPLICATING) for d, f in view.replicating[: count + len(taken)]],
-    ]
-    for entries in lists:
-        for entry in entries:
-            if len(out) == count:
-                return out
-            if entry[0] not in taken:
-                out.append(entry)
-    return out
+    view's lists are already sorted by name); built by C-level iterators, as a big site's
+    lists are long."""
+    partial, replicating = view.partial, view.replicating
+    entries: Iterator[_Entry] = chain(
+        zip(view.available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
+        zip(map(_first, partial), map(_second, partial), repeat(ReplicaState.PARTIAL)),
+        zip(map(_first, replicating), map(_second, replicating), repeat(ReplicaState.REPLICATING)),
+    )
+    if taken:
+        entries = (e for e in entries if e[0] not in taken)
+    return list(islice(entries, count))
 
 
 def _narrowed(view: SiteView, entries: list[_Entry], keep: _Keep) -> SiteView:
     """The view with only ``entries`` in its lists; the transfers reported beside them are
     kept for the datasets ``keep`` accepts (all when None)."""
-    available = tuple(sorted(d for d, _, s in entries if s is ReplicaState.AVAILABLE))
-    partial = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.PARTIAL))
-    replicating = tuple(sorted((d, f) for d, f, s in entries if s is ReplicaState.REPLICATING))
+    states = list(map(_third, entries))  # C-level filters: an ad takes thousands of names
+
+    def having(state: ReplicaState) -> Iterator[bool]:
+        return map(is_, states, repeat(state))
+
+    available = tuple(sorted(compress(map(_first, entries), having(ReplicaState.AVAILABLE))))
+    partial = tuple(sorted(compress(map(_pair, entries), having(ReplicaState.PARTIAL))))
+    replicating = tuple(sorted(compress(map(_pair, entries), having(ReplicaState.REPLICATING))))
     digest = content_digest(view.site, available, partial, replicating)
     listed = {d for d, _ in partial}
     return replace(

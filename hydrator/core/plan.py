@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
-from itertools import chain
+from itertools import chain, filterfalse, islice
 
 from hydrator.domain import (
     Change,
@@ -135,13 +135,14 @@ def _advance_source(
         ).inherit_index(before)
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
+    moved = bool(delta.added or delta.removed)
     after = SourceState(
         name=before.name,
-        replicas=_moved(before.replicas, delta),
+        replicas=outcome.replicas if moved else before.replicas,
         sites=outcome.sites,
         last_success=now,
         last_attempt=now,
-    ).adopt_index(_patched(before, delta))
+    ).adopt_index(_patched(before, delta, outcome.replicas) if moved else before.index)
     return after, _status(after, "ok", snapshot=outcome), delta
 
 
@@ -179,21 +180,15 @@ def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta
     return SourceDelta(added=added, removed=differ - added)
 
 
-def _moved(before: frozenset[Replica], delta: SourceDelta) -> frozenset[Replica]:
-    """The snapshot in effect now, equal to the source's answer but made of the objects
-    already held where nothing changed, so the answer's own million objects can be freed
-    after the cycle instead of living on beside the index (C-level set copy, stored hashes)."""
-    if not delta.removed and not delta.added:
-        return before
-    if not before:
-        return delta.added
-    return (before - delta.removed) | delta.added
-
-
-def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
-    """The index of ``before``'s replicas moved by ``delta`` (a copy; the old one is kept)."""
-    if not delta.added and not delta.removed:
-        return before.index
+def _patched(
+    before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]
+) -> dict[Key, Replica]:
+    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``; a copy,
+    the old one is kept), holding ``replicas``' own objects: the state keeps the answer's set
+    as it is (a source that keeps its answer between fetches shares it, so the daemon holds
+    one set and one object per replica, not two). Where the answer is made of new objects
+    (a source that builds them every fetch, or the first answer after a restart), every value
+    is replaced once, keeping the key tuples; the old objects then die with the old state."""
     added = delta.added
     if not before.replicas:  # a first answer: one C-level pass
         return dict(zip(map(replica_key, added), added, strict=True))
@@ -201,7 +196,13 @@ def _patched(before: SourceState, delta: SourceDelta) -> dict[Key, Replica]:
     for key in map(replica_key, delta.removed):
         del index[key]
     index.update(zip(map(replica_key, added), added, strict=True))
+    kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
+    if any(index[r.key] is not r for r in kept):
+        index.update(zip(map(replica_key, replicas), replicas, strict=True))
     return index
+
+
+_SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
 
 
 def _merge(

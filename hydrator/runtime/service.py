@@ -25,7 +25,7 @@ from hydrator.adapters.htcondor import Publisher, PublishReport
 from hydrator.adapters.sources import FetchContext, Source
 from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import ClassAdConfig, Config
-from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
@@ -121,6 +121,24 @@ def release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+M_MMAP_THRESHOLD = -3  # glibc <malloc.h>
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial value, kept fixed
+
+
+def map_large_blocks() -> None:
+    """Keep glibc's mmap threshold at ``MMAP_THRESHOLD_BYTES`` (``mallopt(M_MMAP_THRESHOLD)``;
+    nothing elsewhere): a block that large which free heap space cannot serve gets a mapping
+    of its own, unmapped when freed, instead of growing the heap.
+
+    By default glibc raises that threshold each time such a block is freed, up to 32 MiB, and
+    the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
+    tables a cycle copies and drops (index and first-seen maps, sets, answers, lists) then
+    grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
+    the peak RSS by 50-75 MiB (issue 15)."""
+    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
+        _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 class Service:
     """Sequences one cycle; owns the stop event and the state between cycles."""
 
@@ -158,6 +176,7 @@ class Service:
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
+        map_large_blocks()
         with collector_paused():
             self._state = store.load()
             self.published = Published()  # empty, for _ad_size while the startup views are cut
@@ -296,7 +315,8 @@ class Service:
         """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
         ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
         lists are unchanged; else bounds from the names over the empty ad (each name costs its
-        length and two quotes, plus at most a comma); a rendering only between the bounds."""
+        length and two quotes, plus at most a comma; so at least ``MIN_NAME_BYTES``, which
+        settles a long list at once); a rendering only between the bounds."""
         old = self.published.ads.get(view.site)
         if old is not None and old.view.digest == view.digest:
             return len(old.body)
@@ -305,10 +325,13 @@ class Service:
         first = itemgetter(0)
         names = chain(view.available, map(first, view.partial), map(first, view.replicating))
         count = len(view.available) + len(view.partial) + len(view.replicating)
+        limit = self.advertise_policy.max_ad_bytes
+        if MIN_NAME_BYTES * count > limit:  # too many names to fit, whatever their length
+            return MIN_NAME_BYTES * count
         # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
         text = sum(map(len, map(":".join, names))) + 2 * count
         lower = len(render_cron(empty, attrs).encode("utf-8")) + text
-        upper, limit = lower + count, self.advertise_policy.max_ad_bytes
+        upper = lower + count
         if upper <= limit:
             return upper
         if lower > limit:

@@ -102,5 +102,7 @@ def test_incremental_views_equal_a_full_recomputation(
         assert list(plan.state.contents) == list(rebuilt)
         for name, source in plan.state.sources.items():
             assert source.index == {r.key: r for r in source.replicas}, name
+            # one object per replica: the index holds the set's own objects (memory, issue 15)
+            assert all(source.index[r.key] is r for r in source.replicas), name
         assert plan.state.first_seen == {k: state.first_seen.get(k, t(i)) for k in after}
         state = plan.state

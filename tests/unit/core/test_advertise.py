@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.domain import (
@@ -178,3 +180,39 @@ def test_stuck_transfers_reach_the_digest_only_when_advertised() -> None:
     assert other.digest != on.digest, "a change of the stuck list reaches the ads"
     narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True), HELD).view
     assert narrowed.stuck == () and [d for d, _ in narrowed.partial] == [D]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 12), min_size=1, max_size=80),  # name lengths
+    st.integers(0, 40),  # the frame's bytes
+    st.integers(0, 6),  # bytes a name costs besides its characters (a model may break 2..3)
+    st.floats(0.0, 1.0),  # the limit, as a share of the names' bytes over the frame
+    st.lists(st.integers(0, 79), max_size=30),  # demanded names, by position
+)
+def test_an_over_size_ad_keeps_the_longest_prefix_that_fits(
+    lengths: list[int], frame: int, extra: int, share: float, demanded: list[int]
+) -> None:
+    """The cut is the longest prefix of the ranking (most demanded first, then by name) that
+    fits, whatever a name costs in the size model (at least its characters), and every
+    entry left out is counted, though only those that could fit are built."""
+    datasets = tuple(sorted(DatasetId("s", f"{i:02d}" + "x" * n) for i, n in enumerate(lengths)))
+    view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
+    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
+    wanted = {datasets[i]: 1 + i % 3 for i in demanded if i < len(datasets)}
+
+    def size(v: SiteView) -> int:
+        return frame + sum(len(str(d)) + extra for d in v.available)
+
+    limit = max(1, frame + int(share * (size(view) - frame)))
+    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), held, size)
+    ranking = sorted(wanted, key=lambda d: (-wanted[d], d))
+    ranking += [d for d in datasets if d not in wanted]
+    fitting = [
+        n
+        for n in range(len(ranking) + 1)
+        if size(replace(view, available=tuple(sorted(ranking[:n])))) <= limit
+    ]
+    expected = max(fitting, default=0) if size(view) > limit else len(datasets)
+    assert result.view.available == tuple(sorted(ranking[:expected]))
+    assert result.over_size == len(datasets) - expected

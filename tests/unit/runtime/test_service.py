@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -394,3 +397,42 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
         seen.append(m("hydrator_source_invalid_records", {"source": "s"}))
     assert seen == [1, 1, 1, 3]
     assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer
+
+
+_MALLOC_PROBE = """
+import ctypes
+from hydrator.runtime.service import map_large_blocks
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks".split()
+                + "uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if MAP:
+    map_large_blocks()
+big = bytearray(16 << 20)
+del big  # freed: raises glibc's dynamic mmap threshold to 16 MiB, unless it is fixed
+mapped = libc.mallinfo2().hblkhd
+block = bytearray(4 << 20)
+print(libc.mallinfo2().hblkhd - mapped)
+"""
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc < 2.33")
+def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
+    """glibc would raise its mmap threshold past a freed 16 MiB block and grow the heap for
+    the next 4 MiB table, where it stays resident once freed; the service keeps the block a
+    mapping of its own (returned to the system when freed). In a fresh interpreter, whose
+    heap has no free 4 MiB to reuse."""
+
+    def mapped_bytes(fixed: bool) -> int:
+        code = _MALLOC_PROBE.replace("MAP", str(fixed))
+        command = [sys.executable, "-c", code]
+        found = subprocess.run(command, check=False, capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+        return int(found.stdout)
+
+    assert mapped_bytes(fixed=True) >= 4 << 20
+    assert mapped_bytes(fixed=False) == 0  # what the fix is for: glibc's own default
