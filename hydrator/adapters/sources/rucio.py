@@ -14,7 +14,8 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    listed in step 3 and are not simply the name of a mapped RSE;
 6. for at most ``deep_check_limit`` datasets, one exact listing each:
    ``list_dataset_replicas(scope, name, deep=True)`` (per RSE), or ``list_replicas`` (per file)
-   when the dataset has summary rows at two or more RSEs of one site.
+   when the dataset has summary rows at two or more RSEs of one site; none for a dataset whose
+   last check still stands (see "Deep checks reused" below).
 
 The two bulk listings (steps 3 and 4) are sent as rucio-clients sends them (its URL, session,
 token and headers) but their bodies are read here, with one pydantic call per batch of lines
@@ -40,6 +41,14 @@ Incremental design (issue 15): a fetch costs what changed, not what exists. The 
   rows; all of them when the RSE -> site map or an expression's RSEs changed), the RSE -> site
   map, or a deep check (done this fetch or last). Pairs left to the fallback beyond
   ``deep_check_limit`` keep their replica while their inputs stand.
+* **Deep checks reused.** The datasets chosen for a deep check are the same as without reuse
+  (up to ``deep_check_limit``, most wanted first), but a chosen dataset checked before is
+  answered from that check, with no call, while everything the check read stands: no summary
+  row, pending site or rule transfer of the dataset changed (no dirty pair at any site), none
+  of its rule lines changed (lock counts follow its files), the RSE -> site map is the same,
+  and the check is younger than ``deep_check_max_age_s`` (by ``FetchContext.now``; 0: never
+  reused). Otherwise it is listed again at once. :attr:`RucioSource.deep_checks_reused_last_fetch`
+  counts the reused ones, ``deep_checks_last_fetch`` the listings made.
 * **Identity.** A pair whose new replica equals the last keeps the last object; the answer is
   one frozenset updated by delta (:func:`_record`) and handed over with
   ``Snapshot.of(..., unique=True)``, so an unchanged fetch returns the very same frozenset and
@@ -79,7 +88,11 @@ daemon and lags. A new rule's row reads ``UNAVAILABLE 0/0`` until abacus ran, wh
 deep check (bounded) until then; a file lost or deleted from a dataset whose row says AVAILABLE
 is noticed only when abacus updates the row (usually minutes); when the last file goes abacus
 deletes the row and the dataset leaves the site. Checking every dataset deeply every cycle would
-be exact but one call per dataset. Only datasets placed by a dataset (or container) rule have
+be exact but one call per dataset. A reused deep check misses what changes neither the
+dataset's rows nor its rules' locks (a file lost, or arriving with no lock, before abacus
+rewrites the row) for at most ``deep_check_max_age_s`` (default 600 s, the order of abacus'
+own lag that complete rows are trusted across); a row abacus rewrites or a lock that moves
+re-checks the dataset in the next cycle. Only datasets placed by a dataset (or container) rule have
 summary rows; files registered without any rule are not seen. ``deep=True`` leaves out RSEs
 where every file is still COPYING: such a site holds nothing of the dataset yet.
 
@@ -122,6 +135,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache, partial
 from itertools import islice, repeat
 from pathlib import Path
@@ -360,8 +374,9 @@ class _Book:
     Summary rows per RSE (``rows``: dataset -> row) and the lines they came from
     (``listings``); the rules per dataset (``rules_of``, from the lines in ``rule_lines``);
     the rules' transfer per dataset and site (``moving``) and the RSEs each expression covered
-    (``resolved``); the pairs waiting for a deep check (``pending``) and the datasets checked
-    last time (``checked``); and the answer itself: per site, dataset -> replica, and all
+    (``resolved``); the pairs waiting for a deep check (``pending``), the datasets checked
+    last time (``checked``) and the answers of those checks while their inputs stand
+    (``checks``); and the answer itself: per site, dataset -> replica, and all
     replicas as one frozenset. Replaced by an empty book when a fetch fails half way.
     """
 
@@ -375,9 +390,17 @@ class _Book:
     moving: dict[_Dataset, dict[Site, _SiteTransfer]] = field(default_factory=dict)
     pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[_Dataset] = field(default_factory=set)
+    checks: dict[_Dataset, _Check] = field(default_factory=dict)
     answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
     replicas: frozenset[Replica] = frozenset()
     order: list[_Dataset] | None = None  # ``pending`` by :func:`_order_key`, while it stands
+
+
+class _Check(NamedTuple):
+    """A deep check's answer, reused while its inputs stand and it is young enough."""
+
+    at: datetime  # the cycle (``FetchContext.now``) whose fetch made the call
+    outcomes: tuple[_Outcome, ...]  # a replica (or None) for each pending site of the dataset
 
 
 @dataclass
@@ -441,8 +464,9 @@ class RucioSource:
 
     ``sleep`` is the backoff clock (seconds). After each fetch,
     ``calls_last_fetch`` maps client method -> API calls made (retries included) and
-    ``deep_checks_last_fetch`` / ``deep_checks_skipped_last_fetch`` count exact checks done and
-    left out because of ``deep_check_limit``.
+    ``deep_checks_last_fetch`` / ``deep_checks_reused_last_fetch`` /
+    ``deep_checks_skipped_last_fetch`` count exact checks made (one call each), answered by an
+    earlier check whose inputs stand (no call), and left out because of ``deep_check_limit``.
     """
 
     def __init__(
@@ -466,7 +490,12 @@ class RucioSource:
         self._book = _Book()  # what the last fetch learned (the incremental design)
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
+        self.deep_checks_reused_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
+
+    @property
+    def _max_age_s(self) -> float:
+        return self.config.deep_check_max_age_s
 
     @property
     def deferred_last_fetch(self) -> int:
@@ -495,6 +524,7 @@ class RucioSource:
         """
         self._calls = Counter()
         self.deep_checks_last_fetch = self.deep_checks_skipped_last_fetch = 0
+        self.deep_checks_reused_last_fetch = 0
         book = self._book
         try:
             client = self._connected_client()
@@ -771,6 +801,7 @@ class RucioSource:
         every pair: no list of a million outcomes)."""
         site_rses = cycle.site_rses()
         waiting: dict[_Dataset, set[Site]] = {}
+        _drop_stale_checks(book, dirty)
         if dirty.pairs:
             book.order = None
         while dirty.pairs:
@@ -803,9 +834,11 @@ class RucioSource:
         context: FetchContext,
     ) -> list[_Outcome]:
         """Exact presence for the pending pairs: most wanted datasets first, then those no
-        rule's locks vouch for, up to ``deep_check_limit``. The others use the lagging summary
-        (or the locks, where they prove more), recomputed only for the ``waiting`` pairs and
-        those checked last time (the rest kept their inputs, so their replicas stand)."""
+        rule's locks vouch for, up to ``deep_check_limit``; a chosen dataset whose last check
+        still stands (:meth:`_check_or_reuse`) costs no call. The others use the lagging
+        summary (or the locks, where they prove more), recomputed only for the ``waiting``
+        pairs and those checked last time (the rest kept their inputs, so their replicas
+        stand)."""
         limit = self.config.deep_check_limit
         chosen = _deep_order(book, context.wanted, limit)
         checked = set(chosen)
@@ -827,11 +860,32 @@ class RucioSource:
                     rows = _rows_at(book, site_rses.get(site, ()), dataset)
                     found = _fallback(dataset.id, site, rows, _moving(book, dataset, site))
                     out.append((site, dataset, found))
-        for dataset in chosen:
-            out += self._checked(client, dataset, book, cycle, site_rses)
-        book.checked = checked
-        self.deep_checks_last_fetch = len(chosen)
+        checks = {d: self._check_or_reuse(client, d, book, cycle, site_rses, now=context.now)
+                  for d in chosen}  # fmt: skip
+        for check in checks.values():
+            out += check.outcomes
+        book.checked, book.checks = checked, checks
+        self.deep_checks_last_fetch = len(chosen) - self.deep_checks_reused_last_fetch
         return out
+
+    def _check_or_reuse(
+        self,
+        client: Any,
+        dataset: _Dataset,
+        book: _Book,
+        cycle: _Cycle,
+        site_rses: Mapping[Site, tuple[str, ...]],
+        *,
+        now: datetime,
+    ) -> _Check:
+        """The last deep check of ``dataset`` when it still stands (nothing it read changed:
+        :func:`_drop_stale_checks`) and is younger than ``deep_check_max_age_s`` (counted in
+        ``deep_checks_reused_last_fetch``); else a new one (:meth:`_checked`), made now."""
+        last = book.checks.get(dataset)
+        if last is not None and 0 <= (now - last.at).total_seconds() < self._max_age_s:
+            self.deep_checks_reused_last_fetch += 1
+            return last
+        return _Check(now, tuple(self._checked(client, dataset, book, cycle, site_rses)))
 
     def _checked(
         self,
@@ -1370,6 +1424,27 @@ def _order_key(book: _Book, dataset: _Dataset) -> tuple[bool, str, str]:
         (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
     )
     return (vouched, dataset.id.scope, dataset.id.name)
+
+
+def _drop_stale_checks(book: _Book, dirty: _Dirty) -> None:
+    """Forget the deep checks whose inputs changed this fetch: every check after a change
+    of the RSE -> site map; else those of a dataset with a dirty pair at any site (a summary
+    row, its pending sites or its transfer towards a site changed) or whose rule lines
+    changed (lock counts follow the files, even where the transfer reads the same)."""
+    if not book.checks:
+        return
+    if dirty.remapped:
+        book.checks.clear()
+        return
+    for datasets in dirty.pairs.values():
+        for dataset in datasets:
+            book.checks.pop(dataset, None)
+    for dataset in dirty.datasets:
+        book.checks.pop(dataset, None)
+    for key in dirty.rule_keys:
+        found = book.datasets.get(key)
+        if found is not None:
+            book.checks.pop(found, None)
 
 
 def _replica(

@@ -249,6 +249,7 @@ def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: in
     ctx = context(rng)
     last = source.fetch(ctx)
     assert_same(last, make_source(world).fetch(ctx))
+    reused = 0
     for _ in range(25):
         churn(world, rng)
         ctx = context(rng)
@@ -256,7 +257,22 @@ def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: in
         assert_same(snapshot, make_source(world).fetch(ctx))
         assert_kept(last, snapshot)
         last = snapshot
+        reused += source.deep_checks_reused_last_fetch
     assert last.invalid > 0  # malformed rows and the broken rule are counted every fetch
+    assert reused > 0  # deep checks whose inputs stood were reused, and gave the same
+
+
+def test_a_changed_site_map_makes_every_deep_check_again() -> None:
+    rng = random.Random(3)
+    world = new_world(rng)
+    source = make_source(world)
+    source.fetch(FetchContext(now=datetime.now(UTC)))
+    source.fetch(FetchContext(now=datetime.now(UTC)))
+    assert (source.deep_checks_last_fetch, source.deep_checks_reused_last_fetch) == (0, 3)
+    world.site_of[RSES[-1]] = SITES[0]  # the unmapped RSE gets a site: its files count there
+    ctx = FetchContext(now=datetime.now(UTC))
+    assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
+    assert source.deep_checks_reused_last_fetch == 0
 
 
 def test_an_unchanged_catalogue_gives_the_same_frozenset() -> None:
