@@ -220,6 +220,10 @@ class RucioSourceConfig(_SourceBase):
     does see (abacus updating a row, a lock count moving) re-checks at once; this bound covers
     what it does not: files lost or arriving with no lock and before abacus updates the row.
     The default is of the order of abacus' own lag, which complete rows are trusted across."""
+    rse_attributes_max_age_s: float = Field(600.0, ge=0)
+    """Seconds an RSE's site attribute, once read, is used before it is read again (one
+    ``list_rse_attributes`` call per RSE not in [sites]); 0: read every cycle. An RSE newly
+    listed is read at once; a site attribute changed on the server is seen within this time."""
     max_attempts: int = Field(3, ge=1)
     """Tries per API call on transient errors (connection, timeout, HTTP 5xx)."""
     backoff_s: float = Field(1.0, ge=0)

@@ -4,7 +4,9 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
 
 1. ``list_rses(rse_expression)``: the RSEs that count (default ``rse_type=DISK``: data only on
    tape is not available to a job);
-2. ``list_rse_attributes(rse)`` for each RSE not named in ``[sites]``: its ``site`` attribute.
+2. ``list_rse_attributes(rse)`` for each RSE not named in ``[sites]`` whose ``site``
+   attribute was last read ``rse_attributes_max_age_s`` ago or more (or never: a new RSE is
+   read at once), so a site attribute changed on the server is seen within that time.
    An RSE with neither is logged once, listed in ``Snapshot.unmapped`` and ignored;
 3. ``list_datasets_per_rse(rse)`` for each mapped RSE: the dataset summary table
    (``collection_replicas``: state, length, available_length per dataset and RSE);
@@ -376,7 +378,8 @@ class _Book:
     the rules' transfer per dataset and site (``moving``) and the RSEs each expression covered
     (``resolved``); the pairs waiting for a deep check (``pending``), the datasets checked
     last time (``checked``) and the answers of those checks while their inputs stand
-    (``checks``); and the answer itself: per site, dataset -> replica, and all
+    (``checks``); the site attribute read per RSE and when (``attributes``); and the answer
+    itself: per site, dataset -> replica, and all
     replicas as one frozenset. Replaced by an empty book when a fetch fails half way.
     """
 
@@ -391,6 +394,7 @@ class _Book:
     pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[_Dataset] = field(default_factory=set)
     checks: dict[_Dataset, _Check] = field(default_factory=dict)
+    attributes: dict[str, tuple[datetime, Site | None]] = field(default_factory=dict)
     answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
     replicas: frozenset[Replica] = frozenset()
     order: list[_Dataset] | None = None  # ``pending`` by :func:`_order_key`, while it stands
@@ -528,7 +532,7 @@ class RucioSource:
         book = self._book
         try:
             client = self._connected_client()
-            cycle = self._map_rses(client)
+            cycle = self._map_rses(client, book, context.now)
             dirty = _Dirty()
             _remap(book, cycle, dirty)
             self._read_summaries(client, book, cycle, dirty)
@@ -554,8 +558,9 @@ class RucioSource:
             unique=True,  # one replica per (site, dataset): the book is keyed by pair
         )
 
-    def _map_rses(self, client: Any) -> _Cycle:
-        """RSEs of the expression -> site: ``[sites]`` first, else the site attribute."""
+    def _map_rses(self, client: Any, book: _Book, now: datetime) -> _Cycle:
+        """RSEs of the expression -> site: ``[sites]`` first, else the site attribute
+        (:meth:`_site_of`)."""
         expression = self.config.rse_expression
         try:
             found = self._call("list_rses", partial(_as_list, client.list_rses, expression))
@@ -566,18 +571,38 @@ class RucioSource:
                 ) from exc.__cause__
             raise
         cycle = _Cycle(sites={}, unmapped=set())
+        read, book.attributes = book.attributes, {}
         for record in found:
             rse = record.get("rse") if isinstance(record, dict) else None
             if not isinstance(rse, str):
                 cycle.invalid += 1
                 continue
-            site = self.site_overrides.get(rse) or self._site_attribute(client, rse)
+            site = self.site_overrides.get(rse) or self._site_of(client, rse, book, read, now)
             if site is None:
                 cycle.unmapped.add(rse)
                 self._log_unmapped(rse)
             else:
                 cycle.sites[rse] = site
         return cycle
+
+    def _site_of(
+        self,
+        client: Any,
+        rse: str,
+        book: _Book,
+        read: Mapping[str, tuple[datetime, Site | None]],
+        now: datetime,
+    ) -> Site | None:
+        """The RSE's site attribute as read less than ``rse_attributes_max_age_s`` ago (in
+        ``read``), else read now; kept in ``book.attributes`` (only listed RSEs are kept)."""
+        last = read.get(rse)
+        max_age = self.config.rse_attributes_max_age_s
+        if last is not None and 0 <= (now - last[0]).total_seconds() < max_age:
+            book.attributes[rse] = last
+            return last[1]
+        site = self._site_attribute(client, rse)
+        book.attributes[rse] = (now, site)
+        return site
 
     def _site_attribute(self, client: Any, rse: str) -> Site | None:
         attrs = self._call("list_rse_attributes", partial(client.list_rse_attributes, rse))

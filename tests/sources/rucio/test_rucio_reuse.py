@@ -1,10 +1,12 @@
-"""Deep checks reused across fetches on a real Rucio server, while what they read stands.
+"""Answers reused across fetches on a real Rucio server: deep checks while what they read
+stands, site attributes while they are young.
 
 A deep check (``list_dataset_replicas(deep=True)``) is reused when the dataset's summary rows
 and rules, and the RSE -> site map, are unchanged and it is younger than
 ``deep_check_max_age_s``. These tests change what the server sends (a summary row as abacus
 would rewrite it, a lock count moving as a file arrives) and check that exactly the changed
-dataset is listed again, and that the age bound re-lists all of them.
+dataset is listed again, and that the age bound re-lists all of them. An RSE's site
+attribute is read again once older than ``rse_attributes_max_age_s``.
 """
 
 from __future__ import annotations
@@ -111,3 +113,28 @@ def test_with_a_max_age_of_zero_every_fetch_lists_again(
             assert checks(source) == (2, 0)
     finally:
         source.close()
+
+
+def test_a_changed_site_attribute_is_seen_once_the_last_read_is_too_old(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    tag = unique("a").lower()
+    rse = rucio_admin.rse(f"SITE-A-{tag}", attributes={"fed": tag})
+    rucio_admin.many_datasets(rucio_admin.scope(), 1, rse)
+    rucio_server.run_abacus()
+    config = source_config(rucio_server, rse_expression=f"fed={tag}", rse_attributes_max_age_s=600)
+    source = RucioSource(config, {})
+    t0 = datetime.now(UTC)
+    try:
+        first = source.fetch(FetchContext(now=t0))
+        assert source.calls_last_fetch["list_rse_attributes"] == 1
+        rucio_admin.client.delete_rse_attribute(rse, "site")
+        rucio_admin.client.add_rse_attribute(rse, "site", f"SITE-B-{tag}")
+        young = source.fetch(FetchContext(now=t0 + timedelta(seconds=599)))
+        assert "list_rse_attributes" not in source.calls_last_fetch
+        old = source.fetch(FetchContext(now=t0 + timedelta(seconds=600)))
+        assert source.calls_last_fetch["list_rse_attributes"] == 1
+    finally:
+        source.close()
+    assert {r.site for r in first.replicas} == {r.site for r in young.replicas} == {f"SITE-A-{tag}"}
+    assert {r.site for r in old.replicas} == {f"SITE-B-{tag}"}
