@@ -1471,7 +1471,10 @@ def _settled(
 
 def _complete_in(tables: Iterable[Mapping[_Dataset, _RowValue]], dataset: _Dataset) -> bool:
     """True when a row of ``dataset`` in one of ``tables`` says complete (is the dataset)."""
-    return any(rows.get(dataset) is dataset for rows in tables)
+    for rows in tables:  # noqa: SIM110  (any() over a generator: twice the time per pair)
+        if rows.get(dataset) is dataset:
+            return True
+    return False
 
 
 def _deep_order(book: _Book, wanted: Mapping[DatasetId, int], limit: int) -> list[_Dataset]:
