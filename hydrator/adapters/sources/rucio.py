@@ -139,7 +139,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cached_property, partial
 from itertools import islice, repeat
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypedDict, TypeVar, cast
@@ -385,8 +385,9 @@ class _Lines(Generic[V]):
     digest: bytes = b""
     unique: bool = True
 
-    @property
+    @cached_property
     def invalid(self) -> int:
+        """Lines marked invalid (counted once: ``values`` is complete when this is read)."""
         return self.values.count(_Mark.INVALID)  # type: ignore[arg-type]
 
 
