@@ -931,8 +931,14 @@ class RucioSource:
                     rows = _rows_at(book, site_rses.get(site, ()), dataset)
                     found = _fallback(dataset.id, site, rows, _moving(book, dataset, site))
                     out.append((site, dataset, found))
-        checks = {d: self._check_or_reuse(client, d, book, cycle, site_rses, now=context.now)
-                  for d in chosen}  # fmt: skip
+        checks = {
+            d: self._check_or_reuse(
+                book.checks.get(d),
+                context.now,
+                partial(self._checked, client, d, book, cycle, site_rses),
+            )
+            for d in chosen
+        }
         for check in checks.values():
             out += check.outcomes
         book.checked, book.checks = checked, checks
@@ -940,23 +946,15 @@ class RucioSource:
         return out
 
     def _check_or_reuse(
-        self,
-        client: Any,
-        dataset: _Dataset,
-        book: _Book,
-        cycle: _Cycle,
-        site_rses: Mapping[Site, tuple[str, ...]],
-        *,
-        now: datetime,
+        self, last: _Check | None, now: datetime, check: Callable[[], list[_Outcome]]
     ) -> _Check:
-        """The last deep check of ``dataset`` when it still stands (nothing it read changed:
-        :func:`_drop_stale_checks`) and is younger than ``deep_check_max_age_s`` (counted in
-        ``deep_checks_reused_last_fetch``); else a new one (:meth:`_checked`), made now."""
-        last = book.checks.get(dataset)
+        """``last``, a dataset's deep check that still stands (nothing it read changed:
+        :func:`_drop_stale_checks`), when younger than ``deep_check_max_age_s`` (counted in
+        ``deep_checks_reused_last_fetch``); else a new one (``check``: :meth:`_checked`)."""
         if last is not None and 0 <= (now - last.at).total_seconds() < self._max_age_s:
             self.deep_checks_reused_last_fetch += 1
             return last
-        return _Check(now, tuple(self._checked(client, dataset, book, cycle, site_rses)))
+        return _Check(now, tuple(check()))
 
     def _checked(
         self,

@@ -30,14 +30,20 @@ def checks(source: RucioSource) -> tuple[int, int]:
     return made, reused
 
 
+def one_rse(admin: RucioAdmin, prefix: str, datasets: int) -> tuple[str, str, list[str]]:
+    """A federation of its own: one RSE at one site holding ``datasets`` datasets, each with
+    a rule there (summary rows say 0/0 until abacus runs: a deep check each); returns
+    (tag, RSE, dataset names)."""
+    tag = unique(prefix).lower()
+    rse = admin.rse(f"SITE-A-{tag}", attributes={"fed": tag})
+    return tag, rse, admin.many_datasets(admin.scope(), datasets, rse)
+
+
 def test_a_deep_check_is_reused_until_a_row_changes_or_it_is_too_old(
     rucio_admin: RucioAdmin, rucio_server: RucioServer
 ) -> None:
-    tag = unique("r").lower()
-    site = f"SITE-{tag}"
-    rse = rucio_admin.rse(site, attributes={"fed": tag})
-    scope = rucio_admin.scope()
-    names = rucio_admin.many_datasets(scope, 3, rse)  # summary rows say 0/0 until abacus runs
+    tag, _, names = one_rse(rucio_admin, "r", 3)
+    site = f"SITE-A-{tag}"
     config = source_config(rucio_server, rse_expression=f"fed={tag}", deep_check_max_age_s=600)
     source = RucioSource(config, {})
     t0 = datetime.now(UTC)
@@ -102,9 +108,7 @@ def test_a_moving_lock_count_lists_its_dataset_again(
 def test_with_a_max_age_of_zero_every_fetch_lists_again(
     rucio_admin: RucioAdmin, rucio_server: RucioServer
 ) -> None:
-    tag = unique("z").lower()
-    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag})
-    rucio_admin.many_datasets(rucio_admin.scope(), 2, rse)
+    tag, _, _ = one_rse(rucio_admin, "z", 2)
     config = source_config(rucio_server, rse_expression=f"fed={tag}", deep_check_max_age_s=0)
     source = RucioSource(config, {})
     try:
@@ -118,9 +122,7 @@ def test_with_a_max_age_of_zero_every_fetch_lists_again(
 def test_a_changed_site_attribute_is_seen_once_the_last_read_is_too_old(
     rucio_admin: RucioAdmin, rucio_server: RucioServer
 ) -> None:
-    tag = unique("a").lower()
-    rse = rucio_admin.rse(f"SITE-A-{tag}", attributes={"fed": tag})
-    rucio_admin.many_datasets(rucio_admin.scope(), 1, rse)
+    tag, rse, _ = one_rse(rucio_admin, "a", 1)
     rucio_server.run_abacus()
     config = source_config(rucio_server, rse_expression=f"fed={tag}", rse_attributes_max_age_s=600)
     source = RucioSource(config, {})
