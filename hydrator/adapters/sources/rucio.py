@@ -93,9 +93,10 @@ is noticed only when abacus updates the row (usually minutes); when the last fil
 deletes the row and the dataset leaves the site. Checking every dataset deeply every cycle would
 be exact but one call per dataset. A reused deep check misses what changes neither the
 dataset's rows nor its rules' locks (a file lost, or arriving with no lock, before abacus
-rewrites the row) for at most ``deep_check_max_age_s`` (default 600 s, the order of abacus'
-own lag that complete rows are trusted across); a row abacus rewrites or a lock that moves
-re-checks the dataset in the next cycle. Only datasets placed by a dataset (or container) rule have
+rewrites the row; a container rule's locks, which are not read) for at most
+``deep_check_max_age_s`` (default 600 s, the order of abacus' own lag that complete rows are
+trusted across); a row abacus rewrites or a lock of a dataset rule that moves re-checks the
+dataset in the next cycle. Only datasets placed by a dataset (or container) rule have
 summary rows; files registered without any rule are not seen. ``deep=True`` leaves out RSEs
 where every file is still COPYING: such a site holds nothing of the dataset yet.
 
