@@ -214,6 +214,16 @@ class RucioSourceConfig(_SourceBase):
     deep_check_limit: int = Field(500, ge=0)
     """At most this many exact (deep, one call each) dataset checks per cycle, for datasets the
     lagging summary table cannot settle; the rest use the summary."""
+    deep_check_max_age_s: float = Field(600.0, ge=0)
+    """Seconds a deep check's answer is reused while nothing it read changed (the dataset's
+    summary rows and rules, the RSE -> site map); 0: check every cycle. A change the source
+    does see (abacus updating a row, a lock count moving) re-checks at once; this bound covers
+    what it does not: files lost or arriving with no lock and before abacus updates the row.
+    The default is of the order of abacus' own lag, which complete rows are trusted across."""
+    rse_attributes_max_age_s: float = Field(600.0, ge=0)
+    """Seconds an RSE's site attribute, once read, is used before it is read again (one
+    ``list_rse_attributes`` call per RSE not in [sites]); 0: read every cycle. An RSE newly
+    listed is read at once; a site attribute changed on the server is seen within this time."""
     max_attempts: int = Field(3, ge=1)
     """Tries per API call on transient errors (connection, timeout, HTTP 5xx)."""
     backoff_s: float = Field(1.0, ge=0)

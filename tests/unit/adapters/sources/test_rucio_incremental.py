@@ -9,11 +9,12 @@ on the server (the server-facing behaviour is tested against a real Rucio in tes
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -162,9 +163,15 @@ class Client:
         return self.world.files(dids[0]["scope"], dids[0]["name"])
 
 
-def make_source(world: World) -> RucioSource:
+def make_source(world: World, attributes_max_age_s: float = 0) -> RucioSource:
+    """A source on ``world``; by default reading every site attribute every fetch, so that a
+    remap in :func:`churn` is seen at once, as by a fresh source."""
     config = RucioSourceConfig(
-        type="rucio", rse_expression="all", deep_check_limit=3, max_attempts=1
+        type="rucio",
+        rse_expression="all",
+        deep_check_limit=3,
+        max_attempts=1,
+        rse_attributes_max_age_s=attributes_max_age_s,
     )
     source = RucioSource(config, {}, sleep=lambda _: None)
     source._client = Client(world)  # built by _connected_client otherwise
@@ -249,6 +256,7 @@ def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: in
     ctx = context(rng)
     last = source.fetch(ctx)
     assert_same(last, make_source(world).fetch(ctx))
+    reused = 0
     for _ in range(25):
         churn(world, rng)
         ctx = context(rng)
@@ -256,7 +264,48 @@ def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: in
         assert_same(snapshot, make_source(world).fetch(ctx))
         assert_kept(last, snapshot)
         last = snapshot
+        reused += source.deep_checks_reused_last_fetch
     assert last.invalid > 0  # malformed rows and the broken rule are counted every fetch
+    assert reused > 0  # deep checks whose inputs stood were reused, and gave the same
+
+
+def test_a_changed_site_map_makes_every_deep_check_again() -> None:
+    rng = random.Random(3)
+    world = new_world(rng)
+    source = make_source(world)
+    source.fetch(FetchContext(now=datetime.now(UTC)))
+    source.fetch(FetchContext(now=datetime.now(UTC)))
+    assert (source.deep_checks_last_fetch, source.deep_checks_reused_last_fetch) == (0, 3)
+    world.site_of[RSES[-1]] = SITES[0]  # the unmapped RSE gets a site: its files count there
+    ctx = FetchContext(now=datetime.now(UTC))
+    assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
+    assert source.deep_checks_reused_last_fetch == 0
+
+
+def test_site_attributes_are_read_again_only_when_older_than_their_max_age() -> None:
+    rng = random.Random(5)
+    world = new_world(rng)
+    source = make_source(world, attributes_max_age_s=600)
+    t0 = datetime.now(UTC)
+
+    def fetch(after_s: float) -> Snapshot:
+        return source.fetch(FetchContext(now=t0 + timedelta(seconds=after_s)))
+
+    fetch(0)
+    assert source.calls_last_fetch["list_rse_attributes"] == len(RSES)
+    world.site_of["RSE_new"] = SITES[1]  # a new RSE
+    world.rows["RSE_new"] = {DATASETS[0]: Row(2, 2, complete=True)}
+    before = copy.deepcopy(world)
+    world.site_of[RSES[0]] = SITES[2]  # moved on the server
+    ctx = FetchContext(now=t0 + timedelta(seconds=300))
+    snapshot = fetch(300)
+    assert source.calls_last_fetch["list_rse_attributes"] == 1  # the new RSE alone
+    assert_same(snapshot, make_source(before).fetch(ctx))  # the move not seen yet
+    assert snapshot.replicas != make_source(world).fetch(ctx).replicas
+    later = fetch(600)  # the max age passed: every attribute read again, the move seen
+    assert source.calls_last_fetch["list_rse_attributes"] == len(RSES)  # RSE_new: 300 s old
+    ctx = FetchContext(now=t0 + timedelta(seconds=600))
+    assert_same(later, make_source(world).fetch(ctx))
 
 
 def test_an_unchanged_catalogue_gives_the_same_frozenset() -> None:
