@@ -153,6 +153,12 @@ class Metrics:
         " (DMAPI: known datasets not located again; Rucio: deep checks over the limit).",
         "source",
     )
+    source_reused = _gauge(
+        "source_reused_checks",
+        "Checks the last fetch answered from an earlier one whose inputs still stand, with no"
+        " call (Rucio: deep checks younger than deep_check_max_age_s).",
+        "source",
+    )
     invalid_records = _counter(
         "invalid_records",
         "Records skipped as malformed or with invalid names (a bad record is counted in"

@@ -381,11 +381,14 @@ class Service:
     def _record_source_counts(self, source: Source) -> None:
         """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
         mapping method -> count (Rucio); those with a per-cycle budget expose
-        ``deferred_last_fetch``, the checks left to later cycles. Optional, so neither is part
-        of the Source protocol."""
+        ``deferred_last_fetch``, the checks left to later cycles, and those that reuse earlier
+        answers ``reused_last_fetch``. Optional, so none is part of the Source protocol."""
         deferred = getattr(source, "deferred_last_fetch", None)
         if isinstance(deferred, int):
             self.metrics.source_deferred.labels(source.name).set(deferred)
+        reused = getattr(source, "reused_last_fetch", None)
+        if isinstance(reused, int):
+            self.metrics.source_reused.labels(source.name).set(reused)
         calls = getattr(source, "calls_last_fetch", None)
         if isinstance(calls, int):
             calls = {"request": calls}

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.rucio
 def checks(source: RucioSource) -> tuple[int, int]:
     """(deep checks made, deep checks reused) in the last fetch."""
     made, reused = source.deep_checks_last_fetch, source.deep_checks_reused_last_fetch
+    assert source.reused_last_fetch == reused  # what hydrator_source_reused_checks shows
     assert source.calls_last_fetch.get("list_dataset_replicas", 0) == made
     return made, reused
 

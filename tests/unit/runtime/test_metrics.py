@@ -23,6 +23,7 @@ EXPECTED = {
     "hydrator_source_last_success_timestamp_seconds": ("gauge", ("source",)),
     "hydrator_source_api_calls": ("counter", ("source", "method")),
     "hydrator_source_deferred_checks": ("gauge", ("source",)),
+    "hydrator_source_reused_checks": ("gauge", ("source",)),
     "hydrator_invalid_records": ("counter", ("source",)),
     "hydrator_source_invalid_records": ("gauge", ("source",)),
     "hydrator_unmapped_storage_elements": ("gauge", ("source",)),

@@ -119,12 +119,18 @@ def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: 
     source = Scripted("s", [good(config), good(config)])
     source.deferred_last_fetch = 7  # type: ignore[attr-defined]  # as DMAPI and Rucio set it
     source.calls_last_fetch = {"locate": 3}  # type: ignore[attr-defined]
+    source.reused_last_fetch = 4  # type: ignore[attr-defined]  # as Rucio sets it
     service = make(config, [source], clock)
     service.run_cycle()
+    assert service.metrics.registry.get_sample_value(
+        "hydrator_source_reused_checks", {"source": "s"}
+    ) == 4
     source.deferred_last_fetch = 0  # type: ignore[attr-defined]  # caught up
+    source.reused_last_fetch = 0  # type: ignore[attr-defined]
     service.run_cycle()
     m = service.metrics.registry.get_sample_value
     assert m("hydrator_source_deferred_checks", {"source": "s"}) == 0
+    assert m("hydrator_source_reused_checks", {"source": "s"}) == 0
     assert m("hydrator_source_api_calls_total", {"source": "s", "method": "locate"}) == 6
     assert m("hydrator_source_deferred_checks", {"source": "other"}) is None
 
