@@ -78,17 +78,13 @@ def plan_cycle(
     for name in sorted(set(previous.sources) - set(outcomes)):
         deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
 
-    state = State(sources=sources, first_seen=previous.first_seen)
-    same_content = not deltas and _same_sites(previous.sources, sources)
-    first_seen = previous.first_seen
-    if same_content:
+    state = State(sources=sources)
+    if not deltas and _same_sites(previous.sources, sources):
         state.inherit_derived(previous)
         changes: tuple[Change, ...] = ()
     else:
-        merged, changes, added = _merge(previous, state, deltas)
+        merged, changes = _merge(previous, state, deltas)
         state.adopt(merged, _contents(previous, state, merged, changes))
-        first_seen = _first_seen(first_seen, changes, added, now)
-    state = State(sources=sources, first_seen=first_seen).inherit_derived(state)
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -103,6 +99,7 @@ def plan_cycle(
         sites=state.stamped_views(),
         changed_sites=changed_sites,
         removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
+        now=now,
     )
 
 
@@ -207,10 +204,9 @@ _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the
 
 def _merge(
     previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[dict[Key, Replica], tuple[Change, ...], list[Key]]:
-    """The new merged view, its changes and the keys added, visiting only the keys some delta
-    touched (elsewhere every source reports what it reported before, so the merge is
-    unchanged). The added keys are the new view's own key tuples where it is built whole."""
+) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
+    """The new merged view and its changes, visiting only the keys some delta touched
+    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
     old = previous.merged
     ordered = [state.sources[name] for name in sorted(state.sources)]
     if not old:  # nothing before (a first cycle): everything is added, nothing to diff
@@ -218,7 +214,7 @@ def _merge(
             new = ordered[0].index
         else:
             new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, _all_added(new), list(new)
+        return new, _all_added(new)
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = set(map(replica_key, chain.from_iterable(parts)))
     if len(ordered) == 1:
@@ -234,8 +230,7 @@ def _merge(
                 new[key] = reduce(combine, reports)  # same order as merge_replicas
             else:
                 new.pop(key, None)
-    changes = _changes(old, new, touched)
-    return new, changes, [(c.site, c.dataset) for c in changes if c.kind is ChangeKind.ADDED]
+    return new, _changes(old, new, touched)
 
 
 def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
@@ -294,23 +289,3 @@ def _contents(
         else old[s]
         for s in sites
     }
-
-
-def _first_seen(
-    previous: Mapping[Key, datetime],
-    changes: tuple[Change, ...],
-    added: list[Key],
-    now: datetime,
-) -> Mapping[Key, datetime]:
-    """``previous`` without the removed pairs, with the ``added`` keys first seen ``now``
-    (a first cycle's added keys are the merged view's own tuples: shared, not copied)."""
-    if not changes:
-        return previous
-    if not previous:
-        return dict.fromkeys(added, now)
-    first_seen = dict(previous)
-    for change in changes:
-        if change.kind is ChangeKind.REMOVED:
-            first_seen.pop((change.site, change.dataset), None)
-    first_seen.update(dict.fromkeys(added, now))
-    return first_seen
