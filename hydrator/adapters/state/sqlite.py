@@ -14,12 +14,13 @@ Schema version 3::
 
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
 belongs to the pair across sources and lives only here (the daemon never holds it in memory):
-a save writes a row of a pair no row held before with the plan's :attr:`~hydrator.domain.Plan.now`,
-and any other row (a second source's row of the pair, a row rewritten because its replica
-changed) with the earliest valid time the pair's rows already hold (NULL if they hold none),
-so every source's row of a pair holds the same time, and a pair gone from every source loses
-it with its last row. :meth:`SqliteStateStore.first_seen` reads them back (the earliest valid
-time of each pair's rows; a row's NULL or invalid time counts as none).
+a save writes the row of a pair that no row of a source the plan knows held before with the
+plan's :attr:`~hydrator.domain.Plan.now`, and any other row (a second source's row of the
+pair, a row rewritten because its replica changed, a pair moving between sources) with the
+earliest valid time the pair's rows already hold (NULL if they hold none), so every
+source's row of a pair holds the same time, and a pair gone from every source loses it with
+its last row. :meth:`SqliteStateStore.first_seen` reads them back (the earliest valid time of
+each pair's rows; a row's NULL or invalid time counts as none).
 
 Rows are written in the table's key order (a B-tree filled in order touches each page once;
 a set's hash order costs about three times as much on a large save) and built by C-level
@@ -316,8 +317,8 @@ class SqliteStateStore:
     def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
         """Every source's new rows first (each takes its pair's time from the rows still
         there: a pair moving from one source to another, or a replica that changed, keeps
-        it), then the rows of the replicas gone. A changed replica counts as two rows (its
-        old row deleted, its new one written), as it did when it was written so."""
+        it), then the rows of the replicas gone. A changed replica counts two rows written
+        (its old row's delete and its new row's insert, done as one replace)."""
         written = 0
         db.execute("BEGIN IMMEDIATE")
         deltas = plan.source_deltas
