@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import reduce
-from itertools import chain, filterfalse, islice
+from functools import partial, reduce
+from itertools import chain, filterfalse, islice, repeat
+from operator import attrgetter
 
 from hydrator.domain import (
     Change,
@@ -236,20 +237,28 @@ def _merge(
 def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
     """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
     sort compares datasets within a site only (a sort of a million (site, dataset) keys
-    costs four times as much)."""
-    by_site: dict[Site, list[DatasetId]] = {}
-    for site, dataset in new:
+    costs four times as much). Each site's replicas are sorted by their dataset (a site holds
+    one replica per dataset) and the changes built from them by C-level iterators: no lookup
+    of ``new`` per pair (a million lookups in sorted order, not the dict's, take ~0.8 s) and
+    no Python call per change."""
+    by_site: dict[Site, list[Replica]] = {}
+    for (site, _), replica in new.items():
         found = by_site.get(site)
         if found is None:
             found = by_site[site] = []
-        found.append(dataset)
+        found.append(replica)
     out: list[Change] = []
     added = ChangeKind.ADDED
     for site in sorted(by_site):
-        datasets = by_site[site]
-        datasets.sort()
-        out += [Change(site, d, added, None, new[site, d]) for d in datasets]
+        replicas = by_site[site]
+        replicas.sort(key=_DATASET)
+        fields = zip(repeat(site), map(_DATASET, replicas), repeat(added), repeat(None), replicas)
+        out += map(_CHANGE, fields)
     return tuple(out)
+
+
+_DATASET = attrgetter("dataset")
+_CHANGE = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
 
 
 def _changes(
