@@ -111,10 +111,12 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     downgrade_to_schema_2(old)
     migrating = timed(partial(SqliteStateStore, old), figures, "migrate_2_to_3")
     migrated = timed(migrating.load, figures, "load_migrated")
-    migrating.close()
+    times = SqliteStateStore(path, read_only=True)
     figures["same_after_migration"] = (
-        migrated.sources == saved.sources and migrated.first_seen == saved.first_seen
+        migrated.sources == saved.sources and migrating.first_seen() == times.first_seen()
     )
+    times.close()
+    migrating.close()
     figures["file_mib"] = path.stat().st_size / 2**20
     figures["load_average"] = os.getloadavg()
     return figures

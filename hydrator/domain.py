@@ -419,16 +419,17 @@ class StateMemo:
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """Everything persisted between cycles.
+    """Everything persisted between cycles that a cycle reads.
 
-    ``first_seen`` maps every (site, dataset) currently known to when it first appeared.
-    Frozen; the derived views (:attr:`merged`, :attr:`coverage`, :attr:`contents`,
-    :attr:`site_updated`) live in ``memo`` (:class:`StateMemo`), the only mutable part, never
-    persisted and not copied by :func:`dataclasses.replace`.
+    Not in it: each (site, dataset)'s first-seen time, which nothing in a cycle reads; the
+    state store keeps it with the pair's rows, from the :attr:`Plan.now` of the plan that
+    added the pair (:mod:`hydrator.adapters.state.sqlite`). Frozen; the derived views
+    (:attr:`merged`, :attr:`coverage`, :attr:`contents`, :attr:`site_updated`) live in
+    ``memo`` (:class:`StateMemo`), the only mutable part, never persisted and not copied by
+    :func:`dataclasses.replace`.
     """
 
     sources: Mapping[str, SourceState] = field(default_factory=dict)
-    first_seen: Mapping[tuple[Site, DatasetId], datetime] = field(default_factory=dict)
     memo: StateMemo = field(
         default_factory=StateMemo, init=False, compare=False, repr=False, hash=False
     )
@@ -753,3 +754,4 @@ class Plan:
     sites: Mapping[Site, SiteView]
     changed_sites: frozenset[Site]  # sites whose published content (digest) changed
     removed_sites: frozenset[Site]  # sites no source covers any more
+    now: datetime  # the cycle's time: the first-seen time of the pairs it adds

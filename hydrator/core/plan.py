@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import reduce
-from itertools import chain, filterfalse, islice
+from functools import partial, reduce
+from itertools import chain, filterfalse, islice, repeat
+from operator import attrgetter
 
 from hydrator.domain import (
     Change,
@@ -78,17 +79,13 @@ def plan_cycle(
     for name in sorted(set(previous.sources) - set(outcomes)):
         deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
 
-    state = State(sources=sources, first_seen=previous.first_seen)
-    same_content = not deltas and _same_sites(previous.sources, sources)
-    first_seen = previous.first_seen
-    if same_content:
+    state = State(sources=sources)
+    if not deltas and _same_sites(previous.sources, sources):
         state.inherit_derived(previous)
         changes: tuple[Change, ...] = ()
     else:
-        merged, changes, added = _merge(previous, state, deltas)
+        merged, changes = _merge(previous, state, deltas)
         state.adopt(merged, _contents(previous, state, merged, changes))
-        first_seen = _first_seen(first_seen, changes, added, now)
-    state = State(sources=sources, first_seen=first_seen).inherit_derived(state)
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -103,6 +100,7 @@ def plan_cycle(
         sites=state.stamped_views(),
         changed_sites=changed_sites,
         removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
+        now=now,
     )
 
 
@@ -207,10 +205,9 @@ _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the
 
 def _merge(
     previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[dict[Key, Replica], tuple[Change, ...], list[Key]]:
-    """The new merged view, its changes and the keys added, visiting only the keys some delta
-    touched (elsewhere every source reports what it reported before, so the merge is
-    unchanged). The added keys are the new view's own key tuples where it is built whole."""
+) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
+    """The new merged view and its changes, visiting only the keys some delta touched
+    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
     old = previous.merged
     ordered = [state.sources[name] for name in sorted(state.sources)]
     if not old:  # nothing before (a first cycle): everything is added, nothing to diff
@@ -218,7 +215,7 @@ def _merge(
             new = ordered[0].index
         else:
             new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, _all_added(new), list(new)
+        return new, _all_added(new)
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = set(map(replica_key, chain.from_iterable(parts)))
     if len(ordered) == 1:
@@ -234,27 +231,34 @@ def _merge(
                 new[key] = reduce(combine, reports)  # same order as merge_replicas
             else:
                 new.pop(key, None)
-    changes = _changes(old, new, touched)
-    return new, changes, [(c.site, c.dataset) for c in changes if c.kind is ChangeKind.ADDED]
+    return new, _changes(old, new, touched)
 
 
 def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
     """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
     sort compares datasets within a site only (a sort of a million (site, dataset) keys
-    costs four times as much)."""
-    by_site: dict[Site, list[DatasetId]] = {}
-    for site, dataset in new:
+    costs four times as much). Each site's replicas are sorted by their dataset (a site holds
+    one replica per dataset) and the changes built from them by C-level iterators: no lookup
+    of ``new`` per pair (a million lookups in sorted order, not the dict's, take ~0.8 s) and
+    no Python call per change."""
+    by_site: dict[Site, list[Replica]] = {}
+    for (site, _), replica in new.items():
         found = by_site.get(site)
         if found is None:
             found = by_site[site] = []
-        found.append(dataset)
+        found.append(replica)
     out: list[Change] = []
     added = ChangeKind.ADDED
     for site in sorted(by_site):
-        datasets = by_site[site]
-        datasets.sort()
-        out += [Change(site, d, added, None, new[site, d]) for d in datasets]
+        replicas = by_site[site]
+        replicas.sort(key=_DATASET)
+        fields = zip(repeat(site), map(_DATASET, replicas), repeat(added), repeat(None), replicas)
+        out += map(_CHANGE, fields)
     return tuple(out)
+
+
+_DATASET = attrgetter("dataset")
+_CHANGE = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
 
 
 def _changes(
@@ -294,23 +298,3 @@ def _contents(
         else old[s]
         for s in sites
     }
-
-
-def _first_seen(
-    previous: Mapping[Key, datetime],
-    changes: tuple[Change, ...],
-    added: list[Key],
-    now: datetime,
-) -> Mapping[Key, datetime]:
-    """``previous`` without the removed pairs, with the ``added`` keys first seen ``now``
-    (a first cycle's added keys are the merged view's own tuples: shared, not copied)."""
-    if not changes:
-        return previous
-    if not previous:
-        return dict.fromkeys(added, now)
-    first_seen = dict(previous)
-    for change in changes:
-        if change.kind is ChangeKind.REMOVED:
-            first_seen.pop((change.site, change.dataset), None)
-    first_seen.update(dict.fromkeys(added, now))
-    return first_seen

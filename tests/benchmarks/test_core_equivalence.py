@@ -3,16 +3,24 @@
 ``plan_cycle`` derives the merged view, the changes and the site views from the previous
 state and the sources' deltas. Here random cycle sequences (several sources, failures, sources
 dropped, sites appearing and vanishing) are checked against the straightforward definition:
-merge every source's replicas, diff everything, rebuild every site.
+merge every source's replicas, diff everything, rebuild every site. Each plan is saved, and
+the first-seen times the store derives from the saves are checked against their definition:
+a pair keeps the time of the cycle that first saw it while any source reports it.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import (
     ChangeKind,
@@ -79,12 +87,33 @@ def as_outcomes(
     return out
 
 
+@pytest.fixture(scope="module")
+def empty_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new state file, copied for each example (cheaper than creating one)."""
+    path = tmp_path_factory.mktemp("state") / "empty.sqlite"
+    SqliteStateStore(path).close()
+    return path
+
+
 @settings(max_examples=300, deadline=None)
-@given(cycles, st.booleans())
+@given(sequence=cycles, reuse=st.booleans())
 def test_incremental_views_equal_a_full_recomputation(
-    sequence: list[dict[str, Snapshot | None]], reuse: bool
+    empty_state: Path, sequence: list[dict[str, Snapshot | None]], reuse: bool
 ) -> None:
-    state = State()
+    with tempfile.TemporaryDirectory() as workdir:
+        path = Path(workdir) / "s.sqlite"
+        shutil.copy(empty_state, path)
+        store = SqliteStateStore(path)
+        try:
+            check_cycles(sequence, reuse, store)
+        finally:
+            store.close()
+
+
+def check_cycles(
+    sequence: list[dict[str, Snapshot | None]], reuse: bool, store: SqliteStateStore
+) -> None:
+    state, first_seen = State(), dict[tuple[Site, DatasetId], datetime]()
     for i, raw in enumerate(sequence):
         before = full_merge(state)
         plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY)
@@ -104,5 +133,7 @@ def test_incremental_views_equal_a_full_recomputation(
             assert source.index == {r.key: r for r in source.replicas}, name
             # one object per replica: the index holds the set's own objects (memory, issue 15)
             assert all(source.index[r.key] is r for r in source.replicas), name
-        assert plan.state.first_seen == {k: state.first_seen.get(k, t(i)) for k in after}
+        store.save(plan)
+        first_seen = {k: first_seen.get(k, t(i)) for k in after}
+        assert store.first_seen() == first_seen
         state = plan.state

@@ -13,16 +13,21 @@ Schema version 3::
              transfer, progress, bytes_fraction, first_seen)
 
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
-belongs to the pair across sources: a row is written with the state's time of its pair, so
-every source's row of a pair holds the same time, and a load takes the earliest one a pair's
-rows hold (a row's NULL or invalid time counts as none). A first cycle writes one row per
-replica; a pair no row holds has no first-seen time.
+belongs to the pair across sources and lives only here (the daemon never holds it in memory):
+a save writes the row of a pair that no row of a source the plan knows held before with the
+plan's :attr:`~hydrator.domain.Plan.now`, and any other row (a second source's row of the
+pair, a row rewritten because its replica changed, a pair moving between sources) with the
+earliest valid time the pair's rows already hold (NULL if they hold none), so every
+source's row of a pair holds the same time, and a pair gone from every source loses it with
+its last row. :meth:`SqliteStateStore.first_seen` reads them back (the earliest valid time of
+each pair's rows; a row's NULL or invalid time counts as none).
 
 Rows are written in the table's key order (a B-tree filled in order touches each page once;
 a set's hash order costs about three times as much on a large save) and built by C-level
-iterators. A load reads the replica rows in one pass (no join), builds each source's index as
-it goes, and shares the (site, dataset) key tuples between that index and ``first_seen``, and
-one ``datetime`` per distinct time (a first cycle stamps every pair with the same one).
+iterators; a save into an empty table (a first cycle) stamps every row with the plan's time
+without looking up its pair. A load reads the replica rows in one pass (no join) and builds
+each source's index as it goes; it checks each row's first-seen time (an invalid one is
+counted) but keeps none.
 
 One writer: a writer holds an exclusive ``flock`` on ``<state>.lock`` (:class:`StateLock`, the
 file holds its PID; the kernel drops the lock when the process ends, even by SIGKILL). Readers
@@ -55,7 +60,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import math
 import os
 import sqlite3
 import time
@@ -63,7 +67,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,10 +80,12 @@ from hydrator.domain import (
     Replica,
     ReplicaState,
     Site,
+    SourceDelta,
     SourceState,
     State,
     Transfer,
     check_site,
+    replica_key,
 )
 from hydrator.errors import StateError
 
@@ -124,7 +130,8 @@ class StateStore(Protocol):
         ...
 
     def save(self, plan: Plan) -> int:
-        """Persist the plan's state in one transaction; return the number of rows written."""
+        """Persist the plan's state in one transaction (the first-seen time of the pairs it
+        adds: ``plan.now``); return the number of rows written."""
         ...
 
     def close(self) -> None: ...
@@ -308,13 +315,19 @@ class SqliteStateStore:
             self._db.execute("ROLLBACK")
 
     def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
+        """Every source's new rows first (each takes its pair's time from the rows still
+        there: a pair moving from one source to another, or a replica that changed, keeps
+        it), then the rows of the replicas gone. A changed replica counts two rows written
+        (its old row's delete and its new row's insert, done as one replace)."""
         written = 0
         db.execute("BEGIN IMMEDIATE")
         deltas = plan.source_deltas
-        epochs = _Epochs(plan.state, sum(len(d.added) for d in deltas.values()))
+        empty = db.execute("SELECT 1 FROM replicas LIMIT 1").fetchone() is None
+        stamp = _FirstSeen(plan.now, None if empty else sorted({*plan.state.sources, *deltas}))
         for source, delta in deltas.items():
-            written += _delete(db, source, delta.removed)
-            written += _insert(db, source, delta.added, epochs)
+            written += _insert(db, source, delta.added, stamp)
+        for source, delta in deltas.items():
+            written += _delete(db, source, delta)
         db.execute("DELETE FROM sources")  # a handful of rows; dropped sources go too
         for s in plan.state.sources.values():
             db.execute(
@@ -331,6 +344,17 @@ class SqliteStateStore:
             )
         db.execute("COMMIT")
         return written
+
+    def first_seen(self) -> dict[Key, datetime]:
+        """(site, dataset) -> its first-seen time, for every pair whose rows hold a valid one
+        (the earliest; rows checked as :meth:`load` checks them, invalid ones left out). For
+        inspection: it reads every row, the daemon never calls it."""
+        if self._db is None:
+            return {}
+        try:
+            return _Loader().replicas(self._db, _ROWS_OF[self._version], collect=True)[1]
+        except (sqlite3.Error, ValueError, KeyError) as exc:
+            raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
 
     def close(self) -> None:
         if self._db is not None:
@@ -350,46 +374,39 @@ _PRESENCE = (attrgetter("state._value_"), attrgetter("fraction"))
 _DETAIL = tuple(
     attrgetter(f"detail.{c}") for c in ("transfer._value_", "progress", "bytes_fraction")
 )
-_INSERT_PLAIN = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, 'none', 0.0, ?, ?)"
-_INSERT_DETAILED = "INSERT OR REPLACE INTO replicas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# The valid first-seen epochs: what ``datetime.fromtimestamp`` takes (years 1 to 9999)
+_EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800
+_VALID_FIRST_SEEN = (
+    "CASE WHEN typeof(first_seen) IN ('real', 'integer') AND first_seen >= "
+    f"{_EARLIEST} AND first_seen < {_LATEST} THEN first_seen END"
+)
+_INSERT = "INSERT OR REPLACE INTO replicas VALUES (?1, ?2, ?3, ?4, ?5, ?6, {}, {{}})"
+_INSERT_PLAIN = _INSERT.format("'none', 0.0, ?7")
+_INSERT_DETAILED = _INSERT.format("?7, ?8, ?9")
 
 
-class _Epochs(dict[datetime | None, float | None]):
-    """A row's first-seen column: (site, dataset) -> its first-seen time in epoch seconds, or
-    None (NULL) for a pair the state has no time for; each distinct time converted once (a
-    cycle's new pairs all share one), C-level lookups per row.
+class _FirstSeen:
+    """The first-seen column of a save's new rows, as SQL: the cycle's time (``now``, epoch
+    seconds: the last parameter but the source names) for a pair no row holds yet, else the
+    earliest valid time the pair's rows hold (NULL where they hold none). ``sources``: the
+    sources whose rows may hold the pair (an ``IN`` list, so that each lookup is a few probes
+    of the table's key); None for an empty table, where every row is new (no lookup)."""
 
-    Where every pair of the state has a time and all are one object (a first cycle, which
-    stamps every pair with its ``now``), the column is that one epoch: no lookup per row (a
-    million lookups in key order, not the dict's, cost about a second). That check reads every
-    pair, so it is made only for a save of ``rows`` at least half the pairs."""
+    def __init__(self, now: datetime, sources: Sequence[str] | None) -> None:
+        self.params: tuple[Any, ...] = (now.timestamp(), *(sources or ()))
+        self._sources = sources
 
-    def __init__(self, state: State, rows: int) -> None:
-        super().__init__({None: None})
-        first_seen = state.first_seen
-        self._first_seen = first_seen.get
-        self._one: float | None = None
-        times = iter(first_seen.values())
-        one = next(times, None)
-        if (
-            one is not None
-            and rows * 2 >= len(first_seen)
-            and all(map(is_, times, repeat(one)))  # stops at the first other time
-            and state.merged.keys() <= first_seen.keys()  # every row's pair has it
-        ):
-            self._one = self[one]
-
-    def __missing__(self, when: datetime | None) -> float | None:
-        assert when is not None
-        epoch = self[when] = when.timestamp()
-        return epoch
-
-    def column(self, replicas: Sequence[Replica]) -> Iterator[float | None]:
-        """The first-seen epochs of ``replicas``' pairs (pairs of the state), one per
-        replica."""
-        if self._one is not None:
-            return repeat(self._one, len(replicas))
-        return map(self.__getitem__, map(self._first_seen, map(_PAIR, replicas)))
+    def sql(self, insert: str) -> str:
+        """``insert`` (its ``{}`` the column, after ``first`` row parameters) completed."""
+        first = insert.count("?")
+        if self._sources is None:
+            return insert.format(f"?{first + 1}")
+        names = ", ".join(f"?{first + 2 + i}" for i in range(len(self._sources)))
+        return insert.format(
+            f"(SELECT CASE WHEN count(*) THEN min({_VALID_FIRST_SEEN}) ELSE ?{first + 1} END"
+            f" FROM replicas WHERE source IN ({names}) AND site = ?2 AND scope = ?3"
+            " AND name = ?4)"
+        )
 
 
 def _rows(
@@ -415,32 +432,39 @@ def _in_key_order(replicas: Iterable[Replica]) -> list[Replica]:
     return ordered
 
 
-def _delete(db: sqlite3.Connection, source: str, replicas: Iterable[Replica]) -> int:
-    ordered = _in_key_order(replicas)
+def _delete(db: sqlite3.Connection, source: str, delta: SourceDelta) -> int:
+    """Delete the rows of ``delta``'s removed replicas, after its added ones were written:
+    a row a changed replica's new one replaced stays. Returns the removed replicas' count."""
+    gone: Iterable[Replica] = delta.removed
+    if delta.added and delta.removed:
+        written = set(map(replica_key, delta.added))
+        gone = [r for r in delta.removed if replica_key(r) not in written]
+    ordered = _in_key_order(gone)
     db.executemany(
         "DELETE FROM replicas WHERE source=? AND site=? AND scope=? AND name=?",
         _rows(ordered, lead=(source,)),
     )
-    return len(ordered)
+    return len(delta.removed)
 
 
 def _insert(
-    db: sqlite3.Connection, source: str, replicas: Iterable[Replica], epochs: _Epochs
+    db: sqlite3.Connection, source: str, replicas: Iterable[Replica], stamp: _FirstSeen
 ) -> int:
-    """Write ``replicas`` as rows of ``source``, each with its pair's first-seen time; a plain
-    record (no :class:`Detail`) is stored as its properties read: no transfer, progress 0,
-    bytes share = files share."""
+    """Write ``replicas`` as rows of ``source``, each with its pair's first-seen time
+    (:class:`_FirstSeen`); a plain record (no :class:`Detail`) is stored as its properties
+    read: no transfer, progress 0, bytes share = files share."""
     ordered = _in_key_order(replicas)
     plain = [r for r in ordered if r.detail is None]
     detailed = [r for r in ordered if r.detail is not None]
     own = (*_KEY, *_PRESENCE)
+    stamps = [repeat(p) for p in stamp.params]
     db.executemany(
-        _INSERT_PLAIN,
-        _rows(plain, epochs.column(plain), lead=(source,), getters=(*own, _PRESENCE[1])),
+        stamp.sql(_INSERT_PLAIN),
+        _rows(plain, *stamps, lead=(source,), getters=(*own, _PRESENCE[1])),
     )
     db.executemany(
-        _INSERT_DETAILED,
-        _rows(detailed, epochs.column(detailed), lead=(source,), getters=(*own, *_DETAIL)),
+        stamp.sql(_INSERT_DETAILED),
+        _rows(detailed, *stamps, lead=(source,), getters=(*own, *_DETAIL)),
     )
     return len(ordered)
 
@@ -510,12 +534,13 @@ class _Loader:
 
     def time(self, value: Any) -> datetime | None:
         """The aware UTC time of an epoch (None for NULL), one object per distinct value;
-        raises ValueError (or OverflowError/OSError from datetime) for anything else."""
+        raises ValueError (or OverflowError/OSError from datetime) for anything else (what
+        :data:`_VALID_FIRST_SEEN` leaves out, and more)."""
         if value is None:
             return None
         found = self.times.get(value)
         if found is None:
-            if not (isinstance(value, float | int) and math.isfinite(value)):
+            if not (isinstance(value, float | int) and _EARLIEST <= value < _LATEST):
                 raise ValueError(f"invalid time {value!r}")
             found = self.times[value] = datetime.fromtimestamp(value, tz=UTC)
         return found
@@ -531,7 +556,7 @@ class _Loader:
             return None
 
     def load(self, db: sqlite3.Connection, query: str) -> State:
-        indexes, first_seen = self.replicas(db, query)
+        indexes = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
             index = indexes.get(row[0], {})
@@ -539,16 +564,16 @@ class _Loader:
                 sources[row[0]] = self.source(row, index.values()).adopt_index(index)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        return State(sources=sources, first_seen=first_seen)
+        return State(sources=sources)
 
     def replicas(
-        self, db: sqlite3.Connection, query: str
+        self, db: sqlite3.Connection, query: str, *, collect: bool = False
     ) -> tuple[dict[str, dict[Key, Replica]], dict[Key, datetime]]:
-        """Source -> its index of the replica rows that pass the checks, and the first-seen
-        times of their (site, dataset) keys: the earliest valid time of the pair's rows. One
-        key tuple per replica, shared by the index and the first-seen map (the first source's
-        where several report a pair). The hot loop: locals, no Python call where the caches
-        know the values already (a row of a known shape is built with ``Replica._make``: its
+        """Source -> its index of the replica rows that pass the checks, and with ``collect``
+        the first-seen times of their (site, dataset) keys: the earliest valid time of the
+        pair's rows (without, an empty map: each row's time is checked, an invalid one
+        counted, and none kept). The hot loop: locals, no Python call where the caches know
+        the values already (a row of a known shape is built with ``Replica._make``: its
         checks passed on the shape's first row)."""
         indexes: dict[str, dict[Key, Replica]] = {}
         first_seen: dict[Key, datetime] = {}
@@ -589,9 +614,7 @@ class _Loader:
             when = times(at)
             if when is None and at is not None:
                 when = self.first_seen(at, source, key)
-                if when is None:
-                    continue
-            elif when is None:
+            if when is None or not collect:
                 continue
             held = earliest(key, when)
             if held is not when and when < held:  # a pair's rows hold one time, unless edited

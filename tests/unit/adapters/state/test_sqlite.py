@@ -14,7 +14,6 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -29,6 +28,7 @@ from hydrator.domain import (
     ReplicaState,
     Site,
     Snapshot,
+    SourceDelta,
     State,
     Transfer,
     holding,
@@ -39,6 +39,17 @@ from hydrator.runtime.service import Service
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy()
+Key = tuple[Site, DatasetId]
+
+
+def stamped(state: State, when: datetime) -> dict[Key, datetime]:
+    """Every (site, dataset) of ``state`` first seen at ``when``."""
+    return dict.fromkeys(state.merged, when)
+
+
+def first_seen(path: Path) -> dict[Key, datetime]:
+    """The first-seen times the state file at ``path`` holds, read by a reader."""
+    return SqliteStateStore(path, read_only=True).first_seen()
 
 
 def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
@@ -54,7 +65,7 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
     reopened = SqliteStateStore(tmp_path / "s.sqlite")
     loaded = reopened.load()
     assert loaded.sources == plan.state.sources
-    assert loaded.first_seen == plan.state.first_seen
+    assert reopened.first_seen() == stamped(plan.state, t(0))
     again = plan_cycle(loaded, outcome, t(1), POLICY)
     assert again.changes == () and again.changed_sites == frozenset()
     assert reopened.save(again) == 0, "a cycle with no change writes no replica rows"
@@ -123,10 +134,11 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
     time.sleep(delay_s)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    loaded = SqliteStateStore(path).load()
+    store = SqliteStateStore(path)
+    loaded = store.load()
     names = {r.dataset.name for r in loaded.sources["r"].replicas}
     assert names in ({f"old{i}" for i in range(100)}, {f"new{i}" for i in range(n)})
-    assert len(loaded.first_seen) in (100, n)
+    assert store.first_seen() == stamped(loaded, t(0) if len(names) == 100 else t(5))
 
 
 def _saved(path: Path) -> None:
@@ -372,14 +384,14 @@ def test_a_version_2_state_file_is_migrated_with_every_row_and_time(
     with sqlite3.connect(state_path) as db:  # a reader migrates nothing
         assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
 
-    loaded = SqliteStateStore(state_path).load()
+    store = SqliteStateStore(state_path)
     with sqlite3.connect(state_path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
         new_rows = db.execute("SELECT * FROM replicas").fetchall()
     assert set(_tables(state_path)) == {"meta", "sources", "replicas"}
     assert [row[:-1] for row in new_rows] == old_rows
     assert [row[-1] for row in new_rows] == [old_times[(r[1], f"{r[2]}:{r[3]}")] for r in old_rows]
-    assert {(s, str(d)): when.timestamp() for (s, d), when in loaded.first_seen.items()} == (
+    assert {(s, str(d)): when.timestamp() for (s, d), when in store.first_seen().items()} == (
         old_times
     )
     assert cli_main(["show", "--config", str(config)]) == 0  # the same ads from version 3
@@ -406,15 +418,17 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
         db.execute("CREATE VIEW times AS SELECT * FROM first_seen")
         before = list(db.iterdump())
     expected = SqliteStateStore(path, read_only=True).load()
+    times = first_seen(path)
+    assert len(times) == len(expected.merged)
     with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
         SqliteStateStore(path)
     with sqlite3.connect(path) as db:
         assert list(db.iterdump()) == before
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.sources == expected.sources and loaded.first_seen == expected.first_seen
+    assert loaded.sources == expected.sources and first_seen(path) == times
     with sqlite3.connect(path) as db:
         db.execute("DROP VIEW times")
-    assert SqliteStateStore(path).load().first_seen == expected.first_seen
+    assert SqliteStateStore(path).first_seen() == times
 
 
 MIGRATOR = textwrap.dedent(
@@ -453,8 +467,9 @@ def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
     proc.wait()
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("3",))
-    loaded = SqliteStateStore(path).load()  # migrated now if it was not
-    assert loaded.sources == plan.state.sources and loaded.first_seen == plan.state.first_seen
+    store = SqliteStateStore(path)  # migrated now if it was not
+    loaded = store.load()
+    assert loaded.sources == plan.state.sources and store.first_seen() == stamped(plan.state, t(0))
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
 
@@ -501,8 +516,11 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
 
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.sources == second.state.sources
-    assert loaded.first_seen == second.state.first_seen
-    assert {t(0), t(1)} == set(loaded.first_seen.values())
+    # a pair keeps its first time while any source reports it, changed or not
+    old = plan.state.merged
+    times = {k: t(0) if k in old else t(1) for k in second.state.merged}
+    assert first_seen(path) == times
+    assert {t(0), t(1)} == set(times.values())
     for name, source in loaded.sources.items():
         assert source.index == {r.key: r for r in second.state.sources[name].replicas}
     assert loaded.merged == second.state.merged
@@ -518,14 +536,19 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     first = plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY)
     store.save(first)
     second = plan_cycle(first.state, {"r": snap("r", rep("A", "x"), rep("A", "y"))}, t(1), POLICY)
-    noon = cast(datetime, "noon")  # no time: fails while the row of ska:y is written
-    times = {**second.state.first_seen, (Site("A"), DatasetId("ska", "y")): noon}
-    broken = replace(second, state=replace(second.state, first_seen=times))
+    # a record whose detail is no Detail: fails after the row of ska:y (plain) was written
+    bad = Replica._make((DatasetId("ska", "z"), Site("A"), ReplicaState.PARTIAL, 0.5, "noon"))
+    added = second.source_deltas["r"].added | {bad}
+    broken = replace(second, source_deltas={"r": SourceDelta(added=added)})
     with pytest.raises(AttributeError):
         store.save(broken)
-    assert SqliteStateStore(path, read_only=True).load().first_seen == first.state.first_seen
+    assert SqliteStateStore(path, read_only=True).load().sources == first.state.sources
+    assert first_seen(path) == stamped(first.state, t(0))
     assert store.save(second) == 1
-    assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
+    assert first_seen(path) == {
+        **stamped(first.state, t(0)),
+        (Site("A"), DatasetId("ska", "y")): t(1),
+    }
 
 
 @pytest.mark.parametrize(
@@ -541,9 +564,10 @@ def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
 ) -> None:
     """A NULL time is no time; an invalid one is counted: the replica loads either way."""
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
-    assert {f"{site}/{d.name}" for site, d in loaded.first_seen} == first_seen
-    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(0)
     assert store.rejected_rows["first_seen"] == rejected
+    times = store.first_seen()
+    assert {f"{site}/{d.name}" for site, d in times} == first_seen
+    assert times[(Site("A"), DatasetId("ska", "x"))] == t(0)
     assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
         ("A", "x"),
         ("B", "y"),
@@ -576,11 +600,11 @@ def test_a_pair_whose_rows_hold_several_times_loads_the_earliest(
     hold two loads the earliest."""
     at = t(minutes).timestamp()
     sql = INSERT_REPLICA.replace("fraction)", "fraction, first_seen)")
-    _, loaded = _loaded_after(
+    store, _ = _loaded_after(
         tmp_path / "s.sqlite", sql + f"('q', 'A', 'ska', 'x', 'available', 1.0, {at})"
     )
-    assert loaded.first_seen[(Site("A"), DatasetId("ska", "x"))] == t(loaded_minutes)
-    assert loaded.first_seen[(Site("B"), DatasetId("ska", "y"))] == t(0)
+    assert store.first_seen()[(Site("A"), DatasetId("ska", "x"))] == t(loaded_minutes)
+    assert store.first_seen()[(Site("B"), DatasetId("ska", "y"))] == t(0)
 
 
 def test_two_sources_of_a_pair_write_its_first_time_and_load_it_back(tmp_path: Path) -> None:
@@ -596,4 +620,48 @@ def test_two_sources_of_a_pair_write_its_first_time_and_load_it_back(tmp_path: P
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT source, first_seen FROM replicas").fetchall()
     assert rows == [("a", t(0).timestamp()), ("b", t(0).timestamp())]
-    assert SqliteStateStore(path, read_only=True).load().first_seen == second.state.first_seen
+    assert first_seen(path) == {(Site("A"), DatasetId("ska", "x")): t(0)}
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("available", "partial"), ("replicating", "available"), ("stuck", "partial")],
+)
+def test_a_changed_replica_keeps_its_first_seen_time(
+    tmp_path: Path, before: str, after: str
+) -> None:
+    """A replica whose state changes is written again with its pair's first time."""
+    frac = {"partial": 0.5, "replicating": 0.2, "stuck": 0.2}
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    first = plan_cycle(
+        State(), {"r": snap("r", rep("A", "x", before, frac.get(before, 1.0)))}, t(0), POLICY
+    )
+    store.save(first)
+    outcome = {"r": snap("r", rep("A", "x", after, frac.get(after, 1.0)))}
+    second = plan_cycle(first.state, outcome, t(1), POLICY)
+    assert [c.kind.value for c in second.changes] == ["changed"] and store.save(second) == 2
+    assert first_seen(path) == {(Site("A"), DatasetId("ska", "x")): t(0)}
+
+
+def test_a_pair_keeps_its_time_while_any_source_reports_it_and_loses_it_after(
+    tmp_path: Path,
+) -> None:
+    """A pair that moves from one source to another in one cycle keeps its first time; once
+    no source reports it, it has none, and it is new again when a source reports it later."""
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    x, y = (Site("A"), DatasetId("ska", "x")), (Site("A"), DatasetId("ska", "y"))
+    cycles = [
+        {"a": snap("a", rep("A", "x"), rep("A", "y")), "b": snap("b")},
+        {"a": snap("a", rep("A", "y")), "b": snap("b", rep("A", "x", "partial", 0.5))},
+        {"a": snap("a", rep("A", "y")), "b": snap("b")},
+        {"a": snap("a", rep("A", "y")), "b": snap("b", rep("A", "x"))},
+    ]
+    expected = [{x: t(0), y: t(0)}, {x: t(0), y: t(0)}, {y: t(0)}, {x: t(3), y: t(0)}]
+    state = State()
+    for i, outcomes in enumerate(cycles):
+        plan = plan_cycle(state, outcomes, t(i), Policy(drop_min_entries=10))
+        store.save(plan)
+        assert first_seen(path) == expected[i], i
+        state = plan.state
