@@ -132,7 +132,7 @@ def map_large_blocks() -> None:
 
     By default glibc raises that threshold each time such a block is freed, up to 32 MiB, and
     the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
-    tables a cycle copies and drops (index and first-seen maps, sets, answers, lists) then
+    tables a cycle copies and drops (indexes, sets, answers, lists) then
     grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
     the peak RSS by 50-75 MiB (issue 15)."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
