@@ -51,10 +51,12 @@ class World:
     rows: dict[str, dict[tuple[str, str], Row]]
     rules: list[tuple[str, tuple[str, str], str, int, int, int]]  # code, did, expr, locks
     fail: set[str] = field(default_factory=set)  # paths that answer with a broken connection
+    doubled: dict[str, dict[tuple[str, str], Row]] = field(default_factory=dict)  # 2nd rows
 
     def summary(self, rse: str) -> bytes:
         out = []
-        for (scope, name), row in self.rows.get(rse, {}).items():
+        rows = [*self.rows.get(rse, {}).items(), *self.doubled.get(rse, {}).items()]
+        for (scope, name), row in rows:
             record: dict[str, Any] = {
                 "scope": scope,
                 "name": name,
@@ -319,6 +321,22 @@ def test_an_unchanged_catalogue_gives_the_same_frozenset() -> None:
     third = source.fetch(ctx)
     assert second.replicas is third.replicas
     assert first.replicas != second.replicas or not source.deep_checks_skipped_last_fetch
+
+
+def test_an_answer_naming_a_dataset_twice_is_read_whole_at_its_next_change() -> None:
+    """Rucio keeps one row per dataset and RSE; an answer with two keeps the first (the other
+    counted invalid) and, once it changes, is read whole again: the second row counts then."""
+    rng = random.Random(13)
+    world = new_world(rng)
+    did = next(iter(world.rows[RSES[0]]))
+    world.rows[RSES[0]][did] = Row(4, 4, complete=True)
+    world.doubled[RSES[0]] = {did: Row(4, 1, complete=False)}
+    source = make_source(world)
+    ctx = FetchContext(now=datetime.now(UTC))
+    assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
+    del world.rows[RSES[0]][did]  # the first row goes; the second one stays
+    ctx = FetchContext(now=datetime.now(UTC))
+    assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
 
 
 def test_a_fetch_failing_half_way_leaves_the_next_one_exact() -> None:
