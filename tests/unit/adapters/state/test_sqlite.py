@@ -98,6 +98,22 @@ def test_unwritable_location_is_a_state_error(tmp_path: Path) -> None:
         SqliteStateStore(tmp_path / "no-such-dir" / "s.sqlite")
 
 
+def kill_after_start(delay_s: float, script: str, started: str, *args: str) -> None:
+    """Run ``script`` in a fresh interpreter, wait for its ``started`` line, then SIGKILL it
+    ``delay_s`` later (a daemon killed part way through a write)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[4],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == started
+    time.sleep(delay_s)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 WRITER = textwrap.dedent(
     """
     import sys
@@ -123,17 +139,7 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
     store.save(plan_cycle(State(), {"r": old}, t(0), POLICY))
     store.close()
     n = 60_000
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), str(n)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[4],
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "writing"
-    time.sleep(delay_s)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_start(delay_s, WRITER, "writing", str(path), str(n))
     store = SqliteStateStore(path)
     loaded = store.load()
     names = {r.dataset.name for r in loaded.sources["r"].replicas}
@@ -454,17 +460,7 @@ def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
     store.save(plan)
     store.close()
     downgrade_to_schema_2(path)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", MIGRATOR, str(path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[4],
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "migrating"
-    time.sleep(delay_s)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_start(delay_s, MIGRATOR, "migrating", str(path))
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("3",))
     store = SqliteStateStore(path)  # migrated now if it was not
