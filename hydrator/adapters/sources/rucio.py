@@ -548,10 +548,6 @@ class RucioSource:
         self.deep_checks_skipped_last_fetch = 0
 
     @property
-    def _max_age_s(self) -> float:
-        return self.config.deep_check_max_age_s
-
-    @property
     def deferred_last_fetch(self) -> int:
         """Deep checks left to later cycles (the lagging summary was used instead)."""
         return self.deep_checks_skipped_last_fetch
@@ -651,8 +647,7 @@ class RucioSource:
         """The RSE's site attribute as read less than ``rse_attributes_max_age_s`` ago (in
         ``read``), else read now; kept in ``book.attributes`` (only listed RSEs are kept)."""
         last = read.get(rse)
-        max_age = self.config.rse_attributes_max_age_s
-        if last is not None and 0 <= (now - last[0]).total_seconds() < max_age:
+        if last is not None and _younger(last[0], now, self.config.rse_attributes_max_age_s):
             book.attributes[rse] = last
             return last[1]
         site = self._site_attribute(client, rse)
@@ -973,7 +968,7 @@ class RucioSource:
         """``last``, a dataset's deep check that still stands (nothing it read changed:
         :func:`_drop_stale_checks`), when younger than ``deep_check_max_age_s`` (counted in
         ``deep_checks_reused_last_fetch``); else a new one (``check``: :meth:`_checked`)."""
-        if last is not None and 0 <= (now - last.at).total_seconds() < self._max_age_s:
+        if last is not None and _younger(last.at, now, self.config.deep_check_max_age_s):
             self.deep_checks_reused_last_fetch += 1
             return last
         return _Check(now, tuple(check()))
@@ -1697,6 +1692,12 @@ def _path(path: Path | None) -> str | None:
 def _as_list(fn: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> list[Any]:
     """Call a listing method and read its whole (streamed) answer inside the retry loop."""
     return list(fn(*args, **kwargs))
+
+
+def _younger(at: datetime, now: datetime, max_age_s: float) -> bool:
+    """True if what was read ``at`` is less than ``max_age_s`` old at ``now`` (a time in the
+    future, the clock having gone back, is not trusted: False)."""
+    return 0 <= (now - at).total_seconds() < max_age_s
 
 
 def _validated(schema: _LineSchema[R], record: Any) -> R | None:
