@@ -400,11 +400,6 @@ class _Counter(Protocol):
 
 
 @dataclass
-class _Tally:
-    invalid: int = 0
-
-
-@dataclass
 class _Book:
     """Everything the source keeps between fetches, so that a fetch costs what changed.
 

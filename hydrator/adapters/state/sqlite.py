@@ -365,11 +365,10 @@ class SqliteStateStore:
             self._lock = None
 
 
-# Row columns read at C speed (no Python call per row): a replica's or change's key, its
-# presence, its detail. ``_value_`` is the documented attribute behind ``Enum.value`` (a
+# Row columns read at C speed (no Python call per row): a replica's key, its presence, its
+# detail. ``_value_`` is the documented attribute behind ``Enum.value`` (a
 # Python-level descriptor).
 _KEY = (attrgetter("site"), attrgetter("dataset.scope"), attrgetter("dataset.name"))
-_PAIR = attrgetter("site", "dataset")
 _PRESENCE = (attrgetter("state._value_"), attrgetter("fraction"))
 _DETAIL = tuple(
     attrgetter(f"detail.{c}") for c in ("transfer._value_", "progress", "bytes_fraction")
