@@ -11,7 +11,9 @@ started: serving is measured by ``benchmarks/http_bench.py``).
 
 Phases, timed by wrapping the service's own callees (the code under test is unchanged):
 
-``fetch_parse``  the source's calls, reading and validating the answers (fetch minus snapshot)
+``fetch_parse``  the source's calls, reading and validating the answers (fetch minus snapshot);
+                 wall time, which includes waiting for the replay server (on 2 cores, busy
+                 generating answers at 10M): ``fetch_parse_cpu_s`` is the daemon's own CPU
 ``snapshot``     :meth:`hydrator.domain.Snapshot.of` (merge and freeze the replicas)
 ``plan``         :func:`hydrator.core.plan.plan_cycle`
 ``save``         :meth:`hydrator.adapters.state.sqlite.SqliteStateStore.save`
@@ -179,42 +181,49 @@ class Clock:
     """Seconds per phase for the current cycle, and optional cProfiles per phase.
 
     Phases nest (``snapshot`` inside the source's fetch): the inner one's time is taken off the
-    outer one, and only one profiler runs at a time (the outer is paused).
+    outer one, and only one profiler runs at a time (the outer is paused). Each phase's CPU
+    seconds of this process (``<phase>_cpu``; all its threads) are kept too: ``fetch_parse``'s
+    wall time includes waiting for the replay server, its CPU time does not.
     """
 
     def __init__(self, profile: bool) -> None:
         self.profile = profile
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)  # the daemon process's CPU seconds
         self.profiles: dict[str, cProfile.Profile] = {}
-        self._stack: list[tuple[str, float]] = []
+        self._stack: list[tuple[str, float, float]] = []
         self.gc = GcClock()
 
     def take(self) -> dict[str, float]:
         out = dict(self.seconds)
         out["gc"] = self.gc.seconds
+        out |= {f"{name}_cpu": s for name, s in self.cpu.items()}
         self.seconds.clear()
+        self.cpu.clear()
         self.gc.seconds = 0.0
         return out
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         if self._stack:
-            outer, since = self._stack[-1]
+            outer, since, cpu_since = self._stack[-1]
             self.seconds[outer] += now - since
+            self.cpu[outer] += cpu - cpu_since
             self._pause(outer)
-        self._stack.append((name, now))
+        self._stack.append((name, now, cpu))
         self._resume(name)
         try:
             yield
         finally:
             self._pause(name)
-            name, since = self._stack.pop()
-            now = time.perf_counter()
+            name, since, cpu_since = self._stack.pop()
+            now, cpu = time.perf_counter(), time.process_time()
             self.seconds[name] += now - since
+            self.cpu[name] += cpu - cpu_since
             if self._stack:
-                outer, _ = self._stack.pop()
-                self._stack.append((outer, now))
+                outer, _, _ = self._stack.pop()
+                self._stack.append((outer, now, cpu))
                 self._resume(outer)
 
     def _resume(self, name: str) -> None:
@@ -333,6 +342,7 @@ def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
     out["other"] = max(0.0, whole_s - sum(out.values()))
     out["whole"] = whole_s
     out["gc"] = phases["gc"]
+    out["fetch_parse_cpu"] = phases.get("fetch_parse_cpu", 0.0)
     out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
     out["rss_mib"] = rss_mib()
     return out
@@ -586,6 +596,11 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
             "phases_s": {p: median(churned, p) for p in (*PHASES, "gc")},
             "nochange_phases_s": {p: median(idle, p) for p in (*PHASES, "gc")},
             "first_phases_s": {p: daemon["first"][p] for p in (*PHASES, "gc")},
+            "fetch_parse_cpu_s": {
+                "first": daemon["first"]["fetch_parse_cpu"],
+                "churn": median(churned, "fetch_parse_cpu"),
+                "nochange": median(idle, "fetch_parse_cpu"),
+            },
             "cycles": len(churned),
         }
     if "failed" not in restart:

@@ -115,6 +115,22 @@ def phases(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> str:
     return "\n".join(lines)
 
 
+def fetch_cpu(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """fetch_parse's wall time against the daemon's own CPU time in it (the rest is waiting,
+    mostly for the replay server generating answers on the other core)."""
+    kinds = (("first", "first_phases_s"), ("churn", "phases_s"), ("nochange", "nochange_phases_s"))
+    head = " | ".join(f"{k} wall | {k} CPU" for k, _ in kinds)
+    lines = [f"| run | {head} |", "|---" * (1 + 2 * len(kinds)) + "|"]
+    for label, _, _ in LABELS:
+        for n, run in sorted(runs.get(label, {}).items()):
+            cpu = run.get("fetch_parse_cpu_s")
+            if not cpu:
+                continue
+            cells = " | ".join(f"{run[key]['fetch_parse']:.2f} | {cpu[k]:.2f}" for k, key in kinds)
+            lines.append(f"| {label} {n:,} | {cells} |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, style, colour in LABELS:
@@ -159,6 +175,10 @@ def main() -> None:
     print(phases(runs, "phases_s"))
     print()
     print(phases(runs, "nochange_phases_s"))
+    print()
+    print(phases(runs, "first_phases_s"))
+    print()
+    print(fetch_cpu(runs))
 
 
 if __name__ == "__main__":
