@@ -134,7 +134,7 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     # the daemon's own CPU in fetch_parse is reported apart from its wall time (which includes
     # waiting for the replay server) and cannot exceed it by more than the other threads' share
     cpu = result["fetch_parse_cpu_s"]
-    assert 0 < cpu["first"] and 0 < cpu["churn"] and 0 < cpu["nochange"]
+    assert min(cpu["first"], cpu["churn"], cpu["nochange"]) > 0
     assert cpu["first"] <= 2 * result["first_phases_s"]["fetch_parse"]
     # the source saw the generated federation through rucio-clients: most holdings arrive
     assert 800 <= result["replicas_held"] <= 1100
