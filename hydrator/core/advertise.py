@@ -78,12 +78,12 @@ def advertise(
     view: SiteView,
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
-    held: Mapping[tuple[Site, DatasetId], Replica],
+    held: Mapping[Site, Mapping[DatasetId, Replica]],
     size: Size | None = None,
 ) -> Advertised:
     """Narrow ``view`` by demand, budget and size; the view itself when nothing is left out.
 
-    ``held`` is the state's (site, dataset) -> replica index, so the cost grows with the
+    ``held`` is the state's site -> dataset -> replica index, so the cost grows with the
     demanded datasets and the budget, not with the names a site holds. ``size`` gives the
     bytes of a view's published ad, or any number on the same side of ``max_ad_bytes`` (it is
     only compared with it); without it, or without ``max_ad_bytes``, size is not checked. A
@@ -100,7 +100,7 @@ def _narrow(
     view: SiteView,
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
-    held: Mapping[tuple[Site, DatasetId], Replica],
+    held: Mapping[Site, Mapping[DatasetId, Replica]],
     size: Size | None,
 ) -> Advertised:
     narrowed = _by_demand_and_budget(view, wanted, policy, held)
@@ -128,7 +128,7 @@ def _by_demand_and_budget(
     view: SiteView,
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
-    held: Mapping[tuple[Site, DatasetId], Replica],
+    held: Mapping[Site, Mapping[DatasetId, Replica]],
 ) -> Advertised:
     if not policy.narrows:
         return Advertised(view)
@@ -141,12 +141,15 @@ def _by_demand_and_budget(
 
 
 def _demanded(
-    view: SiteView, wanted: Mapping[DatasetId, int], held: Mapping[tuple[Site, DatasetId], Replica]
+    view: SiteView,
+    wanted: Mapping[DatasetId, int],
+    held: Mapping[Site, Mapping[DatasetId, Replica]],
 ) -> list[_Entry]:
     """The site's datasets that queued jobs want, most-demanded first, then state, then name."""
     demanded: list[_Entry] = []
+    at_site = held.get(view.site, {})
     for dataset in wanted:
-        replica = held.get((view.site, dataset))
+        replica = at_site.get(dataset)
         if replica is not None and replica.state in _ADVERTISABLE:
             moving = replica.state is ReplicaState.REPLICATING
             shown = replica.progress if moving else replica.fraction
@@ -159,7 +162,7 @@ def _ranked(
     view: SiteView,
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
-    held: Mapping[tuple[Site, DatasetId], Replica],
+    held: Mapping[Site, Mapping[DatasetId, Replica]],
     most: int | None = None,
 ) -> tuple[list[_Entry], int, int]:
     """What demand and budget let into the ad, in the order they win (demanded first): the

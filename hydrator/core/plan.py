@@ -18,17 +18,18 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial, reduce
-from itertools import chain, filterfalse, islice, repeat
-from operator import attrgetter
+from functools import reduce
+from itertools import chain, filterfalse, islice
 
 from hydrator.domain import (
     Change,
     ChangeKind,
+    Changes,
     DatasetId,
+    Index,
     Plan,
     Replica,
     Site,
@@ -41,6 +42,7 @@ from hydrator.domain import (
     SourceStatus,
     State,
     combine,
+    index_of,
     merge_replicas,
     patch_view,
     replica_key,
@@ -82,10 +84,11 @@ def plan_cycle(
     state = State(sources=sources)
     if not deltas and _same_sites(previous.sources, sources):
         state.inherit_derived(previous)
-        changes: tuple[Change, ...] = ()
+        changes = Changes()
     else:
         merged, changes = _merge(previous, state, deltas)
-        state.adopt(merged, _contents(previous, state, merged, changes))
+        first = not previous.merged  # every pair added: no view to patch
+        state.adopt(merged, _contents(previous, state, merged, None if first else changes))
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -178,34 +181,49 @@ def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta
     return SourceDelta(added=added, removed=differ - added)
 
 
-def _patched(
-    before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]
-) -> dict[Key, Replica]:
-    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``; a copy,
-    the old one is kept), holding ``replicas``' own objects: the state keeps the answer's set
-    as it is (a source that keeps its answer between fetches shares it, so the daemon holds
-    one set and one object per replica, not two). Where the answer is made of new objects
-    (a source that builds them every fetch, or the first answer after a restart), every value
-    is replaced once, keeping the key tuples; the old objects then die with the old state."""
+def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]) -> Index:
+    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
+    ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
+    its answer between fetches shares it, so the daemon holds one set and one object per
+    replica, not two). ``before``'s index is kept: a site's dict is copied when the delta
+    touches the site, the others are shared (never mutated). Where the answer is made of new
+    objects (a source that builds them every fetch, or the first answer after a restart), the
+    index is built afresh; the old objects then die with the old state."""
     added = delta.added
-    if not before.replicas:  # a first answer: one C-level pass
-        return dict(zip(map(replica_key, added), added, strict=True))
-    index = dict(before.index)  # a C-level copy that keeps the stored hashes
-    for key in map(replica_key, delta.removed):
-        del index[key]
-    index.update(zip(map(replica_key, added), added, strict=True))
+    if not before.replicas:  # a first answer
+        return index_of(added)
+    held = before.index
     kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
-    if any(index[r.key] is not r for r in kept):
-        index.update(zip(map(replica_key, replicas), replicas, strict=True))
+    if any(held[r.site][r.dataset] is not r for r in kept):
+        return index_of(replicas)
+    index = dict(held)
+    own: set[Site] = set()  # the sites whose dict is this index's own copy
+    for replica in delta.removed:
+        del _own(index, own, replica.site)[replica.dataset]
+    for replica in added:
+        _own(index, own, replica.site)[replica.dataset] = replica
+    for site in own:
+        if not index[site]:  # an index has no empty site
+            del index[site]
     return index
 
 
+def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
+    """``index``'s dict of ``site``, copied first unless ``own`` says it was (then in ``own``)."""
+    if site in own:
+        return index[site]
+    own.add(site)
+    found = index[site] = dict(index.get(site, _NONE))  # a C-level copy, hashes kept
+    return found
+
+
 _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
+_NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 
 
 def _merge(
     previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
+) -> tuple[Index, Changes]:
     """The new merged view and its changes, visiting only the keys some delta touched
     (elsewhere every source reports what it reported before, so the merge is unchanged)."""
     old = previous.merged
@@ -215,77 +233,60 @@ def _merge(
             new = ordered[0].index
         else:
             new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, _all_added(new)
+        return new, Changes.all_added(new)
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
-    touched = set(map(replica_key, chain.from_iterable(parts)))
+    touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
     if len(ordered) == 1:
         new = ordered[0].index
     elif not ordered:
         new = {}
     else:
-        new = dict(old)
-        indexes = [s.index for s in ordered]
-        for key in touched:
-            reports = [index[key] for index in indexes if key in index]
-            if reports:
-                new[key] = reduce(combine, reports)  # same order as merge_replicas
-            else:
-                new.pop(key, None)
+        new = _remerged(old, [s.index for s in ordered], touched)
     return new, _changes(old, new, touched)
 
 
-def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
-    """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
-    sort compares datasets within a site only (a sort of a million (site, dataset) keys
-    costs four times as much). Each site's replicas are sorted by their dataset (a site holds
-    one replica per dataset) and the changes built from them by C-level iterators: no lookup
-    of ``new`` per pair (a million lookups in sorted order, not the dict's, take ~0.8 s) and
-    no Python call per change."""
-    by_site: dict[Site, list[Replica]] = {}
-    for (site, _), replica in new.items():
-        found = by_site.get(site)
-        if found is None:
-            found = by_site[site] = []
-        found.append(replica)
+def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
+    """``old`` merged again at the ``touched`` keys from the sources' ``indexes`` (in
+    :func:`merge_replicas`' order); a copy sharing the untouched sites' dicts."""
+    new = dict(old)
+    own: set[Site] = set()
+    for site, dataset in touched:
+        reports = [r for i in indexes if (r := i.get(site, _NONE).get(dataset)) is not None]
+        if reports:
+            _own(new, own, site)[dataset] = reduce(combine, reports)
+        elif dataset in new.get(site, _NONE):
+            del _own(new, own, site)[dataset]
+    for site in own:
+        if not new[site]:
+            del new[site]
+    return new
+
+
+def _changes(old: Index, new: Index, keys: list[Key]) -> Changes:
+    """The changes at ``keys`` (sorted: Change's order)."""
     out: list[Change] = []
-    added = ChangeKind.ADDED
-    for site in sorted(by_site):
-        replicas = by_site[site]
-        replicas.sort(key=_DATASET)
-        fields = zip(repeat(site), map(_DATASET, replicas), repeat(added), repeat(None), replicas)
-        out += map(_CHANGE, fields)
-    return tuple(out)
-
-
-_DATASET = attrgetter("dataset")
-_CHANGE = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
-
-
-def _changes(
-    old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: Iterable[Key]
-) -> tuple[Change, ...]:
-    """The changes at ``keys``, in Change's order (by C-level tuple comparison of the keys)."""
-    out: list[Change] = []
-    for key in sorted(keys):
-        prior, replica = old.get(key), new.get(key)
+    for site, dataset in keys:
+        prior = old.get(site, _NONE).get(dataset)
+        replica = new.get(site, _NONE).get(dataset)
         if prior is None:
             if replica is not None:
-                out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
+                out.append(Change(site, dataset, ChangeKind.ADDED, None, replica))
         elif replica is None:
-            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
+            out.append(Change(site, dataset, ChangeKind.REMOVED, prior, None))
         elif prior != replica:
-            out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
-    return tuple(out)
+            out.append(Change(site, dataset, ChangeKind.CHANGED, prior, replica))
+    return Changes(out)
 
 
 def _contents(
-    previous: State, state: State, merged: Mapping[Key, Replica], changes: tuple[Change, ...]
+    previous: State, state: State, merged: Index, changes: Changes | None
 ) -> dict[Site, SiteView]:
     """Site views: the previous one for a site no change touched, the previous one patched
-    with its changes for a touched site, a full build for a site not seen before."""
-    old = previous.contents
+    with its changes for a touched site, a full build for a site not seen before, and for
+    every site with ``changes`` None (a first cycle: its changes are not even built)."""
+    old = previous.contents if changes is not None else {}
     touched: dict[Site, list[Change]] = {}
-    for change in changes:
+    for change in changes or ():
         touched.setdefault(change.site, []).append(change)
     sites = sorted(state.coverage)
     new_sites = frozenset(s for s in sites if s not in old)

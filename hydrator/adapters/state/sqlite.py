@@ -66,7 +66,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,6 +75,7 @@ from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.domain import (
     DatasetId,
     Detail,
+    Index,
     InvalidNameError,
     Plan,
     Replica,
@@ -559,22 +560,23 @@ class _Loader:
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
             index = indexes.get(row[0], {})
+            replicas = chain.from_iterable(map(dict.values, index.values()))
             try:
-                sources[row[0]] = self.source(row, index.values()).adopt_index(index)
+                sources[row[0]] = self.source(row, replicas).adopt_index(index)
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
         return State(sources=sources)
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False
-    ) -> tuple[dict[str, dict[Key, Replica]], dict[Key, datetime]]:
+    ) -> tuple[dict[str, Index], dict[Key, datetime]]:
         """Source -> its index of the replica rows that pass the checks, and with ``collect``
         the first-seen times of their (site, dataset) keys: the earliest valid time of the
         pair's rows (without, an empty map: each row's time is checked, an invalid one
         counted, and none kept). The hot loop: locals, no Python call where the caches know
         the values already (a row of a known shape is built with ``Replica._make``: its
         checks passed on the shape's first row)."""
-        indexes: dict[str, dict[Key, Replica]] = {}
+        indexes: dict[str, Index] = {}
         first_seen: dict[Key, datetime] = {}
         datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
         earliest, shapes, make = first_seen.setdefault, self._shapes.get, Replica._make
@@ -609,7 +611,10 @@ class _Loader:
             index = indexes.get(source)
             if index is None:
                 index = indexes[source] = {}
-            index[key] = replica
+            at_site = index.get(site)
+            if at_site is None:
+                at_site = index[site] = {}
+            at_site[dataset] = replica
             when = times(at)
             if when is None and at is not None:
                 when = self.first_seen(at, source, key)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.domain import (
     DatasetId,
+    Index,
     Replica,
     ReplicaState,
     Site,
@@ -34,14 +35,16 @@ VIEW = SiteView(
 
 
 HELD = {
-    (SITE, d): r
-    for d, r in [
-        (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
-        (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
-        (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
-        (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
-        (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
-    ]
+    SITE: {
+        d: r
+        for d, r in [
+            (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
+            (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
+            (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
+            (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
+            (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
+        ]
+    }
 }
 
 
@@ -97,7 +100,7 @@ def test_budget_order_matches_a_full_sort() -> None:
         rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
         view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
         held = {
-            (SITE, d): holding(
+            d: holding(
                 d,
                 SITE,
                 1.0
@@ -115,16 +118,17 @@ def test_budget_order_matches_a_full_sort() -> None:
         }
         wanted = {d: rng.randint(1, 3) for d in rng.sample(pool, 4)}
         budget = rng.randint(1, 12)
-        result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
+        policy = AdvertisePolicy(max_datasets_per_site=budget)
+        result = advertise(view, wanted, policy, {SITE: held})
         expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
         assert sorted(names(result.view)) == sorted(d.name for d in expected)
 
 
-def _big_view(count: int) -> tuple[SiteView, dict[tuple[Site, DatasetId], Replica]]:
+def _big_view(count: int) -> tuple[SiteView, Index]:
     """``count`` available datasets with long names (about 60 bytes each in the ad)."""
     datasets = tuple(DatasetId("ska", f"observation_{i:05d}_" + "x" * 40) for i in range(count))
     view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
-    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
+    held = {SITE: {d: Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}}
     return view, held
 
 
@@ -198,7 +202,7 @@ def test_an_over_size_ad_keeps_the_longest_prefix_that_fits(
     entry left out is counted, though only those that could fit are built."""
     datasets = tuple(sorted(DatasetId("s", f"{i:02d}" + "x" * n) for i, n in enumerate(lengths)))
     view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
-    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
+    held = {SITE: {d: Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}}
     wanted = {datasets[i]: 1 + i % 3 for i in demanded if i < len(datasets)}
 
     def size(v: SiteView) -> int:
