@@ -40,6 +40,33 @@ def test_first_cycle_adds_everything_at_its_time() -> None:
     assert plan.now == t(0), "the store's first-seen time of the added pairs"
 
 
+def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
+    """A first cycle's changes are made while listed (a million of them, issue 15); either
+    way the counts, the length and every listing agree, in Change's order."""
+    first = snap("r", rep("B", "y"), rep("A", "x"), rep("B", "x", "partial", 0.5))
+    plan, churn = run(
+        [{"r": first}, {"r": snap("r", rep("A", "x", "partial", 0.5), rep("C", "z"))}]
+    )
+    listed = tuple(plan.changes)
+    assert [(c.site, c.dataset.name) for c in listed] == [("A", "x"), ("B", "x"), ("B", "y")]
+    assert plan.changes == listed and tuple(plan.changes) == listed
+    assert plan.changes[1:] == listed[1:] and len(plan.changes) == 3
+    assert plan.changes.counts == {ChangeKind.ADDED: 3}
+    assert all(c.new is plan.state.merged[c.site][c.dataset] for c in listed)
+    assert kinds(churn) == [
+        ("A", "x", "changed"),
+        ("B", "x", "removed"),
+        ("B", "y", "removed"),
+        ("C", "z", "added"),
+    ]
+    counts = churn.changes.counts
+    assert list(counts.items()) == [
+        (ChangeKind.CHANGED, 1),
+        (ChangeKind.REMOVED, 2),
+        (ChangeKind.ADDED, 1),
+    ]
+
+
 def test_same_answer_again_changes_nothing_but_the_refresh_time() -> None:
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y"))}
     first, second = run([outcome, outcome])
