@@ -25,7 +25,7 @@ import re
 import sys
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -415,6 +415,11 @@ class SourceState:
             index = self.memo.index = index_of(self.replicas)
         return index
 
+    @property
+    def built_index(self) -> Index | None:
+        """:attr:`index` if it was built, else None (never builds it)."""
+        return self.memo.index
+
     def adopt_index(self, index: Index) -> SourceState:
         """Use ``index`` as :attr:`index` (returns ``self``); only for an index equal to what
         it would build, on a value whose index was not read yet."""
@@ -483,7 +488,10 @@ class State:
     @property
     def merged(self) -> Index:
         """Site -> dataset -> all sources' reports combined (:func:`combine`; for one source,
-        its :attr:`SourceState.index`). Never mutated once built."""
+        its :attr:`SourceState.index`), built on first use. The core reads it only where
+        several sources merge: with one, a cycle works from its set and its delta, and the
+        daemon holds no index (issue 15: ~30 MB a million replicas, twice while a cycle
+        patches it). Never mutated once built."""
         if self.memo.merged is not None:
             return self.memo.merged
         states = [self.sources[name] for name in sorted(self.sources)]
@@ -508,10 +516,19 @@ class State:
         return coverage
 
     @property
+    def merged_replicas(self) -> Collection[Replica]:
+        """The merged replicas, one per (site, dataset): one source's own set as it is (no
+        index built), else :attr:`merged`'s values."""
+        if len(self.sources) == 1:
+            (only,) = self.sources.values()
+            return only.replicas
+        return list(chain.from_iterable(map(dict.values, self.merged.values())))
+
+    @property
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
         if self.memo.contents is None:
-            self.memo.contents = site_contents(self.merged, frozenset(self.coverage))
+            self.memo.contents = views_of(self.merged_replicas, frozenset(self.coverage))
         return self.memo.contents
 
     def inherit_derived(self, other: State) -> State:
@@ -525,15 +542,18 @@ class State:
 
     @property
     def entries(self) -> int:
-        """How many (site, dataset) pairs :attr:`merged` holds."""
+        """How many (site, dataset) pairs the merged view holds."""
+        if len(self.sources) == 1:
+            (only,) = self.sources.values()
+            return len(only.replicas)
         return index_size(self.merged)
 
-    def adopt(self, merged: Index, contents: dict[Site, SiteView] | None = None) -> State:
+    def adopt(self, merged: Index | None, contents: dict[Site, SiteView]) -> State:
         """Use views the core derived incrementally (returns ``self``); only for views equal
-        to what :attr:`merged` and :attr:`contents` would build. Never mutated afterwards."""
+        to what :attr:`merged` (None: not derived) and :attr:`contents` would build. Never
+        mutated afterwards."""
         self.memo.merged = merged
-        if contents is not None:
-            self.memo.contents = contents
+        self.memo.contents = contents
         return self
 
 
@@ -549,18 +569,22 @@ def site_contents(
 ) -> dict[Site, SiteView]:
     """Per site, the sorted lists that make its ClassAd, and their digest (``merged``: an
     :data:`Index`)."""
-    return {site: _site_view(site, merged.get(site, {})) for site in sorted(sites)}
+    return views_of(chain.from_iterable(held.values() for held in merged.values()), sites)
 
 
-def _site_view(site: Site, held: Mapping[DatasetId, Replica]) -> SiteView:
-    lists = _SiteLists()
-    available = ReplicaState.AVAILABLE
-    for dataset, replica in held.items():
-        if replica.state is available and replica.detail is None:  # most: no call
-            lists.available.append(dataset)
+def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """:func:`site_contents` of ``replicas`` (one per (site, dataset)), in one pass over them."""
+    lists = {site: _SiteLists() for site in sites}
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            continue
+        if replica[2] is available and replica[4] is None:  # most: no call
+            found.available.append(replica[0])
         else:
-            lists.add(dataset, replica)
-    return lists.view(site)
+            found.add(replica[0], replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
 
 
 def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
@@ -733,29 +757,28 @@ class Changes(Sequence[Change]):
     """A plan's changes in :class:`Change`'s order (by site, then dataset), with their
     :attr:`counts` by kind; equal to a tuple of the same changes.
 
-    Either held as built (a cycle that moved some pairs), or, for a plan that adds every pair
-    of an index (a first cycle), made only while iterated, from that index (never mutated):
-    a million :class:`Change` tuples cost ~80 MB and a second of a first cycle, and the daemon
-    only counts them (logs, metrics); ``hydrator once`` lists them. Iterating that form twice
-    makes them twice; indexing it builds every change (not kept).
+    Either held as built (a cycle that moved some pairs), or, for a plan that adds every
+    replica of a collection (a first cycle), made only while iterated, from that collection
+    (never mutated): a million :class:`Change` tuples cost ~80 MB and a second of a first
+    cycle, and the daemon only counts them (logs, metrics); ``hydrator once`` lists them.
+    Iterating that form twice makes them twice; indexing it builds every change (not kept).
     """
 
     __slots__ = ("_added", "_held", "counts")
 
     def __init__(self, changes: Iterable[Change] = ()) -> None:
         self._held = tuple(changes)
-        self._added: Mapping[Site, Mapping[DatasetId, Replica]] | None = None
+        self._added: Collection[Replica] | None = None
         self.counts: Mapping[ChangeKind, int] = Counter(map(_kind_of, self._held))
         """Kind -> how many changes of that kind; kinds without a change are left out, the
         others in the order of their first change."""
 
     @classmethod
-    def all_added(cls, index: Mapping[Site, Mapping[DatasetId, Replica]]) -> Changes:
-        """Every pair of ``index`` (an :data:`Index`) as added, built while iterated."""
+    def all_added(cls, replicas: Collection[Replica]) -> Changes:
+        """Every one of ``replicas`` (one per (site, dataset)) added, built while iterated."""
         changes = cls()
-        changes._added = index
-        total = index_size(index)
-        changes.counts = {ChangeKind.ADDED: total} if total else {}
+        changes._added = replicas
+        changes.counts = {ChangeKind.ADDED: len(replicas)} if replicas else {}
         return changes
 
     def __iter__(self) -> Iterator[Change]:
@@ -764,15 +787,22 @@ class Changes(Sequence[Change]):
         return self._each_added(self._added)
 
     @staticmethod
-    def _each_added(index: Mapping[Site, Mapping[DatasetId, Replica]]) -> Iterator[Change]:
+    def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
+        """Grouped by site first, so that the sort compares datasets within a site only (a
+        sort of a million (site, dataset) keys costs four times as much); each change built
+        by C-level iterators, no Python call per change."""
+        by_site: dict[Site, list[Replica]] = {}
+        for replica in replicas:
+            found = by_site.get(replica[1])
+            if found is None:
+                found = by_site[replica[1]] = []
+            found.append(replica)
         added = ChangeKind.ADDED
-        for site in sorted(index):  # a site's datasets sorted apart: a sort of short keys
-            held = index[site]
-            datasets = sorted(held)
-            fields = zip(
-                repeat(site), datasets, repeat(added), repeat(None), map(held.get, datasets)
-            )
-            yield from map(_make_change, fields)  # no Python call per change
+        for site in sorted(by_site):
+            held = by_site.pop(site)
+            held.sort(key=_dataset_of)  # a site holds one replica per dataset
+            fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
+            yield from map(_make_change, fields)
 
     def __len__(self) -> int:
         return len(self._held) if self._added is None else sum(self.counts.values())
@@ -798,6 +828,7 @@ class Changes(Sequence[Change]):
 
 
 _kind_of: Callable[[Change], ChangeKind] = itemgetter(2)
+_dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)

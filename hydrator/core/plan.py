@@ -18,7 +18,7 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
@@ -46,7 +46,7 @@ from hydrator.domain import (
     merge_replicas,
     patch_view,
     replica_key,
-    site_contents,
+    views_of,
 )
 
 Key = tuple[Site, DatasetId]
@@ -86,8 +86,8 @@ def plan_cycle(
         state.inherit_derived(previous)
         changes = Changes()
     else:
-        merged, changes = _merge(previous, state, deltas)
-        first = not previous.merged  # every pair added: no view to patch
+        first = not any(s.replicas for s in previous.sources.values())  # all pairs are added
+        merged, changes = _merge(previous, state, deltas, first)
         state.adopt(merged, _contents(previous, state, merged, None if first else changes))
     old_contents = previous.contents
     changed_sites = frozenset(
@@ -143,7 +143,11 @@ def _advance_source(
         sites=outcome.sites,
         last_success=now,
         last_attempt=now,
-    ).adopt_index(_patched(before, delta, outcome.replicas) if moved else before.index)
+    )
+    if not moved:
+        after.inherit_index(before)
+    elif before.built_index is not None:  # carried on where built (several sources merge)
+        after.adopt_index(_patched(before, delta, outcome.replicas))
     return after, _status(after, "ok", snapshot=outcome), delta
 
 
@@ -190,8 +194,6 @@ def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replic
     objects (a source that builds them every fetch, or the first answer after a restart), the
     index is built afresh; the old objects then die with the old state."""
     added = delta.added
-    if not before.replicas:  # a first answer
-        return index_of(added)
     held = before.index
     kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
     if any(held[r.site][r.dataset] is not r for r in kept):
@@ -222,18 +224,25 @@ _NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 
 
 def _merge(
-    previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[Index, Changes]:
-    """The new merged view and its changes, visiting only the keys some delta touched
-    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
-    old = previous.merged
+    previous: State, state: State, deltas: Mapping[str, SourceDelta], first: bool
+) -> tuple[Index | None, Changes]:
+    """The new merged view (None: not derived) and its changes. One source (now, and the
+    only one before, if any): its delta is the change, no index. Several: the merged view
+    is derived again only at the keys some delta touched (elsewhere every source reports
+    what it reported before, so the merge is unchanged)."""
     ordered = [state.sources[name] for name in sorted(state.sources)]
-    if not old:  # nothing before (a first cycle): everything is added, nothing to diff
-        if len(ordered) == 1:
-            new = ordered[0].index
-        else:
-            new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, Changes.all_added(new)
+    if len(ordered) == 1 and previous.sources.keys() <= state.sources.keys():
+        (name,) = state.sources
+        if first:
+            return None, Changes.all_added(ordered[0].replicas)
+        delta = deltas.get(name, SourceDelta())
+        before = dict(zip(map(replica_key, delta.removed), delta.removed, strict=True))
+        after = dict(zip(map(replica_key, delta.added), delta.added, strict=True))
+        return None, _changes(before, after, sorted(before.keys() | after.keys()))
+    if first:  # nothing before: everything is added, nothing to diff
+        new = merge_replicas(r for s in ordered for r in s.replicas)
+        return new, Changes.all_added(list(_each(new)))
+    old = previous.merged
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
     if len(ordered) == 1:
@@ -242,7 +251,17 @@ def _merge(
         new = {}
     else:
         new = _remerged(old, [s.index for s in ordered], touched)
-    return new, _changes(old, new, touched)
+    return new, _changes(_at(old, touched), _at(new, touched), touched)
+
+
+def _each(index: Index) -> Iterator[Replica]:
+    return chain.from_iterable(map(dict.values, index.values()))
+
+
+def _at(index: Index, keys: list[Key]) -> dict[Key, Replica]:
+    """``index``'s replicas at ``keys``, by key."""
+    found = ((key, index.get(key[0], _NONE).get(key[1])) for key in keys)
+    return {key: replica for key, replica in found if replica is not None}
 
 
 def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
@@ -262,35 +281,36 @@ def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
     return new
 
 
-def _changes(old: Index, new: Index, keys: list[Key]) -> Changes:
-    """The changes at ``keys`` (sorted: Change's order)."""
+def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[Key]) -> Changes:
+    """The changes at ``keys`` (sorted: Change's order) from the replicas there before and now."""
     out: list[Change] = []
-    for site, dataset in keys:
-        prior = old.get(site, _NONE).get(dataset)
-        replica = new.get(site, _NONE).get(dataset)
+    for key in keys:
+        prior, replica = old.get(key), new.get(key)
         if prior is None:
             if replica is not None:
-                out.append(Change(site, dataset, ChangeKind.ADDED, None, replica))
+                out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
         elif replica is None:
-            out.append(Change(site, dataset, ChangeKind.REMOVED, prior, None))
+            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
         elif prior != replica:
-            out.append(Change(site, dataset, ChangeKind.CHANGED, prior, replica))
+            out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
     return Changes(out)
 
 
 def _contents(
-    previous: State, state: State, merged: Index, changes: Changes | None
+    previous: State, state: State, merged: Index | None, changes: Changes | None
 ) -> dict[Site, SiteView]:
     """Site views: the previous one for a site no change touched, the previous one patched
     with its changes for a touched site, a full build for a site not seen before, and for
-    every site with ``changes`` None (a first cycle: its changes are not even built)."""
+    every site with ``changes`` None (a first cycle: its changes are not even built).
+    ``merged``: the new merged view if derived (else the state's replicas are read)."""
     old = previous.contents if changes is not None else {}
     touched: dict[Site, list[Change]] = {}
     for change in changes or ():
         touched.setdefault(change.site, []).append(change)
     sites = sorted(state.coverage)
     new_sites = frozenset(s for s in sites if s not in old)
-    built = site_contents(merged, new_sites) if new_sites else {}
+    replicas = state.merged_replicas if merged is None else _each(merged)
+    built = views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
         if s in new_sites

@@ -119,7 +119,8 @@ def check_cycles(
         before = flat(full_merge(state))
         plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY)
         merged = full_merge(plan.state)
-        assert plan.state.merged == merged
+        derived = plan.state.memo.merged  # not read: reading it would build what a plan may skip
+        assert derived is None or derived == merged
         after = flat(merged)
         assert plan.state.entries == len(after)
         expected = sorted(
@@ -136,9 +137,12 @@ def check_cycles(
         assert plan.state.contents == rebuilt
         assert list(plan.state.contents) == list(rebuilt)
         for name, source in plan.state.sources.items():
-            assert source.index == by_key(source.replicas), name
+            index = source.built_index  # built only where several sources merge
+            if index is None:
+                continue
+            assert index == by_key(source.replicas), name
             # one object per replica: the index holds the set's own objects (memory, issue 15)
-            assert all(source.index[r.site][r.dataset] is r for r in source.replicas), name
+            assert all(index[r.site][r.dataset] is r for r in source.replicas), name
         store.save(plan)
         first_seen = {k: first_seen.get(k, t(i)) for k in after}
         assert store.first_seen() == first_seen

@@ -66,7 +66,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,7 +75,6 @@ from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.domain import (
     DatasetId,
     Detail,
-    Index,
     InvalidNameError,
     Plan,
     Replica,
@@ -556,27 +555,25 @@ class _Loader:
             return None
 
     def load(self, db: sqlite3.Connection, query: str) -> State:
-        indexes = self.replicas(db, query)[0]
+        loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
-            index = indexes.get(row[0], {})
-            replicas = chain.from_iterable(map(dict.values, index.values()))
             try:
-                sources[row[0]] = self.source(row, replicas).adopt_index(index)
+                sources[row[0]] = self.source(row, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
         return State(sources=sources)
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False
-    ) -> tuple[dict[str, Index], dict[Key, datetime]]:
-        """Source -> its index of the replica rows that pass the checks, and with ``collect``
+    ) -> tuple[dict[str, list[Replica]], dict[Key, datetime]]:
+        """Source -> the replicas of its rows that pass the checks, and with ``collect``
         the first-seen times of their (site, dataset) keys: the earliest valid time of the
         pair's rows (without, an empty map: each row's time is checked, an invalid one
         counted, and none kept). The hot loop: locals, no Python call where the caches know
         the values already (a row of a known shape is built with ``Replica._make``: its
         checks passed on the shape's first row)."""
-        indexes: dict[str, Index] = {}
+        loaded: dict[str, list[Replica]] = {}
         first_seen: dict[Key, datetime] = {}
         datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
         earliest, shapes, make = first_seen.setdefault, self._shapes.get, Replica._make
@@ -608,13 +605,10 @@ class _Loader:
                 self.reject("replicas", exc)
                 continue
             key = (site, dataset)
-            index = indexes.get(source)
-            if index is None:
-                index = indexes[source] = {}
-            at_site = index.get(site)
-            if at_site is None:
-                at_site = index[site] = {}
-            at_site[dataset] = replica
+            found = loaded.get(source)
+            if found is None:
+                found = loaded[source] = []
+            found.append(replica)  # no index: the core builds one only if sources merge
             when = times(at)
             if when is None and at is not None:
                 when = self.first_seen(at, source, key)
@@ -623,7 +617,7 @@ class _Loader:
             held = earliest(key, when)
             if held is not when and when < held:  # a pair's rows hold one time, unless edited
                 first_seen[key] = when
-        return indexes, first_seen
+        return loaded, first_seen
 
     def replica(self, dataset: DatasetId, site: Site, values: tuple[Any, ...]) -> Replica:
         """A row's replica built and checked by :class:`Replica` itself from its ``values``
