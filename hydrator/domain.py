@@ -407,7 +407,8 @@ class SourceState:
     @property
     def index(self) -> Index:
         """Site -> dataset -> this source's replica (:data:`Index`, of :attr:`replicas`' own
-        objects); derived, never persisted. The core hands it on from cycle to cycle
+        objects); derived, never persisted, built on first use: the core reads it only where
+        several sources merge, and from then on hands it from cycle to cycle
         (:meth:`adopt_index`) so a cycle costs O(changes), not O(replicas). Never mutated once
         built."""
         index = self.memo.index

@@ -192,7 +192,8 @@ def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replic
     replica, not two). ``before``'s index is kept: a site's dict is copied when the delta
     touches the site, the others are shared (never mutated). Where the answer is made of new
     objects (a source that builds them every fetch, or the first answer after a restart), the
-    index is built afresh; the old objects then die with the old state."""
+    index is built afresh; the old objects then die with the old state. Only for a ``before``
+    whose index was built (several sources merge)."""
     added = delta.added
     held = before.index
     kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
@@ -255,6 +256,7 @@ def _merge(
 
 
 def _each(index: Index) -> Iterator[Replica]:
+    """Every replica of ``index``."""
     return chain.from_iterable(map(dict.values, index.values()))
 
 

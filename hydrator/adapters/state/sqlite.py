@@ -86,6 +86,7 @@ from hydrator.domain import (
     Transfer,
     check_site,
     replica_key,
+    views_of,
 )
 from hydrator.errors import StateError
 
@@ -562,7 +563,11 @@ class _Loader:
                 sources[row[0]] = self.source(row, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        return State(sources=sources)
+        state = State(sources=sources)
+        if len(sources) == 1:  # its views from the rows in memory order: a set's is 2x slower
+            (only,) = sources
+            state.adopt(None, views_of(loaded.get(only, ()), frozenset(state.coverage)))
+        return state
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False
