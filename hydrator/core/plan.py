@@ -71,9 +71,10 @@ def plan_cycle(
     sources: dict[str, SourceState] = {}
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
+    merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
-        after, status, delta = _advance_source(before, outcomes[name], now, policy)
+        after, status, delta = _advance_source(before, outcomes[name], now, policy, merging)
         sources[name] = after
         statuses.append(status)
         if delta.added or delta.removed:
@@ -112,8 +113,12 @@ def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> b
 
 
 def _advance_source(
-    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy
+    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy, merging: bool
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
+    """``before`` moved by ``outcome``; its index (if built) handed on only when ``merging``
+    (one source alone needs none: a one-source daemon holds no index)."""
+    if not merging:
+        before = replace(before)  # an empty memo: no index carried
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         after.inherit_index(before)
