@@ -242,8 +242,7 @@ class Service:
             return {}
         policy, size = self.advertise_policy, self._ad_size
         return {
-            s: advertise(v, {}, policy, size).view
-            for s, v in self._state.stamped_views().items()
+            s: advertise(v, {}, policy, size).view for s, v in self._state.stamped_views().items()
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
