@@ -140,17 +140,31 @@ def _by_demand_and_budget(
 def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
     """The site's datasets that queued jobs want, most-demanded first, then state, then name.
     Few wanted against the site's names: each looked up in the view's sorted lists; else the
-    lists scanned once (C-level), each name tested against ``wanted``."""
+    lists filtered by ``wanted`` (:func:`_scanned`)."""
     total = len(view.available) + len(view.partial) + len(view.replicating)
     if len(wanted) * _SCAN_RATIO < total:
         demanded = [e for e in map(partial(_entry, view), wanted) if e is not None]
     else:
-        demanded = list(compress(_entries(view), map(wanted.__contains__, _names(view))))
+        demanded = _scanned(view, wanted)
     demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
     return demanded
 
 
-_SCAN_RATIO = 32  # a lookup (three bisections) costs about as much as testing 32 names
+_SCAN_RATIO = 24  # a lookup (three bisections, ~1.5 us) costs about as much as 24 names scanned
+
+
+def _scanned(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
+    """The view's entries whose dataset ``wanted`` holds: each list filtered by C-level
+    iterators, an entry built for those only."""
+    wants = wanted.__contains__
+    available = compress(view.available, map(wants, view.available))
+    partial_ = list(compress(view.partial, map(wants, map(_first, view.partial))))
+    moving = list(compress(view.replicating, map(wants, map(_first, view.replicating))))
+    return [
+        *zip(available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
+        *zip(map(_first, partial_), map(_second, partial_), repeat(ReplicaState.PARTIAL)),
+        *zip(map(_first, moving), map(_second, moving), repeat(_MOVING)),
+    ]
 
 
 def _entry(view: SiteView, dataset: DatasetId) -> _Entry | None:
