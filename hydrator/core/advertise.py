@@ -61,7 +61,6 @@ class Advertised:
 
 
 _Entry = tuple[DatasetId, float, ReplicaState]
-_ADVERTISABLE = (ReplicaState.AVAILABLE, ReplicaState.PARTIAL, ReplicaState.REPLICATING)
 # Bytes a name costs in an old-syntax list at most: its two quotes and a comma
 _PER_NAME_BYTES = 3
 # Bytes a name costs in an ad at least: a scope and a name of one character, the colon and
@@ -82,8 +81,9 @@ def advertise(
 ) -> Advertised:
     """Narrow ``view`` by demand, budget and size; the view itself when nothing is left out.
 
-    A demanded dataset is looked up in the view's sorted lists, so the cost grows with the
-    demanded datasets and the budget, not with the names a site holds. ``size`` gives the
+    Demanded datasets are found in the view's sorted lists (each looked up, or the lists
+    filtered when many are wanted), so the cost grows with the demanded datasets (at most
+    with the names a site holds) and the budget. ``size`` gives the
     bytes of a view's published ad, or any number on the same side of ``max_ad_bytes`` (it is
     only compared with it); without it, or without ``max_ad_bytes``, size is not checked. A
     name costs at least :data:`MIN_NAME_BYTES` in it, as in a real ad.
