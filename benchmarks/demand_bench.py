@@ -67,8 +67,7 @@ def measure(replicas: int, jobs: int) -> dict[str, Any]:
     }
     for label, policy in MODES.items():
         t0 = time.perf_counter()
-        held = plan.state.merged
-        advertised = {s: advertise(v, demand, policy, held) for s, v in views.items()}
+        advertised = {s: advertise(v, demand, policy) for s, v in views.items()}
         ads = render_ads({s: a.view for s, a in advertised.items()}, ATTRS)
         seconds = time.perf_counter() - t0
         sizes = {s: len(ad.body) for s, ad in ads.items()}

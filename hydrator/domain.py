@@ -24,11 +24,14 @@ import hashlib
 import re
 import sys
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
-from typing import NamedTuple, NewType, TypeVar
+from typing import NamedTuple, NewType, TypeVar, overload
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
@@ -275,17 +278,40 @@ def combine(a: Replica, b: Replica) -> Replica:
     return merged
 
 
-def merge_replicas(replicas: Iterable[Replica]) -> dict[tuple[Site, DatasetId], Replica]:
+Index = dict[Site, dict[DatasetId, Replica]]
+"""Site -> dataset -> replica: at most one replica per (site, dataset), and no site without
+one (no empty inner dict), so two indexes of the same replicas are equal. Keyed per site
+rather than by a ``(site, dataset)`` tuple: no key object per replica (the dataset is the
+replica's own), smaller tables, a site's replicas at hand for its view (issue 15)."""
+
+
+def index_of(replicas: Iterable[Replica]) -> Index:
+    """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
+    index: Index = {}
+    at_site = index.get
+    for replica in replicas:  # indexing by position: no attribute lookup per replica
+        found = at_site(replica[1])
+        if found is None:
+            found = index[replica[1]] = {}
+        found[replica[0]] = replica
+    return index
+
+
+def index_size(index: Mapping[Site, Mapping[DatasetId, Replica]]) -> int:
+    """How many replicas ``index`` holds."""
+    return sum(map(len, index.values()))
+
+
+def merge_replicas(replicas: Iterable[Replica]) -> Index:
     """Collapse reports to one per (site, dataset) with :func:`combine`."""
-    reports = list(replicas)
-    merged = dict(zip(map(replica_key, reports), reports, strict=True))  # C-level loop
-    if len(merged) == len(reports):  # one report per key, as a source usually sends
-        return merged
-    merged = {}
-    for r in reports:
-        old = merged.get(r.key)
-        merged[r.key] = r if old is None else combine(old, r)
-    return merged
+    index: Index = {}
+    for r in replicas:
+        found = index.get(r.site)
+        if found is None:
+            found = index[r.site] = {}
+        old = found.get(r.dataset)
+        found[r.dataset] = r if old is None else combine(old, r)
+    return index
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +353,9 @@ class Snapshot:
             covered = frozenset(sites).union(map(_site_of, kept))  # C-level loop
             return cls(source, kept, covered, invalid, frozenset(unmapped))
         merged = merge_replicas(replicas)
-        covered = frozenset(sites) | {site for site, _ in merged}
-        return cls(source, frozenset(merged.values()), covered, invalid, frozenset(unmapped))
+        kept = frozenset(chain.from_iterable(map(dict.values, merged.values())))
+        covered = frozenset(sites).union(merged)
+        return cls(source, kept, covered, invalid, frozenset(unmapped))
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +378,7 @@ class SourceMemo:
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: dict[tuple[Site, DatasetId], Replica] | None = None
+        self.index: Index | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,18 +405,23 @@ class SourceState:
     )
 
     @property
-    def index(self) -> dict[tuple[Site, DatasetId], Replica]:
-        """(site, dataset) -> this source's replica; derived, never persisted. The core hands
-        it on from cycle to cycle (:meth:`adopt_index`) so a cycle costs O(changes), not
-        O(replicas). Never mutated once built."""
+    def index(self) -> Index:
+        """Site -> dataset -> this source's replica (:data:`Index`, of :attr:`replicas`' own
+        objects); derived, never persisted, built on first use: the core reads it only where
+        several sources merge, and from then on hands it from cycle to cycle
+        (:meth:`adopt_index`) so a cycle costs O(changes), not O(replicas). Never mutated once
+        built."""
         index = self.memo.index
         if index is None:
-            replicas = self.replicas
-            index = dict(zip(map(replica_key, replicas), replicas, strict=True))
-            self.memo.index = index
+            index = self.memo.index = index_of(self.replicas)
         return index
 
-    def adopt_index(self, index: dict[tuple[Site, DatasetId], Replica]) -> SourceState:
+    @property
+    def built_index(self) -> Index | None:
+        """:attr:`index` if it was built, else None (never builds it)."""
+        return self.memo.index
+
+    def adopt_index(self, index: Index) -> SourceState:
         """Use ``index`` as :attr:`index` (returns ``self``); only for an index equal to what
         it would build, on a value whose index was not read yet."""
         self.memo.index = index
@@ -411,7 +443,7 @@ class StateMemo:
     __slots__ = ("contents", "coverage", "merged", "site_updated")
 
     def __init__(self) -> None:
-        self.merged: dict[tuple[Site, DatasetId], Replica] | None = None
+        self.merged: Index | None = None
         self.coverage: dict[Site, frozenset[str]] | None = None
         self.contents: dict[Site, SiteView] | None = None
         self.site_updated: dict[Site, datetime] | None = None
@@ -455,9 +487,12 @@ class State:
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
     @property
-    def merged(self) -> dict[tuple[Site, DatasetId], Replica]:
-        """(site, dataset) -> all sources' reports combined (:func:`combine`; for one source,
-        a plain index)."""
+    def merged(self) -> Index:
+        """Site -> dataset -> all sources' reports combined (:func:`combine`; for one source,
+        its :attr:`SourceState.index`), built on first use. The core reads it only where
+        several sources merge: with one, a cycle works from its set and its delta, and the
+        daemon holds no index (issue 15: ~30 MB a million replicas, twice while a cycle
+        patches it). Never mutated once built."""
         if self.memo.merged is not None:
             return self.memo.merged
         states = [self.sources[name] for name in sorted(self.sources)]
@@ -482,10 +517,19 @@ class State:
         return coverage
 
     @property
+    def merged_replicas(self) -> Collection[Replica]:
+        """The merged replicas, one per (site, dataset): one source's own set as it is (no
+        index built), else :attr:`merged`'s values."""
+        if len(self.sources) == 1:
+            (only,) = self.sources.values()
+            return only.replicas
+        return list(chain.from_iterable(map(dict.values, self.merged.values())))
+
+    @property
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
         if self.memo.contents is None:
-            self.memo.contents = site_contents(self.merged, frozenset(self.coverage))
+            self.memo.contents = views_of(self.merged_replicas, frozenset(self.coverage))
         return self.memo.contents
 
     def inherit_derived(self, other: State) -> State:
@@ -497,16 +541,20 @@ class State:
         mine.contents = theirs.contents if mine.contents is None else mine.contents
         return self
 
-    def adopt(
-        self,
-        merged: dict[tuple[Site, DatasetId], Replica],
-        contents: dict[Site, SiteView] | None = None,
-    ) -> State:
+    @property
+    def entries(self) -> int:
+        """How many (site, dataset) pairs the merged view holds."""
+        if len(self.sources) == 1:
+            (only,) = self.sources.values()
+            return len(only.replicas)
+        return index_size(self.merged)
+
+    def adopt(self, merged: Index | None, contents: dict[Site, SiteView]) -> State:
         """Use views the core derived incrementally (returns ``self``); only for views equal
-        to what :attr:`merged` and :attr:`contents` would build. Never mutated afterwards."""
+        to what :attr:`merged` (None: not derived) and :attr:`contents` would build. Never
+        mutated afterwards."""
         self.memo.merged = merged
-        if contents is not None:
-            self.memo.contents = contents
+        self.memo.contents = contents
         return self
 
 
@@ -518,19 +566,25 @@ def _itself(dataset: DatasetId) -> DatasetId:
 
 
 def site_contents(
-    merged: Mapping[tuple[Site, DatasetId], Replica], sites: frozenset[Site]
+    merged: Mapping[Site, Mapping[DatasetId, Replica]], sites: frozenset[Site]
 ) -> dict[Site, SiteView]:
-    """Per site, the sorted lists that make its ClassAd, and their digest."""
+    """Per site, the sorted lists that make its ClassAd, and their digest (``merged``: an
+    :data:`Index`)."""
+    return views_of(chain.from_iterable(held.values() for held in merged.values()), sites)
+
+
+def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """:func:`site_contents` of ``replicas`` (one per (site, dataset)), in one pass over them."""
     lists = {site: _SiteLists() for site in sites}
-    available = ReplicaState.AVAILABLE
-    for (site, dataset), replica in merged.items():
-        found = lists.get(site)
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
         if found is None:
             continue
-        if replica.state is available and replica.detail is None:  # most: no call
-            found.available.append(dataset)
+        if replica[2] is available and replica[4] is None:  # most: no call
+            found.available.append(replica[0])
         else:
-            found.add(dataset, replica)
+            found.add(replica[0], replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
 
@@ -697,6 +751,87 @@ class Change(NamedTuple):
     new: Replica | None = None
 
 
+_make_change = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
+
+
+class Changes(Sequence[Change]):
+    """A plan's changes in :class:`Change`'s order (by site, then dataset), with their
+    :attr:`counts` by kind; equal to a tuple of the same changes.
+
+    Either held as built (a cycle that moved some pairs), or, for a plan that adds every
+    replica of a collection (a first cycle), made only while iterated, from that collection
+    (never mutated): a million :class:`Change` tuples cost ~80 MB and a second of a first
+    cycle, and the daemon only counts them (logs, metrics); ``hydrator once`` lists them.
+    Iterating that form twice makes them twice; indexing it builds every change (not kept).
+    """
+
+    __slots__ = ("_added", "_held", "counts")
+
+    def __init__(self, changes: Iterable[Change] = ()) -> None:
+        self._held = tuple(changes)
+        self._added: Collection[Replica] | None = None
+        self.counts: Mapping[ChangeKind, int] = Counter(map(_kind_of, self._held))
+        """Kind -> how many changes of that kind; kinds without a change are left out, the
+        others in the order of their first change."""
+
+    @classmethod
+    def all_added(cls, replicas: Collection[Replica]) -> Changes:
+        """Every one of ``replicas`` (one per (site, dataset)) added, built while iterated."""
+        changes = cls()
+        changes._added = replicas
+        changes.counts = {ChangeKind.ADDED: len(replicas)} if replicas else {}
+        return changes
+
+    def __iter__(self) -> Iterator[Change]:
+        if self._added is None:
+            return iter(self._held)
+        return self._each_added(self._added)
+
+    @staticmethod
+    def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
+        """Grouped by site first, so that the sort compares datasets within a site only (a
+        sort of a million (site, dataset) keys costs four times as much); each change built
+        by C-level iterators, no Python call per change."""
+        by_site: dict[Site, list[Replica]] = {}
+        for replica in replicas:
+            found = by_site.get(replica[1])
+            if found is None:
+                found = by_site[replica[1]] = []
+            found.append(replica)
+        added = ChangeKind.ADDED
+        for site in sorted(by_site):
+            held = by_site.pop(site)
+            held.sort(key=_dataset_of)  # a site holds one replica per dataset
+            fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
+            yield from map(_make_change, fields)
+
+    def __len__(self) -> int:
+        return len(self._held) if self._added is None else sum(self.counts.values())
+
+    @overload
+    def __getitem__(self, at: int) -> Change: ...
+    @overload
+    def __getitem__(self, at: slice) -> tuple[Change, ...]: ...
+    def __getitem__(self, at: int | slice) -> Change | tuple[Change, ...]:
+        return (self._held if self._added is None else tuple(self))[at]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Changes | tuple):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a tuple, but not one
+
+    def __repr__(self) -> str:
+        if self._added is not None:  # not built: the count only
+            return f"Changes(added={len(self)})"
+        return f"Changes({self._held!r})"
+
+
+_kind_of: Callable[[Change], ChangeKind] = itemgetter(2)
+_dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
+
+
 @dataclass(frozen=True, slots=True)
 class SourceDelta:
     """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
@@ -748,7 +883,7 @@ class Plan:
     """The pure core's answer: the new state, what changed, and what to write."""
 
     state: State
-    changes: tuple[Change, ...]
+    changes: Changes
     sources: tuple[SourceStatus, ...]
     source_deltas: Mapping[str, SourceDelta]
     sites: Mapping[Site, SiteView]

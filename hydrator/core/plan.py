@@ -18,17 +18,18 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial, reduce
-from itertools import chain, filterfalse, islice, repeat
-from operator import attrgetter
+from functools import reduce
+from itertools import chain, filterfalse, islice
 
 from hydrator.domain import (
     Change,
     ChangeKind,
+    Changes,
     DatasetId,
+    Index,
     Plan,
     Replica,
     Site,
@@ -41,10 +42,11 @@ from hydrator.domain import (
     SourceStatus,
     State,
     combine,
+    index_of,
     merge_replicas,
     patch_view,
     replica_key,
-    site_contents,
+    views_of,
 )
 
 Key = tuple[Site, DatasetId]
@@ -69,9 +71,10 @@ def plan_cycle(
     sources: dict[str, SourceState] = {}
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
+    merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
-        after, status, delta = _advance_source(before, outcomes[name], now, policy)
+        after, status, delta = _advance_source(before, outcomes[name], now, policy, merging)
         sources[name] = after
         statuses.append(status)
         if delta.added or delta.removed:
@@ -82,10 +85,11 @@ def plan_cycle(
     state = State(sources=sources)
     if not deltas and _same_sites(previous.sources, sources):
         state.inherit_derived(previous)
-        changes: tuple[Change, ...] = ()
+        changes = Changes()
     else:
-        merged, changes = _merge(previous, state, deltas)
-        state.adopt(merged, _contents(previous, state, merged, changes))
+        first = not any(s.replicas for s in previous.sources.values())  # all pairs are added
+        merged, changes = _merge(previous, state, deltas, first)
+        state.adopt(merged, _contents(previous, state, merged, None if first else changes))
     old_contents = previous.contents
     changed_sites = frozenset(
         site
@@ -109,8 +113,12 @@ def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> b
 
 
 def _advance_source(
-    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy
+    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy, merging: bool
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
+    """``before`` moved by ``outcome``; its index (if built) handed on only when ``merging``
+    (one source alone needs none: a one-source daemon holds no index)."""
+    if not merging:
+        before = replace(before)  # an empty memo: no index carried
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         after.inherit_index(before)
@@ -140,7 +148,11 @@ def _advance_source(
         sites=outcome.sites,
         last_success=now,
         last_attempt=now,
-    ).adopt_index(_patched(before, delta, outcome.replicas) if moved else before.index)
+    )
+    if not moved:
+        after.inherit_index(before)
+    elif before.built_index is not None:  # carried on where built (several sources merge)
+        after.adopt_index(_patched(before, delta, outcome.replicas))
     return after, _status(after, "ok", snapshot=outcome), delta
 
 
@@ -178,95 +190,108 @@ def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta
     return SourceDelta(added=added, removed=differ - added)
 
 
-def _patched(
-    before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]
-) -> dict[Key, Replica]:
-    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``; a copy,
-    the old one is kept), holding ``replicas``' own objects: the state keeps the answer's set
-    as it is (a source that keeps its answer between fetches shares it, so the daemon holds
-    one set and one object per replica, not two). Where the answer is made of new objects
-    (a source that builds them every fetch, or the first answer after a restart), every value
-    is replaced once, keeping the key tuples; the old objects then die with the old state."""
+def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]) -> Index:
+    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
+    ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
+    its answer between fetches shares it, so the daemon holds one set and one object per
+    replica, not two). ``before``'s index is kept: a site's dict is copied when the delta
+    touches the site, the others are shared (never mutated). Where the answer is made of new
+    objects (a source that builds them every fetch, or the first answer after a restart), the
+    index is built afresh; the old objects then die with the old state. Only for a ``before``
+    whose index was built (several sources merge)."""
     added = delta.added
-    if not before.replicas:  # a first answer: one C-level pass
-        return dict(zip(map(replica_key, added), added, strict=True))
-    index = dict(before.index)  # a C-level copy that keeps the stored hashes
-    for key in map(replica_key, delta.removed):
-        del index[key]
-    index.update(zip(map(replica_key, added), added, strict=True))
+    held = before.index
     kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
-    if any(index[r.key] is not r for r in kept):
-        index.update(zip(map(replica_key, replicas), replicas, strict=True))
+    if any(held[r.site][r.dataset] is not r for r in kept):
+        return index_of(replicas)
+    index = dict(held)
+    own: set[Site] = set()  # the sites whose dict is this index's own copy
+    for replica in delta.removed:
+        del _own(index, own, replica.site)[replica.dataset]
+    for replica in added:
+        _own(index, own, replica.site)[replica.dataset] = replica
+    for site in own:
+        if not index[site]:  # an index has no empty site
+            del index[site]
     return index
 
 
+def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
+    """``index``'s dict of ``site``, copied first unless ``own`` says it was (then in ``own``)."""
+    if site in own:
+        return index[site]
+    own.add(site)
+    found = index[site] = dict(index.get(site, _NONE))  # a C-level copy, hashes kept
+    return found
+
+
 _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
+_NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 
 
 def _merge(
-    previous: State, state: State, deltas: Mapping[str, SourceDelta]
-) -> tuple[dict[Key, Replica], tuple[Change, ...]]:
-    """The new merged view and its changes, visiting only the keys some delta touched
-    (elsewhere every source reports what it reported before, so the merge is unchanged)."""
-    old = previous.merged
+    previous: State, state: State, deltas: Mapping[str, SourceDelta], first: bool
+) -> tuple[Index | None, Changes]:
+    """The new merged view (None: not derived) and its changes. One source (now, and the
+    only one before, if any): its delta is the change, no index. Several: the merged view
+    is derived again only at the keys some delta touched (elsewhere every source reports
+    what it reported before, so the merge is unchanged)."""
     ordered = [state.sources[name] for name in sorted(state.sources)]
-    if not old:  # nothing before (a first cycle): everything is added, nothing to diff
-        if len(ordered) == 1:
-            new = ordered[0].index
-        else:
-            new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, _all_added(new)
+    if len(ordered) == 1 and previous.sources.keys() <= state.sources.keys():
+        (name,) = state.sources
+        if first:
+            return None, Changes.all_added(ordered[0].replicas)
+        delta = deltas.get(name, SourceDelta())
+        before = dict(zip(map(replica_key, delta.removed), delta.removed, strict=True))
+        after = dict(zip(map(replica_key, delta.added), delta.added, strict=True))
+        return None, _changes(before, after, sorted(before.keys() | after.keys()))
+    if first:  # nothing before: everything is added, nothing to diff
+        new = merge_replicas(r for s in ordered for r in s.replicas)
+        return new, Changes.all_added(list(_each(new)))
+    old = previous.merged
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
-    touched = set(map(replica_key, chain.from_iterable(parts)))
+    touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
     if len(ordered) == 1:
         new = ordered[0].index
     elif not ordered:
         new = {}
     else:
-        new = dict(old)
-        indexes = [s.index for s in ordered]
-        for key in touched:
-            reports = [index[key] for index in indexes if key in index]
-            if reports:
-                new[key] = reduce(combine, reports)  # same order as merge_replicas
-            else:
-                new.pop(key, None)
-    return new, _changes(old, new, touched)
+        new = _remerged(old, [s.index for s in ordered], touched)
+    return new, _changes(_at(old, touched), _at(new, touched), touched)
 
 
-def _all_added(new: Mapping[Key, Replica]) -> tuple[Change, ...]:
-    """Every pair of ``new`` as added, in Change's order: grouped by site first, so that the
-    sort compares datasets within a site only (a sort of a million (site, dataset) keys
-    costs four times as much). Each site's replicas are sorted by their dataset (a site holds
-    one replica per dataset) and the changes built from them by C-level iterators: no lookup
-    of ``new`` per pair (a million lookups in sorted order, not the dict's, take ~0.8 s) and
-    no Python call per change."""
-    by_site: dict[Site, list[Replica]] = {}
-    for (site, _), replica in new.items():
-        found = by_site.get(site)
-        if found is None:
-            found = by_site[site] = []
-        found.append(replica)
+def _each(index: Index) -> Iterator[Replica]:
+    """Every replica of ``index``."""
+    return chain.from_iterable(map(dict.values, index.values()))
+
+
+def _at(index: Index, keys: list[Key]) -> dict[Key, Replica]:
+    """``index``'s replicas at ``keys``, by key."""
+    found = ((key, index.get(key[0], _NONE).get(key[1])) for key in keys)
+    return {key: replica for key, replica in found if replica is not None}
+
+
+def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
+    """``old`` merged again at the ``touched`` keys from the sources' ``indexes`` (in
+    :func:`merge_replicas`' order); a copy sharing the untouched sites' dicts."""
+    new = dict(old)
+    own: set[Site] = set()
+    for site, dataset in touched:
+        reports = [r for i in indexes if (r := i.get(site, _NONE).get(dataset)) is not None]
+        if reports:
+            _own(new, own, site)[dataset] = reduce(combine, reports)
+        elif dataset in new.get(site, _NONE):
+            del _own(new, own, site)[dataset]
+    for site in own:
+        if not new[site]:
+            del new[site]
+    return new
+
+
+def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[Key]) -> Changes:
+    """The changes at ``keys`` (sorted: Change's order) from the replicas there before and now."""
     out: list[Change] = []
-    added = ChangeKind.ADDED
-    for site in sorted(by_site):
-        replicas = by_site[site]
-        replicas.sort(key=_DATASET)
-        fields = zip(repeat(site), map(_DATASET, replicas), repeat(added), repeat(None), replicas)
-        out += map(_CHANGE, fields)
-    return tuple(out)
-
-
-_DATASET = attrgetter("dataset")
-_CHANGE = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
-
-
-def _changes(
-    old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: Iterable[Key]
-) -> tuple[Change, ...]:
-    """The changes at ``keys``, in Change's order (by C-level tuple comparison of the keys)."""
-    out: list[Change] = []
-    for key in sorted(keys):
+    for key in keys:
         prior, replica = old.get(key), new.get(key)
         if prior is None:
             if replica is not None:
@@ -275,21 +300,24 @@ def _changes(
             out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
         elif prior != replica:
             out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
-    return tuple(out)
+    return Changes(out)
 
 
 def _contents(
-    previous: State, state: State, merged: Mapping[Key, Replica], changes: tuple[Change, ...]
+    previous: State, state: State, merged: Index | None, changes: Changes | None
 ) -> dict[Site, SiteView]:
     """Site views: the previous one for a site no change touched, the previous one patched
-    with its changes for a touched site, a full build for a site not seen before."""
-    old = previous.contents
+    with its changes for a touched site, a full build for a site not seen before, and for
+    every site with ``changes`` None (a first cycle: its changes are not even built).
+    ``merged``: the new merged view if derived (else the state's replicas are read)."""
+    old = previous.contents if changes is not None else {}
     touched: dict[Site, list[Change]] = {}
-    for change in changes:
+    for change in changes or ():
         touched.setdefault(change.site, []).append(change)
     sites = sorted(state.coverage)
     new_sites = frozenset(s for s in sites if s not in old)
-    built = site_contents(merged, new_sites) if new_sites else {}
+    replicas = state.merged_replicas if merged is None else _each(merged)
+    built = views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
         if s in new_sites

@@ -6,7 +6,6 @@ The log handlers and formatters are :mod:`hydrator.logs`.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,16 +23,16 @@ def cycle_fields(report: CycleReport) -> dict[str, Any]:
     fields: dict[str, Any] = {"outcome": report.outcome, "duration_s": round(report.duration_s, 3)}
     plan = report.plan
     if plan is not None:
-        kinds = Counter(c.kind.value for c in plan.changes)
+        kinds = plan.changes.counts  # counted by the core: a first cycle's are not built
         fields.update(
             sources=len(plan.sources),
             fresh=sum(1 for s in plan.sources if s.fresh),
             stale=sorted(s.name for s in plan.sources if not s.fresh),
             sites=len(plan.sites),
-            entries=len(plan.state.merged),
-            added=kinds[ChangeKind.ADDED.value],
-            removed=kinds[ChangeKind.REMOVED.value],
-            changed=kinds[ChangeKind.CHANGED.value],
+            entries=plan.state.entries,
+            added=kinds.get(ChangeKind.ADDED, 0),
+            removed=kinds.get(ChangeKind.REMOVED, 0),
+            changed=kinds.get(ChangeKind.CHANGED, 0),
             invalid=sum(s.invalid for s in plan.sources),
             rows_written=report.rows_written,
         )
@@ -70,7 +69,7 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
     metrics.cycle_duration.observe(report.duration_s)
     metrics.last_success.set(now.timestamp() + report.duration_s)
     metrics.state_rows_written.inc(report.rows_written)
-    for change_kind, count in Counter(c.kind for c in report.plan.changes).items():
+    for change_kind, count in report.plan.changes.counts.items():
         metrics.changes.labels(change_kind.value).inc(count)  # one call per kind, not per change
     for status in report.plan.sources:
         _record_source(metrics, status, now)

@@ -240,10 +240,9 @@ class Service:
         (the demand is not known yet; hooks keep their last good copy)."""
         if self.advertise_policy.demand_only:
             return {}
-        held, policy, size = self._state.merged, self.advertise_policy, self._ad_size
+        policy, size = self.advertise_policy, self._ad_size
         return {
-            s: advertise(v, {}, policy, held, size).view
-            for s, v in self._state.stamped_views().items()
+            s: advertise(v, {}, policy, size).view for s, v in self._state.stamped_views().items()
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
@@ -295,7 +294,7 @@ class Service:
         return self._last_wanted
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
-        policy, held, size = self.advertise_policy, plan.state.merged, self._ad_size
+        policy, size = self.advertise_policy, self._ad_size
         contents, memo = plan.state.contents, self._advertised
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
@@ -304,7 +303,7 @@ class Service:
             if known is not None and known.fits(contents[site], view, wanted):
                 advertised[site] = known.stamped(view)
                 continue
-            advertised[site] = advertise(view, wanted, policy, held, size)
+            advertised[site] = advertise(view, wanted, policy, size)
             memo[site] = _AdvertiseMemo(contents[site], view, demand, advertised[site])
         for site in memo.keys() - plan.sites.keys():
             del memo[site]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import (
     DatasetId,
+    Index,
     Replica,
     ReplicaState,
     Site,
@@ -16,6 +18,19 @@ from hydrator.domain import (
 )
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def flat(index: Index) -> dict[tuple[Site, DatasetId], Replica]:
+    """An :data:`~hydrator.domain.Index` keyed by (site, dataset), as tests compare pairs."""
+    return {(site, d): r for site, held in index.items() for d, r in held.items()}
+
+
+def by_key(replicas: Iterable[Replica]) -> Index:
+    """The index of ``replicas`` spelled out (one per (site, dataset)), to check an index."""
+    index: Index = {}
+    for r in replicas:
+        index.setdefault(r.site, {})[r.dataset] = r
+    return index
 
 
 def t(minutes: int) -> datetime:

@@ -58,7 +58,7 @@ def test_a_state_refuses_writes_and_keeps_its_views_in_its_memo() -> None:
         vars(state)
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.sources = {}  # type: ignore[misc]
-    assert list(state.merged) == [(Site("SITE_A"), rep("SITE_A", "d1").dataset)]
+    assert state.merged == {Site("SITE_A"): {rep("SITE_A", "d1").dataset: rep("SITE_A", "d1")}}
     assert state.memo.merged is state.merged  # built once, then reused
 
 
@@ -66,12 +66,14 @@ def test_a_replaced_state_does_not_reuse_the_views_of_the_old_sources() -> None:
     """``replace`` gives the new value an empty memo: views of other sources never leak."""
     before = SourceState("rucio", frozenset({rep("A", "d1")}), frozenset({Site("A")}))
     old = State(sources={"rucio": before})
-    assert list(old.contents) == ["A"] and list(old.merged) == [(Site("A"), rep("A", "d1").dataset)]
+    assert list(old.contents) == ["A"] and old.merged == {
+        "A": {rep("A", "d1").dataset: rep("A", "d1")}
+    }
     source = SourceState("rucio", frozenset({rep("B", "d2")}), frozenset({Site("B")}))
     new = dataclasses.replace(old, sources={"rucio": source})
     assert list(new.contents) == ["B"]
     assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
-    assert list(new.merged) == [(Site("B"), rep("B", "d2").dataset)]
+    assert new.merged == {Site("B"): {rep("B", "d2").dataset: rep("B", "d2")}}
     assert dataclasses.replace(source, stale=True).memo is not source.memo
 
 

@@ -11,13 +11,10 @@ from hypothesis import strategies as st
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.domain import (
     DatasetId,
-    Replica,
     ReplicaState,
     Site,
     SiteView,
-    Transfer,
     content_digest,
-    holding,
 )
 
 A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
@@ -31,18 +28,6 @@ VIEW = SiteView(
     None,
     content_digest(SITE, (A, B, C), ((D, 0.5),), ((E, 0.2),)),
 )
-
-
-HELD = {
-    (SITE, d): r
-    for d, r in [
-        (A, Replica(A, SITE, ReplicaState.AVAILABLE)),
-        (B, Replica(B, SITE, ReplicaState.AVAILABLE)),
-        (C, Replica(C, SITE, ReplicaState.AVAILABLE)),
-        (D, Replica(D, SITE, ReplicaState.PARTIAL, 0.5)),
-        (E, holding(E, SITE, 0.0, 0.0, transfer=Transfer.REPLICATING, progress=0.2)),
-    ]
-}
 
 
 def names(view: SiteView) -> list[str]:
@@ -74,7 +59,7 @@ def test_advertise_table(
     not_demanded: int,
     over_budget: int,
 ) -> None:
-    result = advertise(VIEW, wanted, policy, HELD)
+    result = advertise(VIEW, wanted, policy)
     assert "".join(names(result.view)) == kept
     assert (result.not_demanded, result.over_budget) == (not_demanded, over_budget)
     if kept == "abcde":
@@ -83,49 +68,37 @@ def test_advertise_table(
         assert result.view.digest != VIEW.digest, "a narrowed ad has its own digest"
 
 
-def test_budget_order_matches_a_full_sort() -> None:
+@pytest.mark.parametrize("size", [12, 400])  # demand against a small site; a big one
+def test_budget_order_matches_a_full_sort(size: int) -> None:
     """The fast path (demanded first, then fill from the sorted lists) equals sorting every
-    entry by (-demand, -state rank, name)."""
+    entry by (-demand, -state rank, name), whether the demanded datasets are looked up one
+    by one (few of them) or found by scanning the site's lists."""
     import random
 
     rng = random.Random(5)
     for _ in range(200):
-        pool = [DatasetId("ska", f"n{i:02d}") for i in range(12)]
+        pool = [DatasetId("ska", f"n{i:03d}") for i in range(size)]
         states = {d: rng.choice(list(ReplicaState)[:3]) for d in pool}
         av = tuple(sorted(d for d in pool if states[d] is ReplicaState.AVAILABLE))
         pa = tuple(sorted((d, 0.5) for d in pool if states[d] is ReplicaState.PARTIAL))
         rp = tuple(sorted((d, 0.1) for d in pool if states[d] is ReplicaState.REPLICATING))
         view = SiteView(SITE, av, pa, rp, (), None, content_digest(SITE, av, pa, rp))
-        held = {
-            (SITE, d): holding(
-                d,
-                SITE,
-                1.0
-                if states[d] is ReplicaState.AVAILABLE
-                else 0.5
-                if states[d] is ReplicaState.PARTIAL
-                else 0.0,
-                0.5,
-                transfer=Transfer.REPLICATING
-                if states[d] is ReplicaState.REPLICATING
-                else Transfer.NONE,
-                progress=0.1,
-            )
-            for d in pool
-        }
-        wanted = {d: rng.randint(1, 3) for d in rng.sample(pool, 4)}
+        others = [DatasetId("lsst", f"n{i}") for i in range(3)]  # wanted, held nowhere here
+        wanted = {d: rng.randint(1, 3) for d in rng.sample(pool, 4) + others}
         budget = rng.randint(1, 12)
-        result = advertise(view, wanted, AdvertisePolicy(max_datasets_per_site=budget), held)
+        policy = AdvertisePolicy(max_datasets_per_site=budget)
+        result = advertise(view, wanted, policy)
         expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
         assert sorted(names(result.view)) == sorted(d.name for d in expected)
+        shares = dict(pa + rp)
+        assert all(shares[d] == share for d, share in result.view.partial)
+        assert all(shares[d] == share for d, share in result.view.replicating)
 
 
-def _big_view(count: int) -> tuple[SiteView, dict[tuple[Site, DatasetId], Replica]]:
+def _big_view(count: int) -> SiteView:
     """``count`` available datasets with long names (about 60 bytes each in the ad)."""
     datasets = tuple(DatasetId("ska", f"observation_{i:05d}_" + "x" * 40) for i in range(count))
-    view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
-    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
-    return view, held
+    return SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
 
 
 @pytest.mark.parametrize("limit", [1024, 5000, 60000])
@@ -138,10 +111,10 @@ def test_an_ad_over_max_ad_bytes_is_cut_to_fit_most_demanded_first(limit: int) -
     def size(view: SiteView) -> int:
         return len(render_cron(view, attrs).encode())
 
-    view, held = _big_view(2000)
+    view = _big_view(2000)
     assert size(view) > limit
     wanted = {view.available[-1]: 5, view.available[-2]: 1}  # the last names, by name order
-    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), held, size)
+    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), size)
 
     kept = result.view.available
     assert size(result.view) <= limit
@@ -153,32 +126,32 @@ def test_an_ad_over_max_ad_bytes_is_cut_to_fit_most_demanded_first(limit: int) -
 
 
 def test_an_ad_under_max_ad_bytes_is_left_alone() -> None:
-    view, held = _big_view(10)
-    result = advertise(view, {}, AdvertisePolicy(max_ad_bytes=60000), held, lambda v: 900)
+    view = _big_view(10)
+    result = advertise(view, {}, AdvertisePolicy(max_ad_bytes=60000), lambda v: 900)
     assert result.view is view and result.over_size == 0
 
 
 def test_size_composes_with_demand_and_budget() -> None:
-    view, held = _big_view(50)
+    view = _big_view(50)
     wanted = {d: 1 for d in view.available[:30]}
     policy = AdvertisePolicy(demand_only=True, max_datasets_per_site=20, max_ad_bytes=1000)
 
     def size(v: SiteView) -> int:  # a model: 100 bytes of frame, 60 per name
         return 100 + 60 * len(v.available)
 
-    result = advertise(view, wanted, policy, held, size)
+    result = advertise(view, wanted, policy, size)
     assert result.view.available == view.available[:15]
     assert (result.not_demanded, result.over_budget, result.over_size) == (20, 10, 5)
 
 
 def test_stuck_transfers_reach_the_digest_only_when_advertised() -> None:
     view = replace(VIEW, stuck=(E,))
-    off = advertise(view, {}, AdvertisePolicy(), HELD).view
-    on = advertise(view, {}, AdvertisePolicy(stuck=True), HELD).view
+    off = advertise(view, {}, AdvertisePolicy()).view
+    on = advertise(view, {}, AdvertisePolicy(stuck=True)).view
     assert off.digest == VIEW.digest and on.digest != VIEW.digest
-    other = advertise(replace(view, stuck=(D,)), {}, AdvertisePolicy(stuck=True), HELD).view
+    other = advertise(replace(view, stuck=(D,)), {}, AdvertisePolicy(stuck=True)).view
     assert other.digest != on.digest, "a change of the stuck list reaches the ads"
-    narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True), HELD).view
+    narrowed = advertise(view, {D: 1}, AdvertisePolicy(demand_only=True, stuck=True)).view
     assert narrowed.stuck == () and [d for d, _ in narrowed.partial] == [D]
 
 
@@ -198,14 +171,13 @@ def test_an_over_size_ad_keeps_the_longest_prefix_that_fits(
     entry left out is counted, though only those that could fit are built."""
     datasets = tuple(sorted(DatasetId("s", f"{i:02d}" + "x" * n) for i, n in enumerate(lengths)))
     view = SiteView(SITE, datasets, (), (), (), None, content_digest(SITE, datasets, (), ()))
-    held = {(SITE, d): Replica(d, SITE, ReplicaState.AVAILABLE) for d in datasets}
     wanted = {datasets[i]: 1 + i % 3 for i in demanded if i < len(datasets)}
 
     def size(v: SiteView) -> int:
         return frame + sum(len(str(d)) + extra for d in v.available)
 
     limit = max(1, frame + int(share * (size(view) - frame)))
-    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), held, size)
+    result = advertise(view, wanted, AdvertisePolicy(max_ad_bytes=limit), size)
     ranking = sorted(wanted, key=lambda d: (-wanted[d], d))
     ranking += [d for d in datasets if d not in wanted]
     fitting = [

@@ -40,6 +40,54 @@ def test_first_cycle_adds_everything_at_its_time() -> None:
     assert plan.now == t(0), "the store's first-seen time of the added pairs"
 
 
+def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
+    """A first cycle's changes are made while listed (a million of them, issue 15); either
+    way the counts, the length and every listing agree, in Change's order."""
+    first = snap("r", rep("B", "y"), rep("A", "x"), rep("B", "x", "partial", 0.5))
+    plan, churn = run(
+        [{"r": first}, {"r": snap("r", rep("A", "x", "partial", 0.5), rep("C", "z"))}]
+    )
+    listed = tuple(plan.changes)
+    assert [(c.site, c.dataset.name) for c in listed] == [("A", "x"), ("B", "x"), ("B", "y")]
+    assert plan.changes == listed and tuple(plan.changes) == listed
+    assert plan.changes[1:] == listed[1:] and len(plan.changes) == 3
+    assert plan.changes.counts == {ChangeKind.ADDED: 3}
+    assert all(c.new is plan.state.merged[c.site][c.dataset] for c in listed)
+    assert kinds(churn) == [
+        ("A", "x", "changed"),
+        ("B", "x", "removed"),
+        ("B", "y", "removed"),
+        ("C", "z", "added"),
+    ]
+    counts = churn.changes.counts
+    assert list(counts.items()) == [
+        (ChangeKind.CHANGED, 1),
+        (ChangeKind.REMOVED, 2),
+        (ChangeKind.ADDED, 1),
+    ]
+
+
+def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -> None:
+    """Memory (issue 15): one source alone is planned from its set and its delta, and no
+    site -> dataset index is built; where sources merge, each one's index is built once and
+    then handed on, patched, from cycle to cycle (equal to one built afresh)."""
+    alone = run([{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}])
+    assert all(p.state.sources["r"].built_index is None for p in alone)
+    assert all(p.state.memo.merged is None for p in alone)
+    merging = run(
+        [
+            {"r": snap("r", rep("A", "x")), "d": snap("d", rep("A", "x", "partial", 0.5))},
+            {"r": snap("r", rep("A", "x"), rep("B", "y")), "d": snap("d")},
+            {"r": snap("r", rep("B", "y")), "d": snap("d", rep("A", "z"))},
+        ]
+    )
+    second, third = merging[1].state.sources["r"], merging[2].state.sources["r"]
+    assert second.built_index is not None and third.built_index is not None
+    assert third.built_index == {Site("B"): {DatasetId("ska", "y"): rep("B", "y")}}
+    assert second.built_index[Site("A")] == {DatasetId("ska", "x"): rep("A", "x")}, "kept"
+    assert kinds(merging[2]) == [("A", "x", "removed"), ("A", "z", "added")]
+
+
 def test_same_answer_again_changes_nothing_but_the_refresh_time() -> None:
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y"))}
     first, second = run([outcome, outcome])

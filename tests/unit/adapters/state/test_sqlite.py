@@ -36,7 +36,7 @@ from hydrator.domain import (
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.service import Service
-from tests.unit.factories import fail, rep, snap, t
+from tests.unit.factories import by_key, fail, flat, rep, snap, t
 
 POLICY = Policy()
 Key = tuple[Site, DatasetId]
@@ -44,7 +44,7 @@ Key = tuple[Site, DatasetId]
 
 def stamped(state: State, when: datetime) -> dict[Key, datetime]:
     """Every (site, dataset) of ``state`` first seen at ``when``."""
-    return dict.fromkeys(state.merged, when)
+    return dict.fromkeys(flat(state.merged), when)
 
 
 def first_seen(path: Path) -> dict[Key, datetime]:
@@ -298,7 +298,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
         assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
 
     store = SqliteStateStore(config.daemon.state_path)
-    held = store.load().merged
+    held = flat(store.load().merged)
     uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
     moving = held[(uk, DatasetId("ska", "obs_1400"))]
     assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
@@ -425,7 +425,7 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
         before = list(db.iterdump())
     expected = SqliteStateStore(path, read_only=True).load()
     times = first_seen(path)
-    assert len(times) == len(expected.merged)
+    assert len(times) == expected.entries
     with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
         SqliteStateStore(path)
     with sqlite3.connect(path) as db:
@@ -513,12 +513,12 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
-    old = plan.state.merged
-    times = {k: t(0) if k in old else t(1) for k in second.state.merged}
+    old = flat(plan.state.merged)
+    times = {k: t(0) if k in old else t(1) for k in flat(second.state.merged)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
     for name, source in loaded.sources.items():
-        assert source.index == {r.key: r for r in second.state.sources[name].replicas}
+        assert source.index == by_key(second.state.sources[name].replicas)
     assert loaded.merged == second.state.merged
     again = plan_cycle(loaded, outcomes, t(2), POLICY)
     assert again.changes == () and again.source_deltas == {}
