@@ -25,9 +25,9 @@ each pair's rows; a row's NULL or invalid time counts as none).
 Rows are written in the table's key order (a B-tree filled in order touches each page once;
 a set's hash order costs about three times as much on a large save), built by C-level
 iterators and written :data:`_ROWS_PER_INSERT` to a statement; a save into an empty table (a
-first cycle) stamps every row with the plan's time without looking up its pair. A load reads the replica rows in one pass (no join) and builds
-each source's index as it goes; it checks each row's first-seen time (an invalid one is
-counted) but keeps none.
+first cycle) stamps every row with the plan's time without looking up its pair. A load
+reads the replica rows in one pass (no join) and builds each source's index as it goes; it
+checks each row's first-seen time (an invalid one is counted) but keeps none.
 
 One writer: a writer holds an exclusive ``flock`` on ``<state>.lock`` (:class:`StateLock`, the
 file holds its PID; the kernel drops the lock when the process ends, even by SIGKILL). Readers
