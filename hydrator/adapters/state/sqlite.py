@@ -66,7 +66,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import chain, islice, repeat
+from itertools import chain, filterfalse, islice, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol
@@ -370,11 +370,12 @@ class SqliteStateStore:
 # Python-level descriptor).
 _KEY = (attrgetter("site"), attrgetter("dataset.scope"), attrgetter("dataset.name"))
 _PRESENCE = (attrgetter("state._value_"), attrgetter("fraction"))
+_DETAIL_OF = attrgetter("detail")
 _DETAIL = tuple(
     attrgetter(f"detail.{c}") for c in ("transfer._value_", "progress", "bytes_fraction")
 )
-# A row's own parameters: a plain record's bytes share is its files share (``fraction``)
-_PLAIN_COLUMNS = (*_KEY, *_PRESENCE, _PRESENCE[1])
+# A row's own parameters; a plain record's bytes share is its ``fraction`` parameter again
+_PLAIN_COLUMNS = (*_KEY, *_PRESENCE)
 _DETAILED_COLUMNS = (*_KEY, *_PRESENCE, *_DETAIL)
 # The valid first-seen epochs: what ``datetime.fromtimestamp`` takes (years 1 to 9999)
 _EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800
@@ -413,7 +414,7 @@ class _FirstSeen:
         values = []
         for row in range(rows):
             p = [f"?{first + row * width + i}" for i in range(width)]
-            transfer = p[5:8] if detailed else ["'none'", "0.0", p[5]]
+            transfer = p[5:8] if detailed else ["'none'", "0.0", p[4]]
             values.append(f"(?1, {', '.join(p[:5])}, {', '.join(transfer)}, {self._at(*p[:3])})")
         return "INSERT OR REPLACE INTO replicas VALUES " + ", ".join(values)
 
@@ -474,8 +475,8 @@ def _insert(
     (:class:`_FirstSeen`); a plain record (no :class:`Detail`) is stored as its properties
     read: no transfer, progress 0, bytes share = files share."""
     ordered = _in_key_order(replicas)
-    plain = [r for r in ordered if r.detail is None]
-    detailed = [r for r in ordered if r.detail is not None]
+    plain = list(filterfalse(_DETAIL_OF, ordered))  # a Detail is a non-empty tuple: true
+    detailed = list(filter(_DETAIL_OF, ordered))
     _insert_rows(db, stamp, source, plain, detailed=False)
     _insert_rows(db, stamp, source, detailed, detailed=True)
     return len(ordered)
