@@ -432,13 +432,12 @@ class _FirstSeen:
 
 def _rows(
     items: Sequence[Any],
-    *extra: Iterable[Any],
     lead: tuple[Any, ...] = (),
     getters: Iterable[Callable[[Any], Any]] = _KEY,
 ) -> Iterator[tuple[Any, ...]]:
-    """One row per item: the ``lead`` constants, one column per getter, then one per ``extra``
-    iterable (one element per item); built by C-level iterators, not a Python loop per row."""
-    columns = [*(repeat(value) for value in lead), *(map(get, items) for get in getters), *extra]
+    """One row per item: the ``lead`` constants, then one column per getter; built by C-level
+    iterators, not a Python loop per row."""
+    columns = [*(repeat(value) for value in lead), *(map(get, items) for get in getters)]
     return zip(*columns, strict=False)  # the repeats never end; the items' columns do
 
 
