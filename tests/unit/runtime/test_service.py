@@ -448,7 +448,7 @@ def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
 _COLLECTION_PROBE = """
 import gc
 import weakref
-from hydrator.runtime.service import collector_paused
+from hydrator.runtime.service import FEW_NEW_OBJECTS, collector_paused
 
 class Node:
     pass
@@ -464,21 +464,25 @@ with collector_paused():  # a churn cycle: a few new objects
     small = cyclic_garbage()
 print(small() is None)
 with collector_paused():  # a first cycle: more new objects than were frozen (the model)
-    model = [[i] for i in range(2 * gc.get_freeze_count())]
+    model = [[i] for i in range(FEW_NEW_OBJECTS + gc.get_freeze_count())]
     big = cyclic_garbage()
 print(big() is None)
 with collector_paused(full=True):  # the periodic full collection
     pass
 print(big() is None)
+with collector_paused():  # a large churn cycle: many new objects, fewer than the model's
+    churn = [[i] for i in range(FEW_NEW_OBJECTS)]
+    large = cyclic_garbage()
+print(large() is None)
 """
 
 
 def test_cyclic_garbage_is_collected_after_the_cycle_or_at_the_next_full_collection() -> None:
-    """A cycle's cyclic garbage is collected at its end, unless the cycle built more new
+    """A cycle's cyclic garbage is collected at its end, unless the cycle built many more new
     objects than were kept from before (a first cycle, which would scan its whole new model
     for it); then the periodic full collection does. In a fresh interpreter, whose frozen
     objects are the probe's alone."""
     command = [sys.executable, "-c", _COLLECTION_PROBE]
     found = subprocess.run(command, check=False, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
-    assert found.stdout.split() == ["True", "False", "True"]
+    assert found.stdout.split() == ["True", "False", "True", "True"]
