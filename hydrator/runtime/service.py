@@ -86,6 +86,17 @@ def _libc() -> ctypes.CDLL | None:
 
 _LIBC = _libc()
 FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
+FEW_NEW_OBJECTS = 100_000  # a block that leaves fewer is collected at its end (~50 ms at most)
+
+
+class _Frozen:
+    """About how many tracked objects :func:`collector_paused` froze: counted exactly only at a
+    full collection (``gc.get_freeze_count()`` walks them all: 60 ms at a million replicas),
+    else grown by each block's net new objects. Frozen objects freed later lower a later
+    block's net count; where that count stopped at zero the sum runs high, which errs
+    towards collecting."""
+
+    objects = 0
 
 
 @contextmanager
@@ -99,16 +110,27 @@ def collector_paused(full: bool = False) -> Iterator[None]:
     freed by reference counting when a later cycle drops them; the one collection scans only
     what is not frozen yet (the block's allocations). A cycle of objects that outlived a block
     and was dropped later is not seen while frozen: with ``full`` (every
-    ``FULL_COLLECTION_EVERY`` cycles) everything is unfrozen and collected once."""
+    ``FULL_COLLECTION_EVERY`` cycles) everything is unfrozen and collected once.
+
+    A block that leaves at least ``FEW_NEW_OBJECTS`` new objects the collector tracks, and
+    more than were frozen before it, built most of the model (a startup that loads the state,
+    a first cycle): it is frozen without that collection, which would scan the whole new
+    model (1.6 s at a million replicas) to find a few hundred objects (a first cycle's,
+    ~25 kB: rucio-clients' configuration parsers); its cyclic garbage waits for the next
+    full collection."""
     gc.disable()
     try:
         yield
     finally:
         gc.enable()
+        young = gc.get_count()[0]  # net new tracked objects since the last freeze
         if full:
             gc.unfreeze()
-        gc.collect()
+            gc.collect()
+        elif young < FEW_NEW_OBJECTS or young <= _Frozen.objects:
+            gc.collect()
         gc.freeze()
+        _Frozen.objects = gc.get_freeze_count() if full else _Frozen.objects + young
         release_free_memory()
 
 

@@ -122,9 +122,10 @@ def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: 
     source.reused_last_fetch = 4  # type: ignore[attr-defined]  # as Rucio sets it
     service = make(config, [source], clock)
     service.run_cycle()
-    assert service.metrics.registry.get_sample_value(
-        "hydrator_source_reused_checks", {"source": "s"}
-    ) == 4
+    assert (
+        service.metrics.registry.get_sample_value("hydrator_source_reused_checks", {"source": "s"})
+        == 4
+    )
     source.deferred_last_fetch = 0  # type: ignore[attr-defined]  # caught up
     source.reused_last_fetch = 0  # type: ignore[attr-defined]
     service.run_cycle()
@@ -442,3 +443,46 @@ def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
 
     assert mapped_bytes(fixed=True) >= 4 << 20
     assert mapped_bytes(fixed=False) == 0  # what the fix is for: glibc's own default
+
+
+_COLLECTION_PROBE = """
+import gc
+import weakref
+from hydrator.runtime.service import FEW_NEW_OBJECTS, collector_paused
+
+class Node:
+    pass
+
+def cyclic_garbage():
+    node = Node()
+    node.self = node
+    return weakref.ref(node)
+
+with collector_paused():  # the interpreter's own objects frozen, as after a startup
+    pass
+with collector_paused():  # a churn cycle: a few new objects
+    small = cyclic_garbage()
+print(small() is None)
+with collector_paused():  # a first cycle: more new objects than were frozen (the model)
+    model = [[i] for i in range(FEW_NEW_OBJECTS + gc.get_freeze_count())]
+    big = cyclic_garbage()
+print(big() is None)
+with collector_paused(full=True):  # the periodic full collection
+    pass
+print(big() is None)
+with collector_paused():  # a large churn cycle: many new objects, fewer than the model's
+    churn = [[i] for i in range(FEW_NEW_OBJECTS)]
+    large = cyclic_garbage()
+print(large() is None)
+"""
+
+
+def test_cyclic_garbage_is_collected_after_the_cycle_or_at_the_next_full_collection() -> None:
+    """A cycle's cyclic garbage is collected at its end, unless the cycle built many more new
+    objects than were kept from before (a first cycle, which would scan its whole new model
+    for it); then the periodic full collection does. In a fresh interpreter, whose frozen
+    objects are the probe's alone."""
+    command = [sys.executable, "-c", _COLLECTION_PROBE]
+    found = subprocess.run(command, check=False, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == ["True", "False", "True", "True"]
