@@ -360,3 +360,41 @@ def test_a_streamed_listing_splits_into_the_same_lines_whatever_the_block_size(s
     response.raw = io.BytesIO(body)
     got = [line for block in _line_blocks(response, size) for line in block]
     assert got == [line for line in body.splitlines() if line]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_restarted_source_answers_with_the_objects_the_daemon_holds(seed: int) -> None:
+    """A new source (a restart, or the fetch after a failed one) given the daemon's replicas
+    as ``FetchContext.previous`` answers exactly what a fresh source answers, with the held
+    object for every replica that did not change; the changed ones are new objects."""
+    rng = random.Random(100 + seed)
+    world = new_world(rng)
+    held = make_source(world).fetch(context(rng)).replicas
+    churn(world, rng)
+    churn(world, rng)
+    ctx = context(rng)
+    restarted = make_source(world)
+    snapshot = restarted.fetch(FetchContext(ctx.now, ctx.wanted, previous={"rucio": held}))
+    assert_same(snapshot, make_source(world).fetch(ctx))
+    old = {r: r for r in held}
+    kept = [r for r in snapshot.replicas if r in old]
+    assert kept and all(old[r] is r for r in kept)
+    assert all(r is not o for r in snapshot.replicas - held for o in held)
+    assert any(r.detail is not None for r in kept)  # the per-pair table reuses them too
+    again = restarted.fetch(ctx)  # and the source keeps them as its own answer
+    assert again.replicas is snapshot.replicas
+
+
+def test_a_failed_fetch_is_followed_by_one_reusing_the_held_objects() -> None:
+    rng = random.Random(17)
+    world = new_world(rng)
+    source = make_source(world)
+    held = source.fetch(FetchContext(now=datetime.now(UTC))).replicas
+    world.fail = {f"/replicas/rse/{RSES[2]}"}
+    with pytest.raises(TransientSourceError):
+        source.fetch(FetchContext(now=datetime.now(UTC), previous={"rucio": held}))
+    world.fail = set()
+    after = source.fetch(FetchContext(now=datetime.now(UTC), previous={"rucio": held}))
+    assert after.replicas == held
+    assert_kept(Snapshot.of("rucio", held), after)
+    assert after.replicas is not held  # one new set of the same objects
