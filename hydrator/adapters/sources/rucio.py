@@ -145,7 +145,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
-from itertools import islice, repeat
+from itertools import compress, filterfalse, islice, repeat
+from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeVar, cast
 from urllib.parse import quote
@@ -875,27 +876,35 @@ class RucioSource:
 
     def _settle(
         self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty, context: FetchContext
-    ) -> Iterator[_Outcome]:
+    ) -> Iterator[_Outcome | _Plain]:
         """The new replica of each dirty pair the summary or one rule's locks settle
         (:func:`_settled`); the others join ``book.pending`` and are answered by
         :meth:`_deep_checks`, with the pending pairs whose deep check starts or stops.
         Yielded as settled, and the dirty pairs let go site by site (a first fetch settles
-        every pair: no list of a million outcomes)."""
+        every pair: no list of a million outcomes); where most of a site's pairs are dirty,
+        those that are plainly complete are told apart at C level and yielded as one
+        :class:`_Plain` batch (:func:`_plainly_complete`)."""
         site_rses = cycle.site_rses()
         waiting: dict[_Dataset, set[Site]] = {}
         _drop_stale_checks(book, dirty)
         if dirty.pairs or dirty.filled:
             book.order = None
         covering, waits = book.moving.get, book.pending.get  # (the loop runs once a pair)
+        exempt: dict[Site, set[_Dataset]] | None = None  # (for _plainly_complete)
         while dirty.pairs or dirty.filled:
             site, datasets = dirty.pop()
             rses = site_rses.get(site, ())
             tables = [book.rows[rse] for rse in rses]
+            if len(datasets) * _BULK_SHARE >= sum(map(len, tables)):
+                exempt = _moving_or_pending(book) if exempt is None else exempt
+                plain = _plainly_complete(tables, datasets, exempt.get(site, set()))
+                yield _Plain(site, plain)
+                datasets.difference_update(plain)
             for dataset in datasets:
                 moving = None if (covered := covering(dataset)) is None else covered.get(site)
                 pending = waits(dataset, ())
                 if moving is None and site not in pending and _complete_in(tables, dataset):
-                    yield (site, dataset, Replica(dataset.id, site, ReplicaState.AVAILABLE))
+                    yield (site, dataset, _available(dataset.id, site))
                     continue  # the common case, as _settled has it, without its lists
                 found = _settled(dataset, site, _rows_at(book, rses, dataset), moving)
                 if found is _Wait.PENDING:
@@ -1255,6 +1264,32 @@ class RucioSource:
 
 
 _Outcome = tuple[Site, _Dataset, Replica | None]  # a pair's replica this fetch (None: none)
+_BULK_SHARE = 4  # a site whose dirty pairs are a quarter of its rows or more: see _Plain
+_REPLICA = partial(tuple.__new__, Replica)  # Replica._make at C level: fields already checked
+
+
+def _available(dataset: DatasetId, site: Site) -> Replica:
+    """``Replica(dataset, site, ReplicaState.AVAILABLE)`` without re-checking its fields."""
+    return _REPLICA((dataset, site, ReplicaState.AVAILABLE, 1.0, None))
+
+
+class _Plain(NamedTuple):
+    """A batch of outcomes: the replica of each of ``datasets`` at ``site`` says only
+    "complete" (:func:`_plainly_complete`)."""
+
+    site: Site
+    datasets: list[_Dataset]
+
+    def replicas(self) -> list[Replica]:
+        """Their replicas, built at C level (:func:`_available` for each)."""
+        ids = map(_DATASET_ID, self.datasets)
+        fields = zip(
+            ids, repeat(self.site), repeat(ReplicaState.AVAILABLE), repeat(1.0), repeat(None)
+        )
+        return list(map(_REPLICA, fields))
+
+
+_DATASET_ID: Callable[[_Dataset], DatasetId] = attrgetter("id")
 _NOTHING = _Counts(0, 0, 0, 0)
 
 
@@ -1516,6 +1551,36 @@ def _settled(
     return _Wait.PENDING
 
 
+def _moving_or_pending(book: _Book) -> dict[Site, set[_Dataset]]:
+    """Site -> the datasets some rule moves towards it or pending there: the pairs whose
+    replica is not told by their summary rows alone. (Settling one pair changes the pending
+    sites of its dataset at its own site only: a site's set stands until it is settled.)"""
+    out: dict[Site, set[_Dataset]] = {}
+    for dataset, covered in book.moving.items():
+        for site in covered:
+            out.setdefault(site, set()).add(dataset)
+    for dataset, sites in book.pending.items():
+        for site in sites:
+            out.setdefault(site, set()).add(dataset)
+    return out
+
+
+def _plainly_complete(
+    tables: Iterable[Mapping[_Dataset, _RowValue]], datasets: set[_Dataset], exempt: set[_Dataset]
+) -> list[_Dataset]:
+    """Those of ``datasets`` that a row at one of a site's RSEs (``tables``) says complete,
+    but not ``exempt`` ones (:func:`_moving_or_pending` at the site): their replica there
+    says only "complete", as :meth:`RucioSource._settle` would find pair by pair (the others
+    are left to it). C-level passes over the site's rows: for a site most of whose pairs
+    are dirty."""
+    complete: set[_Dataset] = set()
+    for rows in tables:
+        complete.update(compress(rows, map(is_, rows, rows.values())))  # the row is its dataset
+    complete.intersection_update(datasets)
+    complete.difference_update(exempt)
+    return list(complete)
+
+
 def _complete_in(tables: Iterable[Mapping[_Dataset, _RowValue]], dataset: _Dataset) -> bool:
     """True when a row of ``dataset`` in one of ``tables`` says complete (is the dataset)."""
     for rows in tables:  # noqa: SIM110  (any() over a generator: twice the time per pair)
@@ -1606,7 +1671,7 @@ def _reusable(book: _Book, previous: frozenset[Replica] | None) -> dict[Replica,
 
 
 def _record(
-    book: _Book, outcomes: Iterable[_Outcome], reuse: Mapping[Replica, Replica] | None = None
+    book: _Book, outcomes: Iterable[_Outcome | _Plain], reuse: Mapping[Replica, Replica]
 ) -> None:
     """Put each pair's replica in the book. A pair whose replica equals the last one keeps
     that object, and the answer frozenset is updated by delta (C-level copies reusing the
@@ -1618,33 +1683,65 @@ def _record(
     one replica, so a plain one in the set is the pair's)."""
     removed: list[Replica] = []
     added: list[Replica] = []
-    replicas = book.replicas
-    if reuse:
-        outcomes = ((s, d, new and reuse.get(new, new)) for s, d, new in outcomes)
-    for site, dataset, new in outcomes:
-        answer = book.answer.get(site)
-        old = None if answer is None else answer.get(dataset)
-        if old is None:
-            if new is not None and _plain(new):
-                if new in replicas:
-                    continue  # unchanged
-                added.append(new)  # no replica or a plain one before (the same: in the set)
-                continue
-            if replicas:
-                plain = Replica(dataset.id, site, ReplicaState.AVAILABLE)
-                old = plain if plain in replicas else None
-        elif old == new:
-            continue
+    for outcome in outcomes:
+        if isinstance(outcome, _Plain):
+            _record_plain(book, outcome, reuse, removed, added)
         else:
-            del answer[dataset]  # type: ignore[union-attr]  # old came from it
-        if old is not None:
-            removed.append(old)
-        if new is not None:
-            added.append(new)
-            if not _plain(new):
-                book.answer.setdefault(site, {})[dataset] = new
+            _record_pair(book, outcome, reuse, removed, added)
     if removed or added:
-        book.replicas = replicas.difference(removed).union(added)
+        book.replicas = book.replicas.difference(removed).union(added)
+
+
+def _record_pair(
+    book: _Book,
+    outcome: _Outcome,
+    reuse: Mapping[Replica, Replica],
+    removed: list[Replica],
+    added: list[Replica],
+) -> None:
+    """:func:`_record` for one pair: its last replica (if any, and not the same) to
+    ``removed``, its new one (if any, and not the same) to ``added``."""
+    site, dataset, new = outcome
+    if reuse and new is not None:
+        new = reuse.get(new, new)
+    answer = book.answer.get(site)
+    old = None if answer is None else answer.get(dataset)
+    replicas = book.replicas
+    if old is None:
+        if new is not None and _plain(new):
+            if new not in replicas:  # else unchanged
+                added.append(new)  # no replica or a plain one before (the same: in the set)
+            return
+        if replicas:
+            plain = _available(dataset.id, site)
+            old = plain if plain in replicas else None
+    elif old == new:
+        return
+    else:
+        del answer[dataset]  # type: ignore[union-attr]  # old came from it
+    if old is not None:
+        removed.append(old)
+    if new is not None:
+        added.append(new)
+        if not _plain(new):
+            book.answer.setdefault(site, {})[dataset] = new
+
+
+def _record_plain(
+    book: _Book,
+    batch: _Plain,
+    reuse: Mapping[Replica, Replica],
+    removed: list[Replica],
+    added: list[Replica],
+) -> None:
+    """:func:`_record` for a batch of plain replicas, at C level: a pair that had a replica
+    saying more loses it; one whose plain replica is in the answer already keeps it."""
+    answer = book.answer.get(batch.site)
+    if answer:
+        removed += map(answer.pop, answer.keys() & batch.datasets)
+    new = batch.replicas()
+    found = map(reuse.get, new, new) if reuse else new
+    added.extend(filterfalse(book.replicas.__contains__, found))
 
 
 def _plain(replica: Replica) -> bool:

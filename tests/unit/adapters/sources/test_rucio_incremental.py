@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 import pytest
 import requests
 
-from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources import FetchContext, rucio
 from hydrator.adapters.sources.rucio import RucioSource, _line_blocks
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, Snapshot
@@ -251,7 +251,14 @@ def assert_kept(before: Snapshot, after: Snapshot) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: int) -> None:
+@pytest.mark.parametrize("bulk", ["usual", "always", "never"])
+def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(
+    seed: int, bulk: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bulk``: a site's plainly complete pairs settled in one batch where most of its pairs
+    are dirty (as the source does), for every dirty site, or never: the same answers."""
+    share = {"usual": rucio._BULK_SHARE, "always": 1 << 62, "never": 0}[bulk]
+    monkeypatch.setattr(rucio, "_BULK_SHARE", share)
     rng = random.Random(seed)
     world = new_world(rng)
     source = make_source(world)
