@@ -19,11 +19,11 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    when the dataset has summary rows at two or more RSEs of one site; none for a dataset whose
    last check still stands (see "Deep checks reused" below).
 
-The two bulk listings (steps 3 and 4) are sent as rucio-clients sends them (its URL, session,
-token and headers) but their bodies are read here, with one pydantic-core call per batch of
-lines into plain dicts (record by record only when a batch holds a malformed one), instead of
-rucio-clients' ``json.loads`` per line with a date-parsing hook, which was most of a fetch at a
-million rows.
+The two bulk listings (steps 3 and 4) and the per-RSE deep checks (step 6) are sent as
+rucio-clients sends them (its URL, session, token and headers) but their bodies are read here,
+with one pydantic-core call per batch of lines into plain dicts (record by record only when a
+batch holds a malformed one), instead of rucio-clients' ``json.loads`` per line with a
+date-parsing hook, which was most of a fetch at a million rows.
 
 Incremental design (issue 15): a fetch costs what changed, not what exists. The source keeps a
 :class:`_Book` between fetches and reads each answer against it:
@@ -149,7 +149,7 @@ from itertools import compress, filterfalse, islice, repeat
 from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeVar, cast
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import requests
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -214,15 +214,6 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class _CountsRow(_Payload):
-    """A dataset's files and bytes, all and available, as Rucio's dataset listings give them."""
-
-    length: int | None = None
-    available_length: int | None = None
-    bytes: int | None = None
-    available_bytes: int | None = None
-
-
 class _DatasetRow(TypedDict):
     """One row of ``list_datasets_per_rse`` (the ``collection_replicas`` summary)."""
 
@@ -248,7 +239,17 @@ class _RuleRow(TypedDict):
     locks_stuck_cnt: int
 
 
-R = TypeVar("R", _DatasetRow, _RuleRow)
+class _DeepLine(TypedDict):
+    """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
+
+    rse: str
+    length: NotRequired[int | None]
+    available_length: NotRequired[int | None]
+    bytes: NotRequired[int | None]
+    available_bytes: NotRequired[int | None]
+
+
+R = TypeVar("R", _DatasetRow, _RuleRow, _DeepLine)
 
 
 @dataclass(frozen=True)
@@ -268,12 +269,7 @@ _SUMMARY_LINES = _LineSchema(
     TypeAdapter(_DatasetRow), TypeAdapter(list[_DatasetRow], config=_BATCH)
 )
 _RULE_LINES = _LineSchema(TypeAdapter(_RuleRow), TypeAdapter(list[_RuleRow], config=_BATCH))
-
-
-class _DeepRow(_CountsRow):
-    """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
-
-    rse: str
+_DEEP_LINES = _LineSchema(TypeAdapter(_DeepLine), TypeAdapter(list[_DeepLine]))
 
 
 class _FileRow(_Payload):
@@ -697,11 +693,17 @@ class RucioSource:
                 book.listings[rse] = listing
             cycle.invalid += listing.invalid
 
-    def _body(self, client: Any, path: str) -> bytes:
+    def _body(self, client: Any, path: str, params: dict[str, str] | None = None) -> bytes:
         """A listing's whole answer, read in blocks of ``_READ_BYTES`` (``Response.content``
         reads 10 kB at a time: about 1.5x the CPU for the 340 MB of a million rows)."""
-        with self._get(client, path, stream=True) as response:
+        with self._get(client, path, params, stream=True) as response:
             return b"".join(response.iter_content(_READ_BYTES))
+
+    def _lines(self, client: Any, path: str, params: dict[str, str]) -> list[_DeepLine | _Mark]:
+        """A small listing's records, validated here (:meth:`_parse_lines`) instead of by
+        rucio-clients, which parses every date of every record."""
+        lines = list(filter(None, self._body(client, path, params).splitlines()))
+        return self._parse_lines(_DEEP_LINES, lines)
 
     def _summary_listing(
         self,
@@ -1012,18 +1014,23 @@ class RucioSource:
         """Site -> files and bytes of one dataset present there, from the file replicas
         (``list_dataset_replicas(deep=True)``, per RSE; several RSEs of a site: the best, a
         lower bound, as this listing cannot tell which files they share)."""
-        records = self._call(
-            "list_dataset_replicas",
-            partial(_as_list, client.list_dataset_replicas, dataset.scope, dataset.name, deep=True),
+        path = f"{_REPLICAS}/{quote_plus(dataset.scope)}/{quote_plus(dataset.name)}/datasets"
+        rows = self._call(
+            "list_dataset_replicas", partial(self._lines, client, path, {"deep": "True"})
         )
         counts: dict[Site, _Counts] = {}
-        for record in records:
-            row = self._parse(_DeepRow, record, cycle)
-            site = cycle.sites.get(row.rse) if row is not None else None
-            if row is None or site is None:
+        for row in rows:
+            if isinstance(row, _Mark):
+                cycle.invalid += 1  # malformed (no blank line is left to skip)
+                continue
+            site = cycle.sites.get(row["rse"])
+            if site is None:
                 continue
             found = _Counts(
-                row.length or 0, row.available_length or 0, row.bytes or 0, row.available_bytes or 0
+                row.get("length") or 0,
+                row.get("available_length") or 0,
+                row.get("bytes") or 0,
+                row.get("available_bytes") or 0,
             )
             old = counts.get(site)
             if old is None or (found.available, found.available_bytes) > (

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, unquote_plus, urlparse
 
 import pytest
 import requests
@@ -128,6 +128,10 @@ class Session:
             raise requests.ConnectionError("scripted outage")
         if parsed.path.startswith("/replicas/rse/"):
             body = self.world.summary(unquote(parsed.path.removeprefix("/replicas/rse/")))
+        elif parsed.path.endswith("/datasets"):  # list_dataset_replicas(scope, name, deep=True)
+            assert parse_qs(parsed.query) == {"deep": ["True"]}
+            _, _, scope, name, _ = map(unquote_plus, parsed.path.split("/"))
+            body = "".join(json.dumps(r) + "\n" for r in self.world.deep(scope, name)).encode()
         else:
             body = self.world.rule_listing(parse_qs(parsed.query)["state"][0])
         response = requests.Response()
@@ -157,9 +161,6 @@ class Client:
     def list_rse_attributes(self, rse: str) -> dict[str, str]:
         site = self.world.site_of[rse]
         return {} if site is None else {"site": site}
-
-    def list_dataset_replicas(self, scope: str, name: str, deep: bool) -> list[dict[str, Any]]:
-        return self.world.deep(scope, name)
 
     def list_replicas(self, dids: list[dict[str, str]], all_states: bool) -> list[Any]:
         return self.world.files(dids[0]["scope"], dids[0]["name"])
