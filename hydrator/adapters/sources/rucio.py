@@ -540,6 +540,7 @@ class RucioSource:
         self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
         self._unmapped_rses = OnceLog(log)
         self._book = _Book()  # what the last fetch learned (the incremental design)
+        self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: _held_ids
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
@@ -579,6 +580,7 @@ class RucioSource:
         self.deep_checks_last_fetch = self.deep_checks_skipped_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
         book = self._book
+        self._held_ids = _held_ids(book, context.previous.get(self.name))
         try:
             client = self._connected_client()
             cycle = self._map_rses(client, book, context.now)
@@ -599,6 +601,7 @@ class RucioSource:
             raise
         finally:
             self.calls_last_fetch = dict(self._calls)
+            self._held_ids = {}
         return Snapshot.of(
             self.name,
             book.replicas,
@@ -763,8 +766,9 @@ class RucioSource:
         return out
 
     def _known(self, scope: str, name: str, book: _Book, dirty: _Dirty) -> _Dataset | _Mark:
-        """The one :class:`_Dataset` for ``scope:name``, made on first sight; a mark when out
-        of scope (skipped) or invalid (counted, logged once per name)."""
+        """The one :class:`_Dataset` for ``scope:name``, made on first sight (its id the held
+        replicas' one, if any: :func:`_held_ids`); a mark when out of scope (skipped) or
+        invalid (counted, logged once per name)."""
         key = (scope, name)
         found = book.datasets.get(key)
         if found is not None:
@@ -772,7 +776,7 @@ class RucioSource:
         if self.config.scopes and scope not in self.config.scopes:
             return _Mark.SKIPPED
         try:
-            dataset = DatasetId(scope, name)
+            dataset = self._held_ids.get(key) or DatasetId(scope, name)
         except InvalidNameError as exc:
             self._bad_names.warn(
                 f"{scope}:{name}", "rucio: skipping a dataset with an invalid name: %s", exc
@@ -1667,6 +1671,21 @@ def _fallback(
     if moving is not None and moving.floor > files:
         files = bytes_ = moving.floor  # locks count files, not bytes: the file share stands in
     return _replica(dataset, site, files, bytes_, moving)
+
+
+def _held_ids(book: _Book, previous: frozenset[Replica] | None) -> dict[tuple[str, str], DatasetId]:
+    """The datasets of the daemon's held replicas (``FetchContext.previous``), each mapped to
+    itself, when the book knows no dataset yet (the first fetch, after a restart or a failed
+    fetch); else empty. The source names a dataset it reads with the object those replicas
+    already use (checked when they were made): after a restart, one object per dataset
+    instead of a loaded and a read one. C-level passes; lives for one fetch."""
+    if book.datasets or not previous:
+        return {}
+    ids = map(_REPLICA_DATASET, previous)
+    return dict(zip(ids, map(_REPLICA_DATASET, previous), strict=True))
+
+
+_REPLICA_DATASET: Callable[[Replica], DatasetId] = attrgetter("dataset")
 
 
 def _reusable(book: _Book, previous: frozenset[Replica] | None) -> dict[Replica, Replica]:

@@ -72,6 +72,8 @@ def assert_kept(
     others are new objects; at least one kept replica is not a plain complete one."""
     changed = {r for r in now if (r.site, r.dataset.name) in moved}
     assert changed and all(r is not o for r in changed for o in held)
+    ids = {r.dataset: r.dataset for r in held}  # one object per dataset: the held one
+    assert all(ids[r.dataset] is r.dataset for r in changed)
     same = {r: r for r in held}
     unchanged = set(now) - changed
     assert len(unchanged) == 6 and all(same[r] is r for r in unchanged)

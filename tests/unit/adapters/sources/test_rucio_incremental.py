@@ -389,6 +389,9 @@ def test_a_restarted_source_answers_with_the_objects_the_daemon_holds(seed: int)
     assert kept and all(old[r] is r for r in kept)
     assert all(r is not o for r in snapshot.replicas - held for o in held)
     assert any(r.detail is not None for r in kept)  # the per-pair table reuses them too
+    ids = {r.dataset: r.dataset for r in held}  # new replicas name a held dataset by its object
+    new = [r for r in snapshot.replicas - held if r.dataset in ids]
+    assert new and all(ids[r.dataset] is r.dataset for r in new)
     again = restarted.fetch(ctx)  # and the source keeps them as its own answer
     assert again.replicas is snapshot.replicas
 
