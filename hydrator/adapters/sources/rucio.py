@@ -384,7 +384,7 @@ class _Lines(Generic[V]):
 
 @dataclass(frozen=True, slots=True)
 class _SiteTransfer:
-    """The rules' transfer towards one site for one dataset.
+    """The rules' transfer towards one site (``site``) for one dataset.
 
     ``floor`` is the share of files the rules' OK locks prove present at the site (a lock is
     OK when its file replica is AVAILABLE), counted only for rules whose RSEs all belong to
@@ -392,10 +392,24 @@ class _SiteTransfer:
     its locks count exactly the files present at them.
     """
 
+    site: Site
     transfer: Transfer
     progress: float
     floor: float = 0.0
     only: frozenset[str] | None = None
+
+
+_Coverage = tuple[_SiteTransfer, ...]  # a dataset's rules: the transfer towards each site
+
+
+def _towards(covered: _Coverage | None, site: Site) -> _SiteTransfer | None:
+    """The transfer towards ``site`` in a dataset's coverage (a few sites: a scan; a tuple
+    is a quarter of the memory of a small dict)."""
+    if covered:
+        for moving in covered:
+            if moving.site == site:
+                return moving
+    return None
 
 
 class _Counter(Protocol):
@@ -424,7 +438,7 @@ class _Book:
     rule_lines: dict[str, _Lines[_Rule | _Mark]] = field(default_factory=dict)
     rules_of: dict[tuple[str, str], list[_Rule]] = field(default_factory=dict)
     resolved: dict[str, frozenset[str]] = field(default_factory=dict)
-    moving: dict[_Dataset, dict[Site, _SiteTransfer]] = field(default_factory=dict)
+    moving: dict[_Dataset, _Coverage] = field(default_factory=dict)
     pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[_Dataset] = field(default_factory=set)
     checks: dict[_Dataset, _Check] = field(default_factory=dict)
@@ -910,7 +924,7 @@ class RucioSource:
                 yield _Plain(site, plain)
                 datasets.difference_update(plain)
             for dataset in datasets:
-                moving = None if (covered := covering(dataset)) is None else covered.get(site)
+                moving = _towards(covering(dataset), site)
                 pending = waits(dataset, ())
                 if moving is None and site not in pending and _complete_in(tables, dataset):
                     yield (site, dataset, _available(dataset.id, site))
@@ -1491,13 +1505,14 @@ def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
     """Two rules towards one site: a stuck one wins (it needs an operator), then progress."""
     rank = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
     first = a if (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress) else b
-    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))  # not "only"
+    floor = max(a.floor, b.floor)
+    return _SiteTransfer(first.site, first.transfer, first.progress, floor)  # not "only"
 
 
 def _coverage(
     rules: Iterable[_Rule], resolved: Mapping[str, frozenset[str]], sites: Mapping[str, Site]
-) -> dict[Site, _SiteTransfer]:
-    """One dataset's rules as site -> the transfer towards it, for the mapped RSEs each
+) -> _Coverage:
+    """One dataset's rules as the transfer towards each site, for the mapped RSEs each
     rule's expression covers (several rules: :func:`_merge_transfers`, order-free)."""
     covered: dict[Site, _SiteTransfer] = {}
     for rule in rules:
@@ -1506,6 +1521,7 @@ def _coverage(
         single = len(at) == 1  # the rule's locks are all at one site
         for site in at:
             new = _SiteTransfer(
+                site,
                 rule.transfer,
                 rule.progress,
                 rule.progress if single else 0.0,
@@ -1513,17 +1529,16 @@ def _coverage(
             )
             old = covered.get(site)
             covered[site] = new if old is None else _merge_transfers(old, new)
-    return covered
+    return tuple(covered.values())
 
 
-def _move(
-    book: _Book, dataset: _Dataset, covered: dict[Site, _SiteTransfer], dirty: _Dirty
-) -> None:
+def _move(book: _Book, dataset: _Dataset, covered: _Coverage, dirty: _Dirty) -> None:
     """Put a dataset's new rule coverage in the book; each site whose transfer changed is
     dirty."""
-    old = book.moving.get(dataset, {})
-    for site in old.keys() | covered.keys():
-        if old.get(site) != covered.get(site):
+    old = {moving.site: moving for moving in book.moving.get(dataset, ())}
+    new = {moving.site: moving for moving in covered}
+    for site in old.keys() | new.keys():
+        if old.get(site) != new.get(site):
             dirty.add(site, dataset)
     if covered:
         book.moving[dataset] = covered
@@ -1532,8 +1547,7 @@ def _move(
 
 
 def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
-    covered = book.moving.get(dataset)
-    return None if covered is None else covered.get(site)
+    return _towards(book.moving.get(dataset), site)
 
 
 # -- settling pairs ------------------------------------------------------------------------
@@ -1571,8 +1585,8 @@ def _moving_or_pending(book: _Book) -> dict[Site, set[_Dataset]]:
     sites of its dataset at its own site only: a site's set stands until it is settled.)"""
     out: dict[Site, set[_Dataset]] = {}
     for dataset, covered in book.moving.items():
-        for site in covered:
-            out.setdefault(site, set()).add(dataset)
+        for moving in covered:
+            out.setdefault(moving.site, set()).add(dataset)
     for dataset, sites in book.pending.items():
         for site in sites:
             out.setdefault(site, set()).add(dataset)
@@ -1624,7 +1638,7 @@ def _order_key(book: _Book, dataset: _Dataset) -> tuple[bool, str, str]:
     """Unvouched first (no rule's OK locks show files at a pending site), then scope, name."""
     covered = book.moving.get(dataset)
     vouched = covered is not None and any(
-        (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
+        (m := _towards(covered, site)) is not None and m.floor > 0 for site in book.pending[dataset]
     )
     return (vouched, dataset.id.scope, dataset.id.name)
 
