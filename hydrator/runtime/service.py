@@ -269,7 +269,11 @@ class Service:
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
         wanted = self._wanted()
-        context = FetchContext(now=started, wanted=wanted or {})
+        context = FetchContext(
+            now=started,
+            wanted=wanted or {},
+            previous={name: s.replicas for name, s in self._state.sources.items()},
+        )
         outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
             return CycleReport(started, time.monotonic() - t0, "abandoned")

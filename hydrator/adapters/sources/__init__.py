@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from hydrator.domain import DatasetId, InvalidNameError, Site, Snapshot, check_site
+from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
 
 MAX_REMEMBERED_PROBLEMS = 10_000
 
@@ -29,10 +29,16 @@ class FetchContext:
 
     ``now`` is the cycle's start (UTC). ``wanted`` counts, per dataset, the queued jobs that
     declare it in ``RequiredDatasets`` (empty when no demand provider is configured).
+    ``previous`` maps a source's name to the replicas of its last good answer as the daemon
+    holds them (loaded from the state after a restart; absent or empty when there are none).
+    Read-only: a source that has no answer of its own to compare with (its first fetch, or the
+    one after a failure) may return these very objects for the pairs whose replica is equal,
+    so that the daemon holds one object per replica instead of a loaded and a fetched one.
     """
 
     now: datetime
     wanted: Mapping[DatasetId, int] = field(default_factory=dict)
+    previous: Mapping[str, frozenset[Replica]] = field(default_factory=dict)
 
 
 class Source(Protocol):

@@ -19,11 +19,11 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    when the dataset has summary rows at two or more RSEs of one site; none for a dataset whose
    last check still stands (see "Deep checks reused" below).
 
-The two bulk listings (steps 3 and 4) are sent as rucio-clients sends them (its URL, session,
-token and headers) but their bodies are read here, with one pydantic-core call per batch of
-lines into plain dicts (record by record only when a batch holds a malformed one), instead of
-rucio-clients' ``json.loads`` per line with a date-parsing hook, which was most of a fetch at a
-million rows.
+The two bulk listings (steps 3 and 4) and the per-RSE deep checks (step 6) are sent as
+rucio-clients sends them (its URL, session, token and headers) but their bodies are read here,
+with one pydantic-core call per batch of lines into plain dicts (record by record only when a
+batch holds a malformed one), instead of rucio-clients' ``json.loads`` per line with a
+date-parsing hook, which was most of a fetch at a million rows.
 
 Incremental design (issue 15): a fetch costs what changed, not what exists. The source keeps a
 :class:`_Book` between fetches and reads each answer against it:
@@ -57,6 +57,9 @@ Incremental design (issue 15): a fetch costs what changed, not what exists. The 
   ``Snapshot.of(..., unique=True)``, so an unchanged fetch returns the very same frozenset and
   the core compares by identity. A replica that says only "complete" (most of them) is kept
   in that frozenset alone and found there by value; the others also per site and dataset.
+  A fetch with no answer of its own behind it (the first, after a restart or a failed
+  fetch) takes the objects of the daemon's last good answer (``FetchContext.previous``, after
+  a restart those loaded from the state) for every replica equal to one of them.
 * **All or nothing.** A fetch that fails half way replaces the book by an empty one: the next
   fetch reads everything, as the first does, and nothing partial is ever returned.
 
@@ -142,10 +145,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
-from itertools import islice, repeat
+from itertools import compress, filterfalse, islice, repeat
+from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeVar, cast
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import requests
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -210,15 +214,6 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class _CountsRow(_Payload):
-    """A dataset's files and bytes, all and available, as Rucio's dataset listings give them."""
-
-    length: int | None = None
-    available_length: int | None = None
-    bytes: int | None = None
-    available_bytes: int | None = None
-
-
 class _DatasetRow(TypedDict):
     """One row of ``list_datasets_per_rse`` (the ``collection_replicas`` summary)."""
 
@@ -244,7 +239,17 @@ class _RuleRow(TypedDict):
     locks_stuck_cnt: int
 
 
-R = TypeVar("R", _DatasetRow, _RuleRow)
+class _DeepLine(TypedDict):
+    """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
+
+    rse: str
+    length: NotRequired[int | None]
+    available_length: NotRequired[int | None]
+    bytes: NotRequired[int | None]
+    available_bytes: NotRequired[int | None]
+
+
+R = TypeVar("R", _DatasetRow, _RuleRow, _DeepLine)
 
 
 @dataclass(frozen=True)
@@ -259,14 +264,12 @@ class _LineSchema(Generic[R]):
     many: TypeAdapter[list[R]]
 
 
-_SUMMARY_LINES = _LineSchema(TypeAdapter(_DatasetRow), TypeAdapter(list[_DatasetRow]))
-_RULE_LINES = _LineSchema(TypeAdapter(_RuleRow), TypeAdapter(list[_RuleRow]))
-
-
-class _DeepRow(_CountsRow):
-    """One row of ``list_dataset_replicas(deep=True)``: exact file counts at one RSE."""
-
-    rse: str
+_BATCH = ConfigDict(cache_strings="keys")  # values are mostly distinct: ~10 % less time a line
+_SUMMARY_LINES = _LineSchema(
+    TypeAdapter(_DatasetRow), TypeAdapter(list[_DatasetRow], config=_BATCH)
+)
+_RULE_LINES = _LineSchema(TypeAdapter(_RuleRow), TypeAdapter(list[_RuleRow], config=_BATCH))
+_DEEP_LINES = _LineSchema(TypeAdapter(_DeepLine), TypeAdapter(list[_DeepLine]))
 
 
 class _FileRow(_Payload):
@@ -381,7 +384,7 @@ class _Lines(Generic[V]):
 
 @dataclass(frozen=True, slots=True)
 class _SiteTransfer:
-    """The rules' transfer towards one site for one dataset.
+    """The rules' transfer towards one site (``site``) for one dataset.
 
     ``floor`` is the share of files the rules' OK locks prove present at the site (a lock is
     OK when its file replica is AVAILABLE), counted only for rules whose RSEs all belong to
@@ -389,10 +392,24 @@ class _SiteTransfer:
     its locks count exactly the files present at them.
     """
 
+    site: Site
     transfer: Transfer
     progress: float
     floor: float = 0.0
     only: frozenset[str] | None = None
+
+
+_Coverage = tuple[_SiteTransfer, ...]  # a dataset's rules: the transfer towards each site
+
+
+def _towards(covered: _Coverage | None, site: Site) -> _SiteTransfer | None:
+    """The transfer towards ``site`` in a dataset's coverage (a few sites: a scan; a tuple
+    is a quarter of the memory of a small dict)."""
+    if covered:
+        for moving in covered:
+            if moving.site == site:
+                return moving
+    return None
 
 
 class _Counter(Protocol):
@@ -421,7 +438,7 @@ class _Book:
     rule_lines: dict[str, _Lines[_Rule | _Mark]] = field(default_factory=dict)
     rules_of: dict[tuple[str, str], list[_Rule]] = field(default_factory=dict)
     resolved: dict[str, frozenset[str]] = field(default_factory=dict)
-    moving: dict[_Dataset, dict[Site, _SiteTransfer]] = field(default_factory=dict)
+    moving: dict[_Dataset, _Coverage] = field(default_factory=dict)
     pending: dict[_Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[_Dataset] = field(default_factory=set)
     checks: dict[_Dataset, _Check] = field(default_factory=dict)
@@ -537,6 +554,7 @@ class RucioSource:
         self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
         self._unmapped_rses = OnceLog(log)
         self._book = _Book()  # what the last fetch learned (the incremental design)
+        self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: _held_ids
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
@@ -576,6 +594,7 @@ class RucioSource:
         self.deep_checks_last_fetch = self.deep_checks_skipped_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
         book = self._book
+        self._held_ids = _held_ids(book, context.previous.get(self.name))
         try:
             client = self._connected_client()
             cycle = self._map_rses(client, book, context.now)
@@ -584,7 +603,8 @@ class RucioSource:
             self._read_summaries(client, book, cycle, dirty)
             self._read_rules(client, book, cycle, dirty)
             self._apply_rules(client, book, cycle, dirty)
-            _record(book, self._settle(client, book, cycle, dirty, context))
+            settled = self._settle(client, book, cycle, dirty, context)
+            _record(book, settled, _reusable(book, context.previous.get(self.name)))
             _forget_unlisted(book, dirty)
         except PermanentSourceError:
             self._client = None  # rebuilt (password file re-read) next cycle
@@ -595,6 +615,7 @@ class RucioSource:
             raise
         finally:
             self.calls_last_fetch = dict(self._calls)
+            self._held_ids = {}
         return Snapshot.of(
             self.name,
             book.replicas,
@@ -689,11 +710,17 @@ class RucioSource:
                 book.listings[rse] = listing
             cycle.invalid += listing.invalid
 
-    def _body(self, client: Any, path: str) -> bytes:
+    def _body(self, client: Any, path: str, params: dict[str, str] | None = None) -> bytes:
         """A listing's whole answer, read in blocks of ``_READ_BYTES`` (``Response.content``
         reads 10 kB at a time: about 1.5x the CPU for the 340 MB of a million rows)."""
-        with self._get(client, path, stream=True) as response:
+        with self._get(client, path, params, stream=True) as response:
             return b"".join(response.iter_content(_READ_BYTES))
+
+    def _lines(self, client: Any, path: str, params: dict[str, str]) -> list[_DeepLine | _Mark]:
+        """A small listing's records, validated here (:meth:`_parse_lines`) instead of by
+        rucio-clients, which parses every date of every record."""
+        lines = list(filter(None, self._body(client, path, params).splitlines()))
+        return self._parse_lines(_DEEP_LINES, lines)
 
     def _summary_listing(
         self,
@@ -753,8 +780,9 @@ class RucioSource:
         return out
 
     def _known(self, scope: str, name: str, book: _Book, dirty: _Dirty) -> _Dataset | _Mark:
-        """The one :class:`_Dataset` for ``scope:name``, made on first sight; a mark when out
-        of scope (skipped) or invalid (counted, logged once per name)."""
+        """The one :class:`_Dataset` for ``scope:name``, made on first sight (its id the held
+        replicas' one, if any: :func:`_held_ids`); a mark when out of scope (skipped) or
+        invalid (counted, logged once per name)."""
         key = (scope, name)
         found = book.datasets.get(key)
         if found is not None:
@@ -762,7 +790,7 @@ class RucioSource:
         if self.config.scopes and scope not in self.config.scopes:
             return _Mark.SKIPPED
         try:
-            dataset = DatasetId(scope, name)
+            dataset = self._held_ids.get(key) or DatasetId(scope, name)
         except InvalidNameError as exc:
             self._bad_names.warn(
                 f"{scope}:{name}", "rucio: skipping a dataset with an invalid name: %s", exc
@@ -871,27 +899,35 @@ class RucioSource:
 
     def _settle(
         self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty, context: FetchContext
-    ) -> Iterator[_Outcome]:
+    ) -> Iterator[_Outcome | _Plain]:
         """The new replica of each dirty pair the summary or one rule's locks settle
         (:func:`_settled`); the others join ``book.pending`` and are answered by
         :meth:`_deep_checks`, with the pending pairs whose deep check starts or stops.
         Yielded as settled, and the dirty pairs let go site by site (a first fetch settles
-        every pair: no list of a million outcomes)."""
+        every pair: no list of a million outcomes); where most of a site's pairs are dirty,
+        those that are plainly complete are told apart at C level and yielded as one
+        :class:`_Plain` batch (:func:`_plainly_complete`)."""
         site_rses = cycle.site_rses()
         waiting: dict[_Dataset, set[Site]] = {}
         _drop_stale_checks(book, dirty)
         if dirty.pairs or dirty.filled:
             book.order = None
         covering, waits = book.moving.get, book.pending.get  # (the loop runs once a pair)
+        exempt: dict[Site, set[_Dataset]] | None = None  # (for _plainly_complete)
         while dirty.pairs or dirty.filled:
             site, datasets = dirty.pop()
             rses = site_rses.get(site, ())
             tables = [book.rows[rse] for rse in rses]
+            if len(datasets) * _BULK_SHARE >= sum(map(len, tables)):
+                exempt = _moving_or_pending(book) if exempt is None else exempt
+                plain = _plainly_complete(tables, datasets, exempt.get(site, set()))
+                yield _Plain(site, plain)
+                datasets.difference_update(plain)
             for dataset in datasets:
-                moving = None if (covered := covering(dataset)) is None else covered.get(site)
+                moving = _towards(covering(dataset), site)
                 pending = waits(dataset, ())
                 if moving is None and site not in pending and _complete_in(tables, dataset):
-                    yield (site, dataset, Replica(dataset.id, site, ReplicaState.AVAILABLE))
+                    yield (site, dataset, _available(dataset.id, site))
                     continue  # the common case, as _settled has it, without its lists
                 found = _settled(dataset, site, _rows_at(book, rses, dataset), moving)
                 if found is _Wait.PENDING:
@@ -996,18 +1032,23 @@ class RucioSource:
         """Site -> files and bytes of one dataset present there, from the file replicas
         (``list_dataset_replicas(deep=True)``, per RSE; several RSEs of a site: the best, a
         lower bound, as this listing cannot tell which files they share)."""
-        records = self._call(
-            "list_dataset_replicas",
-            partial(_as_list, client.list_dataset_replicas, dataset.scope, dataset.name, deep=True),
+        path = f"{_REPLICAS}/{quote_plus(dataset.scope)}/{quote_plus(dataset.name)}/datasets"
+        rows = self._call(
+            "list_dataset_replicas", partial(self._lines, client, path, {"deep": "True"})
         )
         counts: dict[Site, _Counts] = {}
-        for record in records:
-            row = self._parse(_DeepRow, record, cycle)
-            site = cycle.sites.get(row.rse) if row is not None else None
-            if row is None or site is None:
+        for row in rows:
+            if isinstance(row, _Mark):
+                cycle.invalid += 1  # malformed (no blank line is left to skip)
+                continue
+            site = cycle.sites.get(row["rse"])
+            if site is None:
                 continue
             found = _Counts(
-                row.length or 0, row.available_length or 0, row.bytes or 0, row.available_bytes or 0
+                row.get("length") or 0,
+                row.get("available_length") or 0,
+                row.get("bytes") or 0,
+                row.get("available_bytes") or 0,
             )
             old = counts.get(site)
             if old is None or (found.available, found.available_bytes) > (
@@ -1251,6 +1292,32 @@ class RucioSource:
 
 
 _Outcome = tuple[Site, _Dataset, Replica | None]  # a pair's replica this fetch (None: none)
+_BULK_SHARE = 4  # a site whose dirty pairs are a quarter of its rows or more: see _Plain
+_REPLICA = partial(tuple.__new__, Replica)  # Replica._make at C level: fields already checked
+
+
+def _available(dataset: DatasetId, site: Site) -> Replica:
+    """``Replica(dataset, site, ReplicaState.AVAILABLE)`` without re-checking its fields."""
+    return _REPLICA((dataset, site, ReplicaState.AVAILABLE, 1.0, None))
+
+
+class _Plain(NamedTuple):
+    """A batch of outcomes: the replica of each of ``datasets`` at ``site`` says only
+    "complete" (:func:`_plainly_complete`)."""
+
+    site: Site
+    datasets: list[_Dataset]
+
+    def replicas(self) -> list[Replica]:
+        """Their replicas, built at C level (:func:`_available` for each)."""
+        ids = map(_DATASET_ID, self.datasets)
+        fields = zip(
+            ids, repeat(self.site), repeat(ReplicaState.AVAILABLE), repeat(1.0), repeat(None)
+        )
+        return list(map(_REPLICA, fields))
+
+
+_DATASET_ID: Callable[[_Dataset], DatasetId] = attrgetter("id")
 _NOTHING = _Counts(0, 0, 0, 0)
 
 
@@ -1438,13 +1505,14 @@ def _merge_transfers(a: _SiteTransfer, b: _SiteTransfer) -> _SiteTransfer:
     """Two rules towards one site: a stuck one wins (it needs an operator), then progress."""
     rank = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
     first = a if (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress) else b
-    return _SiteTransfer(first.transfer, first.progress, max(a.floor, b.floor))  # not "only"
+    floor = max(a.floor, b.floor)
+    return _SiteTransfer(first.site, first.transfer, first.progress, floor)  # not "only"
 
 
 def _coverage(
     rules: Iterable[_Rule], resolved: Mapping[str, frozenset[str]], sites: Mapping[str, Site]
-) -> dict[Site, _SiteTransfer]:
-    """One dataset's rules as site -> the transfer towards it, for the mapped RSEs each
+) -> _Coverage:
+    """One dataset's rules as the transfer towards each site, for the mapped RSEs each
     rule's expression covers (several rules: :func:`_merge_transfers`, order-free)."""
     covered: dict[Site, _SiteTransfer] = {}
     for rule in rules:
@@ -1453,6 +1521,7 @@ def _coverage(
         single = len(at) == 1  # the rule's locks are all at one site
         for site in at:
             new = _SiteTransfer(
+                site,
                 rule.transfer,
                 rule.progress,
                 rule.progress if single else 0.0,
@@ -1460,17 +1529,16 @@ def _coverage(
             )
             old = covered.get(site)
             covered[site] = new if old is None else _merge_transfers(old, new)
-    return covered
+    return tuple(covered.values())
 
 
-def _move(
-    book: _Book, dataset: _Dataset, covered: dict[Site, _SiteTransfer], dirty: _Dirty
-) -> None:
+def _move(book: _Book, dataset: _Dataset, covered: _Coverage, dirty: _Dirty) -> None:
     """Put a dataset's new rule coverage in the book; each site whose transfer changed is
     dirty."""
-    old = book.moving.get(dataset, {})
-    for site in old.keys() | covered.keys():
-        if old.get(site) != covered.get(site):
+    old = {moving.site: moving for moving in book.moving.get(dataset, ())}
+    new = {moving.site: moving for moving in covered}
+    for site in old.keys() | new.keys():
+        if old.get(site) != new.get(site):
             dirty.add(site, dataset)
     if covered:
         book.moving[dataset] = covered
@@ -1479,8 +1547,7 @@ def _move(
 
 
 def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
-    covered = book.moving.get(dataset)
-    return None if covered is None else covered.get(site)
+    return _towards(book.moving.get(dataset), site)
 
 
 # -- settling pairs ------------------------------------------------------------------------
@@ -1512,6 +1579,36 @@ def _settled(
     return _Wait.PENDING
 
 
+def _moving_or_pending(book: _Book) -> dict[Site, set[_Dataset]]:
+    """Site -> the datasets some rule moves towards it or pending there: the pairs whose
+    replica is not told by their summary rows alone. (Settling one pair changes the pending
+    sites of its dataset at its own site only: a site's set stands until it is settled.)"""
+    out: dict[Site, set[_Dataset]] = {}
+    for dataset, covered in book.moving.items():
+        for moving in covered:
+            out.setdefault(moving.site, set()).add(dataset)
+    for dataset, sites in book.pending.items():
+        for site in sites:
+            out.setdefault(site, set()).add(dataset)
+    return out
+
+
+def _plainly_complete(
+    tables: Iterable[Mapping[_Dataset, _RowValue]], datasets: set[_Dataset], exempt: set[_Dataset]
+) -> list[_Dataset]:
+    """Those of ``datasets`` that a row at one of a site's RSEs (``tables``) says complete,
+    but not ``exempt`` ones (:func:`_moving_or_pending` at the site): their replica there
+    says only "complete", as :meth:`RucioSource._settle` would find pair by pair (the others
+    are left to it). C-level passes over the site's rows: for a site most of whose pairs
+    are dirty."""
+    complete: set[_Dataset] = set()
+    for rows in tables:
+        complete.update(compress(rows, map(is_, rows, rows.values())))  # the row is its dataset
+    complete.intersection_update(datasets)
+    complete.difference_update(exempt)
+    return list(complete)
+
+
 def _complete_in(tables: Iterable[Mapping[_Dataset, _RowValue]], dataset: _Dataset) -> bool:
     """True when a row of ``dataset`` in one of ``tables`` says complete (is the dataset)."""
     for rows in tables:  # noqa: SIM110  (any() over a generator: twice the time per pair)
@@ -1541,7 +1638,7 @@ def _order_key(book: _Book, dataset: _Dataset) -> tuple[bool, str, str]:
     """Unvouched first (no rule's OK locks show files at a pending site), then scope, name."""
     covered = book.moving.get(dataset)
     vouched = covered is not None and any(
-        (m := covered.get(site)) is not None and m.floor > 0 for site in book.pending[dataset]
+        (m := _towards(covered, site)) is not None and m.floor > 0 for site in book.pending[dataset]
     )
     return (vouched, dataset.id.scope, dataset.id.name)
 
@@ -1590,41 +1687,104 @@ def _fallback(
     return _replica(dataset, site, files, bytes_, moving)
 
 
-def _record(book: _Book, outcomes: Iterable[_Outcome]) -> None:
+def _held_ids(book: _Book, previous: frozenset[Replica] | None) -> dict[tuple[str, str], DatasetId]:
+    """The datasets of the daemon's held replicas (``FetchContext.previous``), each mapped to
+    itself, when the book knows no dataset yet (the first fetch, after a restart or a failed
+    fetch); else empty. The source names a dataset it reads with the object those replicas
+    already use (checked when they were made): after a restart, one object per dataset
+    instead of a loaded and a read one. C-level passes; lives for one fetch."""
+    if book.datasets or not previous:
+        return {}
+    ids = map(_REPLICA_DATASET, previous)
+    return dict(zip(ids, map(_REPLICA_DATASET, previous), strict=True))
+
+
+_REPLICA_DATASET: Callable[[Replica], DatasetId] = attrgetter("dataset")
+
+
+def _reusable(book: _Book, previous: frozenset[Replica] | None) -> dict[Replica, Replica]:
+    """The daemon's replicas of this source's last good answer (``FetchContext.previous``),
+    each mapped to itself, when the book holds no answer to reuse objects from (the first
+    fetch, after a restart or a failed fetch); else empty. A C-level pass, and a table of
+    about 40 bytes a replica that lives for one fetch: loaded and fetched replicas are then
+    never both kept (a million of them are about 80 MiB)."""
+    if book.replicas or not previous:
+        return {}
+    return dict(zip(previous, previous, strict=True))
+
+
+def _record(
+    book: _Book, outcomes: Iterable[_Outcome | _Plain], reuse: Mapping[Replica, Replica]
+) -> None:
     """Put each pair's replica in the book. A pair whose replica equals the last one keeps
     that object, and the answer frozenset is updated by delta (C-level copies reusing the
-    stored hashes), so the core compares unchanged pairs by identity.
+    stored hashes), so the core compares unchanged pairs by identity. A replica equal to
+    one in ``reuse`` (:func:`_reusable`) is that object instead.
 
     Most replicas say just "complete" (:func:`_plain`): those are kept in the frozenset
     alone, found there by value; ``book.answer`` holds the others by pair (a pair has at most
     one replica, so a plain one in the set is the pair's)."""
     removed: list[Replica] = []
     added: list[Replica] = []
-    replicas = book.replicas
-    for site, dataset, new in outcomes:
-        answer = book.answer.get(site)
-        old = None if answer is None else answer.get(dataset)
-        if old is None:
-            if new is not None and _plain(new):
-                if new in replicas:
-                    continue  # unchanged
-                added.append(new)  # no replica or a plain one before (the same: in the set)
-                continue
-            if replicas:
-                plain = Replica(dataset.id, site, ReplicaState.AVAILABLE)
-                old = plain if plain in replicas else None
-        elif old == new:
-            continue
+    for outcome in outcomes:
+        if isinstance(outcome, _Plain):
+            _record_plain(book, outcome, reuse, removed, added)
         else:
-            del answer[dataset]  # type: ignore[union-attr]  # old came from it
-        if old is not None:
-            removed.append(old)
-        if new is not None:
-            added.append(new)
-            if not _plain(new):
-                book.answer.setdefault(site, {})[dataset] = new
+            _record_pair(book, outcome, reuse, removed, added)
     if removed or added:
-        book.replicas = replicas.difference(removed).union(added)
+        book.replicas = book.replicas.difference(removed).union(added)
+
+
+def _record_pair(
+    book: _Book,
+    outcome: _Outcome,
+    reuse: Mapping[Replica, Replica],
+    removed: list[Replica],
+    added: list[Replica],
+) -> None:
+    """:func:`_record` for one pair: its last replica (if any, and not the same) to
+    ``removed``, its new one (if any, and not the same) to ``added``."""
+    site, dataset, new = outcome
+    if reuse and new is not None:
+        new = reuse.get(new, new)
+    answer = book.answer.get(site)
+    old = None if answer is None else answer.get(dataset)
+    replicas = book.replicas
+    if old is None:
+        if new is not None and _plain(new):
+            if new not in replicas:  # else unchanged
+                added.append(new)  # no replica or a plain one before (the same: in the set)
+            return
+        if replicas:
+            plain = _available(dataset.id, site)
+            old = plain if plain in replicas else None
+    elif old == new:
+        return
+    else:
+        del answer[dataset]  # type: ignore[union-attr]  # old came from it
+    if old is not None:
+        removed.append(old)
+    if new is not None:
+        added.append(new)
+        if not _plain(new):
+            book.answer.setdefault(site, {})[dataset] = new
+
+
+def _record_plain(
+    book: _Book,
+    batch: _Plain,
+    reuse: Mapping[Replica, Replica],
+    removed: list[Replica],
+    added: list[Replica],
+) -> None:
+    """:func:`_record` for a batch of plain replicas, at C level: a pair that had a replica
+    saying more loses it; one whose plain replica is in the answer already keeps it."""
+    answer = book.answer.get(batch.site)
+    if answer:
+        removed += map(answer.pop, answer.keys() & batch.datasets)
+    new = batch.replicas()
+    found = map(reuse.get, new, new) if reuse else new
+    added.extend(filterfalse(book.replicas.__contains__, found))
 
 
 def _plain(replica: Replica) -> bool:

@@ -16,12 +16,12 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, unquote_plus, urlparse
 
 import pytest
 import requests
 
-from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources import FetchContext, rucio
 from hydrator.adapters.sources.rucio import RucioSource, _line_blocks
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, Snapshot
@@ -128,6 +128,10 @@ class Session:
             raise requests.ConnectionError("scripted outage")
         if parsed.path.startswith("/replicas/rse/"):
             body = self.world.summary(unquote(parsed.path.removeprefix("/replicas/rse/")))
+        elif parsed.path.endswith("/datasets"):  # list_dataset_replicas(scope, name, deep=True)
+            assert parse_qs(parsed.query) == {"deep": ["True"]}
+            _, _, scope, name, _ = map(unquote_plus, parsed.path.split("/"))
+            body = "".join(json.dumps(r) + "\n" for r in self.world.deep(scope, name)).encode()
         else:
             body = self.world.rule_listing(parse_qs(parsed.query)["state"][0])
         response = requests.Response()
@@ -157,9 +161,6 @@ class Client:
     def list_rse_attributes(self, rse: str) -> dict[str, str]:
         site = self.world.site_of[rse]
         return {} if site is None else {"site": site}
-
-    def list_dataset_replicas(self, scope: str, name: str, deep: bool) -> list[dict[str, Any]]:
-        return self.world.deep(scope, name)
 
     def list_replicas(self, dids: list[dict[str, str]], all_states: bool) -> list[Any]:
         return self.world.files(dids[0]["scope"], dids[0]["name"])
@@ -251,7 +252,14 @@ def assert_kept(before: Snapshot, after: Snapshot) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(seed: int) -> None:
+@pytest.mark.parametrize("bulk", ["usual", "always", "never"])
+def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(
+    seed: int, bulk: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bulk``: a site's plainly complete pairs settled in one batch where most of its pairs
+    are dirty (as the source does), for every dirty site, or never: the same answers."""
+    share = {"usual": rucio._BULK_SHARE, "always": 1 << 62, "never": 0}[bulk]
+    monkeypatch.setattr(rucio, "_BULK_SHARE", share)
     rng = random.Random(seed)
     world = new_world(rng)
     source = make_source(world)
@@ -360,3 +368,44 @@ def test_a_streamed_listing_splits_into_the_same_lines_whatever_the_block_size(s
     response.raw = io.BytesIO(body)
     got = [line for block in _line_blocks(response, size) for line in block]
     assert got == [line for line in body.splitlines() if line]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_restarted_source_answers_with_the_objects_the_daemon_holds(seed: int) -> None:
+    """A new source (a restart, or the fetch after a failed one) given the daemon's replicas
+    as ``FetchContext.previous`` answers exactly what a fresh source answers, with the held
+    object for every replica that did not change; the changed ones are new objects."""
+    rng = random.Random(100 + seed)
+    world = new_world(rng)
+    held = make_source(world).fetch(context(rng)).replicas
+    churn(world, rng)
+    churn(world, rng)
+    ctx = context(rng)
+    restarted = make_source(world)
+    snapshot = restarted.fetch(FetchContext(ctx.now, ctx.wanted, previous={"rucio": held}))
+    assert_same(snapshot, make_source(world).fetch(ctx))
+    old = {r: r for r in held}
+    kept = [r for r in snapshot.replicas if r in old]
+    assert kept and all(old[r] is r for r in kept)
+    assert all(r is not o for r in snapshot.replicas - held for o in held)
+    assert any(r.detail is not None for r in kept)  # the per-pair table reuses them too
+    ids = {r.dataset: r.dataset for r in held}  # new replicas name a held dataset by its object
+    new = [r for r in snapshot.replicas - held if r.dataset in ids]
+    assert new and all(ids[r.dataset] is r.dataset for r in new)
+    again = restarted.fetch(ctx)  # and the source keeps them as its own answer
+    assert again.replicas is snapshot.replicas
+
+
+def test_a_failed_fetch_is_followed_by_one_reusing_the_held_objects() -> None:
+    rng = random.Random(17)
+    world = new_world(rng)
+    source = make_source(world)
+    held = source.fetch(FetchContext(now=datetime.now(UTC))).replicas
+    world.fail = {f"/replicas/rse/{RSES[2]}"}
+    with pytest.raises(TransientSourceError):
+        source.fetch(FetchContext(now=datetime.now(UTC), previous={"rucio": held}))
+    world.fail = set()
+    after = source.fetch(FetchContext(now=datetime.now(UTC), previous={"rucio": held}))
+    assert after.replicas == held
+    assert_kept(Snapshot.of("rucio", held), after)
+    assert after.replicas is not held  # one new set of the same objects
