@@ -1,12 +1,14 @@
-"""The site JSON files the HTTP endpoint writes: reused lists give exactly ``site_json``."""
+"""The site JSON files the HTTP endpoint writes: a file patched from the last one is byte for
+byte the file ``site_json`` gives."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import DatasetId, Site, SiteView
-from hydrator.runtime.http import _site_doc
+from hydrator.runtime.http import _json, _site_file
 from hydrator.runtime.report import site_json
 from tests.pool.views import views
 
@@ -17,17 +19,30 @@ def view(names: list[str], when: datetime) -> SiteView:
     return views({"SITE_A": names}, now=when)[Site("SITE_A")]
 
 
-def test_each_next_view_gives_the_document_site_json_gives() -> None:
+def test_each_next_view_gives_the_file_site_json_gives() -> None:
     first = view(["ska:a", "ska:b"], T0)
     later = dataclasses.replace(first, updated=T0 + timedelta(seconds=60))  # nothing else moved
     progress = dataclasses.replace(later, replicating=((DatasetId.parse("ska:c"), 0.5),))
     moved = dataclasses.replace(progress, replicating=((DatasetId.parse("ska:c"), 0.7),))
     changed = view(["ska:a"], T0 + timedelta(seconds=120))
     never = dataclasses.replace(changed, updated=None)
+    again = dataclasses.replace(never, updated=T0 + timedelta(seconds=180))
     old: SiteView | None = None
-    doc: dict[str, object] = {}
-    for new in (first, later, progress, moved, changed, never):
-        made = _site_doc(new, old, doc)
-        assert made == site_json(new)
-        assert _site_doc(new, new, made) is None  # the same view: nothing to write
-        old, doc = new, made
+    body = b""
+    for new in (first, later, progress, moved, changed, never, again):
+        made = _site_file(new, old, lambda body=body: body)
+        assert made == _json(site_json(new))
+        assert json.loads(made) == site_json(new)
+        assert _site_file(new, new, lambda made=made: made) is None  # same view: nothing to write
+        old, body = new, made
+
+
+def test_an_unreadable_or_foreign_old_file_is_formatted_again() -> None:
+    first = view(["ska:a", "ska:b"], T0)
+    later = dataclasses.replace(first, updated=T0 + timedelta(seconds=60))
+
+    def gone() -> bytes:
+        raise FileNotFoundError("site/SITE_A.json")
+
+    assert _site_file(later, first, gone) == _json(site_json(later))
+    assert _site_file(later, first, lambda: b'{"other":1}\n') == _json(site_json(later))
