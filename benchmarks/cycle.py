@@ -345,6 +345,7 @@ def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
     out["fetch_parse_cpu"] = phases.get("fetch_parse_cpu", 0.0)
     out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
     out["rss_mib"] = rss_mib()
+    out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
     return out
 
 

@@ -445,6 +445,37 @@ def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
     assert mapped_bytes(fixed=False) == 0  # what the fix is for: glibc's own default
 
 
+_ARENA_PROBE = """
+import ctypes, threading
+from hydrator.runtime.service import map_large_blocks
+
+if MAP:
+    map_large_blocks()
+held = []
+thread = threading.Thread(target=lambda: held.extend(bytearray(64 << 10) for _ in range(64)))
+thread.start()
+thread.join()
+ctypes.CDLL(None).malloc_stats()  # to stderr: one "Arena N:" block per arena
+"""
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "malloc_stats"), reason="not glibc")
+def test_a_fetch_thread_allocates_from_the_main_arena() -> None:
+    """What a thread (a source's fetch) allocates comes from the one arena the process keeps,
+    where the next cycle reuses it, not from an arena of its own that keeps its freed space
+    apart. In a fresh interpreter: 4 MiB made in a thread."""
+
+    def arenas(fixed: bool) -> int:
+        code = _ARENA_PROBE.replace("MAP", str(fixed))
+        command = [sys.executable, "-c", code]
+        found = subprocess.run(command, check=False, capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+        return sum(line.startswith("Arena ") for line in found.stderr.splitlines())
+
+    assert arenas(fixed=True) == 1
+    assert arenas(fixed=False) == 2  # glibc's default: the thread got an arena of its own
+
+
 _COLLECTION_PROBE = """
 import gc
 import weakref
