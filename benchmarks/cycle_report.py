@@ -1,7 +1,7 @@
 """Tables and a plot from ``benchmarks/cycle.py`` runs (issue 15).
 
 ``python -m benchmarks.cycle_report RUN.json ...`` where each file is a ``--json`` output
-named ``<label>-<replicas>.json`` (label ``old``, ``mid``, ``prev`` or ``new``). Writes
+named ``<label>-<replicas>.json`` (label ``old``, ``s4``, ``s5`` or ``new``). Writes
 ``benchmarks/cycle_results.json`` (every run, raw per-cycle records left out),
 ``benchmarks/cycle.png`` (cycle times and peak RSS against replicas on log axes, old and new:
 10k, 100k, 1M, 10M) and prints the Markdown tables that ``benchmarks/RESULTS.md`` quotes,
@@ -42,13 +42,13 @@ FIGURES = (
     ("replay_peak_rss_mib", "replay server's peak RSS (MiB, not counted above)"),
 )
 SCALES = (10_000, 100_000, 1_000_000, 10_000_000)  # issue 15 item 4
-# Code versions in the order they are shown: ``old`` (before the work), optionally ``mid`` and
-# ``prev`` (intermediate commits: earlier rounds), ``new``; a file's label is its name up to the
+# Code versions in the order they are shown: ``old`` (before the work), optionally ``s4`` and
+# ``s5`` (intermediate commits: sessions 4 and 5), ``new``; a file's label is its name up to the
 # first ``-``.
 LABELS = (
     ("old", "o--", "tab:blue"),
-    ("mid", "^:", "tab:green"),
-    ("prev", "d-.", "tab:purple"),
+    ("s4", "^:", "tab:green"),
+    ("s5", "d-.", "tab:purple"),
     ("new", "s-", "tab:orange"),
 )
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other", "gc")
