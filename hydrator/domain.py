@@ -302,6 +302,11 @@ def index_size(index: Mapping[Site, Mapping[DatasetId, Replica]]) -> int:
     return sum(map(len, index.values()))
 
 
+def each_replica(index: Index) -> Iterator[Replica]:
+    """Every replica of ``index``, site by site (a C-level chain: ``dict.values``)."""
+    return chain.from_iterable(map(dict.values, index.values()))
+
+
 def merge_replicas(replicas: Iterable[Replica]) -> Index:
     """Collapse reports to one per (site, dataset) with :func:`combine`."""
     index: Index = {}
@@ -353,7 +358,7 @@ class Snapshot:
             covered = frozenset(sites).union(map(_site_of, kept))  # C-level loop
             return cls(source, kept, covered, invalid, frozenset(unmapped))
         merged = merge_replicas(replicas)
-        kept = frozenset(chain.from_iterable(map(dict.values, merged.values())))
+        kept = frozenset(each_replica(merged))
         covered = frozenset(sites).union(merged)
         return cls(source, kept, covered, invalid, frozenset(unmapped))
 
@@ -523,7 +528,7 @@ class State:
         if len(self.sources) == 1:
             (only,) = self.sources.values()
             return only.replicas
-        return list(chain.from_iterable(map(dict.values, self.merged.values())))
+        return list(each_replica(self.merged))
 
     @property
     def contents(self) -> dict[Site, SiteView]:
@@ -565,12 +570,10 @@ def _itself(dataset: DatasetId) -> DatasetId:
     return dataset
 
 
-def site_contents(
-    merged: Mapping[Site, Mapping[DatasetId, Replica]], sites: frozenset[Site]
-) -> dict[Site, SiteView]:
+def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]:
     """Per site, the sorted lists that make its ClassAd, and their digest (``merged``: an
     :data:`Index`)."""
-    return views_of(chain.from_iterable(held.values() for held in merged.values()), sites)
+    return views_of(each_replica(merged), sites)
 
 
 def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:

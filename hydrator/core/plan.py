@@ -18,7 +18,7 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
@@ -42,6 +42,7 @@ from hydrator.domain import (
     SourceStatus,
     State,
     combine,
+    each_replica,
     index_of,
     merge_replicas,
     patch_view,
@@ -210,8 +211,14 @@ def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replic
         del _own(index, own, replica.site)[replica.dataset]
     for replica in added:
         _own(index, own, replica.site)[replica.dataset] = replica
+    return _without_empty(index, own)
+
+
+def _without_empty(index: Index, own: set[Site]) -> Index:
+    """``index`` without the sites of ``own`` (its own copies) that were emptied: an index
+    has no empty site."""
     for site in own:
-        if not index[site]:  # an index has no empty site
+        if not index[site]:
             del index[site]
     return index
 
@@ -247,7 +254,7 @@ def _merge(
         return None, _changes(before, after, sorted(before.keys() | after.keys()))
     if first:  # nothing before: everything is added, nothing to diff
         new = merge_replicas(r for s in ordered for r in s.replicas)
-        return new, Changes.all_added(list(_each(new)))
+        return new, Changes.all_added(list(each_replica(new)))
     old = previous.merged
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
@@ -258,11 +265,6 @@ def _merge(
     else:
         new = _remerged(old, [s.index for s in ordered], touched)
     return new, _changes(_at(old, touched), _at(new, touched), touched)
-
-
-def _each(index: Index) -> Iterator[Replica]:
-    """Every replica of ``index``."""
-    return chain.from_iterable(map(dict.values, index.values()))
 
 
 def _at(index: Index, keys: list[Key]) -> dict[Key, Replica]:
@@ -282,10 +284,7 @@ def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
             _own(new, own, site)[dataset] = reduce(combine, reports)
         elif dataset in new.get(site, _NONE):
             del _own(new, own, site)[dataset]
-    for site in own:
-        if not new[site]:
-            del new[site]
-    return new
+    return _without_empty(new, own)
 
 
 def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[Key]) -> Changes:
@@ -316,7 +315,7 @@ def _contents(
         touched.setdefault(change.site, []).append(change)
     sites = sorted(state.coverage)
     new_sites = frozenset(s for s in sites if s not in old)
-    replicas = state.merged_replicas if merged is None else _each(merged)
+    replicas = state.merged_replicas if merged is None else each_replica(merged)
     built = views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
