@@ -23,7 +23,7 @@ folded into the digest so a change of that list reaches the ads.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain, compress, islice, repeat
@@ -130,7 +130,7 @@ def _by_demand_and_budget(
     if not policy.narrows:
         return Advertised(view)
     entries, candidates, _ = _ranked(view, wanted, policy)
-    total = len(view.available) + len(view.partial) + len(view.replicating)
+    total = _count(view)
     not_demanded, over_budget = total - candidates, candidates - len(entries)
     if not_demanded == 0 and over_budget == 0:
         return Advertised(view)
@@ -140,31 +140,17 @@ def _by_demand_and_budget(
 def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
     """The site's datasets that queued jobs want, most-demanded first, then state, then name.
     Few wanted against the site's names: each looked up in the view's sorted lists; else the
-    lists filtered by ``wanted`` (:func:`_scanned`)."""
-    total = len(view.available) + len(view.partial) + len(view.replicating)
+    lists filtered by ``wanted`` (:func:`_entries`)."""
+    total = _count(view)
     if len(wanted) * _SCAN_RATIO < total:
         demanded = [e for e in map(partial(_entry, view), wanted) if e is not None]
     else:
-        demanded = _scanned(view, wanted)
+        demanded = list(_entries(view, wanted.__contains__))
     demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
     return demanded
 
 
 _SCAN_RATIO = 24  # a lookup (three bisections, ~1.5 us) costs about as much as 24 names scanned
-
-
-def _scanned(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
-    """The view's entries whose dataset ``wanted`` holds: each list filtered by C-level
-    iterators, an entry built for those only."""
-    wants = wanted.__contains__
-    available = compress(view.available, map(wants, view.available))
-    partial_ = list(compress(view.partial, map(wants, map(_first, view.partial))))
-    moving = list(compress(view.replicating, map(wants, map(_first, view.replicating))))
-    return [
-        *zip(available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
-        *zip(map(_first, partial_), map(_second, partial_), repeat(ReplicaState.PARTIAL)),
-        *zip(map(_first, moving), map(_second, moving), repeat(_MOVING)),
-    ]
 
 
 def _entry(view: SiteView, dataset: DatasetId) -> _Entry | None:
@@ -180,16 +166,29 @@ def _entry(view: SiteView, dataset: DatasetId) -> _Entry | None:
     return None
 
 
+def _count(view: SiteView) -> int:
+    """How many entries the view's three advertised lists hold."""
+    return len(view.available) + len(view.partial) + len(view.replicating)
+
+
 def _names(view: SiteView) -> Iterator[DatasetId]:
     """The datasets of the view's three advertised lists, in :func:`_entries`' order."""
     return chain(view.available, map(_first, view.partial), map(_first, view.replicating))
 
 
-def _entries(view: SiteView) -> Iterator[_Entry]:
-    """The view's advertised entries: better state first, then name (C-level iterators)."""
-    partial, replicating = view.partial, view.replicating
+def _entries(view: SiteView, wants: Callable[[DatasetId], bool] | None = None) -> Iterator[_Entry]:
+    """The view's advertised entries: better state first, then name (C-level iterators);
+    with ``wants``, only those of the datasets it accepts, each list filtered by C-level
+    iterators before an entry is built (for the hits only)."""
+    available: Iterable[DatasetId] = view.available
+    partial: Sequence[tuple[DatasetId, float]] = view.partial
+    replicating: Sequence[tuple[DatasetId, float]] = view.replicating
+    if wants is not None:
+        available = compress(available, map(wants, view.available))
+        partial = list(compress(partial, map(wants, map(_first, partial))))
+        replicating = list(compress(replicating, map(wants, map(_first, replicating))))
     return chain(
-        zip(view.available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
+        zip(available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
         zip(map(_first, partial), map(_second, partial), repeat(ReplicaState.PARTIAL)),
         zip(map(_first, replicating), map(_second, replicating), repeat(_MOVING)),
     )
@@ -208,7 +207,7 @@ def _ranked(
     first ``most`` of those entries (all when None), how many candidates there were before
     the budget, and how many entries there are in all."""
     demanded = _demanded(view, wanted)
-    total = len(view.available) + len(view.partial) + len(view.replicating)
+    total = _count(view)
     candidates = len(demanded) if policy.demand_only else total
     budget = policy.max_datasets_per_site or candidates
     entries = demanded[:budget]
