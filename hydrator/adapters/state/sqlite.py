@@ -654,16 +654,16 @@ class _Loader:
             except (ValueError, TypeError) as exc:  # InvalidNameError is a ValueError
                 self.reject("replicas", exc)
                 continue
-            key = (site, dataset)
             found = loaded.get(source)
             if found is None:
                 found = loaded[source] = []
             found.append(replica)  # no index: the core builds one only if sources merge
             when = times(at)
             if when is None and at is not None:
-                when = self.first_seen(at, source, key)
+                when = self.first_seen(at, source, (site, dataset))
             if when is None or not collect:
                 continue
+            key = (site, dataset)  # a tuple per row only where the times are kept
             held = earliest(key, when)
             if held is not when and when < held:  # a pair's rows hold one time, unless edited
                 first_seen[key] = when
