@@ -293,11 +293,21 @@ class _Counts:
 
     @property
     def files_share(self) -> float:
-        return self.available / self.length if self.length > 0 else 0.0
+        return _files_share(self.available, self.length)
 
     @property
     def bytes_share(self) -> float:
-        return self.available_bytes / self.bytes if self.bytes > 0 else self.files_share
+        return _bytes_share(self.available, self.length, self.available_bytes, self.bytes)
+
+
+def _files_share(available: int, length: int) -> float:
+    """The share of ``length`` files that ``available`` are (0 without files)."""
+    return available / length if length > 0 else 0.0
+
+
+def _bytes_share(available: int, length: int, present: int, size: int) -> float:
+    """The share of ``size`` bytes that ``present`` are; without bytes, the files share."""
+    return present / size if size > 0 else _files_share(available, length)
 
 
 class _Dataset:
@@ -327,14 +337,12 @@ class _Partial(NamedTuple):
         cls, dataset: _Dataset, length: int, available: int, size: int, present: int
     ) -> _Partial:
         """The row of ``available`` of ``length`` files and ``present`` of ``size`` bytes
-        (:attr:`_Counts.bytes_share`, without building the counts: one row in five)."""
-        if size > 0:
-            return cls(dataset, length, available, present / size)
-        return cls(dataset, length, available, available / length if length > 0 else 0.0)
+        (without building a :class:`_Counts`: one row in five)."""
+        return cls(dataset, length, available, _bytes_share(available, length, present, size))
 
     @property
     def files_share(self) -> float:
-        return self.available / self.length if self.length > 0 else 0.0
+        return _files_share(self.available, self.length)
 
 
 _RowValue = _Dataset | _Partial  # one dataset's summary row at one RSE
