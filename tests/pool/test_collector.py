@@ -11,8 +11,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import classad2
 import htcondor2
@@ -41,6 +42,7 @@ CONTENT = {
     "SITE_C": ["ska:obs_3"],
 }
 UPDATES_FRAGMENT = "10-update-interval"
+T = TypeVar("T")
 
 
 def set_update_interval(pool: Pool, seconds: int) -> None:
@@ -120,20 +122,41 @@ def merged(pool: Pool) -> dict[str, list[str] | None]:
     return {str(ad["Name"]): ad.get("AvailableDatasets") for ad in ads}
 
 
+def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 10.0) -> T:
+    """``read()`` as soon as ``done`` holds for it, else its last value after ``timeout_s``
+    (for the assertion that follows to show). An update is not acknowledged: the collector may
+    answer a query (in a forked worker) before it has read every ad of the connection that a
+    publish just closed, so what a publish sent is visible a moment later, not at once."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
+
+
+def landed(pool: Pool, sites: dict[Site, SiteView]) -> dict[str, tuple[dict[str, object], ...]]:
+    """:func:`carried` once every slot carries its site's attributes (a publish landed)."""
+    slots = eventually(lambda: carried(pool, sites), lambda s: all(h == w for h, w in s.values()))
+    for name, (has, want) in slots.items():
+        assert has == want, name
+    return slots
+
+
 def test_site_ads_and_every_slot_carry_the_site_lists(
     slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
 ) -> None:
     pool = slow_updates
     report = publisher.publish(views(CONTENT), frozenset(), _now())
 
-    ads = site_ads(pool)
-    assert {name: list(ad["AvailableDatasets"]) for name, ad in ads.items()} == CONTENT
+    def lists() -> dict[str, list[str]]:
+        return {name: list(ad["AvailableDatasets"]) for name, ad in site_ads(pool).items()}
+
+    assert eventually(lists, CONTENT.__eq__) == CONTENT
     shown = pool.run_in_chroot(
         ["condor_status", "-any", "-constraint", 'MyType == "DataLocality"', "-af", "Name"]
     ).stdout.split()
     assert sorted(shown) == sorted(CONTENT)
 
-    slots = merged(pool)
+    slots = eventually(lambda: merged(pool), lambda s: all(s.values()))
     assert dynamic_slot in slots  # slot4_1@host, carved out of the partitionable slot4
     for name, available in slots.items():
         site = SLOT_SITES[name.split("@")[0].split("_")[0]]
@@ -165,11 +188,9 @@ def test_merges_from_reused_ads_carry_exactly_the_rendered_attributes(
     publisher = build(_config(slow_updates, batch_size=2), ATTRS)
     sites = views({site: [*names, "ska:obs_reused"] for site, names in CONTENT.items()})
     report = publisher.publish(sites, frozenset(), _now())
-    slots = carried(slow_updates, sites)
+    slots = landed(slow_updates, sites)
     assert report.sent == {"site_ad": 3, "merge": len(slots)}
     assert sum(slot_site(n) == "SITE_C" for n in slots) == 3
-    for name, (has, want) in slots.items():
-        assert has == want, name
 
 
 def test_refresh_of_an_unchanged_site_moves_updated_and_keeps_its_lists(
@@ -180,16 +201,25 @@ def test_refresh_of_an_unchanged_site_moves_updated_and_keeps_its_lists(
     content = {site: [*names, "ska:obs_refresh"] for site, names in CONTENT.items()}
     before = _now() - timedelta(seconds=3000)
     before_s = int(before.timestamp()) // ATTRS.updated_resolution_s * ATTRS.updated_resolution_s
-    publisher.publish(views(content, now=before), frozenset(), before)
+    publisher.publish(first := views(content, now=before), frozenset(), before)
+    landed(pool, first)
     # another writer changes slot1's list behind the digest: a slim refresh does not restore it
     # (a startd update, or the site's next change, does)
     one = next(n for n in merged(pool) if n.startswith("slot1@"))
     pool.advertise(
         [classad2.ClassAd({"Name": one, "AvailableDatasets": ["ska:other"]})], "MERGE_STARTD_AD"
     )
+    assert eventually(lambda: merged(pool)[one], ["ska:other"].__eq__) == ["ska:other"]
     sites = views(content)
     report = publisher.publish(sites, frozenset(), _now())
-    slots = carried(pool, sites)
+
+    def refreshed(slots: dict[str, tuple[dict[str, object], ...]]) -> bool:
+        return all(
+            has[ATTRS.updated_attribute] == want[ATTRS.updated_attribute]
+            for has, want in slots.values()
+        )
+
+    slots = eventually(lambda: carried(pool, sites), refreshed)
     assert report.sent == {"site_ad": 3, "merge": len(slots)}
     for name, (has, want) in slots.items():
         assert has[ATTRS.updated_attribute] == want[ATTRS.updated_attribute] != before_s, name
@@ -204,6 +234,7 @@ def test_second_publish_without_change_sends_nothing(
 ) -> None:
     sites = views(CONTENT)
     publisher.publish(sites, frozenset(), _now())
+    landed(slow_updates, sites)
     again = publisher.publish(sites, frozenset(), _now())
     assert again.sent == {}
     assert again.skipped_current == len(merged(slow_updates)) + len(CONTENT)
@@ -212,13 +243,13 @@ def test_second_publish_without_change_sends_nothing(
 def test_changed_site_re_merges_only_its_slots(
     slow_updates: Pool, publisher: CollectorPublisher, dynamic_slot: str
 ) -> None:
-    publisher.publish(views(CONTENT), frozenset(), _now())
+    publisher.publish(sites := views(CONTENT), frozenset(), _now())
+    landed(slow_updates, sites)
     changed = dict(CONTENT, SITE_A=["ska:obs_1", "ska:obs_9"])
-    report = publisher.publish(views(changed), frozenset(), _now())
+    report = publisher.publish(sites := views(changed), frozenset(), _now())
     assert report.sent == {"site_ad": 1, "merge": 1}  # slot1 is SITE_A's only slot
-    assert merged(slow_updates)[
-        next(n for n in merged(slow_updates) if n.startswith("slot1@"))
-    ] == ["ska:obs_1", "ska:obs_9"]
+    slot1 = next(n for n in merged(slow_updates) if n.startswith("slot1@"))
+    assert landed(slow_updates, sites)[slot1][0]["AvailableDatasets"] == changed["SITE_A"]
 
 
 def wipe_merges(pool: Pool) -> dict[str, list[str] | None]:
@@ -241,11 +272,17 @@ def test_slots_wiped_by_the_startd_update_are_re_merged(
     pool = slow_updates
     sites = views(CONTENT)
     publisher.publish(sites, frozenset(), _now())
+    landed(pool, sites)
     one = next(n for n in merged(pool) if n.startswith("slot2@"))
     # another writer left an outdated digest in slot2 only
     pool.advertise(
         [classad2.ClassAd({"Name": one, "DataLocalityDigest": "outdated"})], "MERGE_STARTD_AD"
     )
+
+    def digest() -> object:
+        return carried(pool, sites)[one][0][ATTRS.digest_attribute]
+
+    assert eventually(digest, "outdated".__eq__) == "outdated"
     assert publisher.publish(sites, frozenset(), _now()).sent == {"merge": 1}
 
     wiped = wipe_merges(pool)
@@ -285,12 +322,17 @@ def test_interval_defers_a_changed_slot_until_it_has_passed(
     before = {site: [*names, "ska:obs_interval"] for site, names in CONTENT.items()}
     after = dict(before, SITE_A=[*before["SITE_A"], "ska:obs_new"])
     t0 = _now().replace(microsecond=0)
-    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)  # every slot
+    build(_config(pool), ATTRS).publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)  # every slot
     assert slot_lists(pool, "slot1@") == (before["SITE_A"], int(t0.timestamp()))
 
     soon = publish_at(pool, after, t0 + timedelta(seconds=60))
     assert (soon.sent, soon.deferred) == ({"site_ad": 1}, 1)
-    assert list(site_ads(pool)["SITE_A"]["AvailableDatasets"]) == after["SITE_A"]
+
+    def site_a() -> list[str]:
+        return list(site_ads(pool)["SITE_A"]["AvailableDatasets"])
+
+    assert eventually(site_a, after["SITE_A"].__eq__) == after["SITE_A"]
     assert slot_lists(pool, "slot1@") == (before["SITE_A"], int(t0.timestamp()))
 
     almost = publish_at(pool, after, t0 + timedelta(seconds=INTERVAL_S - 1))
@@ -298,7 +340,8 @@ def test_interval_defers_a_changed_slot_until_it_has_passed(
     due = t0 + timedelta(seconds=INTERVAL_S)
     report = publish_at(pool, after, due)
     assert (report.sent, report.deferred) == ({"merge": 1}, 0)
-    assert slot_lists(pool, "slot1@") == (after["SITE_A"], int(due.timestamp()))
+    merged_due = (after["SITE_A"], int(due.timestamp()))
+    assert eventually(lambda: slot_lists(pool, "slot1@"), merged_due.__eq__) == merged_due
 
 
 def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: str) -> None:
@@ -308,7 +351,8 @@ def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: s
     before = {site: [*names, "ska:obs_wipe"] for site, names in CONTENT.items()}
     after = dict(before, SITE_B=["ska:obs_wipe_new"])
     t0 = _now().replace(microsecond=0)
-    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)
+    build(_config(pool), ATTRS).publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)
     assert publish_at(pool, after, t0 + timedelta(seconds=10)).deferred == 1  # slot2 waits
 
     wiped = wipe_merges(pool)
@@ -316,8 +360,8 @@ def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: s
     assert (report.sent, report.deferred) == ({"merge": len(wiped)}, 0)
     assert dynamic_slot in wiped
     # the startd is slow again (600 s), so what was merged is still there
-    for name, available in merged(pool).items():
-        assert available == after[slot_site(name)], name
+    want = {name: after[slot_site(name)] for name in wiped}
+    assert eventually(lambda: merged(pool), want.__eq__) == want
 
 
 def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_slot: str) -> None:
@@ -328,7 +372,8 @@ def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_s
     before = {"SITE_A": ["ska:obs_going"], "SITE_B": ["ska:obs_2"], "SITE_C": ["ska:obs_3"]}
     after = dict(before, SITE_A=["ska:obs_1"], SITE_B=["ska:obs_2", "ska:obs_coming"])
     t0 = _now().replace(microsecond=0)
-    build(_config(pool), ATTRS).publish(views(before, now=t0), frozenset(), t0)
+    build(_config(pool), ATTRS).publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)
     assert publish_at(pool, after, t0 + timedelta(seconds=10)).deferred == 2
     job = "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /dev/null\n"
     need = 'requirements = identicalMember("{}", TARGET.AvailableDatasets)\nqueue\n'
@@ -364,10 +409,12 @@ def wait_for_rejection(pool: Pool, cluster: int, timeout_s: float = 60.0) -> cla
 
 def test_removed_site_ad_is_invalidated(slow_updates: Pool, publisher: CollectorPublisher) -> None:
     publisher.publish(views(CONTENT), frozenset(), _now())
+    assert eventually(lambda: sorted(site_ads(slow_updates)), [*CONTENT].__eq__) == [*CONTENT]
     without_b = {k: v for k, v in CONTENT.items() if k != "SITE_B"}
     report = publisher.publish(views(without_b), frozenset({Site("SITE_B")}), _now())
     assert report.sent.get("invalidate") == 1
-    assert sorted(site_ads(slow_updates)) == ["SITE_A", "SITE_C"]
+    left = ["SITE_A", "SITE_C"]
+    assert eventually(lambda: sorted(site_ads(slow_updates)), left.__eq__) == left
 
 
 def test_publish_without_token_is_refused(slow_updates: Pool) -> None:
