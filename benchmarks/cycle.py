@@ -82,7 +82,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,10 @@ class Clock:
     Phases nest (``snapshot`` inside the source's fetch): the inner one's time is taken off the
     outer one, and only one profiler runs at a time (the outer is paused). Each phase's CPU
     seconds of this process (``<phase>_cpu``; all its threads) are kept too: ``fetch_parse``'s
-    wall time includes waiting for the replay server, its CPU time does not.
+    wall time includes waiting for the replay server, its CPU time does not. And each phase's
+    own peak RSS (``<phase>_peak_mib``): the kernel's high-water mark is read and reset at
+    every phase boundary (:class:`HighWater`), so it says which phase a cycle's peak is in;
+    what runs outside every phase counts as ``other``.
     """
 
     def __init__(self, profile: bool) -> None:
@@ -193,18 +196,27 @@ class Clock:
         self.profiles: dict[str, cProfile.Profile] = {}
         self._stack: list[tuple[str, float, float]] = []
         self.gc = GcClock()
+        self.peaks: dict[str, float] = defaultdict(float)  # MiB, per phase, this cycle
 
     def take(self) -> dict[str, float]:
+        self._peak_of(self._stack[-1][0] if self._stack else "other")
         out = dict(self.seconds)
         out["gc"] = self.gc.seconds
         out |= {f"{name}_cpu": s for name, s in self.cpu.items()}
+        out |= {f"{name}_peak_mib": mib for name, mib in self.peaks.items()}
         self.seconds.clear()
         self.cpu.clear()
+        self.peaks.clear()
         self.gc.seconds = 0.0
         return out
 
+    def _peak_of(self, name: str) -> None:
+        """The high-water mark since the last boundary goes to ``name``; then reset."""
+        self.peaks[name] = max(self.peaks[name], HIGH_WATER.take())
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        self._peak_of(self._stack[-1][0] if self._stack else "other")
         now, cpu = time.perf_counter(), time.process_time()
         if self._stack:
             outer, since, cpu_since = self._stack[-1]
@@ -217,6 +229,7 @@ class Clock:
             yield
         finally:
             self._pause(name)
+            self._peak_of(name)
             name, since, cpu_since = self._stack.pop()
             now, cpu = time.perf_counter(), time.process_time()
             self.seconds[name] += now - since
@@ -343,6 +356,7 @@ def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
     out["whole"] = whole_s
     out["gc"] = phases["gc"]
     out["fetch_parse_cpu"] = phases.get("fetch_parse_cpu", 0.0)
+    out |= {k: v for k, v in phases.items() if k.endswith("_peak_mib")}  # each phase's own
     out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
     out["rss_mib"] = rss_mib()
     out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
@@ -356,8 +370,38 @@ def rss_mib() -> float:
     return 0.0
 
 
+class HighWater:
+    """This process's peak RSS, readable per stretch of time: :meth:`take` returns the kernel's
+    high-water mark (``VmHWM``) and resets it to the current RSS (``/proc/self/clear_refs``,
+    ``5``), keeping the highest value it has seen, so :meth:`peak` is still the process's
+    peak (``ru_maxrss`` is that same mark, and would only say "since the last reset")."""
+
+    def __init__(self) -> None:
+        self.seen = 0.0
+
+    @staticmethod
+    def _mark() -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+    def take(self) -> float:
+        mark = self._mark()
+        self.seen = max(self.seen, mark)
+        with suppress(OSError):  # not resettable here: marks only grow
+            Path("/proc/self/clear_refs").write_text("5")
+        return mark
+
+    def peak(self) -> float:
+        return max(self.seen, self._mark())
+
+
+HIGH_WATER = HighWater()
+
+
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return HIGH_WATER.peak()
 
 
 def churn(url: str) -> dict[str, int]:
@@ -431,6 +475,19 @@ def step_restart(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- the orchestrator ----------------------------------------------------------------------
+
+
+REPLAY_BYTES_PER_REPLICA = 480  # the replay's bodies: 410 MB at 1M, 4.1 GB at 10M
+
+
+def replay_cache_mib(args: argparse.Namespace) -> int:
+    """The replay's cache: ``--replay-cache-mib``, else room for all its answers, so that it
+    serves unchanged bytes from memory at every size, as it does at 1M with its own default
+    (768 MiB); with that default at 10M it held a fifth and formatted most of 4 GB again
+    every cycle, time the daemon spent waiting that a 1M run does not have."""
+    if args.replay_cache_mib is not None:
+        return int(args.replay_cache_mib)
+    return max(768, -(-args.replicas * REPLAY_BYTES_PER_REPLICA // 2**20))
 
 
 class ReplayServer:
@@ -655,7 +712,11 @@ def main() -> None:
         "--min-available-mib", type=int, default=3072,
         help="stop a step when the machine's available memory falls under this",
     )  # fmt: skip
-    parser.add_argument("--replay-cache-mib", type=int, help="the replay's answer cache")
+    parser.add_argument(
+        "--replay-cache-mib", type=int,
+        help="the replay's answer cache (default: room for every answer, about "
+        f"{REPLAY_BYTES_PER_REPLICA} bytes a replica, at least 768 MiB)",
+    )  # fmt: skip
     parser.add_argument(
         "--merge-min-interval-s", type=float,
         help="[collector] merge_min_interval_s (default: the config's, "
@@ -688,7 +749,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The replay server, then both steps against it; the summary with the machine, the code
     measured and the replay's own cost (not part of ``peak_rss_mib``)."""
     before = machine()
-    server = ReplayServer(args.replicas, args.seed, args.replay_cache_mib)
+    server = ReplayServer(args.replicas, args.seed, replay_cache_mib(args))
     try:
         replay_start = server.stats()
         with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
