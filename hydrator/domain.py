@@ -26,6 +26,7 @@ import sys
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -330,7 +331,7 @@ class Snapshot:
     """
 
     source: str
-    replicas: frozenset[Replica]
+    replicas: AbstractSet[Replica]  # a frozenset, or a set nobody changes any more (see of())
     sites: frozenset[Site]
     invalid: int = 0
     unmapped: frozenset[str] = frozenset()  # storage elements with no site
@@ -349,12 +350,15 @@ class Snapshot:
         """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
 
         ``unique``: the caller vouches that ``replicas`` already holds at most one replica per
-        (site, dataset) (a source that keeps its answer keyed by pair); a ``frozenset`` is then
-        used as it is, so a source that hands back last cycle's objects where nothing changed
-        costs no hashing here and lets the core compare snapshots by identity.
+        (site, dataset) (a source that keeps its answer keyed by pair); a ``frozenset``, or a
+        ``set`` that the caller hands over and never changes again, is then used as it is, so
+        a source that hands back last cycle's objects where nothing changed costs no hashing
+        here and lets the core compare snapshots by identity (a ``set`` saves the copy that
+        freezing it costs: a source building its next answer from its last copies that one
+        anyway).
         """
         if unique:
-            kept = replicas if isinstance(replicas, frozenset) else frozenset(replicas)
+            kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
             covered = frozenset(sites).union(map(_site_of, kept))  # C-level loop
             return cls(source, kept, covered, invalid, frozenset(unmapped))
         merged = merge_replicas(replicas)
@@ -398,7 +402,7 @@ class SourceState:
     """
 
     name: str
-    replicas: frozenset[Replica] = frozenset()
+    replicas: AbstractSet[Replica] = frozenset()  # as Snapshot.replicas: never changed
     sites: frozenset[Site] = frozenset()
     last_success: datetime | None = None
     last_attempt: datetime | None = None
@@ -839,8 +843,8 @@ _dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
 class SourceDelta:
     """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
 
-    added: frozenset[Replica] = frozenset()
-    removed: frozenset[Replica] = frozenset()
+    added: AbstractSet[Replica] = frozenset()
+    removed: AbstractSet[Replica] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

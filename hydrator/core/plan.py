@@ -19,6 +19,7 @@ No I/O, no clock, no globals. The rules it enforces:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
@@ -178,20 +179,20 @@ def _status(
     )
 
 
-def _delta(before: frozenset[Replica], after: frozenset[Replica]) -> SourceDelta:
-    """``after - before`` and ``before - after`` in one pass: a set operation reuses the
-    stored element hashes, so only equal pairs cost a comparison (C-level: a replica is a
-    tuple), and none where the source handed back last cycle's very objects."""
+def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceDelta:
+    """``after - before`` and ``before - after``: a set operation reuses the stored element
+    hashes, so only equal pairs cost a comparison (C-level: a replica is a tuple), and none
+    where the source handed back last cycle's very objects. Two differences, each building
+    only its (small) result: ``after ^ before`` copies a whole operand first (32 MiB at a
+    million replicas, at the cycle's peak)."""
     if before is after:
         return SourceDelta()
     if not before or not after:  # a first answer, or an emptied one: no set to build
         return SourceDelta(added=after, removed=before)
-    differ = after ^ before
-    added = differ & after
-    return SourceDelta(added=added, removed=differ - added)
+    return SourceDelta(added=after - before, removed=before - after)
 
 
-def _patched(before: SourceState, delta: SourceDelta, replicas: frozenset[Replica]) -> Index:
+def _patched(before: SourceState, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
     """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
     ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
     its answer between fetches shares it, so the daemon holds one set and one object per

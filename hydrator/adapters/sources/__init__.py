@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -38,7 +39,7 @@ class FetchContext:
 
     now: datetime
     wanted: Mapping[DatasetId, int] = field(default_factory=dict)
-    previous: Mapping[str, frozenset[Replica]] = field(default_factory=dict)
+    previous: Mapping[str, AbstractSet[Replica]] = field(default_factory=dict)
 
 
 class Source(Protocol):

@@ -53,13 +53,14 @@ Incremental design (issue 15): a fetch costs what changed, not what exists. The 
   reused). Otherwise it is listed again at once. :attr:`RucioSource.deep_checks_reused_last_fetch`
   counts the reused ones, ``deep_checks_last_fetch`` the listings made.
 * **Identity.** A pair whose new replica equals the last keeps the last object; the answer is
-  one frozenset updated by delta (:func:`_record`) and handed over with
-  ``Snapshot.of(..., unique=True)``, so an unchanged fetch returns the very same frozenset and
-  the core compares by identity. A replica that says only "complete" (most of them) is kept
-  in that frozenset alone and found there by value; the others also per site and dataset.
-  A fetch with no answer of its own behind it (the first, after a restart or a failed
-  fetch) takes the objects of the daemon's last good answer (``FetchContext.previous``, after
-  a restart those loaded from the state) for every replica equal to one of them.
+  one set, built from the last one by delta (:func:`_record`: a copy, never changed once
+  handed over with ``Snapshot.of(..., unique=True)``), so an unchanged fetch returns the very
+  same set and the core compares by identity. A replica that says only "complete" (most of
+  them) is kept in that set alone and found there by value; the others also per site and
+  dataset. A fetch with no answer of its own behind it (the first, after a restart or a
+  failed fetch) takes the objects of the daemon's last good answer (``FetchContext.previous``,
+  after a restart those loaded from the state) for every replica equal to one of them, found
+  site by site (:class:`_Reuse`).
 * **All or nothing.** A fetch that fails half way replaces the book by an empty one: the next
   fetch reads everything, as the first does, and nothing partial is ever returned.
 
@@ -141,12 +142,13 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
 from itertools import compress, filterfalse, islice, repeat
-from operator import attrgetter, is_
+from operator import attrgetter, is_, itemgetter
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeVar, cast
 from urllib.parse import quote, quote_plus
@@ -434,9 +436,9 @@ class _Book:
     (``resolved``); the pairs waiting for a deep check (``pending``), the datasets checked
     last time (``checked``) and the answers of those checks while their inputs stand
     (``checks``); the site attribute read per RSE and when (``attributes``); and the answer
-    itself: all replicas as one frozenset, and per site, dataset -> replica for those that
-    say more than "complete" (:func:`_record`). Replaced by an empty book when a fetch fails
-    half way.
+    itself: all replicas as one set (never changed once handed out), and per site, dataset ->
+    replica for those that say more than "complete" (:func:`_record`). Replaced by an empty
+    book when a fetch fails half way.
     """
 
     rse_site: dict[str, Site] = field(default_factory=dict)
@@ -452,7 +454,7 @@ class _Book:
     checks: dict[_Dataset, _Check] = field(default_factory=dict)
     attributes: dict[str, tuple[datetime, Site | None]] = field(default_factory=dict)
     answer: dict[Site, dict[_Dataset, Replica]] = field(default_factory=dict)
-    replicas: frozenset[Replica] = frozenset()
+    replicas: AbstractSet[Replica] = frozenset()
     order: list[_Dataset] | None = None  # ``pending`` by :func:`_order_key`, while it stands
 
 
@@ -612,7 +614,7 @@ class RucioSource:
             self._read_rules(client, book, cycle, dirty)
             self._apply_rules(client, book, cycle, dirty)
             settled = self._settle(client, book, cycle, dirty, context)
-            _record(book, settled, _reusable(book, context.previous.get(self.name)))
+            _record(book, settled, _Reuse.of(book, context.previous.get(self.name)))
             _forget_unlisted(book, dirty)
         except PermanentSourceError:
             self._client = None  # rebuilt (password file re-read) next cycle
@@ -950,7 +952,9 @@ class RucioSource:
                     else:
                         del book.pending[dataset]
                 yield (site, dataset, found)
-        yield from self._deep_checks(client, book, cycle, waiting, context)
+        # by site, as the loop above: a restarted fetch's _Reuse then builds a site's table
+        # once more at most, not once per outcome
+        yield from sorted(self._deep_checks(client, book, cycle, waiting, context), key=_SITE_OF)
 
     def _deep_checks(
         self,
@@ -1300,6 +1304,7 @@ class RucioSource:
 
 
 _Outcome = tuple[Site, _Dataset, Replica | None]  # a pair's replica this fetch (None: none)
+_SITE_OF: Callable[[_Outcome], Site] = itemgetter(0)
 _BULK_SHARE = 4  # a site whose dirty pairs are a quarter of its rows or more: see _Plain
 _REPLICA = partial(tuple.__new__, Replica)  # Replica._make at C level: fields already checked
 
@@ -1695,7 +1700,9 @@ def _fallback(
     return _replica(dataset, site, files, bytes_, moving)
 
 
-def _held_ids(book: _Book, previous: frozenset[Replica] | None) -> dict[tuple[str, str], DatasetId]:
+def _held_ids(
+    book: _Book, previous: AbstractSet[Replica] | None
+) -> dict[tuple[str, str], DatasetId]:
     """The datasets of the daemon's held replicas (``FetchContext.previous``), each mapped to
     itself, when the book knows no dataset yet (the first fetch, after a restart or a failed
     fetch); else empty. The source names a dataset it reads with the object those replicas
@@ -1710,28 +1717,56 @@ def _held_ids(book: _Book, previous: frozenset[Replica] | None) -> dict[tuple[st
 _REPLICA_DATASET: Callable[[Replica], DatasetId] = attrgetter("dataset")
 
 
-def _reusable(book: _Book, previous: frozenset[Replica] | None) -> dict[Replica, Replica]:
+class _Reuse:
     """The daemon's replicas of this source's last good answer (``FetchContext.previous``),
-    each mapped to itself, when the book holds no answer to reuse objects from (the first
-    fetch, after a restart or a failed fetch); else empty. A C-level pass, and a table of
-    about 40 bytes a replica that lives for one fetch: loaded and fetched replicas are then
-    never both kept (a million of them are about 80 MiB)."""
-    if book.replicas or not previous:
-        return {}
-    return dict(zip(previous, previous, strict=True))
+    to answer with where a new replica equals one of them, when the book holds no answer to
+    reuse objects from (the first fetch, after a restart or a failed fetch).
+
+    Grouped by site (a list of references, for one fetch), and a lookup table (replica ->
+    itself) for one site at a time: outcomes come site by site (:meth:`RucioSource._settle`),
+    so a fetch builds each site's table once or twice instead of one table of every replica
+    (about 40 bytes a replica: 40 MiB at a million, beside the new answer)."""
+
+    def __init__(self, previous: AbstractSet[Replica]) -> None:
+        groups: dict[Site, list[Replica]] = {}
+        for replica in previous:
+            site = replica.site
+            group = groups.get(site)
+            if group is None:
+                groups[site] = [replica]
+            else:
+                group.append(replica)
+        self._groups = groups
+        self._site: Site | None = None
+        self._table: dict[Replica, Replica] = {}
+
+    @classmethod
+    def of(cls, book: _Book, previous: AbstractSet[Replica] | None) -> _Reuse | None:
+        """One for a book without an answer and a non-empty ``previous``, else None."""
+        if book.replicas or not previous:
+            return None
+        return cls(previous)
+
+    def at(self, site: Site) -> dict[Replica, Replica]:
+        """The table of ``site``'s replicas (the last site's is let go)."""
+        if site != self._site:
+            self._table = {}  # first let the last one go
+            group = self._groups.get(site, ())
+            self._site, self._table = site, dict(zip(group, group, strict=True))
+        return self._table
 
 
-def _record(
-    book: _Book, outcomes: Iterable[_Outcome | _Plain], reuse: Mapping[Replica, Replica]
-) -> None:
+def _record(book: _Book, outcomes: Iterable[_Outcome | _Plain], reuse: _Reuse | None) -> None:
     """Put each pair's replica in the book. A pair whose replica equals the last one keeps
-    that object, and the answer frozenset is updated by delta (C-level copies reusing the
-    stored hashes), so the core compares unchanged pairs by identity. A replica equal to
-    one in ``reuse`` (:func:`_reusable`) is that object instead.
+    that object, and the answer set is the last one moved by the delta: one C-level copy
+    reusing the stored hashes (the last set is the daemon's until its next state, so the
+    two are both alive for a moment; ``difference().union()`` made a third), so the core
+    compares unchanged pairs by identity. A replica equal to one in ``reuse`` is that
+    object instead.
 
-    Most replicas say just "complete" (:func:`_plain`): those are kept in the frozenset
-    alone, found there by value; ``book.answer`` holds the others by pair (a pair has at most
-    one replica, so a plain one in the set is the pair's)."""
+    Most replicas say just "complete" (:func:`_plain`): those are kept in the set alone,
+    found there by value; ``book.answer`` holds the others by pair (a pair has at most one
+    replica, so a plain one in the set is the pair's)."""
     removed: list[Replica] = []
     added: list[Replica] = []
     for outcome in outcomes:
@@ -1740,21 +1775,24 @@ def _record(
         else:
             _record_pair(book, outcome, reuse, removed, added)
     if removed or added:
-        book.replicas = book.replicas.difference(removed).union(added)
+        answer = set(book.replicas)
+        answer.difference_update(removed)
+        answer.update(added)
+        book.replicas = answer  # handed out with the snapshot: never changed after this
 
 
 def _record_pair(
     book: _Book,
     outcome: _Outcome,
-    reuse: Mapping[Replica, Replica],
+    reuse: _Reuse | None,
     removed: list[Replica],
     added: list[Replica],
 ) -> None:
     """:func:`_record` for one pair: its last replica (if any, and not the same) to
     ``removed``, its new one (if any, and not the same) to ``added``."""
     site, dataset, new = outcome
-    if reuse and new is not None:
-        new = reuse.get(new, new)
+    if reuse is not None and new is not None:
+        new = reuse.at(site).get(new, new)
     answer = book.answer.get(site)
     old = None if answer is None else answer.get(dataset)
     replicas = book.replicas
@@ -1781,7 +1819,7 @@ def _record_pair(
 def _record_plain(
     book: _Book,
     batch: _Plain,
-    reuse: Mapping[Replica, Replica],
+    reuse: _Reuse | None,
     removed: list[Replica],
     added: list[Replica],
 ) -> None:
@@ -1791,7 +1829,7 @@ def _record_plain(
     if answer:
         removed += map(answer.pop, answer.keys() & batch.datasets)
     new = batch.replicas()
-    found = map(reuse.get, new, new) if reuse else new
+    found = new if reuse is None else map(reuse.at(batch.site).get, new, new)
     added.extend(filterfalse(book.replicas.__contains__, found))
 
 
