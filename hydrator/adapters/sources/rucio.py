@@ -141,8 +141,9 @@ import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -182,6 +183,7 @@ log = logging.getLogger(__name__)
 adopt_library_loggers()  # rucio's own stderr handler would bypass the redacting formatter
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 _AUTH_ERRORS: tuple[type[Exception], ...] = (
     rucio_exc.CannotAuthenticate,
@@ -633,6 +635,7 @@ class RucioSource:
             invalid=cycle.invalid,
             unmapped=cycle.unmapped,
             unique=True,  # one replica per (site, dataset): the book is keyed by pair
+            sites_named=True,  # every pair's site is one an RSE maps to (_remap drops others)
         )
 
     def _map_rses(self, client: Any, book: _Book, now: datetime) -> _Cycle:
@@ -706,19 +709,31 @@ class RucioSource:
     def _read_summaries(self, client: Any, book: _Book, cycle: _Cycle, dirty: _Dirty) -> None:
         """Every mapped RSE's summary table, compared with its last answer: an identical
         answer (same SHA-256) costs its transfer and a hash; otherwise only its new lines are
-        parsed, and each row added, changed or gone marks its (site, dataset) dirty."""
-        for rse in sorted(cycle.sites):
+        parsed, and each row added, changed or gone marks its (site, dataset) dirty.
+
+        The next RSE's answer is read in a thread while this one is parsed (:func:`_ahead`):
+        one request at a time as before, none left running when this returns or raises."""
+
+        def read(rse: str) -> bytes:
             path = f"{_REPLICAS}/rse/{quote(rse, safe='')}"
-            body = self._call("list_datasets_per_rse", partial(self._body, client, path))
-            digest = hashlib.sha256(body).digest()
-            listing = book.listings.get(rse)
-            if listing is None or listing.digest != digest:
-                listing = self._summary_listing(
-                    body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
-                )
-                listing.digest = digest
-                book.listings[rse] = listing
-            cycle.invalid += listing.invalid
+            return self._call("list_datasets_per_rse", partial(self._body, client, path))
+
+        rses = sorted(cycle.sites)
+        with ThreadPoolExecutor(1, thread_name_prefix="rucio-read") as reader:
+            for rse, body in zip(rses, _ahead(reader, read, rses), strict=True):
+                self._summary(body, book, cycle, dirty, rse)
+
+    def _summary(self, body: bytes, book: _Book, cycle: _Cycle, dirty: _Dirty, rse: str) -> None:
+        """One RSE's answer (:meth:`_read_summaries`)."""
+        digest = hashlib.sha256(body).digest()
+        listing = book.listings.get(rse)
+        if listing is None or listing.digest != digest:
+            listing = self._summary_listing(
+                body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
+            )
+            listing.digest = digest
+            book.listings[rse] = listing
+        cycle.invalid += listing.invalid
 
     def _body(self, client: Any, path: str, params: dict[str, str] | None = None) -> bytes:
         """A listing's whole answer, read in blocks of ``_READ_BYTES`` (``Response.content``
@@ -1307,6 +1322,21 @@ _Outcome = tuple[Site, _Dataset, Replica | None]  # a pair's replica this fetch 
 _SITE_OF: Callable[[_Outcome], Site] = itemgetter(0)
 _BULK_SHARE = 4  # a site whose dirty pairs are a quarter of its rows or more: see _Plain
 _REPLICA = partial(tuple.__new__, Replica)  # Replica._make at C level: fields already checked
+
+
+def _ahead(reader: Executor, read: Callable[[K], T], keys: Sequence[K]) -> Iterator[T]:
+    """``read(key)`` for each of ``keys`` in order, the next one running in ``reader`` (one
+    worker) while the caller works on this one: its wait for the server's bytes overlaps the
+    caller's parsing. Only one ``read`` runs at a time, and the caller makes no call while it
+    runs. A failed ``read`` raises here, in its turn; the one already started after it ends
+    with ``reader`` (shut down by the caller's ``with``), and its answer is dropped."""
+    if not keys:
+        return
+    ahead = reader.submit(read, keys[0])
+    for key in keys[1:]:
+        done, ahead = ahead, reader.submit(read, key)
+        yield done.result()
+    yield ahead.result()
 
 
 def _available(dataset: DatasetId, site: Site) -> Replica:

@@ -238,6 +238,8 @@ def context(rng: random.Random) -> FetchContext:
 
 def assert_same(incremental: Snapshot, fresh: Snapshot) -> None:
     assert incremental.replicas == fresh.replicas
+    # the source vouches for its sites (Snapshot.of(sites_named=True)): they name every site
+    assert {r.site for r in incremental.replicas} <= incremental.sites
     assert (incremental.sites, incremental.invalid, incremental.unmapped) == (
         fresh.sites,
         fresh.invalid,
