@@ -9,7 +9,9 @@ The only module that imports ``rucio``. One :meth:`RucioSource.fetch` makes thes
    read at once), so a site attribute changed on the server is seen within that time.
    An RSE with neither is logged once, listed in ``Snapshot.unmapped`` and ignored;
 3. ``list_datasets_per_rse(rse)`` for each mapped RSE: the dataset summary table
-   (``collection_replicas``: state, length, available_length per dataset and RSE);
+   (``collection_replicas``: state, length, available_length per dataset and RSE); the next
+   RSE's table is read by a worker thread while this one is parsed (one request at a time,
+   the wait for the server's bytes overlapping the parse: :func:`_ahead`);
 4. ``list_replication_rules({"state": "R"})`` and ``{"state": "S"}``: the REPLICATING and STUCK
    rules, with exact lock counts (``locks_ok_cnt`` ...) kept by the rule engine;
 5. ``list_rses(expr)`` once per distinct expression of those rules that concern a dataset
