@@ -328,7 +328,7 @@ class _Dataset:
         """Set its row at ``rse``; True when it had none there."""
         at = self.at
         if rse not in at:
-            self.at = (*at, rse, value)
+            self.at = at + (rse, value)  # noqa: RUF005  (faster than unpacking)
             return True
         i = at.index(rse) + 1
         self.at = (*at[:i], value, *at[i + 1 :])
@@ -508,7 +508,8 @@ class _Dirty:
         site = next(iter(self.filled)) if self.filled else next(iter(self.pairs))
         datasets = self.pairs.pop(site, set())
         for values in self.filled.pop(site, ()):
-            datasets.update(_listed(values))
+            datasets.update(filter(_IS_DATASET, values))  # (as _listed, without its frames)
+            datasets.update(map(_PARTIAL_DATASET, filter(_IS_PARTIAL, values)))
         return site, datasets
 
     def each(self) -> Iterator[_Dataset]:
@@ -1434,7 +1435,7 @@ def _fill_rows(rse: str, values: list[_RowValue | _Mark], site: Site, dirty: _Di
             values[i] = _Mark.INVALID
             unique = False
             continue
-        dataset.at = (*at, rse, value)
+        dataset.at = at + (rse, value)  # noqa: RUF005  (faster than unpacking)
         if not at:
             dirty.datasets.add(dataset)
     if values:
@@ -1588,7 +1589,8 @@ def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
 
 def _rows_at(book: _Book, rses: Iterable[str], dataset: _Dataset) -> list[tuple[str, _RowValue]]:
     """(RSE, row) of ``dataset`` at each of ``rses`` that has one."""
-    return [(rse, v) for rse in rses if (v := dataset.row(rse)) is not None]
+    at = dataset.at  # (Dataset.row inlined: this runs for every pair that is not plain)
+    return [(rse, cast(_RowValue, at[at.index(rse) + 1])) for rse in rses if rse in at]
 
 
 def _settled(
@@ -1648,8 +1650,8 @@ def _complete_at(dataset: _Dataset, rses: tuple[str, ...]) -> bool:
     at = dataset.at
     if dataset not in at:  # (C level: most datasets with a partial row have no complete one)
         return False
-    for i in range(1, len(at), 2):  # noqa: SIM110  (any() over a generator: slower)
-        if at[i] is dataset and at[i - 1] in rses:
+    for rse in rses:  # noqa: SIM110  (a few RSEs; ``in`` and ``index`` scan at C level)
+        if rse in at and at[at.index(rse) + 1] is dataset:
             return True
     return False
 
