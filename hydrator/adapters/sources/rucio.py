@@ -1424,14 +1424,15 @@ def _first_only(values: list[_RowValue | _Mark]) -> bool:
 def _fill_rows(rse: str, values: list[_RowValue | _Mark], site: Site, dirty: _Dirty) -> bool:
     """:func:`_first_only` and :func:`_apply_rows` in one pass, for an RSE read the first
     time (no row at ``rse`` yet, nothing gone): what they would do, at half the cost a row,
-    with the values themselves noted as dirty at ``site`` (:attr:`_Dirty.filled`)."""
+    with the values themselves noted as dirty at ``site`` (:attr:`_Dirty.filled`). A row
+    put here is its dataset's last, so a second line of a dataset finds ``rse`` last."""
     unique = True
     for i, value in enumerate(values):
         if isinstance(value, _Mark):
             continue
         dataset = value if isinstance(value, _Dataset) else value.dataset
         at = dataset.at
-        if rse in at:
+        if at and at[-2] is rse:
             values[i] = _Mark.INVALID
             unique = False
             continue
