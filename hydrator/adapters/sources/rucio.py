@@ -145,8 +145,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
-from itertools import filterfalse, islice, repeat
-from operator import attrgetter
+from itertools import compress, filterfalse, islice, repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeGuard, TypeVar, cast
 from urllib.parse import quote, quote_plus
@@ -1358,6 +1358,7 @@ def _dataset_of(value: _RowValue) -> _Dataset:
     return value if isinstance(value, _Dataset) else value.dataset
 
 
+_RSE_OF: Callable[[Any], str] = itemgetter(0)
 _IS_DATASET = cast(Callable[[Any], TypeGuard[_Dataset]], _Dataset.__instancecheck__)  # C level
 _IS_PARTIAL = cast(Callable[[Any], TypeGuard[_Partial]], _Partial.__instancecheck__)
 _PARTIAL_DATASET: Callable[[_Partial], _Dataset] = attrgetter("dataset")
@@ -1588,10 +1589,14 @@ def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
 # -- settling pairs ------------------------------------------------------------------------
 
 
-def _rows_at(book: _Book, rses: Iterable[str], dataset: _Dataset) -> list[tuple[str, _RowValue]]:
-    """(RSE, row) of ``dataset`` at each of ``rses`` that has one."""
-    at = dataset.at  # (Dataset.row inlined: this runs for every pair that is not plain)
-    return [(rse, cast(_RowValue, at[at.index(rse) + 1])) for rse in rses if rse in at]
+def _rows_at(book: _Book, rses: tuple[str, ...], dataset: _Dataset) -> list[tuple[str, _RowValue]]:
+    """(RSE, row) of ``dataset`` at each of ``rses`` (sorted) that has one, in that order."""
+    at = dataset.at  # (C-level passes: this runs for every pair that is not plain)
+    names = at[::2]
+    found = list(compress(zip(names, at[1::2], strict=True), map(rses.__contains__, names)))
+    if len(found) > 1:
+        found.sort(key=_RSE_OF)  # in the order of ``rses`` (sorted), as the RSEs were read
+    return cast(list[tuple[str, _RowValue]], found)
 
 
 def _settled(
@@ -1651,10 +1656,8 @@ def _complete_at(dataset: _Dataset, rses: tuple[str, ...]) -> bool:
     at = dataset.at
     if dataset not in at:  # (C level: most datasets with a partial row have no complete one)
         return False
-    for rse in rses:  # noqa: SIM110  (a few RSEs; ``in`` and ``index`` scan at C level)
-        if rse in at and at[at.index(rse) + 1] is dataset:
-            return True
-    return False
+    names = at[::2]
+    return dataset in compress(at[1::2], map(rses.__contains__, names))  # (C level too)
 
 
 def _deep_order(book: _Book, wanted: Mapping[DatasetId, int], limit: int) -> list[_Dataset]:
