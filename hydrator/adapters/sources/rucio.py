@@ -145,7 +145,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
-from itertools import compress, filterfalse, islice, repeat
+from itertools import filterfalse, islice, repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, NotRequired, Protocol, TypeGuard, TypeVar, cast
@@ -1591,12 +1591,14 @@ def _moving(book: _Book, dataset: _Dataset, site: Site) -> _SiteTransfer | None:
 
 def _rows_at(book: _Book, rses: tuple[str, ...], dataset: _Dataset) -> list[tuple[str, _RowValue]]:
     """(RSE, row) of ``dataset`` at each of ``rses`` (sorted) that has one, in that order."""
-    at = dataset.at  # (C-level passes: this runs for every pair that is not plain)
-    names = at[::2]
-    found = list(compress(zip(names, at[1::2], strict=True), map(rses.__contains__, names)))
+    at = dataset.at  # (the fastest scan measured for ~10 rows: names only, by index)
+    found: list[tuple[str, _RowValue]] = []
+    for i in range(0, len(at), 2):
+        if at[i] in rses:
+            found.append((at[i], at[i + 1]))  # type: ignore[arg-type]  # (names at even i)
     if len(found) > 1:
-        found.sort(key=_RSE_OF)  # in the order of ``rses`` (sorted), as the RSEs were read
-    return cast(list[tuple[str, _RowValue]], found)
+        found.sort(key=_RSE_OF)  # in the order of ``rses`` (sorted)
+    return found
 
 
 def _settled(
@@ -1656,8 +1658,10 @@ def _complete_at(dataset: _Dataset, rses: tuple[str, ...]) -> bool:
     at = dataset.at
     if dataset not in at:  # (C level: most datasets with a partial row have no complete one)
         return False
-    names = at[::2]
-    return dataset in compress(at[1::2], map(rses.__contains__, names))  # (C level too)
+    for i in range(1, len(at), 2):  # noqa: SIM110  (any() over a generator: slower)
+        if at[i] is dataset and at[i - 1] in rses:
+            return True
+    return False
 
 
 def _deep_order(book: _Book, wanted: Mapping[DatasetId, int], limit: int) -> list[_Dataset]:
