@@ -349,6 +349,21 @@ def test_an_answer_naming_a_dataset_twice_is_read_whole_at_its_next_change() -> 
     assert_same(source.fetch(ctx), make_source(world).fetch(ctx))
 
 
+def test_a_first_read_naming_a_dataset_twice_keeps_the_first_row() -> None:
+    """An RSE read the first time whose answer names a dataset twice: the first row counts,
+    the second is counted invalid (as when it is read whole later)."""
+    rng = random.Random(17)
+    world = new_world(rng)
+    did = next(iter(world.rows[RSES[0]]))
+    world.rows[RSES[0]][did] = Row(4, 4, complete=True)
+    ctx = FetchContext(now=datetime.now(UTC))
+    single = make_source(world).fetch(ctx)
+    world.doubled[RSES[0]] = {did: Row(4, 1, complete=False)}
+    doubled = make_source(world).fetch(ctx)
+    assert doubled.replicas == single.replicas
+    assert doubled.invalid == single.invalid + 1
+
+
 def test_a_fetch_failing_half_way_leaves_the_next_one_exact() -> None:
     rng = random.Random(11)
     world = new_world(rng)
