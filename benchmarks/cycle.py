@@ -34,7 +34,9 @@ Steps, each in a fresh process so that its peak RSS is its own:
 writes medians (seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load
 before and after) and the replay server's own peak RSS and CPU seconds (``replay``,
 ``replay_peak_rss_mib``: not part of ``peak_rss_mib``). ``--profile DIR`` writes a cProfile per
-phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary).
+phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary). Each cycle's record
+also holds each phase's own peak RSS (``<phase>_peak_mib``; summarised as ``phase_peaks_mib``
+by kind of cycle), so the phase a peak is in is known.
 ``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s`` (default: the config's;
 recorded as ``merge_min_interval_s``): the churn cycles follow each other within seconds and
 the stub wipes merged attributes only with ``--startd-updates F`` (that fraction of the slots'
@@ -54,8 +56,9 @@ checkout's (the run stops if a step imported another ``hydrator``; ``code`` in t
 
 ``benchmarks/cycle_report.py`` turns such files (10k to 10M) into the tables and the plot.
 
-At 10M replicas (issue 15 item 3) the replay generates its answers on the fly (~1.2 GiB
-with its default cache, about 17 s of CPU per cycle on the other core; see
+At 10M replicas (issue 15 item 3) the replay generates its answers on the fly and caches
+them (room for every answer by default, as at 1M: about 4.6 GiB at 10M; ``--replay-cache-mib``
+less, and it formats most of them again every cycle on the other core; see
 :mod:`benchmarks.replay`). A step that dies is recorded, not a crash: ``failed`` names the
 step and why (killed by the OOM killer, seen as a signal and a rise of ``oom_kill`` in
 ``/proc/vmstat``; or stopped by this harness's watchdog when the machine's available memory
@@ -637,6 +640,25 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+def phase_peaks(daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each phase's own peak RSS (MiB) by kind of cycle: ``first``, ``churn`` and
+    ``nochange`` (the highest over those cycles) and ``restart`` (the cycle after it)."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    if "failed" not in daemon:
+        kinds |= {"first": [daemon["first"]], "churn": daemon["churn"]}
+        kinds["nochange"] = daemon["nochange"]
+    if "failed" not in restart:
+        kinds["restart"] = [restart["cycle_after_restart"]]
+    return {
+        kind: {
+            p: max(r.get(f"{p}_peak_mib", 0.0) for r in records)
+            for p in PHASES
+            if any(f"{p}_peak_mib" in r for r in records)
+        }
+        for kind, records in kinds.items()
+    }
+
+
 def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, Any]:
     """Medians of both steps' records; a step that failed (``failed``) leaves its figures
     ``None`` and is named in ``failed``."""
@@ -661,6 +683,7 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
             },
             "cycles": len(churned),
         }
+    out["phase_peaks_mib"] = phase_peaks(daemon, restart)
     if "failed" not in restart:
         out |= {
             "startup_s": restart["startup_s"],

@@ -1,7 +1,7 @@
 """Tables and a plot from ``benchmarks/cycle.py`` runs (issue 15).
 
 ``python -m benchmarks.cycle_report RUN.json ...`` where each file is a ``--json`` output
-named ``<label>-<replicas>.json`` (label ``old``, ``s4``, ``s5`` or ``new``). Writes
+named ``<label>-<replicas>.json`` (label ``old``, ``s4``, ``s5``, ``s6`` or ``new``). Writes
 ``benchmarks/cycle_results.json`` (every run, raw per-cycle records left out),
 ``benchmarks/cycle.png`` (cycle times and peak RSS against replicas on log axes, old and new:
 10k, 100k, 1M, 10M) and prints the Markdown tables that ``benchmarks/RESULTS.md`` quotes,
@@ -42,13 +42,14 @@ FIGURES = (
     ("replay_peak_rss_mib", "replay server's peak RSS (MiB, not counted above)"),
 )
 SCALES = (10_000, 100_000, 1_000_000, 10_000_000)  # issue 15 item 4
-# Code versions in the order they are shown: ``old`` (before the work), optionally ``s4`` and
-# ``s5`` (intermediate commits: sessions 4 and 5), ``new``; a file's label is its name up to the
-# first ``-``.
+# Code versions in the order they are shown: ``old`` (before the work), optionally ``s4``,
+# ``s5`` and ``s6`` (intermediate commits: sessions 4 to 6), ``new``; a file's label is its name
+# up to the first ``-``.
 LABELS = (
     ("old", "o--", "tab:blue"),
     ("s4", "^:", "tab:green"),
     ("s5", "d-.", "tab:purple"),
+    ("s6", "v-.", "tab:red"),
     ("new", "s-", "tab:orange"),
 )
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other", "gc")
@@ -131,6 +132,18 @@ def fetch_cpu(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def phase_peaks(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """Each phase's own peak RSS (MiB) by kind of cycle, for the runs that recorded it."""
+    head = " | ".join(p for p in PHASES if p != "gc")
+    lines = [f"| run | cycle | {head} |", "|---" * (len(PHASES) + 1) + "|"]
+    for label, _, _ in LABELS:
+        for n, run in sorted(runs.get(label, {}).items()):
+            for kind, peaks in (run.get("phase_peaks_mib") or {}).items():
+                cells = " | ".join(f"{peaks.get(p, 0.0):.0f}" for p in PHASES if p != "gc")
+                lines.append(f"| {label} {n:,} | {kind} | {cells} |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, style, colour in LABELS:
@@ -179,6 +192,8 @@ def main() -> None:
     print(phases(runs, "first_phases_s"))
     print()
     print(fetch_cpu(runs))
+    print()
+    print(phase_peaks(runs))
 
 
 if __name__ == "__main__":

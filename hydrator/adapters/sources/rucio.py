@@ -37,7 +37,8 @@ Incremental design (issue 15): a fetch costs what changed, not what exists. The 
   are diffed the same way as they stream in. A malformed line is kept as a mark, counted every
   fetch, never used. An RSE answer naming a dataset twice keeps the first row (the others are
   counted invalid) and is read whole at its next change.
-* **Rows are small.** Per RSE, dataset -> row; a row that says complete is just the
+* **Rows are small.** Per dataset, one flat tuple of its rows at mapped RSEs
+  (``_Dataset.at``: ``(rse, row, ...)``); a row that says complete is just the
   :class:`_Dataset` (one object per dataset, hashed by identity), others a :class:`_Partial`
   tuple of counts. No parsed record outlives its batch.
 * **Dirty pairs only.** A (site, dataset) is settled again (:meth:`RucioSource._settle`) only
