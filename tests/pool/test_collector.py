@@ -11,9 +11,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
 import classad2
 import htcondor2
@@ -31,7 +30,7 @@ from hydrator.core.render import site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from tests.pool.views import views
-from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool
+from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool, eventually
 
 pytestmark = pytest.mark.pool
 
@@ -42,7 +41,6 @@ CONTENT = {
     "SITE_C": ["ska:obs_3"],
 }
 UPDATES_FRAGMENT = "10-update-interval"
-T = TypeVar("T")
 
 
 def set_update_interval(pool: Pool, seconds: int) -> None:
@@ -120,17 +118,6 @@ def merged(pool: Pool) -> dict[str, list[str] | None]:
     """Slot name -> its AvailableDatasets (None when missing)."""
     ads = pool.slot_ads(["AvailableDatasets", "DataLocalityDigest"])
     return {str(ad["Name"]): ad.get("AvailableDatasets") for ad in ads}
-
-
-def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 10.0) -> T:
-    """``read()`` as soon as ``done`` holds for it, else its last value after ``timeout_s``
-    (for the assertion that follows to show). An update is not acknowledged: the collector may
-    answer a query (in a forked worker) before it has read every ad of the connection that a
-    publish just closed, so what a publish sent is visible a moment later, not at once."""
-    deadline = time.monotonic() + timeout_s
-    while not done(value := read()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return value
 
 
 def landed(pool: Pool, sites: dict[Site, SiteView]) -> dict[str, tuple[dict[str, object], ...]]:

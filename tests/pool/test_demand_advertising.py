@@ -15,7 +15,7 @@ from hydrator.config import parse_config
 from hydrator.domain import Site
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
-from tests.support.pool import IDLE, NEVER_MATCHING, Pool
+from tests.support.pool import IDLE, NEVER_MATCHING, Pool, eventually
 
 pytestmark = pytest.mark.pool
 
@@ -82,18 +82,15 @@ def test_ads_carry_the_most_demanded_datasets_within_the_budget(
     assert 'AvailableDatasets = { "ska:d2","ska:d3" }' in body.splitlines()
     assert "PartialDatasets = {  }" in body.splitlines(), "d5 is wanted by no job"
 
-    deadline = time.monotonic() + 10
-    while True:  # an update is not acknowledged: the collector shows it a moment later
+    def site_b() -> list[list[str]]:
         site_ad = condor_pool.collector.query(
             htcondor2.AdType.Any,
             f'MyType == "{SITE_AD_TYPE}" && Name == "SITE_B"',
             ["AvailableDatasets"],
         )
-        lists = [list(ad["AvailableDatasets"]) for ad in site_ad]
-        if lists == [want] or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert lists == [want]
+        return [list(ad["AvailableDatasets"]) for ad in site_ad]
+
+    assert eventually(site_b, [want].__eq__) == [want]
 
     deadline = time.monotonic() + 30
     while True:  # the startd's own updates wipe merges; each cycle re-merges the wiped slots
