@@ -1686,11 +1686,10 @@ def _plainly_complete(
     tables: Iterable[list[_RowValue | _Mark]], datasets: set[_Dataset], exempt: set[_Dataset]
 ) -> list[_Dataset]:
     """Those of ``datasets`` that a row at one of a site's RSEs (``tables``: their listings'
-    values) says complete,
-    but not ``exempt`` ones (:func:`_moving_or_pending` at the site): their replica there
-    says only "complete", as :meth:`RucioSource._settle` would find pair by pair (the others
-    are left to it). C-level passes over the site's rows: for a site most of whose pairs
-    are dirty."""
+    values) says complete, but not ``exempt`` ones (:func:`_moving_or_pending` at the site):
+    their replica there says only "complete", as :meth:`RucioSource._settle` would find pair
+    by pair (the others are left to it). C-level passes over the site's rows: for a site
+    most of whose pairs are dirty."""
     complete: set[_Dataset] = set()
     for values in tables:
         complete.update(filter(_IS_DATASET, values))  # a row that says complete: its dataset
