@@ -124,6 +124,25 @@ def test_a_cache_dir_writable_by_others_is_refused_for_a_private_one(
     assert again.stdout == GOOD_LINES + "-\n"  # the private copy is found again
 
 
+def test_without_any_safe_directory_the_hook_refuses_to_run(
+    server: tuple[str, Answer], tmp_path: Path
+) -> None:
+    """$TMPDIR itself writable by others and not sticky: no private directory either, and
+    every file the hook wrote (its scratch files too) could be swapped under it."""
+    url, _ = server
+    open_tmp = tmp_path / "open"
+    open_tmp.mkdir()
+    open_tmp.chmod(0o777)
+    env = {"TMPDIR": str(open_tmp)}
+
+    out = run_hook(url, open_tmp / "cache", env=env)
+
+    assert (out.returncode, out.stdout) == (1, "")  # the startd keeps what it had
+    assert "printing nothing" in out.stderr
+    assert [p.name for p in open_tmp.iterdir()] == ["cache"]  # nothing else left behind
+    assert list((open_tmp / "cache").iterdir()) == []
+
+
 # --- two real users: an attacker and the hook's user ------------------------------------------
 
 ATTACKER = (65534, 65534)  # nobody
@@ -191,14 +210,17 @@ def test_a_cache_dir_another_user_created_first_is_refused(
     server: tuple[str, Answer], node: Node
 ) -> None:
     """The attacker creates the hook's predictable default directory first, with a plausible
-    copy for another dataset list and the ETag the server has now (so it would answer 304)."""
+    copy for another dataset list and the ETag the server has now (so it would answer 304),
+    and a decoy where the hook's private fallback directories are named."""
     url, answer = server
-    node.attacker(
-        f"mkdir -m 777 {node.default_cache.name}; cd {node.default_cache.name}\n"
-        f"printf '%s' '{PLANTED}' > SITE_A.classad\n"
-        f"printf '%s\\n' '{answer.etag}' > SITE_A.classad.etag\n"
-        "chmod 666 SITE_A.classad SITE_A.classad.etag"
-    )
+    decoy = f"{node.default_cache.name}.AAAAAAAA"
+    for directory in (node.default_cache.name, decoy):
+        node.attacker(
+            f"mkdir -m 777 {directory}; cd {directory}\n"
+            f"printf '%s' '{PLANTED}' > SITE_A.classad\n"
+            f"printf '%s\\n' '{answer.etag}' > SITE_A.classad.etag\n"
+            "chmod 666 SITE_A.classad SITE_A.classad.etag"
+        )
     before = {p.name: p.read_bytes() for p in node.default_cache.iterdir()}
 
     out, err = _finish(node.hook(url)[0])
@@ -207,6 +229,9 @@ def test_a_cache_dir_another_user_created_first_is_refused(
     assert out == GOOD
     assert f"cache directory {node.default_cache} is not owned by" in err
     assert {p.name: p.read_bytes() for p in node.default_cache.iterdir()} == before
+    (private,) = (p for p in node.tmpdir.glob(f"{node.default_cache.name}.*") if p.name != decoy)
+    assert (private.stat().st_uid, private.stat().st_mode & 0o777) == (HOOK_USER[0], 0o700)
+    assert f"using {private}" in err
 
 
 def test_a_symlink_planted_at_a_temporary_name_redirects_no_write(
