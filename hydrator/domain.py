@@ -37,7 +37,9 @@ from typing import NamedTuple, NewType, TypeVar, overload
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
 # Names: Rucio's generic DID character set plus what experiments' schemas add (/, #, +, @, =).
-# No quote, backslash, whitespace, comma, colon or control character; 250 is Rucio's limit.
+# No quote, backslash, whitespace, comma, colon, `$` or control character; 250 is Rucio's limit.
+# `$` never: HTCondor expands $(...) and $ENV(...) in the configuration the glidein hook writes
+# these names into (issue 26), so a name holding one is an invalid record, counted and skipped.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9/_][A-Za-z0-9/_.\-+#@=]{0,249}")
 # GLIDEIN_Site values seen in production: SRCNET_CH, T2_US_Nebraska, UKI-NORTHGRID-MAN-HEP.
 SITE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")

@@ -10,126 +10,21 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-HOOK = REPO / "deploy" / "condor" / "hydrator-classad-hook"
-GLIDEIN = REPO / "deploy" / "glidein" / "hydrator_glidein.sh"
-
-GOOD = (
-    'AvailableDatasets = { "ska:obs_1","ska:skymodel_v3" }\n'
-    "PartialDatasets = {  }\n"
-    'ReplicatingDatasets = { "ska:obs_9" }\n'
-    'DataLocalitySite = "SITE_A"\n'
-    "DataLocalityUpdated = 1795390000\n"
-    'DataLocalityDigest = "0123456789abcdef"\n'
-    "- update:true\n"
+from tests.support.hook import (
+    GLIDEIN,
+    GOOD,
+    GOOD_LINES,
+    HOOK,
+    STREAM_CAP_BYTES,
+    Answer,
+    Glidein,
+    run_hook,
 )
-GOOD_LINES = GOOD.removesuffix("- update:true\n")
-
-
-STREAM_CAP_BYTES = 200 * 2**20  # a test server must end some day; no hook should get near it
-
-
-@dataclass
-class Answer:
-    status: int = 200
-    body: str = GOOD
-    etag: str = '"v1"'
-    delay_s: float = 0.0
-    endless: bool = False  # a chunked answer that never ends (up to STREAM_CAP_BYTES)
-    sent_bytes: int = 0
-    requests: list[dict[str, str]] = field(default_factory=list)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        answer = self.server.answer
-        answer.requests.append({"path": self.path, **{k: v for k, v in self.headers.items()}})
-        time.sleep(answer.delay_s)
-        if self.path != "/v1/sites/SITE_A/classad":
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if self.headers.get("If-None-Match") == answer.etag and answer.status == 200:
-            self.send_response(304)
-            self.send_header("ETag", answer.etag)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if answer.endless:
-            self._stream_without_end(answer)
-            return
-        body = answer.body.encode()
-        self.send_response(answer.status)
-        self.send_header("ETag", answer.etag)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _stream_without_end(self, answer: Answer) -> None:
-        """What a broken or hostile endpoint may do: chunk after chunk of plausible lines."""
-        self.send_response(200)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        line = b'AvailableDatasets = { "ska:obs_1" }\n' * 1800
-        chunk = f"{len(line):x}\r\n".encode() + line + b"\r\n"
-        try:
-            while answer.sent_bytes < STREAM_CAP_BYTES:
-                self.wfile.write(chunk)
-                answer.sent_bytes += len(line)
-                time.sleep(0.0005)  # some 100 MB/s at most, so a test cannot fill the disk
-        except OSError:
-            return  # the client hung up: what a bounded hook does
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    answer: Answer
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[str, Answer]]:
-    srv = _Server(("127.0.0.1", 0), _Handler)
-    srv.answer = Answer()
-    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}", srv.answer
-    srv.shutdown()
-    srv.server_close()
-
-
-def run_hook(
-    url: str,
-    cache: Path,
-    *args: str,
-    site: str = "SITE_A",
-    timeout_s: float = 10,
-    env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cache.parent), **(env or {})}
-    return subprocess.run(
-        [str(HOOK), "--url", url, "--site", site, "--cache-dir", str(cache), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def test_good_answer_is_printed_with_an_update_line(
@@ -251,30 +146,12 @@ def test_invalid_site_prints_nothing_and_requests_nothing(
 def test_glidein_mode_reads_glidein_config_prints_lines_and_seeds_the_startd(
     server: tuple[str, Answer], tmp_path: Path
 ) -> None:
-    """GlideinWMS calls custom scripts as ``script glidein_config entry_id``; the helper
-    functions below follow add_config_line.source (gconfig_add, add_condor_vars_line)."""
+    """GlideinWMS calls custom scripts as ``script glidein_config entry_id``."""
     url, _ = server
-    helpers = tmp_path / "add_config_line.source"
-    helpers.write_text(
-        'gconfig_add() { echo "$1 $2" >> "$glidein_config"; }\n'
-        'add_condor_vars_line() { echo "$*" >> "$condor_vars_file"; }\n'
-    )
-    condor_vars = tmp_path / "condor_vars.lst"
-    condor_vars.write_text("")
-    config = tmp_path / "glidein_config"
-    config.write_text(
-        f"ADD_CONFIG_LINE_SOURCE {helpers}\nCONDOR_VARS_FILE {condor_vars}\n"
-        f"GLIDEIN_Site SITE_A\nHYDRATOR_URL {url}\n"
-    )
+    glidein = Glidein.make(tmp_path, url)
+    config, condor_vars = glidein.config, glidein.condor_vars
     for _ in range(2):  # setup run, then a periodic run: nothing is added twice
-        out = subprocess.run(
-            [str(GLIDEIN), str(config), "main"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=10,
-            env={"PATH": os.environ["PATH"]},
-        )
+        out = glidein.run()
         assert (out.returncode, out.stdout) == (0, GOOD_LINES)  # the wrapper ends the ad
     assert 'AvailableDatasets { "ska:obs_1","ska:skymodel_v3" }' in config.read_text()
     assert condor_vars.read_text().splitlines()[0] == "AvailableDatasets C - + N Y -"

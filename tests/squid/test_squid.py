@@ -163,3 +163,20 @@ def test_with_the_hydrator_stopped_squid_serves_the_last_ad_and_hooks_keep_it(
     fresh_node = hook(hydrator.url, squid.proxy, tmp_path / "new-node", "SITE_A")
     assert '"ska:a1"' in fresh_node  # no copy of its own: it came from squid (stale-if-error)
     assert any(c.startswith("TCP_REFRESH_FAIL_OLD") for c in squid.codes()), squid.codes()
+
+
+def test_a_tampered_copy_behind_squid_is_replaced_not_revalidated(
+    squid: Squid, hydrator: Hydrator, tmp_path: Path
+) -> None:
+    """Squid answers the hook's own If-None-Match with 304 ("print your copy"): a copy that
+    no longer passes the hook's checks must not be revalidated, but fetched afresh (issue 26)."""
+    cache = tmp_path / "node"
+    first = hook(hydrator.url, squid.proxy, cache, "SITE_A")
+    assert hook(hydrator.url, squid.proxy, cache, "SITE_A").endswith("-\n")  # a 304 path
+    copy = cache / "SITE_A.classad"
+    copy.write_text("START = true\nRequirements = true\nRank = 1000\n" + copy.read_text())
+
+    again = hook(hydrator.url, squid.proxy, cache, "SITE_A")
+
+    assert again == first  # the fresh ad, as a change; no START, Requirements or Rank
+    assert "START" not in copy.read_text()

@@ -20,3 +20,13 @@ def file_modes_enforced(command: list[str]) -> list[str]:
         raise RuntimeError("running as root needs setpriv (util-linux) to test file permissions")
     caps = "-dac_override,-dac_read_search"
     return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}", *command]
+
+
+def as_user(uid: int, gid: int, command: list[str]) -> list[str]:
+    """``command``, prefixed to run as ``uid``/``gid`` without supplementary groups: a real
+    second (or third) local user, unprivileged, for tests about who may write where. Needs
+    root (the suite's CI runs as root) and setpriv (util-linux)."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        raise RuntimeError("acting as another local user needs root and setpriv (util-linux)")
+    return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *command]

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hydrator.domain import DatasetId, Site, Snapshot, content_digest, holding
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Site,
+    Snapshot,
+    check_site,
+    content_digest,
+    holding,
+)
 from tests.unit.factories import rep
 
 DATASETS = [DatasetId(s, n) for s in ("ska", "lsst") for n in ("a", "b/c#1", "d.e", "f")]
@@ -53,3 +63,22 @@ def test_the_site_digest_keeps_its_bytes(lists: list[list[DatasetId]]) -> None:
         tuple((d, 0.1) for d in replicating),
     )
     assert digest == _digest_as_specified("SRCNET_CH", lists)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DatasetId("ska", "obs_$1"),
+        lambda: DatasetId("ska", "$ENV(HOME)"),
+        lambda: DatasetId("ska", "a$(FULL_HOSTNAME)"),
+        lambda: DatasetId("$ska", "a"),
+        lambda: DatasetId.parse("ska$:a"),
+        lambda: check_site("SITE_$A"),
+        lambda: check_site("$(SITE)"),
+    ],
+)
+def test_a_name_holding_a_dollar_is_invalid(make: Callable[[], object]) -> None:
+    """HTCondor expands $(...) and $ENV(...) in configuration, which the glidein hook writes
+    (issue 26): no dataset or site name may hold a `$`."""
+    with pytest.raises(InvalidNameError):
+        make()
