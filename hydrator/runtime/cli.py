@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hydrator import __version__
-from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
+from hydrator.config import (
+    ClassAdConfig,
+    Config,
+    check_files,
+    default_config_path,
+    load_config,
+)
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
@@ -108,6 +114,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         args.log_format or config.daemon.log_format, args.log_level or config.daemon.log_level
     )
     if args.command == "check-config":
+        check_files(config, inventories=True)  # also: every static inventory exists and fits
         print(f"ok: {len(config.sources)} source(s), state at {config.daemon.state_path}")
         return EXIT_OK
     if args.command == "show":
