@@ -231,30 +231,37 @@ class _BoundedAdapter(HTTPAdapter):
     def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
         response = super().send(request, *args, **kwargs)
         raw = response.raw
+        run: Run | None = getattr(_current, "run", None)
         try:
-            body = self._read(raw)
+            body = self._read(raw, run)
         finally:
             raw.release_conn()
+        if run is not None and run.expired:  # a socket shut down mid-answer reads as its end
+            raise DeadlinePassed("the fetch's deadline passed while reading the answer")
         response.raw = io.BytesIO(body)
         return response
 
-    def _read(self, raw: HTTPResponse) -> bytes:
-        run: Run | None = getattr(_current, "run", None)
+    def _read(self, raw: HTTPResponse, run: Run | None) -> bytes:
         chunks: list[bytes] = []
         size = 0
+        while chunk := self._read1(raw):
+            size += len(chunk)
+            if size > self.max_bytes:
+                raw.close()
+                raise AnswerTooLarge(f"answer larger than max_answer_bytes = {self.max_bytes}")
+            if run is not None and (run.expired or run.left_s() <= 0):
+                raw.close()
+                raise DeadlinePassed("the fetch's deadline passed while reading the answer")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _read1(raw: HTTPResponse) -> bytes:
+        """One socket read of the body (decompressed), as requests' own reading would raise."""
         try:
-            while chunk := raw.read1(CHUNK_BYTES, decode_content=True):
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raw.close()
-                    raise AnswerTooLarge(f"answer larger than max_answer_bytes = {self.max_bytes}")
-                if run is not None and run.left_s() <= 0:
-                    raw.close()
-                    raise DeadlinePassed("the fetch's deadline passed while reading the answer")
-                chunks.append(chunk)
+            return raw.read1(CHUNK_BYTES, decode_content=True)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise requests.ConnectionError(f"reading the answer: {exc}") from exc
-        return b"".join(chunks)
 
 
 class HttpClient:
