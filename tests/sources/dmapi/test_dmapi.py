@@ -719,3 +719,21 @@ def test_a_short_token_lifetime_costs_a_few_grants_not_one_per_request(
     )
     assert len(source.fetch(CTX).replicas) == 30
     assert fake.counts["token"] <= 2
+
+
+def test_the_unmapped_list_is_bounded_counted_and_logged_in_few_lines(
+    fake: FakeSrcnet, make_source: MakeSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """600,001 unmapped identifiers made a 19 MB once --json (item 13): the first N are
+    listed (each cut to 200 characters), all are counted."""
+    rses = [(f"RSE_{i:04d}" + "x" * (300 if i == 0 else 0), None) for i in range(500)]
+    fake.add_dataset("ska", "spread", *rses)
+    source = make_source(datasets=["ska:spread"], site_capabilities_url=None, max_listed_unmapped=5)
+    with caplog.at_level(logging.WARNING):
+        snapshot = source.fetch(CTX)
+    assert len(snapshot.unmapped) == 5 and snapshot.unmapped_more == 495
+    assert max(len(name) for name in snapshot.unmapped) == 201  # 200 and an ellipsis
+    assert sorted(snapshot.unmapped)[1:] == ["RSE_0001", "RSE_0002", "RSE_0003", "RSE_0004"]
+    lines = [r for r in caplog.records if "no site" in r.getMessage()]
+    assert len(lines) == 6, [r.getMessage() for r in lines]  # five names and one count
+    assert "500 storage elements have no site" in lines[-1].getMessage()
