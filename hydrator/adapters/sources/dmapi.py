@@ -492,7 +492,10 @@ class DmapiSource:
     def _locate_all(self, datasets: list[DatasetId], run: Run) -> dict[DatasetId, LocateResult]:
         """Locate every dataset with at most ``max_concurrency`` requests in flight.
 
-        The first failure aborts the others (their pending retries end at once) and is raised.
+        The first failure aborts the others (their pending retries end at once) and is raised;
+        so does the deadline. Either way the answers already in are kept for the next fetch
+        (:meth:`_keep_answered`): a first fetch of more datasets than one deadline allows
+        then completes over a few cycles instead of failing for ever.
         """
         futures: dict[Future[LocateResult], DatasetId] = {
             self._pool.submit(self._locate, dataset, run): dataset for dataset in datasets
@@ -504,6 +507,7 @@ class DmapiSource:
             if pending:
                 for future in pending:
                     future.cancel()
+                self._keep_answered(futures, done)
                 raise TransientSourceError(
                     f"{len(pending)} of {len(futures)} locates unanswered at the deadline"
                 )
@@ -513,10 +517,22 @@ class DmapiSource:
             for future in pending:
                 future.cancel()
             wait(pending)
+            self._keep_answered(futures, done)
             error = failed.exception()
             assert error is not None
             raise error
         return {futures[f]: f.result() for f in done}
+
+    def _keep_answered(
+        self,
+        futures: Mapping[Future[LocateResult], DatasetId],
+        done: Iterable[Future[LocateResult]],
+    ) -> None:
+        """Remember the answers of a failed fetch's locates that did answer, as of this fetch
+        (they are true; the next fetch then locates the others first)."""
+        for future in done:
+            if not future.cancelled() and future.exception() is None:
+                self._known[futures[future]] = (future.result(), self._fetches + 1)
 
     def _locate(self, dataset: DatasetId, run: Run) -> LocateResult:
         # Names may contain "/"; it is percent-encoded too so that dot segments in a name

@@ -737,3 +737,26 @@ def test_the_unmapped_list_is_bounded_counted_and_logged_in_few_lines(
     lines = [r for r in caplog.records if "no site" in r.getMessage()]
     assert len(lines) == 6, [r.getMessage() for r in lines]  # five names and one count
     assert "500 storage elements have no site" in lines[-1].getMessage()
+
+
+def test_a_fetch_longer_than_its_deadline_completes_over_a_few_cycles(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """The first fetch locates everything; with more datasets than one deadline allows, the
+    answers in by the deadline are kept, so the next fetches go on from there instead of
+    failing for ever."""
+    names = [f"ska:many_{i}" for i in range(12)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("AUSSRC_T1", None))
+    fake.locate_delay_s = 0.3
+    source = make_source(
+        sites={"AUSSRC_T1": "AU"},
+        datasets=names,
+        site_capabilities_url=None,
+        max_concurrency=2,
+        deadline_s=1.5,
+        max_relocates_per_cycle=2,
+    )
+    with pytest.raises(TransientSourceError, match="deadline_s = 1.5 s"):
+        source.fetch(CTX)
+    assert len(source.fetch(CTX).replicas) == 12
