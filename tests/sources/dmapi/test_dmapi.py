@@ -757,6 +757,6 @@ def test_a_fetch_longer_than_its_deadline_completes_over_a_few_cycles(
         deadline_s=1.5,
         max_relocates_per_cycle=2,
     )
-    with pytest.raises(TransientSourceError, match="deadline_s = 1.5 s"):
+    with pytest.raises(TransientSourceError, match=r"deadline_s = 1\.5 s"):
         source.fetch(CTX)
     assert len(source.fetch(CTX).replicas) == 12
