@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,12 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hydrator.domain import SCOPE_PATTERN, InvalidNameError, check_site
 from hydrator.errors import ConfigError
+from hydrator.files import FileRefused, open_regular, read_capped
 
 DEFAULT_CONFIG_PATH = Path("/etc/hydrator/hydrator.toml")
 ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 SOURCE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
+DEFAULT_DEADLINE_S = 30.0  # half the default interval_s: a slow source leaves time for the rest
+MAX_CONFIG_BYTES = 8 * 1024 * 1024  # 50,000 DMAPI datasets take ~2 MB of TOML
+MAX_SECRET_FILE_BYTES = 64 * 1024  # as hydrator.redact.MAX_SECRET_BYTES
 # Strict models take a TOML string for a path: the one conversion allowed.
 ConfigPath = Annotated[Path, Field(strict=False)]
 
@@ -171,6 +174,11 @@ class StaticSourceConfig(_SourceBase):
     settle_s: float = Field(2.0, ge=0)
     """Seconds the file must be unmodified before a cycle uses it, so one rewritten in place is
     never read half-written; replace it by writing a temporary file and renaming it instead."""
+    deadline_s: PositiveSeconds = DEFAULT_DEADLINE_S
+    """Longest a fetch of this source may take, seconds; past it the source has failed this
+    cycle (its last good answer is kept) and the cycle goes on without it."""
+    max_inventory_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    """Largest inventory file read, bytes; a larger one fails the source (last good kept)."""
 
 
 class RucioSourceConfig(_SourceBase):
@@ -230,6 +238,11 @@ class RucioSourceConfig(_SourceBase):
     """Wait before the second try, seconds; doubles with each further try."""
     max_retry_after_s: float = Field(30.0, ge=0)
     """Longest ``Retry-After`` (429/503) honoured, seconds; a longer hint fails the cycle."""
+    deadline_s: PositiveSeconds = DEFAULT_DEADLINE_S
+    """Longest a fetch of this source may take, seconds (requests, retries, token requests and
+    parsing); past it the fetch is abandoned, the source has failed this cycle (its last good
+    answer is kept) and the cycle goes on without it. Raise it for a catalogue whose full
+    fetch takes longer (millions of replicas)."""
 
     @field_validator("scopes")
     @classmethod
@@ -295,6 +308,16 @@ class DmapiSourceConfig(_SourceBase):
     """Locate requests in flight at once."""
     ca_cert: ConfigPath | None = None
     """CA bundle for TLS verification; default: the system/certifi bundle."""
+    deadline_s: PositiveSeconds = DEFAULT_DEADLINE_S
+    """Longest a fetch of this source may take, seconds: connections, headers, bodies, token
+    requests and retry waits together (a server sending one byte a second meets it too). Past
+    it the source has failed this cycle (its last good answer is kept) and the cycle goes on."""
+    max_answer_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    """Largest answer body read (locate, /nodes, token endpoint), bytes, after decompression;
+    a larger one fails the source (its last good answer is kept)."""
+    max_listed_unmapped: int = Field(20, ge=0)
+    """Storage elements with no site listed by name in ``once --json``, ``/v1/sites`` and the
+    log (the first ones in name order); all are counted."""
 
     @model_validator(mode="after")
     def _auth(self) -> DmapiSourceConfig:
@@ -444,15 +467,17 @@ def default_config_path() -> Path:
 def load_config(path: Path) -> Config:
     """Read, validate and resolve a configuration file; raise ConfigError naming the key.
 
-    A UTF-8 byte order mark (which some editors write) is stripped. Every file a ``*_file``
-    key (or ``client_cert``/``client_key``/``client_proxy``) names must be a readable file.
+    A UTF-8 byte order mark (which some editors write) is stripped. The file must be a
+    regular file of at most ``MAX_CONFIG_BYTES``. Every file a ``*_file`` key (or
+    ``client_cert``/``client_key``/``client_proxy``) names must be a readable regular file of
+    at most ``MAX_SECRET_FILE_BYTES``; a static inventory that exists must be a regular file.
     """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise ConfigError("", f"{path}: no such configuration file") from None
-    except OSError as exc:
-        raise ConfigError("", f"{path}: cannot read: {exc.strerror}") from None
+        raw = tomllib.loads(read_capped(path, MAX_CONFIG_BYTES).decode("utf-8-sig"))
+    except FileRefused as exc:
+        if str(exc) == "no such file":
+            raise ConfigError("", f"{path}: no such configuration file") from None
+        raise ConfigError("", f"{path}: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"{path}: not valid TOML: {exc}") from None
     config = parse_config(raw, base_dir=path.parent)
@@ -463,29 +488,37 @@ def load_config(path: Path) -> Config:
 _FILE_KEYS = ("client_cert", "client_key", "client_proxy")
 
 
-def check_files(config: Config) -> None:
-    """Raise ConfigError naming the first key whose file is missing, not a regular file or
-    unreadable by this process (secrets are re-read later; a typo must not wait for that)."""
+def check_files(config: Config, *, inventories: bool = False) -> None:
+    """Raise ConfigError naming the first key whose file is missing, not a regular file,
+    over its size cap or unreadable by this process (secrets are re-read later; a typo must
+    not wait for that). A static ``path`` that exists must be a regular file (a FIFO would
+    hang every read); with ``inventories`` (``check-config``) it must also exist and fit
+    ``max_inventory_bytes``."""
     for index, source in enumerate(config.sources):
         for key, value in source:
             if isinstance(value, Path) and (key.endswith("_file") or key in _FILE_KEYS):
-                problem = _unreadable(value)
+                problem = _unreadable(value, MAX_SECRET_FILE_BYTES)
                 if problem:
                     raise ConfigError(f"sources[{index}].{key}", f"{value}: {problem}")
+        if isinstance(source, StaticSourceConfig):
+            problem = _unreadable(source.path, source.max_inventory_bytes)
+            if problem and (inventories or problem != "no such file"):
+                raise ConfigError(f"sources[{index}].path", f"{source.path}: {problem}")
 
 
-def _unreadable(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a regular file, or None (stat first: opening a FIFO
-    would block)."""
+def _unreadable(path: Path, max_bytes: int) -> str | None:
+    """Why ``path`` cannot be read as a regular file of at most ``max_bytes``, or None
+    (opened non-blocking and judged by fstat: opening a FIFO must not block)."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            return "not a regular file"
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
             handle.read(0)
-    except FileNotFoundError:
-        return "no such file"
+    except FileRefused as exc:
+        return str(exc)
     except OSError as exc:
         return f"cannot read: {exc.strerror}"
+    if size > max_bytes:
+        return f"larger than the limit of {max_bytes} bytes"
     return None
 
 

@@ -343,6 +343,7 @@ class Snapshot:
     sites: frozenset[Site]
     invalid: int = 0
     unmapped: frozenset[str] = frozenset()  # storage elements with no site
+    unmapped_more: int = 0  # storage elements with no site beyond those in ``unmapped``
 
     @classmethod
     def of(
@@ -355,6 +356,7 @@ class Snapshot:
         *,
         unique: bool = False,
         sites_named: bool = False,
+        unmapped_more: int = 0,
     ) -> Snapshot:
         """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
 
@@ -369,17 +371,20 @@ class Snapshot:
         ``sites_named`` (with ``unique``): the caller vouches that ``sites`` names the site of
         every replica (a source that makes replicas only at the sites it maps), so no pass
         over the replicas collects their sites (2 s a cycle at ten million).
+
+        ``unmapped_more``: storage elements with no site that a source counted but did not
+        list in ``unmapped`` (a bounded list: issue 26).
         """
         if unique:
             kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
             covered = frozenset(sites)
             if not sites_named:
                 covered = covered.union(map(_site_of, kept))  # C-level loop
-            return cls(source, kept, covered, invalid, frozenset(unmapped))
+            return cls(source, kept, covered, invalid, frozenset(unmapped), unmapped_more)
         merged = merge_replicas(replicas)
         kept = frozenset(each_replica(merged))
         covered = frozenset(sites).union(merged)
-        return cls(source, kept, covered, invalid, frozenset(unmapped))
+        return cls(source, kept, covered, invalid, frozenset(unmapped), unmapped_more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -874,6 +879,12 @@ class SourceStatus:
     reason: str | None = None  # why it is stale: the error, or a held-back drop
     last_success: datetime | None = None
     outcome: str = "ok"  # ok, transient_error, permanent_error, held
+    unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
+
+    @property
+    def unmapped_count(self) -> int:
+        """Every storage element with no site, listed or not."""
+        return len(self.unmapped) + self.unmapped_more
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,11 @@ from collections import OrderedDict
 from pathlib import Path
 
 from hydrator.errors import PermanentSourceError
+from hydrator.files import FileRefused, read_capped
 
 REDACTED = "[REDACTED]"
 MIN_REMEMBERED_LENGTH = 6  # shorter values would blank out ordinary words
+MAX_SECRET_BYTES = 64 * 1024  # a JWT with many claims is a few kB; a token file is never more
 MAX_REMEMBERED = 256  # secrets remembered per process (tokens rotate; the oldest are dropped)
 
 # C0 and C1 controls, DEL, Unicode line/paragraph separators, bidi marks and overrides
@@ -127,11 +129,12 @@ def checked_secret(value: str, where: str) -> str:
 def read_secret(path: Path, what: str) -> str:
     """The content of a secret file without surrounding whitespace, checked and remembered.
 
-    Errors name ``what`` and the file, never the content.
+    Errors name ``what`` and the file, never the content. Only a regular file of at most
+    ``MAX_SECRET_BYTES`` is read (a FIFO would block, a huge file would be sent as a header).
     """
     try:
-        value = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        value = read_capped(path, MAX_SECRET_BYTES).decode("utf-8").strip()
+    except (FileRefused, UnicodeDecodeError) as exc:
+        reason = str(exc) if isinstance(exc, FileRefused) else "not UTF-8 text"
         raise PermanentSourceError(f"cannot read the {what} file {path}: {reason}") from exc
     return checked_secret(value, f"the {what} file {path}")

@@ -174,6 +174,7 @@ def _status(
         entries=len(state.replicas),
         invalid=snapshot.invalid if snapshot else 0,
         unmapped=snapshot.unmapped if snapshot else frozenset(),
+        unmapped_more=snapshot.unmapped_more if snapshot else 0,
         reason=reason,
         last_success=state.last_success,
     )

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hydrator import __version__
-from hydrator.config import ClassAdConfig, Config, default_config_path, load_config
+from hydrator.config import (
+    ClassAdConfig,
+    Config,
+    check_files,
+    default_config_path,
+    load_config,
+)
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
@@ -25,6 +35,7 @@ if TYPE_CHECKING:
     from hydrator.runtime.outcome import CycleReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STRAGGLER_WAIT_S = 2.0  # for the threads a command started to end, before exiting without them
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,6 +119,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         args.log_format or config.daemon.log_format, args.log_level or config.daemon.log_level
     )
     if args.command == "check-config":
+        check_files(config, inventories=True)  # also: every static inventory exists and fits
         print(f"ok: {len(config.sources)} source(s), state at {config.daemon.state_path}")
         return EXIT_OK
     if args.command == "show":
@@ -121,7 +133,36 @@ def _run(config: Config, reset: bool) -> int:
     from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
     from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
-    return run_daemon(config, build_service(config, reset=reset))
+    before = set(threading.enumerate())
+    return _without_stragglers(run_daemon(config, build_service(config, reset=reset)), before)
+
+
+def _without_stragglers(code: int, before: set[threading.Thread]) -> int:
+    """``code``, once the threads this command started have ended, or at most
+    ``STRAGGLER_WAIT_S`` later: then the process exits at once with ``code``.
+
+    A fetch abandoned at its deadline may sit in a read that never ends (a server sending a
+    byte a second), in a thread Python cannot stop; the interpreter would wait for it at exit
+    (rucio-clients' and concurrent.futures' worker threads are not daemon threads), so SIGTERM
+    or the end of ``once`` would not end the process (issue 26, item 3). Everything worth
+    keeping is done by then: the state is saved and closed, the output printed.
+    """
+    until = time.monotonic() + STRAGGLER_WAIT_S
+    for thread in set(threading.enumerate()) - before:
+        if not thread.daemon:
+            thread.join(max(0.0, until - time.monotonic()))
+    left = sorted(t.name for t in set(threading.enumerate()) - before if not t.daemon)
+    if not left:
+        return code
+    logging.getLogger(__name__).warning(
+        "exiting without waiting for %d thread(s) still in an abandoned fetch (%s)",
+        len(left),
+        ", ".join(left[:5]),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
@@ -130,6 +171,7 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
 
     if dry_run and reset:
         raise ConfigError("--reset-state", "writes the state; not with --dry-run")
+    before = set(threading.enumerate())
     service = build_service(config, read_only=dry_run, reset=reset)
     try:
         report = service.run_cycle(dry_run=dry_run)
@@ -139,7 +181,7 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
         print(json.dumps(cycle_json(report), indent=1))
     else:
         _print_changes(report)
-    return EXIT_FAILED if report.outcome == "failed" else EXIT_OK
+    return _without_stragglers(EXIT_FAILED if report.outcome == "failed" else EXIT_OK, before)
 
 
 def _print_changes(report: CycleReport) -> None:

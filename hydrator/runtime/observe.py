@@ -93,7 +93,7 @@ def _record_source(metrics: Metrics, status: SourceStatus, now: datetime) -> Non
     metrics.invalid_records.labels(name).inc(status.invalid)
     if status.outcome in ("ok", "held"):  # it answered: its invalid records are known
         metrics.source_invalid.labels(name).set(status.invalid)
-    metrics.unmapped.labels(name).set(len(status.unmapped))
+    metrics.unmapped.labels(name).set(status.unmapped_count)
     metrics.source_stale.labels(name).set(0 if status.fresh else 1)
     if status.last_success is not None:
         metrics.source_last_success.labels(name).set(status.last_success.timestamp())

@@ -49,7 +49,8 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
         "fresh": status.fresh,
         "entries": status.entries,
         "invalid": status.invalid,
-        "unmapped": sorted(status.unmapped),
+        "unmapped": sorted(status.unmapped),  # bounded by the source (DMAPI: the first N)
+        "unmapped_count": status.unmapped_count,
         "reason": status.reason,
         "last_success": status.last_success.isoformat() if status.last_success else None,
     }

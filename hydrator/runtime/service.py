@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from hydrator.adapters.htcondor import Publisher, PublishReport
 from hydrator.adapters.sources import FetchContext, Source
 from hydrator.adapters.state.sqlite import StateStore
-from hydrator.config import ClassAdConfig, Config
+from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
@@ -41,6 +40,7 @@ from hydrator.domain import (
 )
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
+from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
@@ -206,6 +206,7 @@ class Service:
         self._advertised: dict[Site, _AdvertiseMemo] = {}  # last cycle's, per site
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
+        self._fetches = FetchThreads(self._deadline_s, self.stop_event)
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         map_large_blocks()
         with collector_paused():
@@ -390,11 +391,18 @@ class Service:
         self._over_size = over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
-        if not self.sources:
-            return {}
-        with ThreadPoolExecutor(len(self.sources), thread_name_prefix="fetch") as pool:
-            futures = {s.name: pool.submit(self._fetch, s, context) for s in self.sources}
-            return {name: future.result() for name, future in futures.items()}
+        """Every source fetched at once, each awaited up to its ``deadline_s`` (issue 26):
+        one past it is failed and the cycle goes on (:mod:`.fetching`)."""
+        return self._fetches.fetch_all(self.sources, lambda s: self._fetch(s, context))
+
+    def _deadline_s(self, source: str) -> float:
+        """The configured ``deadline_s`` of the source named ``source``."""
+        deadlines = {s.name: s.deadline_s for s in self.config.sources}
+        return deadlines.get(source, DEFAULT_DEADLINE_S)
+
+    def busy_sources(self) -> list[str]:
+        """Sources whose fetch, abandoned at its deadline, still runs (nothing to wait for)."""
+        return self._fetches.busy()
 
     def _fetch(self, source: Source, context: FetchContext) -> SourceOutcome:
         t0 = time.monotonic()
@@ -474,7 +482,8 @@ class Service:
         record_cycle(self.metrics, report, self.published)
 
     def close(self) -> None:
-        closers = [(s.name, s.close) for s in self.sources]
+        busy = set(self.busy_sources())  # closing under a running fetch could block on it
+        closers = [(s.name, s.close) for s in self.sources if s.name not in busy]
         closers += [(p.name, p.close) for p in self.publishers]
         if self.annotator is not None:
             closers.append(("job annotator", self.annotator.close))

@@ -23,7 +23,11 @@ Failure injection: :meth:`FakeSrcnet.fail_next` (any status, optional ``Retry-Af
 :meth:`FakeSrcnet.malformed_next` (a 200 whose body is not JSON), :meth:`expire_tokens`,
 ``reject_tokens`` (every bearer token refused), ``access_token`` (the token endpoint answers
 this string, e.g. one with a line break, instead of minting one), ``broken`` (DIDs whose locate
-always fails with 500), ``locate_delay_s`` (to observe concurrency); ``counts`` (per endpoint, and
+always fails with 500), ``locate_delay_s`` (to observe concurrency),
+:meth:`FakeSrcnet.trickle_next` (a server that sends its status line and then one header line,
+or one body byte, a second, for ever: issue 26), ``content_type`` (what a 200 locate answer is
+labelled), ``raw_locate_body`` (the exact bytes of every 200 locate answer, e.g. 62 MB),
+``token_lifetime_s`` (the ``expires_in`` the token endpoint answers); ``counts`` (per endpoint, and
 ``http_401``/``http_403`` refusals), ``located`` and ``max_in_flight`` record what clients did.
 Listens on 127.0.0.1, on a free port.
 """
@@ -64,6 +68,7 @@ class Fault:
     status: int
     retry_after: str | None = None
     body: bytes | None = None  # None: a JSON error body
+    trickle: str | None = None  # "headers" or "body": one line or byte a second, for ever
 
 
 def area(area_id: str | None = None, name: str = "", area_type: str = "rse") -> dict[str, Any]:
@@ -121,6 +126,11 @@ class FakeSrcnet:
         self.catalogue: dict[tuple[str, str], list[Any]] = {}
         self.nodes: list[dict[str, Any]] = []
         self.locate_delay_s = 0.0
+        self.content_type = "application/json"  # of 200 locate answers
+        self.raw_locate_body: bytes | None = None  # every 200 locate answer is exactly this
+        self.trickle_interval_s = 1.0
+        self.trickles_ended_by_client = 0  # trickles the client hung up on
+        self.stopping = threading.Event()
         self.reject_tokens = False
         self.access_token: str | None = None  # answered by /token instead of a minted token
         self.broken: set[tuple[str, str]] = set()  # DIDs whose locate always answers 500
@@ -148,6 +158,7 @@ class FakeSrcnet:
         try:
             yield self
         finally:
+            self.stopping.set()  # ends trickles still running
             server.shutdown()
             server.server_close()
             thread.join(timeout=10)
@@ -208,6 +219,15 @@ class FakeSrcnet:
         with self.lock:
             queue = self._faults.setdefault(endpoint, deque())
             queue.extend(Fault(200, body=b"<html>gateway says hi</html>") for _ in range(n))
+
+    def trickle_next(self, endpoint: str, n: int, phase: str = "headers") -> None:
+        """The next ``n`` requests to ``endpoint`` get a status line, then (``headers``) one
+        header line every ``trickle_interval_s`` for ever, or (``body``) complete headers
+        announcing a 1 MB body and then one byte of it every ``trickle_interval_s``; until
+        the client hangs up (counted in ``trickles_ended_by_client``) or the fake stops."""
+        with self.lock:
+            queue = self._faults.setdefault(endpoint, deque())
+            queue.extend(Fault(200, trickle=phase) for _ in range(n))
 
     def expire_tokens(self) -> None:
         """Every token issued so far is expired from now on."""
@@ -278,12 +298,32 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.fake.take_fault(endpoint)
         if fault is None:
             return False
+        if fault.trickle is not None:
+            self._trickle(fault.trickle)
+            return True
         headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
         if fault.body is not None:
             self._send_raw(fault.status, fault.body, "text/html", headers)
         else:
             self._send(fault.status, {"detail": f"injected HTTP {fault.status}"}, headers)
         return True
+
+    def _trickle(self, phase: str) -> None:
+        fake = self.fake
+        self.close_connection = True
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            if phase == "body":
+                self.wfile.write(b"Content-Length: 1000000\r\n\r\n[")
+            self.wfile.flush()
+            n = 0
+            while not fake.stopping.wait(fake.trickle_interval_s):
+                n += 1
+                self.wfile.write(b" " if phase == "body" else f"X-Trickle-{n}: 1\r\n".encode())
+                self.wfile.flush()
+        except OSError:  # the client hung up: what a deadline must make it do
+            with fake.lock:
+                fake.trickles_ended_by_client += 1
 
     # ---- endpoints
 
@@ -347,8 +387,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, {"detail": "Internal Server Error"})
         elif entries is None:
             self._send(404, {"detail": f"Data identifier {key[0]}:{key[1]} not found"})
+        elif fake.raw_locate_body is not None:
+            self._send_raw(200, fake.raw_locate_body, fake.content_type, None)
         else:
-            self._send(200, entries)
+            self._send_raw(200, json.dumps(entries).encode(), fake.content_type, None)
 
     def _nodes(self) -> None:
         status = self.fake.check_bearer(self.headers.get("Authorization"), SC_AUDIENCE, SC_SCOPE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -73,6 +74,7 @@ def test_default_path_comes_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "h.toml").write_text(STATIC)
+    (tmp_path / "inv.toml").write_text("")  # check-config checks that the inventory exists
     monkeypatch.setenv("HYDRATOR_CONFIG", str(tmp_path / "h.toml"))
     assert main(["check-config"]) == 0
     assert "ok: 1 source(s)" in capsys.readouterr().out
@@ -187,3 +189,79 @@ def test_every_key_is_documented_in_the_example() -> None:
         if f"{k} =" not in example and f"[{k}]" not in example and f"[[{k}]]" not in example
     )
     assert missing == []
+
+
+# ---- issue 26, item 4: every file the daemon reads is a regular file of bounded size
+
+
+def hydrator_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``hydrator ARGS`` as a process, bounded: a FIFO used to hang it for good."""
+    command = [sys.executable, "-m", "hydrator", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=30)
+
+
+@pytest.mark.parametrize("command", ["check-config", "once"])
+def test_a_static_path_that_is_a_fifo_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    os.mkfifo(tmp_path / "inv.toml")
+    (tmp_path / "h.toml").write_text(STATIC + '[daemon]\nstate_path = "s.sqlite"\n')
+    result = hydrator_process(command, "--config", str(tmp_path / "h.toml"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"sources[0].path: {tmp_path}/inv.toml: not a regular file (a FIFO)" in result.stderr
+
+
+def test_check_config_requires_the_static_inventory_to_exist(tmp_path: Path) -> None:
+    (tmp_path / "h.toml").write_text(STATIC)
+    result = hydrator_process("check-config", "--config", str(tmp_path / "h.toml"))
+    assert result.returncode == 2
+    assert f"sources[0].path: {tmp_path}/inv.toml: no such file" in result.stderr
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    assert hydrator_process("check-config", "--config", str(tmp_path / "h.toml")).returncode == 0
+
+
+def test_a_static_inventory_over_its_cap_fails_check_config(tmp_path: Path) -> None:
+    (tmp_path / "inv.toml").write_text("#" * 5000)
+    (tmp_path / "h.toml").write_text(STATIC + "max_inventory_bytes = 4096\n")
+    result = hydrator_process("check-config", "--config", str(tmp_path / "h.toml"))
+    assert result.returncode == 2
+    assert "sources[0].path" in result.stderr and "larger than the limit of 4096" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (os.mkfifo, "not a regular file (a FIFO)"),
+        (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a character device)"),
+        (lambda p: p.write_bytes(b"x" * 70_000), "larger than the limit of 65536 bytes"),
+    ],
+    ids=["fifo", "dev-zero", "75-kB"],
+)
+def test_a_secret_file_must_be_a_small_regular_file(
+    tmp_path: Path, make: Any, problem: str
+) -> None:
+    """A 75 MB token file was sent as a header 30 times; a FIFO blocked the read."""
+    make(tmp_path / "tok")
+    (tmp_path / "h.toml").write_text(DMAPI.format(tmp_path / "tok"))
+    result = hydrator_process("check-config", "--config", str(tmp_path / "h.toml"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"sources[0].token_file: {tmp_path}/tok: {problem}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (os.mkfifo, "not a regular file (a FIFO)"),
+        (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a character device)"),
+        (lambda p: p.write_bytes(STATIC.encode() + b"#" * (9 << 20)), "larger than the limit"),
+    ],
+    ids=["fifo", "dev-zero", "9-MB"],
+)
+def test_the_configuration_file_must_be_a_bounded_regular_file(
+    tmp_path: Path, make: Any, problem: str
+) -> None:
+    make(tmp_path / "h.toml")
+    result = hydrator_process("check-config", "--config", str(tmp_path / "h.toml"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"{tmp_path}/h.toml: {problem}" in result.stderr

@@ -1,4 +1,5 @@
-"""HTTP plumbing of the DMAPI source: bounded retries, ``Retry-After``, request counting.
+"""HTTP plumbing of the DMAPI source: bounded retries, ``Retry-After``, request counting, a
+deadline per fetch and a size cap per answer.
 
 Only the sibling :mod:`.dmapi` uses this module; together they are the one adapter around
 ``requests``. :meth:`HttpClient.send` retries what may go away by itself (connection errors,
@@ -6,12 +7,28 @@ timeouts, HTTP 408, 429, 500, 502, 503, 504) with exponential backoff, honours a
 hint on 429/503 when it is no longer than ``max_retry_after_s``, and logs every retry as
 ``attempt n/N`` (the retrying itself is :func:`hydrator.adapters.retry.call_with_retries`, on
 tenacity).
-Every other answer (2xx, 401, 404, other 4xx) is returned to the caller.
+Every other answer (2xx, 401, 404, other 4xx) is returned to the caller as an :class:`Answer`
+whose body was read whole, but never more than ``max_answer_bytes`` (after decompression).
+
+Deadline: every request of one fetch shares its :class:`Run`, whose ``deadline`` bounds all
+of them together (connects, headers, bodies, token requests, retry waits). Per-read timeouts
+alone never fire on a server that sends a byte now and then (a status line, then one header
+line a second: issue 26, item 3), and requests offers no total timeout, so three things
+together keep it (all on requests' and urllib3's public extension points, no HTTP written
+here): each request's timeout is at most the time left; a body is read one socket read at a
+time (``read1``), the deadline checked between reads (:class:`_BoundedAdapter`); and
+:meth:`Run.expire`, a timer at the deadline, shuts down the socket of every connection still
+waiting for its headers (urllib3's connection classes, subclassed to register themselves
+while a run is current: :class:`_WatchedHTTPConnection`), which ends that read at once in the
+thread that is blocked in it. Closing the session would not: a connection in use is not in
+its pool.
 
 Errors (``raise ... from`` the ``requests`` exception)::
 
-    TransientSourceError   attempts exhausted, Retry-After too long, or the fetch was aborted
-    PermanentSourceError   the request cannot be made at all (invalid URL, TLS setup, ...)
+    TransientSourceError   attempts exhausted, Retry-After too long, the deadline passed, or
+                           the fetch was aborted
+    PermanentSourceError   the request cannot be made at all (invalid URL, TLS setup, ...), or
+                           the answer is larger than max_answer_bytes
 
 Nothing here logs headers or bodies: they may carry bearer tokens or client secrets; library
 error messages pass :func:`hydrator.redact.redact` before they go into an error.
@@ -19,42 +36,61 @@ error messages pass :func:`hydrator.redact.redact` before they go into an error.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import logging
+import math
+import socket
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import requests
+import urllib3
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.requests_client import OAuth2Session
 from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.response import HTTPResponse
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import redact
 
-__all__ = ["HttpClient", "RetryPolicy", "Run", "parse_retry_after"]
+__all__ = ["Answer", "HttpClient", "RetryPolicy", "Run", "parse_retry_after"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # RFC 9110 §10.2.3: Retry-After on 503 and 429
+CHUNK_BYTES = 64 * 1024  # at most this much per socket read of a body
+UNLIMITED_BYTES = 1 << 62
 
 
 @dataclass
 class Run:
-    """State shared by the requests of one fetch: a request counter and an abort flag.
+    """State shared by the requests of one fetch: a request counter, an abort flag and the
+    fetch's deadline (``time.monotonic()`` seconds; infinite: none).
 
     Setting ``abort`` makes every pending retry wait end at once with TransientSourceError,
-    so a fetch that already failed does not keep retrying in other threads.
+    so a fetch that already failed does not keep retrying in other threads. :meth:`expire`
+    (called by :meth:`watchdog` at the deadline) sets it and unblocks every read still
+    waiting for headers.
     """
 
     abort: threading.Event = field(default_factory=threading.Event)
+    deadline: float = math.inf
+    expired: bool = False
     _calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _waiting: set[HTTPConnection] = field(default_factory=set)
 
     def count(self) -> None:
         with self._lock:
@@ -64,6 +100,168 @@ class Run:
     def calls(self) -> int:
         with self._lock:
             return self._calls
+
+    def left_s(self) -> float:
+        """Seconds until the deadline (negative once passed)."""
+        return self.deadline - time.monotonic()
+
+    @contextmanager
+    def watchdog(self) -> Iterator[None]:
+        """Within the block, :meth:`expire` runs at the deadline (in a timer thread)."""
+        if math.isinf(self.deadline):
+            yield
+            return
+        timer = threading.Timer(max(0.0, self.left_s()), self.expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def expire(self) -> None:
+        """The deadline passed: abort, and shut down the socket of every connection waiting
+        for its answer's headers, which ends the blocked read with an error at once."""
+        with self._lock:
+            self.expired = True
+            waiting = list(self._waiting)
+        self.abort.set()
+        for conn in waiting:
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def waiting(self, conn: HTTPConnection, waits: bool) -> None:
+        with self._lock:
+            if waits:
+                self._waiting.add(conn)
+            else:
+                self._waiting.discard(conn)
+        if waits and self.expired:
+            self.expire()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer, its body read whole (at most ``max_answer_bytes``, decompressed)."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON (ValueError if it is not)."""
+        return json.loads(self.content)
+
+
+_current = threading.local()  # .run: the Run of the request this thread is sending
+
+
+@contextmanager
+def _current_run(run: Run) -> Iterator[None]:
+    _current.run = run
+    try:
+        yield
+    finally:
+        _current.run = None
+
+
+def _watched(conn: HTTPConnection, getresponse: Callable[[], HTTPResponse]) -> HTTPResponse:
+    """``getresponse()`` (status line and headers) with ``conn`` registered with the
+    :class:`Run` current in this thread, if any, so that :meth:`Run.expire` can shut its
+    socket down (see the module docstring)."""
+    run: Run | None = getattr(_current, "run", None)
+    if run is None:
+        return getresponse()
+    run.waiting(conn, True)
+    try:
+        return getresponse()
+    finally:
+        run.waiting(conn, False)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3 itself
+        return _watched(self, super().getresponse)
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3 itself
+        return _watched(self, super().getresponse)
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class AnswerTooLarge(requests.RequestException):
+    """The answer's body is larger than ``max_answer_bytes``."""
+
+
+class DeadlinePassed(requests.RequestException):
+    """The fetch's deadline passed while this request was under way."""
+
+
+class _BoundedAdapter(HTTPAdapter):
+    """requests' transport adapter, with urllib3 pools of :class:`_WatchedConnection` and
+    bodies read within the current run's deadline and at most ``max_bytes`` (after
+    decompression): a 62 MB answer took a cycle to 4 GB resident (issue 26, item 4).
+
+    The body is read here, one socket read at a time, and handed to requests as the
+    response's ``raw`` file, which requests then reads as usual (``Response.content``).
+    """
+
+    def __init__(self, max_bytes: int, pool_maxsize: int = 8) -> None:
+        self.max_bytes = max_bytes
+        super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, max_retries=0)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        # urllib3: "Locally set the pool classes ... so other PoolManagers can override them"
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        response = super().send(request, *args, **kwargs)
+        raw = response.raw
+        run: Run | None = getattr(_current, "run", None)
+        try:
+            body = self._read(raw, run)
+        finally:
+            raw.release_conn()
+        if run is not None and run.expired:  # a socket shut down mid-answer reads as its end
+            raise DeadlinePassed("the fetch's deadline passed while reading the answer")
+        response.raw = io.BytesIO(body)
+        return response
+
+    def _read(self, raw: HTTPResponse, run: Run | None) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := self._read1(raw):
+            size += len(chunk)
+            if size > self.max_bytes:
+                raw.close()
+                raise AnswerTooLarge(f"answer larger than max_answer_bytes = {self.max_bytes}")
+            if run is not None and (run.expired or run.left_s() <= 0):
+                raw.close()
+                raise DeadlinePassed("the fetch's deadline passed while reading the answer")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _read1(raw: HTTPResponse) -> bytes:
+        """One socket read of the body (decompressed), as requests' own reading would raise."""
+        try:
+            return raw.read1(CHUNK_BYTES, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise requests.ConnectionError(f"reading the answer: {exc}") from exc
 
 
 class HttpClient:
@@ -79,15 +277,27 @@ class HttpClient:
         timeout_s: float,
         verify: bool | str = True,
         pool_maxsize: int = 8,
+        max_answer_bytes: int = UNLIMITED_BYTES,
     ) -> None:
         self.policy = policy
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
         self.session = requests.Session()
         self.session.verify = verify
         self.session.headers["Accept"] = "application/json"
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_maxsize, max_retries=0)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", adapter)
+        self._mount(self.session, pool_maxsize)
+
+    def _mount(self, session: requests.Session, pool_maxsize: int = 1) -> None:
+        adapter = _BoundedAdapter(self.max_answer_bytes, pool_maxsize)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+
+    def timeout(self, run: Run, label: str) -> float:
+        """This request's timeout: ``timeout_s``, or the time left before the deadline."""
+        left = run.left_s()
+        if left <= 0:
+            raise TransientSourceError(f"{label}: {self._deadline_passed(run)}")
+        return min(self.timeout_s, left)
 
     def close(self) -> None:
         self.session.close()
@@ -100,22 +310,24 @@ class HttpClient:
         *,
         label: str,
         headers: Mapping[str, str] | None = None,
-    ) -> requests.Response:
+    ) -> Answer:
         """Send with retries; return the first answer that is not worth retrying.
 
         ``label`` names the request in logs and errors (never put secrets in it).
         """
 
-        def attempt(n: int) -> requests.Response:
+        def attempt(n: int) -> Answer:
             self.check_abort(run, label)
+            timeout = self.timeout(run, label)
             run.count()
             try:
-                resp = self.session.request(method, url, headers=headers, timeout=self.timeout_s)
+                with _current_run(run):
+                    resp = self.session.request(method, url, headers=headers, timeout=timeout)
             except requests.RequestException as exc:
-                raise self.request_error(exc, label, n) from exc
+                raise self.request_error(exc, label, n, run) from exc
             if resp.status_code in RETRY_STATUSES:
                 raise self.status_error(resp, label, n)
-            return resp
+            return Answer(resp.status_code, resp.headers, resp.content)
 
         return self.retrying(attempt, run)
 
@@ -138,16 +350,21 @@ class HttpClient:
 
         def attempt(n: int) -> Mapping[str, object]:
             self.check_abort(run, label)
+            timeout = self.timeout(run, label)
             run.count()
-            with OAuth2Session(client[0], client[1], default_timeout=self.timeout_s) as oauth:
+            with OAuth2Session(client[0], client[1], default_timeout=timeout) as oauth:
                 oauth.verify = self.session.verify
+                self._mount(oauth)  # the same size cap and deadline as every other request
                 oauth.register_compliance_hook(
                     "access_token_response", partial(self._token_answer, label=label, n=n)
                 )
                 try:
-                    token = oauth.fetch_token(token_url, grant_type="client_credentials", **form)
+                    with _current_run(run):
+                        token = oauth.fetch_token(
+                            token_url, grant_type="client_credentials", **form
+                        )
                 except requests.RequestException as exc:
-                    raise self.request_error(exc, label, n) from exc
+                    raise self.request_error(exc, label, n, run) from exc
                 except (OAuthError, ValueError) as exc:  # a 200 that is not a token answer
                     raise PermanentSourceError(
                         f"{label}: token endpoint answer is not a token ({type(exc).__name__})"
@@ -174,16 +391,26 @@ class HttpClient:
         )
 
     def request_error(
-        self, exc: requests.RequestException, label: str, attempt: int
+        self, exc: requests.RequestException, label: str, attempt: int, run: Run
     ) -> TransientSourceError | PermanentSourceError:
-        """Connection errors and timeouts are transient; a request that cannot be made is not."""
+        """Connection errors and timeouts are transient, and so is the deadline; an answer
+        over the size cap or a request that cannot be made is not."""
+        if isinstance(exc, AnswerTooLarge):
+            return PermanentSourceError(f"{label}: {exc}")
+        if run.expired or isinstance(exc, DeadlinePassed):
+            return TransientSourceError(f"{label}: {self._deadline_passed(run)}")
         if isinstance(exc, requests.ConnectionError | requests.Timeout):
             return TransientSourceError(f"{label}: {_describe(exc)}{self._of(attempt)}")
         return PermanentSourceError(f"{label}: cannot send request: {_describe(exc)}")
 
+    @staticmethod
+    def _deadline_passed(run: Run) -> str:
+        run.abort.set()  # the other requests of this fetch stop too
+        return "the fetch's deadline passed (deadline_s); abandoned"
+
     def status_error(
         self, resp: requests.Response, label: str, attempt: int
-    ) -> TransientSourceError:
+    ) -> TransientSourceError:  # resp: requests' (its body was read and capped by the adapter)
         """The error for a retryable answer (one of RETRY_STATUSES), with its Retry-After hint."""
         status = resp.status_code
         hint = None
@@ -203,13 +430,15 @@ class HttpClient:
         attempts = self.policy.max_attempts
         return f" (attempt {attempt}/{attempts})" if attempt == attempts else ""
 
-    @staticmethod
-    def check_abort(run: Run, label: str) -> None:
+    @classmethod
+    def check_abort(cls, run: Run, label: str) -> None:
+        if run.expired or run.left_s() <= 0:
+            raise TransientSourceError(f"{label}: {cls._deadline_passed(run)}")
         if run.abort.is_set():
             raise TransientSourceError(f"{label}: abandoned because another request failed")
 
 
-def _json_error(resp: requests.Response) -> str | None:
+def _json_error(resp: requests.Response | Answer) -> str | None:
     """The RFC 6749 §5.2 ``error`` code of an error answer, if it is a plain word."""
     try:
         body = resp.json()

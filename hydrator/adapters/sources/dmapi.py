@@ -47,6 +47,16 @@ first cycle after a start locates everything.
 Errors: any locate that still fails after its retries fails the whole fetch
 (TransientSourceError), because a dataset whose locate failed must not vanish from the sites
 that hold it. Authentication failures and malformed answers are PermanentSourceError.
+
+What counts as an answer (issue 26, item 5): a 200 must say it is JSON (``Content-Type``
+``application/json`` or ``+json``); an HTML page from a gateway is not an empty list. A fetch
+whose every locate answered 404, or whose every entry is malformed, fails
+(PermanentSourceError): a wrong ``base_url`` or a broken ingress looks exactly like that, and
+must not empty the sites. A single 404 among datasets that were found is "located nowhere".
+
+Bounds (issue 26, items 3 and 4): the whole fetch (tokens, /nodes, locates, retry waits) ends
+at ``deadline_s`` (TransientSourceError), and no answer body is read beyond
+``max_answer_bytes`` (PermanentSourceError); see :mod:`._http` for how.
 """
 
 from __future__ import annotations
@@ -61,10 +71,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import requests
-
 from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
-from hydrator.adapters.sources._http import HttpClient, RetryPolicy, Run
+from hydrator.adapters.sources._http import Answer, HttpClient, RetryPolicy, Run
 from hydrator.config import DmapiSourceConfig
 from hydrator.domain import (
     DatasetId,
@@ -82,6 +90,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 # RFC 6749 §5.1 makes expires_in only RECOMMENDED; without it, assume this lifetime.
 DEFAULT_TOKEN_LIFETIME_S = 300.0
+MAX_NAME_CHARS = 200  # of a server-given name in a list or a log line
+DEADLINE_GRACE_S = 2.0  # for locates to end after their connections were shut at the deadline
 
 
 # --------------------------------------------------------------------------- tokens
@@ -128,7 +138,9 @@ class ClientCredentials:
     :meth:`HttpClient.client_credentials`; the expiry is judged on ``clock`` (authlib's own
     check reads the wall clock). A new token is fetched when
     ``clock() >= expires_at - margin_s`` (monotonic seconds). Concurrent callers share one
-    refresh (the lock is held while fetching).
+    refresh (the lock is held while fetching). The margin is at most half the token's
+    lifetime: with ``expires_in`` at or below ``margin_s``, every request used to fetch a new
+    token (31 grants for 30 locates, issue 26 item 10).
     """
 
     def __init__(
@@ -149,13 +161,14 @@ class ClientCredentials:
         self._margin_s, self._clock = margin_s, clock
         self._lock = threading.Lock()
         self._token: str | None = None
-        self._expires_at = 0.0
+        self._refresh_at = 0.0
 
     def token(self, run: Run) -> str:
         with self._lock:
-            if self._token is None or self._clock() >= self._expires_at - self._margin_s:
+            if self._token is None or self._clock() >= self._refresh_at:
                 self._token, lifetime_s = self._fetch(run)
-                self._expires_at = self._clock() + lifetime_s
+                margin_s = min(self._margin_s, lifetime_s / 2)
+                self._refresh_at = self._clock() + lifetime_s - margin_s
             return self._token
 
     def invalidate(self, token: str) -> None:
@@ -266,10 +279,18 @@ def _check_not_all_refused(results: Mapping[DatasetId, LocateResult]) -> None:
         )
 
 
-def _json(resp: requests.Response, label: str) -> Any:
+def _json(resp: Answer, label: str) -> Any:
+    """The answer's JSON body; PermanentSourceError if it is not JSON or not labelled JSON
+    (a gateway's HTML error page with status 200 is no answer: issue 26, item 5)."""
+    kind = resp.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+    structured = kind.startswith("application/") and kind.endswith("+json")  # RFC 6839
+    if kind != "application/json" and not structured:
+        raise PermanentSourceError(
+            f"{label}: HTTP {resp.status_code} answer is {kind[:60] or 'untyped'!r}, not JSON"
+        )
     try:
         return resp.json()
-    except ValueError as exc:  # requests' JSONDecodeError is a ValueError
+    except ValueError as exc:  # JSONDecodeError is a ValueError
         raise PermanentSourceError(f"{label}: HTTP {resp.status_code} body is not JSON") from exc
 
 
@@ -283,7 +304,30 @@ class _Rejected:
     status: int
 
 
-LocateResult = list[Location | None] | _Rejected  # None: a malformed entry
+@dataclass(frozen=True)
+class _NotFound:
+    """A locate answered 404: the DID is unknown, located nowhere."""
+
+
+NOT_FOUND = _NotFound()
+LocateResult = list[Location | None] | _Rejected | _NotFound  # None: a malformed entry
+
+
+def _check_answers(located: Mapping[DatasetId, LocateResult]) -> None:
+    """Raise PermanentSourceError when this fetch's locates, all of them, answered 404, or
+    every entry they listed is malformed: no catalogue answer looks like that (issue 26)."""
+    if not located:
+        return
+    if all(isinstance(r, _NotFound) for r in located.values()):
+        raise PermanentSourceError(
+            f"every locate ({len(located)}) answered HTTP 404: a wrong base_url or a broken "
+            "gateway? (taken as no answer, not as an empty catalogue)"
+        )
+    entries = [e for r in located.values() if isinstance(r, list) for e in r]
+    if entries and all(e is None for e in entries):
+        raise PermanentSourceError(
+            f"every locate entry ({len(entries)}) is malformed (taken as no answer)"
+        )
 
 
 class DmapiSource:
@@ -306,7 +350,9 @@ class DmapiSource:
             config.max_attempts, config.backoff_s, config.max_backoff_s, config.max_retry_after_s
         )
         verify: bool | str = str(config.ca_cert) if config.ca_cert else True
-        self._http = HttpClient(policy, config.timeout_s, verify, config.max_concurrency)
+        self._http = HttpClient(
+            policy, config.timeout_s, verify, config.max_concurrency, config.max_answer_bytes
+        )
         self._dm_token = self._token_provider(config.audience, config.scope, config.token_file)
         self._sc_token: TokenProvider | None = None
         if config.site_capabilities_url is not None:
@@ -330,13 +376,23 @@ class DmapiSource:
         return self._config.name
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        # not waiting: a locate may still sit in a read that its deadline is about to end
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
 
     def fetch(self, context: FetchContext) -> Snapshot:
-        """Locate this cycle's datasets; raise TransientSourceError if any locate failed."""
-        run = Run()
+        """Locate this cycle's datasets; raise TransientSourceError if any locate failed or
+        ``deadline_s`` passed."""
         started = time.monotonic()
+        run = Run(deadline=started + self._config.deadline_s)
+        try:
+            with run.watchdog():
+                return self._fetch(context, run)
+        finally:
+            self.calls_last_fetch = run.calls
+            self.seconds_last_fetch = time.monotonic() - started
+
+    def _fetch(self, context: FetchContext, run: Run) -> Snapshot:
         try:
             for provider in (self._dm_token, self._sc_token):
                 if isinstance(provider, StaticToken):
@@ -347,6 +403,7 @@ class DmapiSource:
             if due:
                 self._dm_token.token(run)  # fail here, once, rather than in every worker
             located = self._locate_all(due, run)
+            _check_answers(located)
             self._fetches += 1
             known = {d: self._known[d] for d in datasets if d in self._known}
             known.update((d, (result, self._fetches)) for d, result in located.items())
@@ -354,9 +411,12 @@ class DmapiSource:
             results = {d: result for d, (result, _) in known.items()}
             _check_not_all_refused(results)
             return self._snapshot(results, nodes, invalid)
-        finally:
-            self.calls_last_fetch = run.calls
-            self.seconds_last_fetch = time.monotonic() - started
+        except TransientSourceError as exc:
+            if run.expired:
+                raise TransientSourceError(
+                    f"no answer within deadline_s = {self._config.deadline_s:g} s ({exc})"
+                ) from exc
+            raise
 
     # ---- what to locate
 
@@ -432,22 +492,47 @@ class DmapiSource:
     def _locate_all(self, datasets: list[DatasetId], run: Run) -> dict[DatasetId, LocateResult]:
         """Locate every dataset with at most ``max_concurrency`` requests in flight.
 
-        The first failure aborts the others (their pending retries end at once) and is raised.
+        The first failure aborts the others (their pending retries end at once) and is raised;
+        so does the deadline. Either way the answers already in are kept for the next fetch
+        (:meth:`_keep_answered`): a first fetch of more datasets than one deadline allows
+        then completes over a few cycles instead of failing for ever.
         """
         futures: dict[Future[LocateResult], DatasetId] = {
             self._pool.submit(self._locate, dataset, run): dataset for dataset in datasets
         }
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        done, pending = wait(futures, timeout=max(0.0, run.left_s()), return_when=FIRST_EXCEPTION)
+        if pending and not any(f.exception() is not None for f in done):
+            run.expire()  # the deadline: end the reads still under way, then report it
+            done, pending = wait(futures, timeout=DEADLINE_GRACE_S, return_when=FIRST_EXCEPTION)
+            if pending:
+                for future in pending:
+                    future.cancel()
+                self._keep_answered(futures, done)
+                raise TransientSourceError(
+                    f"{len(pending)} of {len(futures)} locates unanswered at the deadline"
+                )
         failed = next((f for f in done if f.exception() is not None), None)
         if failed is not None:
             run.abort.set()
             for future in pending:
                 future.cancel()
             wait(pending)
+            self._keep_answered(futures, done)
             error = failed.exception()
             assert error is not None
             raise error
         return {futures[f]: f.result() for f in done}
+
+    def _keep_answered(
+        self,
+        futures: Mapping[Future[LocateResult], DatasetId],
+        done: Iterable[Future[LocateResult]],
+    ) -> None:
+        """Remember the answers of a failed fetch's locates that did answer, as of this fetch
+        (they are true; the next fetch then locates the others first)."""
+        for future in done:
+            if not future.cancelled() and future.exception() is None:
+                self._known[futures[future]] = (future.result(), self._fetches + 1)
 
     def _locate(self, dataset: DatasetId, run: Run) -> LocateResult:
         # Names may contain "/"; it is percent-encoded too so that dot segments in a name
@@ -459,9 +544,12 @@ class DmapiSource:
         )
         label = f"locate {dataset}"
         resp = self._authorized_get(url, self._dm_token, run, label)
-        if resp.status_code in (204, 404):
-            # Undocumented. 404 is taken as "no such DID" and 204 (what the SRCNet datalink
-            # service answers for "no replicas") as an empty list: located nowhere, no error.
+        if resp.status_code == 404:
+            # Undocumented: taken as "no such DID", located nowhere (unless all are: see
+            # _check_answers)
+            return NOT_FOUND
+        if resp.status_code == 204:
+            # what the SRCNet datalink service answers for "no replicas": an empty list
             return []
         if 400 <= resp.status_code < 500:
             self._problems.warn(
@@ -475,9 +563,7 @@ class DmapiSource:
             raise PermanentSourceError(f"{label}: answer is not a JSON list")
         return [parse_location(entry) for entry in body]
 
-    def _authorized_get(
-        self, url: str, tokens: TokenProvider, run: Run, label: str
-    ) -> requests.Response:
+    def _authorized_get(self, url: str, tokens: TokenProvider, run: Run, label: str) -> Answer:
         """GET with a bearer token; after an HTTP 401, exactly one retry with a fresh token."""
         refreshed = False
         while True:
@@ -487,7 +573,6 @@ class DmapiSource:
             )
             if resp.status_code != 401:
                 return resp
-            resp.close()
             if refreshed:
                 raise PermanentSourceError(
                     f"{label}: HTTP 401 again with a fresh token; check the credentials, "
@@ -503,10 +588,12 @@ class DmapiSource:
         self, results: Mapping[DatasetId, LocateResult], nodes: NodesMap | None, invalid: int
     ) -> Snapshot:
         replicas: list[Replica] = []
-        unmapped: set[str] = set()
+        unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
         for dataset, result in results.items():
             if isinstance(result, _Rejected):
                 invalid += 1
+                continue
+            if isinstance(result, _NotFound):
                 continue
             for location in result:
                 if location is None:
@@ -519,19 +606,38 @@ class DmapiSource:
                     continue
                 site = self._site_for(location, nodes)
                 if site is None:
-                    unmapped.add(location.identifier)
-                    self._problems.warn(
-                        f"unmapped:{location.identifier}",
-                        "no site for RSE %r (storage area %s); add it to [sites]",
-                        location.identifier,
-                        location.storage_area_id,
-                    )
+                    unmapped.setdefault(location.identifier, location.storage_area_id)
                     continue
                 # The API has no completeness or transfer state: a listed replica is complete,
                 # with no transfer (the Replica defaults).
                 replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
-        return Snapshot.of(self.name, replicas, covered, invalid, unmapped)
+        listed = self._listed_unmapped(unmapped)
+        more = len(unmapped) - len(listed)
+        return Snapshot.of(self.name, replicas, covered, invalid, listed, unmapped_more=more)
+
+    def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
+        """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
+        to ``MAX_NAME_CHARS``), each logged once; the rest only counted, in one line whenever
+        their number changes. 600,001 of them made a 19 MB ``once --json`` (issue 26)."""
+        limit = self._config.max_listed_unmapped
+        first = sorted(unmapped)[:limit]
+        for name in first:
+            self._problems.warn(
+                f"unmapped:{name}",
+                "no site for RSE %r (storage area %s); add it to [sites]",
+                _cut(name),
+                _cut(unmapped[name] or ""),
+            )
+        if len(unmapped) > limit:
+            self._problems.warn(
+                f"unmapped-more:{len(unmapped)}",
+                "%d storage elements have no site; the first %d are listed "
+                "(max_listed_unmapped), the others only counted",
+                len(unmapped),
+                limit,
+            )
+        return [_cut(name) for name in first]
 
     def _token_provider(self, audience: str, scope: str, token_file: Path | None) -> TokenProvider:
         config = self._config
@@ -549,6 +655,11 @@ class DmapiSource:
         if token_file is None:  # excluded by DmapiSourceConfig's validator
             raise PermanentSourceError(f"no token file configured for audience {audience!r}")
         return StaticToken(token_file, f"{audience} token")
+
+
+def _cut(text: str) -> str:
+    """``text``, or its first ``MAX_NAME_CHARS`` characters and an ellipsis."""
+    return text if len(text) <= MAX_NAME_CHARS else text[:MAX_NAME_CHARS] + "…"
 
 
 def build(config: DmapiSourceConfig, sites: Mapping[str, str]) -> DmapiSource:

@@ -17,8 +17,14 @@ raises :class:`~hydrator.errors.PermanentSourceError` (the last good snapshot st
 
 Replace the file atomically: write a temporary file in the same directory and rename it over
 the inventory. A file rewritten in place is never used half-written: one that changed while it
-was read (size, mtime or inode), or was modified less than ``settle_s`` ago, raises
-:class:`~hydrator.errors.TransientSourceError` and is read again next cycle.
+was read (size, mtime or inode) raises :class:`~hydrator.errors.TransientSourceError` and is
+read again next cycle. One modified less than ``settle_s`` ago is read again as soon as it has
+been unmodified that long (the fetch waits, so a fresh inventory is served within ``settle_s``,
+not a cycle later), unless that wait would pass the fetch's ``deadline_s``: then it raises
+TransientSourceError and is read next cycle.
+
+Only a regular file is read (a FIFO or a device raises PermanentSourceError without blocking),
+and at most ``max_bytes`` of it (a larger file raises PermanentSourceError).
 """
 
 from __future__ import annotations
@@ -35,10 +41,13 @@ from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.config import StaticSourceConfig
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot, Transfer, holding
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.files import FileRefused, open_regular, read_at_most
 
 log = logging.getLogger(__name__)
 
 _KEYS = {"site", "available", "partial", "replicating", "stuck"}
+SETTLE_MARGIN_S = 1.0  # a settle wait must end this long before the deadline (to read, parse)
+UNLIMITED_BYTES = 1 << 62
 
 
 class StaticSource:
@@ -52,14 +61,22 @@ class StaticSource:
         *,
         settle_s: float = 0.0,
         clock: Callable[[], float] = time.time,
+        deadline_s: float = 0.0,
+        max_bytes: int = UNLIMITED_BYTES,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``settle_s``: seconds a file must be unmodified before it is used (0: no wait);
-        ``clock``: wall-clock seconds since the epoch, compared with the file's mtime."""
+        ``clock``: wall-clock seconds since the epoch, compared with the file's mtime;
+        ``deadline_s``: the fetch's deadline, the bound of a wait for the file to settle
+        (0: never wait); ``max_bytes``: the largest file read."""
         self._name = name
         self.path = path
         self.sites = dict(sites)
         self.settle_s = settle_s
+        self.deadline_s = deadline_s
+        self.max_bytes = max_bytes
         self._clock = clock
+        self._sleep = sleep
         self._problems = OnceLog(log)
 
     @property
@@ -93,24 +110,41 @@ class StaticSource:
         return Snapshot.of(self.name, replicas, sites, invalid, unmapped)
 
     def _read(self) -> bytes:
-        """The file's bytes, if it held still during the read and for ``settle_s`` before."""
+        """The file's bytes, once it held still during the read and for ``settle_s`` before
+        (waiting for that while the wait ends ``SETTLE_MARGIN_S`` before the deadline)."""
+        waited_s = 0.0
+        while True:
+            data, age_s = self._read_once()
+            wait_s = self.settle_s - abs(age_s)
+            if wait_s <= 0:
+                return data
+            if waited_s + wait_s > self.deadline_s - SETTLE_MARGIN_S:
+                raise TransientSourceError(
+                    f"{self.path}: modified {age_s:.1f} s ago, less than settle_s = "
+                    f"{self.settle_s:g}; re-read next cycle (write a temporary file and "
+                    "rename it over this one)"
+                )
+            log.debug("%s: modified %.1f s ago; reading it in %.1f s", self.path, age_s, wait_s)
+            self._sleep(wait_s)
+            waited_s += wait_s
+
+    def _read_once(self) -> tuple[bytes, float]:
+        """The file's bytes, if it held still during the read, and its age in seconds."""
         try:
-            with self.path.open("rb") as handle:
+            with open_regular(self.path) as handle:
                 before = os.fstat(handle.fileno())
-                data = handle.read()
+                data = read_at_most(handle, self.max_bytes)
                 after = os.fstat(handle.fileno())
+        except FileRefused as exc:
+            raise PermanentSourceError(f"{self.path}: cannot read: {exc}") from exc
         except OSError as exc:
             raise PermanentSourceError(f"{self.path}: cannot read: {exc.strerror}") from exc
-        advice = "re-read next cycle (write a temporary file and rename it over this one)"
         if _version(before) != _version(after):
-            raise TransientSourceError(f"{self.path}: changed while being read; {advice}")
-        age_s = self._clock() - after.st_mtime
-        if abs(age_s) < self.settle_s:
             raise TransientSourceError(
-                f"{self.path}: modified {age_s:.1f} s ago, less than settle_s = "
-                f"{self.settle_s:g}; {advice}"
+                f"{self.path}: changed while being read; re-read next cycle (write a "
+                "temporary file and rename it over this one)"
             )
-        return data
+        return data, self._clock() - after.st_mtime
 
     def _site_of(self, element: str, entry: Any) -> Site | None:
         """The element's site from [sites], else from its ``site`` key; None when there is none
@@ -183,4 +217,11 @@ def _checked(replica: Replica | None, value: float) -> Replica:
 
 
 def build(config: StaticSourceConfig, sites: Mapping[str, str]) -> StaticSource:
-    return StaticSource(config.name, config.path, sites, settle_s=config.settle_s)
+    return StaticSource(
+        config.name,
+        config.path,
+        sites,
+        settle_s=config.settle_s,
+        deadline_s=config.deadline_s,
+        max_bytes=config.max_inventory_bytes,
+    )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -587,3 +590,173 @@ def test_requests_per_fetch_grow_with_datasets_only(
 )
 def test_retry_after_values(value: str | None, seconds: float | None) -> None:
     assert parse_retry_after(value, now=NOW) == seconds
+
+
+# --------------------------------------------------------------------- issue 26: bounds
+
+
+@pytest.mark.parametrize("phase", ["headers", "body"])
+@pytest.mark.parametrize("endpoint", ["locate", "nodes", "token"])
+def test_a_trickling_server_fails_the_fetch_at_its_deadline(
+    srcnet: FakeSrcnet, make_source: MakeSource, endpoint: str, phase: str
+) -> None:
+    """A status line, then one header line (or body byte) a second: per-read timeouts never
+    fire; the deadline does, and the connection is really closed (item 3)."""
+    srcnet.trickle_interval_s = 0.2
+    srcnet.trickle_next(endpoint, 1, phase)
+    source = make_source(datasets=DATASETS, deadline_s=2.0, timeout_s=5.0)
+    t0 = time.monotonic()
+    with pytest.raises(TransientSourceError, match=r"deadline_s = 2 s"):
+        source.fetch(CTX)
+    assert 1.9 <= time.monotonic() - t0 < 3.5
+    deadline = time.monotonic() + 3
+    while srcnet.trickles_ended_by_client == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srcnet.trickles_ended_by_client == 1, "the trickling connection was left open"
+    assert len(source.fetch(CTX).replicas) == 4  # the next fetch is not hindered
+
+
+def test_an_answer_over_max_answer_bytes_fails_the_source(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    srcnet.raw_locate_body = b"[" + b'"x",' * 300_000 + b'"x"]'  # 1.2 MB of valid JSON
+    source = make_source(datasets=DATASETS, max_answer_bytes=1024 * 1024)
+    with pytest.raises(PermanentSourceError, match="larger than max_answer_bytes = 1048576"):
+        source.fetch(CTX)
+
+
+CHILD = """
+import json, sys
+from datetime import UTC, datetime
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.dmapi import DmapiSource
+from hydrator.config import DmapiSourceConfig
+from hydrator.errors import SourceError
+source = DmapiSource(DmapiSourceConfig.model_validate(json.loads(sys.argv[1])), {})
+try:
+    source.fetch(FetchContext(now=datetime.now(UTC)))
+    print("no error")
+except SourceError as exc:
+    print(exc)
+status = open("/proc/self/status").read().splitlines()
+print(int(next(line for line in status if line.startswith("VmHWM")).split()[1]) // 1024)
+source.close()
+"""
+
+
+def test_a_62_mb_answer_keeps_memory_bounded(
+    srcnet: FakeSrcnet, secret_files: dict[str, Path]
+) -> None:
+    """A 62 MB answer took a cycle to 4 GB resident (the Kubernetes limit is 1 Gi): with
+    max_answer_bytes = 8 MiB it fails the source and the process stays small (item 4).
+    Measured in a process of its own (VmHWM: ru_maxrss would carry the forking parent's
+    peak across exec). 2 cores shared by several engineers, 2026-11-26: 62 MiB peak with the
+    cap, ~1 GiB with max_answer_bytes = 100 MB (the whole answer parsed); 54 MiB at import."""
+    entry = {"identifier": "X", "associated_storage_area_id": AREA_A, "replicas": ["davs://a/b"]}
+    one = json.dumps(entry).encode()
+    srcnet.raw_locate_body = b"[" + b",".join([one] * (62_000_000 // len(one))) + b"]"
+    config = {
+        "type": "dmapi",
+        "base_url": srcnet.base_url,
+        "token_url": srcnet.token_url,
+        **{k: str(v) for k, v in secret_files.items()},
+        "datasets": ["ska:obs_1"],
+        "max_answer_bytes": 8 * 1024 * 1024,
+        "max_attempts": 1,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    reason, peak_mib = result.stdout.splitlines()
+    assert "larger than max_answer_bytes = 8388608" in reason
+    assert int(peak_mib) < 120, f"peak resident {peak_mib} MiB"
+
+
+def test_a_non_json_answer_fails_the_source_not_empties_it(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    srcnet.content_type = "text/html"
+    with pytest.raises(PermanentSourceError, match="'text/html', not JSON"):
+        make_source(datasets=DATASETS).fetch(CTX)
+    srcnet.content_type = "application/problem+json; charset=utf-8"  # RFC 6839 +json is JSON
+    assert len(make_source(datasets=DATASETS).fetch(CTX).replicas) == 4
+
+
+def test_every_dataset_404_is_a_failed_source_not_an_empty_one(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """A wrong base_url or a broken ingress answers 404 for everything (item 5)."""
+    with pytest.raises(PermanentSourceError, match=r"every locate \(2\) answered HTTP 404"):
+        make_source(datasets=["ska:nope_1", "ska:nope_2"]).fetch(CTX)
+    one_missing = make_source(datasets=["ska:obs_2", "ska:nope_1"]).fetch(CTX)
+    assert pairs(one_missing) == {("MARSSRC-VALLES", "ska:obs_2")}  # a single 404: not found
+
+
+def test_every_record_malformed_is_a_failed_source(
+    srcnet: FakeSrcnet, make_source: MakeSource
+) -> None:
+    for did in DATASETS:
+        scope, _, name = did.partition(":")
+        srcnet.set_raw_entries(scope, name, [{"identifier": 7}, "junk", None])
+    with pytest.raises(PermanentSourceError, match=r"every locate entry \(9\) is malformed"):
+        make_source(datasets=DATASETS).fetch(CTX)
+
+
+def test_a_short_token_lifetime_costs_a_few_grants_not_one_per_request(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """expires_in = 30 with the default 60 s margin made 31 grants for 30 locates (item 10)."""
+    fake.token_lifetime_s = 30
+    names = [f"ska:short_{i}" for i in range(30)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("AUSSRC_T1", None))
+    source = make_source(
+        sites={"AUSSRC_T1": "AU"}, datasets=names, site_capabilities_url=None, max_concurrency=1
+    )
+    assert len(source.fetch(CTX).replicas) == 30
+    assert fake.counts["token"] <= 2
+
+
+def test_the_unmapped_list_is_bounded_counted_and_logged_in_few_lines(
+    fake: FakeSrcnet, make_source: MakeSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """600,001 unmapped identifiers made a 19 MB once --json (item 13): the first N are
+    listed (each cut to 200 characters), all are counted."""
+    rses = [(f"RSE_{i:04d}" + "x" * (300 if i == 0 else 0), None) for i in range(500)]
+    fake.add_dataset("ska", "spread", *rses)
+    source = make_source(datasets=["ska:spread"], site_capabilities_url=None, max_listed_unmapped=5)
+    with caplog.at_level(logging.WARNING):
+        snapshot = source.fetch(CTX)
+    assert len(snapshot.unmapped) == 5 and snapshot.unmapped_more == 495
+    assert max(len(name) for name in snapshot.unmapped) == 201  # 200 and an ellipsis
+    assert sorted(snapshot.unmapped)[1:] == ["RSE_0001", "RSE_0002", "RSE_0003", "RSE_0004"]
+    lines = [r for r in caplog.records if "no site" in r.getMessage()]
+    assert len(lines) == 6, [r.getMessage() for r in lines]  # five names and one count
+    assert "500 storage elements have no site" in lines[-1].getMessage()
+
+
+def test_a_fetch_longer_than_its_deadline_completes_over_a_few_cycles(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """The first fetch locates everything; with more datasets than one deadline allows, the
+    answers in by the deadline are kept, so the next fetches go on from there instead of
+    failing for ever."""
+    names = [f"ska:many_{i}" for i in range(12)]
+    for did in names:
+        fake.add_dataset("ska", did.partition(":")[2], ("AUSSRC_T1", None))
+    fake.locate_delay_s = 0.3
+    source = make_source(
+        sites={"AUSSRC_T1": "AU"},
+        datasets=names,
+        site_capabilities_url=None,
+        max_concurrency=2,
+        deadline_s=1.5,
+        max_relocates_per_cycle=2,
+    )
+    with pytest.raises(TransientSourceError, match=r"deadline_s = 1\.5 s"):
+        source.fetch(CTX)
+    assert len(source.fetch(CTX).replicas) == 12

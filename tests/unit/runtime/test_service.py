@@ -6,6 +6,7 @@ import ctypes
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -517,3 +518,70 @@ def test_cyclic_garbage_is_collected_after_the_cycle_or_at_the_next_full_collect
     found = subprocess.run(command, check=False, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
     assert found.stdout.split() == ["True", "False", "True", "True"]
+
+
+# ---- issue 26, item 3: one slow source never holds the cycle past its deadline
+
+
+@pytest.fixture
+def two_sources(tmp_path: Path) -> Config:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    static = {"type": "static", "path": "inv.toml", "settle_s": 0}
+    return parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{**static, "name": "fast"}, {**static, "name": "slow", "deadline_s": 1}],
+        },
+        tmp_path,
+    )
+
+
+def test_a_source_past_its_deadline_fails_and_the_cycle_goes_on(
+    two_sources: Config, clock: object
+) -> None:
+    release = threading.Event()
+
+    def hang() -> Snapshot:
+        release.wait(60)  # a server sending one header line a second, for ever
+        return Snapshot.of("slow", [], ())
+
+    fast = Scripted("fast", [lambda: Snapshot.of("fast", good(two_sources).replicas)] * 3)
+    slow = Scripted("slow", [hang, hang])
+    service = make(two_sources, [fast, slow], clock)
+    try:
+        t0 = time.monotonic()
+        report = service.run_cycle()
+        assert time.monotonic() - t0 < 4  # deadline_s = 1, plus the grace second
+        assert report.plan is not None
+        reasons = {s.name: s.reason for s in report.plan.sources}
+        assert "no answer within deadline_s = 1 s" in str(reasons["slow"])
+        assert reasons["fast"] is None
+        assert [str(d) for d in report.plan.sites[Site("A")].available] == ["ska:x"]
+        assert service.busy_sources() == ["slow"]
+
+        t0 = time.monotonic()
+        second = service.run_cycle()  # still busy: failed at once, not fetched twice
+        assert time.monotonic() - t0 < 1
+        assert second.plan is not None
+        assert "still running" in str({s.name: s.reason for s in second.plan.sources}["slow"])
+        assert len(slow.script) == 1
+    finally:
+        release.set()
+    time.sleep(0.2)
+    assert service.busy_sources() == []
+    service.close()
+
+
+def test_stopping_ends_a_cycle_waiting_for_a_source_at_once(
+    two_sources: Config, clock: object
+) -> None:
+    release = threading.Event()
+    fast = Scripted("fast", [lambda: good(two_sources)])
+    slow = Scripted("slow", [lambda: release.wait(60)])
+    service = make(two_sources, [fast, slow], clock)
+    threading.Timer(0.3, service.stop_event.set).start()
+    t0 = time.monotonic()
+    assert service.run_cycle().outcome == "abandoned"
+    assert time.monotonic() - t0 < 1
+    release.set()
+    service.close()

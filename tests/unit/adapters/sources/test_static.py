@@ -214,3 +214,45 @@ def test_an_inventory_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     path = tmp_path / "inv.toml"
     path.write_bytes(b'\xef\xbb\xbf[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
     assert [str(r.dataset) for r in StaticSource("inv", path, {}).fetch(CTX).replicas] == ["ska:x"]
+
+
+# ---- issue 26: inputs that are not files, sizes, a fresh inventory
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [(os.mkfifo, "a FIFO"), (lambda p: p.symlink_to("/dev/zero"), "a character device")],
+    ids=["fifo", "dev-zero"],
+)
+def test_a_path_that_is_not_a_regular_file_fails_at_once_naming_it(
+    tmp_path: Path, make: object, kind: str
+) -> None:
+    """A FIFO blocked the read (SIGTERM ignored); /dev/zero grew memory by GBs (item 4)."""
+    path = tmp_path / "inv.toml"
+    make(path)  # type: ignore[operator]
+    t0 = time.monotonic()
+    expected = f"inv.toml: cannot read: not a regular file \\({kind}\\)"
+    with pytest.raises(PermanentSourceError, match=expected):
+        StaticSource("inv", path, {}, settle_s=0).fetch(CTX)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_an_inventory_over_its_size_cap_fails_the_source(tmp_path: Path) -> None:
+    path = tmp_path / "inv.toml"
+    path.write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n' + "#" * 2000 + "\n")
+    with pytest.raises(PermanentSourceError, match="larger than the limit of 1000 bytes"):
+        StaticSource("inv", path, {}, max_bytes=1000).fetch(CTX)
+
+
+def test_a_fresh_inventory_is_read_as_soon_as_it_has_settled(tmp_path: Path) -> None:
+    """Item 11: a file younger than settle_s is read once it has settled, in the same fetch
+    (within its deadline), instead of a whole interval later."""
+    path = tmp_path / "inv.toml"
+    path.write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    static = StaticSource("inv", path, {}, settle_s=1.0, deadline_s=30.0)
+    t0 = time.monotonic()
+    assert [str(r.dataset) for r in static.fetch(CTX).replicas] == ["ska:x"]
+    assert 0.8 <= time.monotonic() - t0 < 3.0
+    short = StaticSource("inv", path, {}, settle_s=60.0, deadline_s=30.0)
+    with pytest.raises(TransientSourceError, match="less than settle_s = 60"):
+        short.fetch(CTX)  # a wait past the deadline is not started
