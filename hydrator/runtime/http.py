@@ -167,7 +167,7 @@ class HttpEndpoint:
     def _write_sites(self) -> None:
         ads = self.service.published.ads
         for site, ad in ads.items():
-            view = ad.view
+            view = self.service.published.view(site)  # the full lists: only the ad is cut
             etag, old = self._written.get(site, ("", None))
             if etag != ad.etag:
                 self.spool.write(f"classad/{site}", ad.body)
