@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         return cmd
 
-    run = with_config("run", "run the daemon until SIGTERM/SIGINT")
+    run = with_config("run", "run the daemon until SIGTERM/SIGINT; SIGHUP reloads the config")
     once = with_config("once", "run one cycle and print what changed")
     once.add_argument(
         "--dry-run", action="store_true", help="neither save nor publish; reads the state only"
@@ -113,15 +113,21 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "show":
         return _show(config, args.site)
     if args.command == "run":
-        return _run(config, args.reset_state)
+        return _run(config, args.config or default_config_path(), args.reset_state)
     return _once(config, args.dry_run, args.json, args.reset_state)
 
 
-def _run(config: Config, reset: bool) -> int:
+def _run(config: Config, path: Path, reset: bool) -> int:
+    """The daemon; SIGHUP reads ``path`` again (validated first, see :class:`Daemon`)."""
     from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
     from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
-    return run_daemon(config, build_service(config, reset=reset))
+    return run_daemon(
+        config,
+        build_service(config, reset=reset),
+        load=lambda: load_config(path),
+        build=build_service,
+    )
 
 
 def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:

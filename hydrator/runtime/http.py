@@ -141,6 +141,18 @@ class HttpEndpoint:
         self._watcher.start()
         log.info("listening on http://%s:%d", self.config.host, self.port)
 
+    def detach(self) -> None:
+        """Stop following the service (before it is closed, on a reload); what was written
+        is served meanwhile."""
+        with contextlib.suppress(ValueError):
+            self.service.remove_listener(self.write)
+
+    def attach(self, service: Service) -> None:
+        """Serve ``service`` from now on (the one a reload built) and write what it publishes."""
+        self.service = service
+        service.add_listener(self.write)
+        self.write()
+
     def write(self) -> None:
         """Write what the service now publishes (changed ads and site views only); never
         raises: a file that cannot be written is logged, and the server keeps the old one."""
