@@ -63,6 +63,15 @@ class SafetyConfig(_Model):
     """Sources with fewer previous entries than this are never held back."""
     accept_drop_after_cycles: int = Field(10, ge=0)
     """A drop held back this many consecutive cycles is accepted; 0 holds it forever."""
+    site_max_drop_fraction: float = Field(0.5, ge=0, le=1)
+    """The same per site, for a source that answered: a site left with no entries, or with
+    fewer than (1 - this) x its previous ones from that source, keeps its previous ones for
+    accept_drop_after_cycles cycles (a storage element missing from an answer)."""
+    site_drop_min_entries: int = Field(20, ge=0)
+    """Sites with fewer previous entries (from one source) than this are never held back."""
+    accept_site_drops: list[str] = Field(default_factory=list)
+    """Sites whose drops are accepted at once (an operator confirming a real removal; reload
+    with SIGHUP, and remove the site again afterwards)."""
 
 
 class HttpConfig(_Model):
@@ -443,11 +452,18 @@ class Config(_Model):
     @field_validator("sites")
     @classmethod
     def _sites(cls, value: dict[str, str]) -> dict[str, str]:
+        spelled: dict[str, str] = {}
         for element, site in value.items():
             try:
                 check_site(site)
             except InvalidNameError as exc:
                 raise ValueError(f"{element}: {exc}") from None
+            other = spelled.setdefault(site.casefold(), site)
+            if other != site:
+                raise ValueError(
+                    f"{element}: site {site} differs only in case from {other} (ClassAd == "
+                    "ignores case: they would be one site to the pool); spell them alike"
+                )
         return value
 
     @model_validator(mode="after")

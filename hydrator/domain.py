@@ -48,13 +48,26 @@ Site = NewType("Site", str)
 
 
 class InvalidNameError(ValueError):
-    """A dataset or site name outside the allowed character set (the message quotes it safely)."""
+    """A dataset or site name outside the allowed character set (the message quotes it safely,
+    at most :data:`SHOWN_NAME_CHARS` of it: :func:`shown`)."""
+
+
+SHOWN_NAME_CHARS = 64  # of a rejected name, in messages and logs (issue 26: 10 kB lines)
+
+
+def shown(name: object) -> str:
+    """``name`` quoted for a message, bounded: whole up to :data:`SHOWN_NAME_CHARS`
+    characters, else its first ones and its length (``'xxxx'... (10000 characters)``)."""
+    if isinstance(name, str) and len(name) > SHOWN_NAME_CHARS:
+        return f"{name[:SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
+    text = repr(name)
+    return text if len(text) <= 2 * SHOWN_NAME_CHARS else f"{text[:SHOWN_NAME_CHARS]}..."
 
 
 def check_site(name: str) -> Site:
     """Return ``name`` as a :data:`Site`, or raise :class:`InvalidNameError`."""
     if not isinstance(name, str) or not SITE_PATTERN.fullmatch(name):
-        raise InvalidNameError(f"invalid site name {name!r}")
+        raise InvalidNameError(f"invalid site name {shown(name)}")
     return Site(name)
 
 
@@ -74,9 +87,9 @@ class DatasetId(_DatasetIdFields):
 
     def __new__(cls, scope: str, name: str) -> DatasetId:
         if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
-            raise InvalidNameError(f"invalid dataset scope {scope!r} (name {name!r})")
+            raise InvalidNameError(f"invalid dataset scope {shown(scope)} (name {shown(name)})")
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            raise InvalidNameError(f"invalid dataset name {scope!r}:{name!r}")
+            raise InvalidNameError(f"invalid dataset name {shown(scope)}:{shown(name)}")
         # A catalogue has a few scopes and a million rows: one string per scope, not per row
         # (a parsed answer gives every row its own copy).
         return tuple.__new__(cls, (sys.intern(scope), name))
@@ -88,7 +101,7 @@ class DatasetId(_DatasetIdFields):
     def parse(cls, text: str) -> DatasetId:
         """Parse ``scope:name``; raise :class:`InvalidNameError` if it is not a valid DID."""
         if not isinstance(text, str) or ":" not in text:
-            raise InvalidNameError(f"invalid dataset id {text!r} (expected scope:name)")
+            raise InvalidNameError(f"invalid dataset id {shown(text)} (expected scope:name)")
         scope, _, name = text.partition(":")
         return cls(scope, name)
 
@@ -429,6 +442,9 @@ class SourceState:
     stale: bool = False
     error: str | None = None
     held_cycles: int = 0
+    held_sites: Mapping[Site, int] = field(default_factory=dict)
+    """Site -> consecutive cycles its shrunken answer was held back (the site guard); kept
+    in memory only: after a restart a held site is counted from 1 again."""
     memo: SourceMemo = field(
         default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
     )
@@ -880,6 +896,11 @@ class SourceStatus:
     last_success: datetime | None = None
     outcome: str = "ok"  # ok, transient_error, permanent_error, held
     unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
+    held_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Sites whose shrunken part of this answer is held back (the site guard) -> why."""
+    refused_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Site names of this answer refused because they differ only in case from the name
+    kept (ClassAd ``==`` ignores case) -> why; their records are counted in ``invalid``."""
 
     @property
     def unmapped_count(self) -> int:

@@ -5,10 +5,14 @@ the state database, ``hydrator once --json`` or an HTTP answer (``/v1/sites`` se
 error reasons without authentication). It replaces with ``[REDACTED]``:
 
 * every secret this process has read or been given (:func:`remember_secret`: token files,
-  passwords, client secrets, access tokens from a token endpoint), wherever it appears;
+  passwords, client secrets, access tokens from a token endpoint), wherever it appears; never
+  an identifier (a client id, an account or user name: :data:`IDENTIFIER_KINDS`), which is no
+  secret and as a word would mangle every text holding it (``client_id = hydrator`` made
+  ``/var/lib/hydrator/...`` read ``/var/lib/[REDACTED]/...``, issue 26);
 * ``Authorization``-style credentials: ``Bearer X``, ``Basic X`` (requests puts a header value
   it refuses into its error message: ``... in header value: 'Bearer <token>'``);
-* credentials in URLs (``https://user:password@host``);
+* credentials in URLs: the password of ``https://user:password@host`` (the user name is
+  kept), the whole user part when it has no password (``https://TOKEN@host``);
 * ``key=value`` / ``"key": "value"`` pairs whose key names a secret (``access_token``,
   ``client_secret``, ``password``, ``X-Rucio-Auth-Token`` ...), and JSON Web Tokens;
 
@@ -39,7 +43,9 @@ MAX_REMEMBERED = 256  # secrets remembered per process (tokens rotate; the oldes
 # ("Trojan Source", CVE-2021-42574): anything that can break or visually reorder a log line.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@'\"<>]+@")
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?:(?P<user>[^/\s@'\"<>:]+):)?[^/\s@'\"<>]+@"
+)
 _AUTH_SCHEME = re.compile(
     r"(?i)\b(?P<scheme>bearer|basic|negotiate|digest)\s+(?!\[REDACTED\])[^\s'\",;)\]}]+"
 )
@@ -96,10 +102,18 @@ def redact(text: str) -> str:
     for secret in sorted(known, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     text = escape_controls(text)
-    text = _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+    text = _URL_USERINFO.sub(_userinfo, text)
     text = _KEY_VALUE.sub(rf"\g<key>\g<quote>{REDACTED}", text)
     text = _AUTH_SCHEME.sub(rf"\g<scheme> {REDACTED}", text)
     return _JWT.sub(REDACTED, text)
+
+
+def _userinfo(match: re.Match[str]) -> str:
+    """A URL's user part without its password (the user name kept), or redacted whole when it
+    has no password (then it may be a token)."""
+    user = match.group("user")
+    kept = f"{user}:" if user is not None and user != REDACTED else ""
+    return f"{match.group('scheme')}{kept}{REDACTED}@"
 
 
 def unsafe_secret(value: str) -> bool:
@@ -107,27 +121,37 @@ def unsafe_secret(value: str) -> bool:
     return any(c.isspace() or not c.isprintable() for c in value)
 
 
-def checked_secret(value: str, where: str) -> str:
-    """``value`` if it is usable as a credential, remembered for :func:`redact`.
+def checked_secret(value: str, where: str, *, remember: bool = True) -> str:
+    """``value`` if it is usable as a credential, remembered for :func:`redact` (unless
+    ``remember`` is false: an identifier, not a secret).
 
     Raise PermanentSourceError naming ``where`` (a file, an endpoint), never the value.
     """
     if not value:
         raise PermanentSourceError(f"{where} is empty")
     if unsafe_secret(value):
-        remember_secret(value)
-        for part in re.split(r"[\s\x00-\x1f\x7f-\x9f]+", value):
-            remember_secret(part)
+        if remember:
+            remember_secret(value)
+            for part in re.split(r"[\s\x00-\x1f\x7f-\x9f]+", value):
+                remember_secret(part)
         raise PermanentSourceError(
             f"{where} holds whitespace or control characters inside the value "
             "(a line break in the middle?); refusing to send it"
         )
-    remember_secret(value)
+    if remember:
+        remember_secret(value)
     return value
 
 
+IDENTIFIER_KINDS = frozenset({"client id", "account", "user name", "username"})
+"""Kinds of credential file (:func:`read_secret`'s ``what``) that name who the client is:
+checked like a secret (they go into a header or a form too), never remembered for
+:func:`redact` (issue 26: only secret values are redacted)."""
+
+
 def read_secret(path: Path, what: str) -> str:
-    """The content of a secret file without surrounding whitespace, checked and remembered.
+    """The content of a credential file without surrounding whitespace, checked, and
+    remembered for :func:`redact` unless ``what`` is one of :data:`IDENTIFIER_KINDS`.
 
     Errors name ``what`` and the file, never the content. Only a regular file of at most
     ``MAX_SECRET_BYTES`` is read (a FIFO would block, a huge file would be sent as a header).
@@ -137,4 +161,5 @@ def read_secret(path: Path, what: str) -> str:
     except (FileRefused, UnicodeDecodeError) as exc:
         reason = str(exc) if isinstance(exc, FileRefused) else "not UTF-8 text"
         raise PermanentSourceError(f"cannot read the {what} file {path}: {reason}") from exc
-    return checked_secret(value, f"the {what} file {path}")
+    where = f"the {what} file {path}"
+    return checked_secret(value, where, remember=what not in IDENTIFIER_KINDS)

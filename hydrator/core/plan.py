@@ -6,8 +6,16 @@ No I/O, no clock, no globals. The rules it enforces:
 * A source whose answer shrank suspiciously (fewer than ``1 - max_drop_fraction`` of its
   previous entries, when it had at least ``drop_min_entries``) is held back the same way, until
   the same shrunken answer has come ``accept_drop_after_cycles`` cycles in a row (0: never).
+* The same per site (the site guard): a site at which a source that answered held at least
+  ``site_drop_min_entries`` entries, and now holds none or fewer than
+  ``1 - site_max_drop_fraction`` of them, keeps that source's previous entries there until the
+  drop has come ``accept_drop_after_cycles`` cycles in a row (one storage element missing from
+  an answer looks exactly like that); a site named in ``accept_site_drops`` is never held.
 * Hence a dataset leaves a site only when every source that reported it answered successfully
   this cycle without it.
+* Site names that differ only in case (ClassAd ``==`` ignores case, so a collector
+  invalidation by ``Name == "..."`` hits both) are refused: one spelling is kept (the one
+  already held, else the first in sorted order), the other's records are counted invalid.
 * Several sources merge deterministically, each fact on its own: per (site, dataset) the
   presence of the report holding more (complete > partial, by files then bytes > absent) and
   the transfer of the report with the more urgent one (stuck > replicating > none)
@@ -18,12 +26,14 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
+from operator import attrgetter
 
 from hydrator.domain import (
     Change,
@@ -61,6 +71,9 @@ class Policy:
     max_drop_fraction: float = 0.5
     drop_min_entries: int = 20
     accept_drop_after_cycles: int = 10
+    site_max_drop_fraction: float = 0.5
+    site_drop_min_entries: int = 20
+    accept_site_drops: Collection[str] = ()
 
 
 def plan_cycle(
@@ -74,9 +87,12 @@ def plan_cycle(
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
     merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
+    outcomes, refused = _without_case_twins(previous, outcomes)
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
         after, status, delta = _advance_source(before, outcomes[name], now, policy, merging)
+        if name in refused:
+            status = replace(status, refused_sites=refused[name])
         sources[name] = after
         statuses.append(status)
         if delta.added or delta.removed:
@@ -143,19 +159,145 @@ def _advance_source(
         ).inherit_index(before)
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
+    guard = _guard_sites(before, outcome, delta, policy)
+    delta = guard.delta
     moved = bool(delta.added or delta.removed)
     after = SourceState(
         name=before.name,
-        replicas=outcome.replicas if moved else before.replicas,
-        sites=outcome.sites,
+        replicas=guard.replicas if moved else before.replicas,
+        sites=guard.sites,
         last_success=now,
         last_attempt=now,
+        held_sites=guard.counts,
     )
     if not moved:
         after.inherit_index(before)
     elif before.built_index is not None:  # carried on where built (several sources merge)
-        after.adopt_index(_patched(before, delta, outcome.replicas))
-    return after, _status(after, "ok", snapshot=outcome), delta
+        after.adopt_index(_patched(before, delta, guard.replicas))
+    status = _status(after, "ok", snapshot=outcome)
+    return after, replace(status, held_sites=guard.reasons), delta
+
+
+@dataclass(frozen=True)
+class _Guarded:
+    """A source's answer after the site guard: what the state keeps (``replicas``,
+    ``sites``), its delta against the previous answer, and per held site its count of
+    consecutive held cycles and the reason."""
+
+    replicas: AbstractSet[Replica]
+    sites: frozenset[Site]
+    delta: SourceDelta
+    counts: Mapping[Site, int]
+    reasons: Mapping[Site, str]
+
+
+def _guard_sites(
+    before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
+) -> _Guarded:
+    """The site guard (module doc) on an answer the source guard let through: the sites it
+    holds keep ``before``'s replicas, and leave ``delta``. Costs O(removed) per cycle, plus
+    one pass over ``before``'s replicas in a cycle that removes enough at one site to be a
+    candidate, and one copy of the answer in a cycle that holds a site."""
+    counts = _suspicious_sites(before, delta, policy)
+    accept_after = policy.accept_drop_after_cycles
+    held: dict[Site, int] = {}
+    reasons: dict[Site, str] = {}
+    for site, (was, now) in sorted(counts.items()):
+        cycle = before.held_sites.get(site, 0) + 1
+        if accept_after and cycle >= accept_after:
+            continue  # held long enough: accepted this cycle
+        held[site] = cycle
+        reasons[site] = (
+            f"site {site}: answer of source {before.name} held back: {now} entries against "
+            f"{was} last time (cycle {cycle} of {accept_after or 'unlimited'}); to accept it "
+            f"at once, add the site to [safety] accept_site_drops and reload"
+        )
+    if not held:
+        return _Guarded(outcome.replicas, outcome.sites, delta, {}, {})
+    out = [r for r in delta.added if r.site in held]
+    back = [r for r in delta.removed if r.site in held]
+    replicas = set(outcome.replicas)
+    replicas.difference_update(out)
+    replicas.update(back)
+    kept = SourceDelta(
+        added=frozenset(r for r in delta.added if r.site not in held),
+        removed=frozenset(r for r in delta.removed if r.site not in held),
+    )
+    sites = outcome.sites | (before.sites & held.keys())
+    return _Guarded(replicas, sites, kept, held, reasons)
+
+
+def _suspicious_sites(
+    before: SourceState, delta: SourceDelta, policy: Policy
+) -> dict[Site, tuple[int, int]]:
+    """Site -> (entries before, entries now) of each site whose drop the site guard holds
+    (before the count of cycles decides), from ``delta``; ``before``'s replicas are counted
+    only at sites that lost enough to be candidates."""
+    if not delta.removed:
+        return {}
+    lost = Counter(map(_site_of, delta.removed))
+    lost.subtract(Counter(map(_site_of, delta.added)))
+    floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
+    accepted = policy.accept_site_drops
+    candidates = {s for s, n in lost.items() if n > 0 and n >= floor and s not in accepted}
+    if not candidates:
+        return {}
+    was = Counter(r.site for r in before.replicas if r.site in candidates)
+    found: dict[Site, tuple[int, int]] = {}
+    for site in candidates:
+        old = was[site]
+        new = old - lost[site]
+        if old >= max(policy.site_drop_min_entries, 1) and (
+            new == 0 or new < old * (1.0 - policy.site_max_drop_fraction)
+        ):
+            found[site] = (old, new)
+    return found
+
+
+def _without_case_twins(
+    previous: State, outcomes: Mapping[str, SourceOutcome]
+) -> tuple[dict[str, SourceOutcome], dict[str, dict[Site, str]]]:
+    """``outcomes`` without the sites whose names differ only in case from a name kept (the
+    one already held, else the first in sorted order), and per source the names refused and
+    why. Looks at the answers' sites and at those a failed source keeps; a refused site's
+    records are counted invalid. O(sites), plus a copy of an answer that names a twin."""
+    kept_sites = [o.sites for o in outcomes.values() if isinstance(o, Snapshot)]
+    kept_sites += [
+        previous.sources[n].sites
+        for n, o in outcomes.items()
+        if isinstance(o, SourceFailure) and n in previous.sources
+    ]
+    spellings: dict[str, set[Site]] = {}
+    for site in chain.from_iterable(kept_sites):
+        spellings.setdefault(site.casefold(), set()).add(site)
+    kept_of: dict[Site, Site] = {}
+    held = previous.coverage
+    for group in spellings.values():
+        if len(group) > 1:
+            kept = min(group, key=lambda s: (s not in held, s))
+            kept_of.update((s, kept) for s in group if s != kept)
+    if not kept_of:
+        return dict(outcomes), {}
+    out: dict[str, SourceOutcome] = {}
+    refused: dict[str, dict[Site, str]] = {}
+    for name, outcome in outcomes.items():
+        twins = kept_of.keys() & outcome.sites if isinstance(outcome, Snapshot) else set()
+        if not twins or not isinstance(outcome, Snapshot):
+            out[name] = outcome
+            continue
+        dropped = Counter(r.site for r in outcome.replicas if r.site in twins)
+        out[name] = replace(
+            outcome,
+            replicas=frozenset(r for r in outcome.replicas if r.site not in twins),
+            sites=outcome.sites - twins,
+            invalid=outcome.invalid + sum(dropped.values()),
+        )
+        refused[name] = {
+            s: f"site name {s} differs only in case from {kept_of[s]} (ClassAd == ignores "
+            f"case): refused, its {dropped[s]} record(s) skipped"
+            for s in sorted(twins)
+        }
+    return out, refused
 
 
 def _suspicious_drop(before: int, now: int, policy: Policy) -> bool:
@@ -234,6 +376,7 @@ def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
     return found
 
 
+_site_of: Callable[[Replica], Site] = attrgetter("site")
 _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
 _NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 

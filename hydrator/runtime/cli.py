@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         return cmd
 
-    run = with_config("run", "run the daemon until SIGTERM/SIGINT")
+    run = with_config("run", "run the daemon until SIGTERM/SIGINT; SIGHUP reloads the config")
     once = with_config("once", "run one cycle and print what changed")
     once.add_argument(
         "--dry-run", action="store_true", help="neither save nor publish; reads the state only"
@@ -125,16 +125,23 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "show":
         return _show(config, args.site)
     if args.command == "run":
-        return _run(config, args.reset_state)
+        return _run(config, args.config or default_config_path(), args.reset_state)
     return _once(config, args.dry_run, args.json, args.reset_state)
 
 
-def _run(config: Config, reset: bool) -> int:
+def _run(config: Config, path: Path, reset: bool) -> int:
+    """The daemon; SIGHUP reads ``path`` again (validated first, see :class:`Daemon`)."""
     from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
     from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
     before = set(threading.enumerate())
-    return _without_stragglers(run_daemon(config, build_service(config, reset=reset)), before)
+    code = run_daemon(
+        config,
+        build_service(config, reset=reset),
+        load=lambda: load_config(path),
+        build=build_service,
+    )
+    return _without_stragglers(code, before)
 
 
 def _without_stragglers(code: int, before: set[threading.Thread]) -> int:

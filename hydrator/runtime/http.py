@@ -141,6 +141,18 @@ class HttpEndpoint:
         self._watcher.start()
         log.info("listening on http://%s:%d", self.config.host, self.port)
 
+    def detach(self) -> None:
+        """Stop following the service (before it is closed, on a reload); what was written
+        is served meanwhile."""
+        with contextlib.suppress(ValueError):
+            self.service.remove_listener(self.write)
+
+    def attach(self, service: Service) -> None:
+        """Serve ``service`` from now on (the one a reload built) and write what it publishes."""
+        self.service = service
+        service.add_listener(self.write)
+        self.write()
+
     def write(self) -> None:
         """Write what the service now publishes (changed ads and site views only); never
         raises: a file that cannot be written is logged, and the server keeps the old one."""
@@ -167,7 +179,7 @@ class HttpEndpoint:
     def _write_sites(self) -> None:
         ads = self.service.published.ads
         for site, ad in ads.items():
-            view = ad.view
+            view = self.service.published.view(site)  # the full lists: only the ad is cut
             etag, old = self._written.get(site, ("", None))
             if etag != ad.etag:
                 self.spool.write(f"classad/{site}", ad.body)

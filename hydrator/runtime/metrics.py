@@ -224,6 +224,13 @@ class Metrics:
         "reason",
     )
     classad_size = _gauge("classad_size_bytes", "Size of the site's old-syntax ClassAd.", "site")
+    site_held = _gauge(
+        "site_held",
+        "1 while the site guard holds back a drop of a source's entries at a site ([safety]"
+        " site_max_drop_fraction); the count of cycles held is in /v1/sites and the log.",
+        "site",
+        "source",
+    )
 
     # ---- locality: where data-bound jobs run and wait
     jobs_running = _gauge(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from hydrator.domain import ChangeKind, SourceStatus
@@ -52,6 +53,9 @@ def log_cycle(report: CycleReport) -> None:
     text = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if k != "outcome")
     level = logging.INFO if report.outcome == "ok" else logging.WARNING
     log.log(level, "cycle %s %s", report.outcome, text, extra={"fields": fields})
+    for status in report.plan.sources if report.plan else ():
+        for site, reason in chain(status.held_sites.items(), status.refused_sites.items()):
+            log.warning("%s", reason, extra={"fields": {"site": site, "source": status.name}})
 
 
 def _fmt(value: Any) -> str:
@@ -71,8 +75,11 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
     metrics.state_rows_written.inc(report.rows_written)
     for change_kind, count in report.plan.changes.counts.items():
         metrics.changes.labels(change_kind.value).inc(count)  # one call per kind, not per change
+    metrics.site_held.clear()
     for status in report.plan.sources:
         _record_source(metrics, status, now)
+        for site in status.held_sites:
+            metrics.site_held.labels(site, status.name).set(1)
     metrics.collector_merges_deferred.set(sum(r.deferred for r in report.published.values()))
     for reported in report.published.values():
         for kind, count in reported.sent.items():

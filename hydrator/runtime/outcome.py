@@ -33,6 +33,13 @@ class Published:
     sources: tuple[SourceStatus, ...] = ()
     generated: datetime | None = None
     demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
+    views: Mapping[Site, SiteView] = field(default_factory=dict)
+    """Each published site's full lists as held (the ads may be cut to fit or to demand):
+    what ``/v1/sites`` and ``/v1/sites/<site>`` list (issue 26 item 7)."""
+
+    def view(self, site: Site) -> SiteView:
+        """``site``'s full lists (:attr:`views`), else its ad's."""
+        return self.views.get(site) or self.ads[site].view
 
 
 @dataclass(frozen=True)

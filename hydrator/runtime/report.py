@@ -57,10 +57,12 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
 
 
 def sites_json(published: Published) -> dict[str, Any]:
-    """Every site with its counts, for ``GET /v1/sites``."""
+    """Every site with its counts, for ``GET /v1/sites``: of everything held, whatever its ad
+    leaves out; ``held``: why the site guard holds back a drop there (null: it does not)."""
     sites = []
-    for ad in published.ads.values():
-        v = ad.view
+    held = {site: why for s in published.sources for site, why in s.held_sites.items()}
+    for site in published.ads:
+        v = published.view(site)
         sites.append(
             {
                 "site": v.site,
@@ -72,6 +74,7 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "digest": v.digest,
                 "updated": v.updated.isoformat() if v.updated else None,
                 "classad": f"/v1/sites/{v.site}/classad",
+                "held": held.get(v.site),
             }
         )
     return {

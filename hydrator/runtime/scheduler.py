@@ -2,7 +2,8 @@
 
 One interval job with jitter, ``max_instances=1`` and ``coalesce=True``: a slow cycle delays the
 next instead of stacking up. On SIGTERM/SIGINT the running cycle finishes, or is abandoned
-before it saves anything, and the process exits 0.
+before it saves anything, and the process exits 0. SIGHUP reloads the configuration
+(:class:`Daemon`).
 
 APScheduler logs a warning each time the trigger fires while the cycle still runs (every
 ``interval_s`` of a long cycle). :class:`LongCycles` says it once instead: a line when the
@@ -26,8 +27,9 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
-from hydrator.errors import ConfigError
+from hydrator.errors import ConfigError, HydratorError
 from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
@@ -109,39 +111,133 @@ def schedule_cycles(
     return cycles
 
 
-def run_daemon(config: Config, service: Service) -> int:
-    endpoint = None
-    if config.http.enabled:
-        wedged_after_s = max(5 * config.daemon.interval_s, 300.0)
-        try:
-            endpoint = HttpEndpoint(service, config.http, wedged_after_s)
-        except ConfigError:  # the listen address is busy: one line, exit 2
-            service.close()
-            raise
-        endpoint.start()
-    scheduler = BackgroundScheduler(timezone=UTC)
-    schedule_cycles(scheduler, service.run_cycle, config.daemon.interval_s, config.daemon.jitter_s)
+class Daemon:
+    """``hydrator run``: the cycle loop, the HTTP endpoint and the signals.
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
+    SIGTERM/SIGINT stop it (the running cycle finishes or is abandoned, exit 0). SIGHUP reloads
+    the configuration: ``load`` reads and validates it first; one that is invalid (a bad key,
+    or a service that cannot be built from it) is refused with one error line naming the
+    problem, and the running configuration goes on. A valid one replaces the service between
+    cycles (the state is saved by then and read again, under the same lock and metrics); its
+    first cycle runs at once. ``[http]`` is read at start only (the listener and its server
+    stay; a change is logged as needing a restart)."""
+
+    def __init__(
+        self,
+        config: Config,
+        service: Service,
+        load: Callable[[], Config] | None = None,
+        build: Callable[[Config, Metrics], Service] | None = None,
+    ) -> None:
+        self.config, self.service = config, service
+        self._load, self._build = load, build
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self.endpoint: HttpEndpoint | None = None
+        self._scheduler: BaseScheduler | None = None
+
+    def _signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._reload.set()
+            return
         log.info("received %s, stopping", signal.Signals(signum).name)
-        service.stop_event.set()
+        self._stop.set()
+        self.service.stop_event.set()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.start()
-    log.info(
-        "hydrator running: %d source(s), every %.0fs, state %s",
-        len(service.sources),
-        config.daemon.interval_s,
-        config.daemon.state_path,
-    )
-    try:
-        while not service.stop_event.wait(1.0):
-            pass
-    finally:
-        scheduler.shutdown(wait=True)
-        if endpoint is not None:
-            endpoint.stop()
-        service.close()
-    log.info("stopped")
-    return 0
+    def _start_cycles(self) -> None:
+        daemon = self.config.daemon
+        self._scheduler = BackgroundScheduler(timezone=UTC)
+        schedule_cycles(self._scheduler, self.service.run_cycle, daemon.interval_s, daemon.jitter_s)
+        self._scheduler.start()
+
+    def run(self) -> int:
+        if self.config.http.enabled:
+            wedged_after_s = max(5 * self.config.daemon.interval_s, 300.0)
+            try:
+                self.endpoint = HttpEndpoint(self.service, self.config.http, wedged_after_s)
+            except ConfigError:  # the listen address is busy: one line, exit 2
+                self.service.close()
+                raise
+            self.endpoint.start()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._signal)
+        self._start_cycles()
+        log.info(
+            "hydrator running: %d source(s), every %.0fs, state %s",
+            len(self.service.sources),
+            self.config.daemon.interval_s,
+            self.config.daemon.state_path,
+        )
+        try:
+            while not self._stop.wait(1.0):
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+        finally:
+            if self._scheduler is not None:
+                self._scheduler.shutdown(wait=True)
+            if self.endpoint is not None:
+                self.endpoint.stop()
+            self.service.close()
+        log.info("stopped")
+        return 0
+
+    def reload(self) -> None:
+        """Read the configuration again and, if valid, swap the service (see the class doc)."""
+        if self._load is None or self._build is None:
+            log.warning("received SIGHUP: no configuration file to reload; ignored")
+            return
+        log.info("received SIGHUP: reloading the configuration")
+        try:
+            config = self._load()
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            return
+        if config == self.config:
+            log.info("reload: the configuration is unchanged")
+            return
+        if config.http != self.config.http:
+            log.warning("reload: [http] changes take effect at the next restart")
+        assert self._scheduler is not None
+        self._scheduler.shutdown(wait=True)  # the running cycle ends (and saves) first
+        if self._stop.is_set():  # SIGTERM meanwhile: stopping, nothing to swap
+            return
+        self._swap(config)
+        if self._stop.is_set():  # SIGTERM during the swap: the new service stops too
+            self.service.stop_event.set()
+            return
+        self._start_cycles()
+
+    def _swap(self, config: Config) -> None:
+        """Close the running service and build one from ``config``; if that fails, log it and
+        build the running configuration's again (its failure ends the daemon: exit 2)."""
+        old, metrics = self.service, self.service.metrics
+        if self.endpoint is not None:
+            self.endpoint.detach()
+        old.close()  # releases the state's lock for the new service
+        assert self._build is not None
+        try:
+            self.service = self._build(config, metrics)
+        except HydratorError as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            self.service = self._build(self.config, metrics)
+        else:
+            self.config = config
+            log.info(
+                "reloaded: %d source(s), every %.0fs, state %s",
+                len(self.service.sources),
+                config.daemon.interval_s,
+                config.daemon.state_path,
+            )
+        if self.endpoint is not None:
+            self.endpoint.attach(self.service)
+
+
+def run_daemon(
+    config: Config,
+    service: Service,
+    load: Callable[[], Config] | None = None,
+    build: Callable[[Config, Metrics], Service] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP."""
+    return Daemon(config, service, load, build).run()

@@ -214,7 +214,9 @@ class Service:
             self.published = Published()  # empty, for _ad_size while the startup views are cut
             for table, count in store.rejected_rows.items():
                 self.metrics.state_rejected_rows.labels(table).set(count)
-            self.published = Published(render_ads(self._startup_views(), config.classad))
+            views = self._startup_views()
+            full = self._state.stamped_views() if views else {}
+            self.published = Published(render_ads(views, config.classad), views=full)
         self._cycles = 0
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
@@ -314,6 +316,7 @@ class Service:
             plan.sources,
             started,
             self.published.demand,  # until this cycle's annotation replaces it
+            plan.sites,  # the full lists, for the JSON views
         )
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)

@@ -172,3 +172,9 @@ def test_unit_sandbox_denies_what_the_unit_denies(systemd_analyze: str, tmp_path
         capture_output=True, text=True, check=False, cwd=tmp_path,
     )
     assert result.stdout.split() == ["allowed", "EAFNOSUPPORT", "EPERM", "EPERM"], result.stderr
+
+
+def test_reload_sends_sighup_to_the_daemon() -> None:
+    # `systemctl reload hydrator`: the daemon reloads its configuration on SIGHUP
+    # (tests/e2e/test_reload.py); without ExecReload systemd refuses the reload.
+    assert unit_settings(UNIT)["ExecReload"] == ["/bin/kill -HUP $MAINPID"]

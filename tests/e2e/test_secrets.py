@@ -148,8 +148,8 @@ def test_no_output_holds_a_secret(tmp_path: Path, fake: FakeSrcnet) -> None:
     reasons = {s["name"]: s["reason"] for s in json.loads(once_text.stdout)["sources"]}
     assert "dm-token holds whitespace or control characters" in reasons["dm-file"]
     assert f"token endpoint {fake.token_url} holds whitespace" in reasons["dm-iam"]
-    assert "http://[REDACTED]@127.0.0.1:99999" in reasons["dm-url"]
-    assert "http://[REDACTED]@127.0.0.1:99999" in reasons["rucio"]
+    assert "http://alice:[REDACTED]@127.0.0.1:99999" in reasons["dm-url"]
+    assert "http://alice:[REDACTED]@127.0.0.1:99999" in reasons["rucio"]
     assert reasons["static"] is None
     assert fake.counts["locate"] == 0, "a refused token was sent"
 

@@ -90,6 +90,26 @@ def test_empty_or_unreadable_secret_files_are_named(tmp_path: Path) -> None:
         checked_secret("a\r\nb", "the token endpoint x")
 
 
+def test_a_client_id_is_checked_but_never_redacted(tmp_path: Path) -> None:
+    """Issue 26 item 12: ``client_id = hydrator`` mangled every path holding the word."""
+    (tmp_path / "client-id").write_text("hydrator\n")
+    (tmp_path / "client-secret").write_text("cs-Secret-8812\n")
+    assert read_secret(tmp_path / "client-id", "client id") == "hydrator"
+    read_secret(tmp_path / "client-secret", "client secret")
+    reason = "cannot read /var/lib/hydrator/inv.toml; sent cs-Secret-8812"
+    assert redact(reason) == "cannot read /var/lib/hydrator/inv.toml; sent [REDACTED]"
+    (tmp_path / "bad-id").write_text("hydra\ntor")
+    with pytest.raises(PermanentSourceError, match=r"the client id file .*bad-id holds whitespace"):
+        read_secret(tmp_path / "bad-id", "client id")
+
+
+def test_a_url_keeps_its_user_name_and_loses_its_password() -> None:
+    said = redact("cannot reach https://alice:pa55w0rd@rucio.example.org and https://tok3n@x.org")
+    assert said == (
+        "cannot reach https://alice:[REDACTED]@rucio.example.org and https://[REDACTED]@x.org"
+    )
+
+
 def test_escape_controls_writes_every_line_breaking_character_as_an_escape() -> None:
     text = "a\nb\rc\td\x1b[31me\u2028f\u202eg\x85h"
     assert escape_controls(text) == "a\\nb\\rc\\td\\x1b[31me\\u2028f\\u202eg\\x85h"

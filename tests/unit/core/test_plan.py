@@ -299,3 +299,119 @@ def test_source_deltas_hold_exactly_the_rows_to_write() -> None:
     delta = plans[1].source_deltas["r"]
     assert delta.added == {rep("A", "y")}
     assert delta.removed == {rep("A", "y", "replicating", 0.1)}
+
+
+# The site guard (issue 26 item 6): a site that loses all, or more than a share, of its
+# entries in one answer keeps them for the guard's cycles, although the source is "ok".
+SITE_POLICY = Policy(
+    max_drop_fraction=0.5,
+    drop_min_entries=20,
+    accept_drop_after_cycles=3,
+    site_max_drop_fraction=0.5,
+    site_drop_min_entries=10,
+)
+
+
+def two_sites(a: int, b: int, *extra: Replica) -> SourceOutcome:
+    """One source: ``a`` datasets at SITE_A, ``b`` at SITE_B (plus ``extra``)."""
+    at_a = (rep("SITE_A", f"a{i}") for i in range(a))
+    at_b = (rep("SITE_B", f"b{i}") for i in range(b))
+    return snap("r", *at_a, *at_b, *extra)
+
+
+def count(plan: Plan, site: str) -> int:
+    """Datasets available at ``site`` (0: the site is not published)."""
+    return len(names(plan, site)) if Site(site) in plan.sites else 0
+
+
+def test_a_site_emptied_by_an_ok_source_is_held_then_accepted() -> None:
+    """70 + 30 datasets, SITE_B's table removed: 30% of the source, 100% of SITE_B."""
+    plans = run([{"r": two_sites(70, 30)}] + [{"r": two_sites(70, 0)}] * 3, SITE_POLICY)
+    for cycle, held in enumerate(plans[1:3], start=1):
+        assert len(names(held, "SITE_B")) == 30, f"cycle {cycle}: SITE_B kept"
+        (status,) = held.sources
+        assert status.fresh and status.outcome == "ok", "the source itself is fine"
+        reason = status.held_sites[Site("SITE_B")]
+        assert f"0 entries against 30 last time (cycle {cycle} of 3)" in reason
+        assert "accept_site_drops" in reason
+        assert held.changes == ()
+    accepted = plans[3]
+    assert count(accepted, "SITE_B") == 0 and accepted.sources[0].held_sites == {}
+    assert len(accepted.changes) == 30
+    assert len(names(accepted, "SITE_A")) == 70
+
+
+def test_a_held_site_does_not_hold_the_other_sites_changes() -> None:
+    plans = run(
+        [{"r": two_sites(70, 30)}, {"r": two_sites(71, 0)}],
+        SITE_POLICY,
+    )
+    assert len(names(plans[1], "SITE_A")) == 71 and len(names(plans[1], "SITE_B")) == 30
+    assert kinds(plans[1]) == [("SITE_A", "a70", "added")]
+    assert plans[1].source_deltas["r"].removed == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "held"),
+    [
+        (30, 0, True),  # all lost
+        (30, 14, True),  # more than half lost
+        (30, 15, False),  # half lost: not more than the share
+        (9, 0, False),  # fewer than site_drop_min_entries before
+        (10, 0, True),
+        (30, 29, False),
+    ],
+)
+def test_site_guard_threshold_table(before: int, after: int, held: bool) -> None:
+    plans = run([{"r": two_sites(70, before)}, {"r": two_sites(70, after)}], SITE_POLICY)
+    assert count(plans[1], "SITE_B") == (before if held else after)
+    assert (Site("SITE_B") in plans[1].sources[0].held_sites) is held
+
+
+def test_a_site_named_in_accept_site_drops_is_never_held() -> None:
+    policy = Policy(**{**SITE_POLICY.__dict__, "accept_site_drops": ("SITE_B",)})
+    plans = run([{"r": two_sites(70, 30)}, {"r": two_sites(70, 0)}], policy)
+    assert count(plans[1], "SITE_B") == 0 and plans[1].sources[0].held_sites == {}
+
+
+def test_a_held_site_recovering_resets_its_count() -> None:
+    plans = run(
+        [{"r": two_sites(70, 30)}, {"r": two_sites(70, 0)}, {"r": two_sites(70, 30)}]
+        + [{"r": two_sites(70, 0)}] * 2,
+        SITE_POLICY,
+    )
+    assert plans[2].changes == () and plans[2].sources[0].held_sites == {}
+    assert "(cycle 2 of 3)" in plans[4].sources[0].held_sites[Site("SITE_B")]
+
+
+def test_the_site_guard_holds_where_several_sources_merge() -> None:
+    other = snap("o", rep("SITE_C", "c"))
+    plans = run(
+        [{"r": two_sites(70, 30), "o": other}, {"r": two_sites(70, 0), "o": other}],
+        SITE_POLICY,
+    )
+    assert len(names(plans[1], "SITE_B")) == 30
+    assert len(plans[1].state.merged[Site("SITE_B")]) == 30
+
+
+def test_site_names_differing_only_in_case_are_refused_keeping_the_held_one() -> None:
+    """Issue 26 item 13: ClassAd ``==`` ignores case, so SITE_A and site_a are one site to a
+    collector invalidation; the name already held is kept, the twin's records are invalid."""
+    plans = run(
+        [
+            {"r": snap("r", rep("site_a", "x"))},
+            {"r": snap("r", rep("site_a", "x"), rep("SITE_A", "y"), rep("SITE_A", "z"))},
+        ]
+    )
+    assert set(plans[1].sites) == {"site_a"}
+    (status,) = plans[1].sources
+    assert status.invalid == 2
+    assert "SITE_A differs only in case from site_a" in status.refused_sites[Site("SITE_A")]
+
+
+def test_case_twins_across_sources_keep_the_first_spelling_in_sorted_order() -> None:
+    (plan,) = run([{"r": snap("r", rep("Site_B", "x")), "s": snap("s", rep("SITE_B", "y"))}])
+    assert set(plan.sites) == {"SITE_B"}
+    assert names(plan, "SITE_B") == ["ska:y"]
+    refused = {s.name: s.refused_sites for s in plan.sources}
+    assert set(refused["r"]) == {"Site_B"} and refused["s"] == {}

@@ -36,6 +36,7 @@ EXPECTED = {
     "hydrator_collector_merges_deferred": ("gauge", ()),
     "hydrator_datasets_unadvertised": ("gauge", ("site", "reason")),
     "hydrator_classad_size_bytes": ("gauge", ("site",)),
+    "hydrator_site_held": ("gauge", ("site", "source")),
     "hydrator_jobs_running": ("gauge", ("locality",)),
     "hydrator_site_jobs_running": ("gauge", ("site", "locality")),
     "hydrator_jobs_running_data_local_ratio": ("gauge", ()),
