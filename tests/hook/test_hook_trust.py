@@ -143,6 +143,26 @@ def test_without_any_safe_directory_the_hook_refuses_to_run(
     assert list((open_tmp / "cache").iterdir()) == []
 
 
+def test_a_glidein_without_any_safe_directory_prints_nothing_and_does_not_fail(
+    server: tuple[str, Answer], tmp_path: Path
+) -> None:
+    """The glidein's directory and $TMPDIR both writable by others, not sticky: nothing
+    printed or seeded, and exit 0 (a failing setup script would fail the whole glidein)."""
+    url, _ = server
+    directory, open_tmp = tmp_path / "glidein", tmp_path / "open"
+    for path in (directory, open_tmp):
+        path.mkdir()
+        path.chmod(0o777)
+    glidein = Glidein.make(directory, url)
+    before = glidein.config.read_text()
+
+    out = glidein.run(env={"TMPDIR": str(open_tmp)})
+
+    assert (out.returncode, out.stdout) == (0, "")
+    assert "printing nothing" in out.stderr
+    assert glidein.config.read_text() == before
+
+
 # --- two real users: an attacker and the hook's user ------------------------------------------
 
 ATTACKER = (65534, 65534)  # nobody

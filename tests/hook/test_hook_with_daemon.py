@@ -9,12 +9,15 @@ record for the daemon: counted, skipped, never in an ad.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.support.hook import Glidein, run_hook, served_hydrator
+from tests.support.hook import HOOK, Glidein, run_hook, served_hydrator
 
 INVENTORY = """\
 [storage.A]
@@ -125,3 +128,46 @@ def test_names_with_a_dollar_are_invalid_records_never_in_an_ad(tmp_path: Path) 
     assert set(report.plan.sites) == {"SITE_A"}
     assert "$" not in sites
     assert 'AvailableDatasets = { "ska:a1" }' in out.stdout and "$" not in out.stdout
+
+
+def _condor_param(config: Path, name: str) -> str:
+    """``name`` as HTCondor's own configuration reader expands it from ``config`` (the
+    htcondor2 bindings, in a child process: they read $CONDOR_CONFIG once, at import)."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"import htcondor2; print(htcondor2.param[{name!r}])"],
+        env={**os.environ, "CONDOR_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_the_shipped_startd_cron_config_runs_the_hook_with_the_daemons_names(
+    tmp_path: Path, renamed: bool
+) -> None:
+    """deploy/condor/50-hydrator.conf as HTCondor reads it: its STARTD_CRON_HYDRATOR_ARGS,
+    with the renaming line the file documents, make the hook accept the daemon's answer."""
+    config = tmp_path / "condor_config"
+    config.write_text(
+        f"SPOOL = {tmp_path}/spool\n"
+        f"include : {HOOK.parent / '50-hydrator.conf'}\n"
+        + ("HYDRATOR_HOOK_ATTRIBUTES = --site-attribute MySite\n" if renamed else "")
+    )
+    args = _condor_param(config, "STARTD_CRON_HYDRATOR_ARGS").split()
+    classad = {"site_attribute": "MySite"} if renamed else {}
+    with served_hydrator(tmp_path, INVENTORY, classad) as hydrator:
+        args[args.index("--url") + 1] = hydrator.url
+        out = subprocess.run(
+            [str(HOOK), "--site", "SITE_A", *args],
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ["PATH"]},
+            timeout=20,
+            check=False,
+        )
+    site_line = 'MySite = "SITE_A"' if renamed else 'DataLocalitySite = "SITE_A"'
+    assert site_line in out.stdout, out.stderr
+    assert (tmp_path / "spool" / "hydrator-hook" / "SITE_A.classad").is_file()

@@ -205,7 +205,7 @@ class Glidein:
         )
         return cls(config, condor_vars)
 
-    def run(self) -> subprocess.CompletedProcess[str]:
+    def run(self, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """One run of the glidein script, as GlideinWMS calls it: ``script glidein_config id``."""
         return subprocess.run(
             [str(GLIDEIN), str(self.config), "main"],
@@ -213,5 +213,5 @@ class Glidein:
             text=True,
             check=False,
             timeout=10,
-            env={"PATH": os.environ["PATH"]},
+            env={"PATH": os.environ["PATH"], **(env or {})},
         )
