@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, REPO
+from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes
 from tests.deploy.test_daemon import _status as status
 from tests.deploy.test_docker import HEALTHCHECK
 
@@ -57,15 +57,6 @@ def podman(
     if check and result.returncode != 0:
         raise AssertionError(f"podman {' '.join(args)}: exit {result.returncode}\n{result.stderr}")
     return result
-
-
-def quantity_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity (``64Mi``, ``1Gi``, ``512M``, ``1000``) in bytes."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
-             "G": 10**9, "T": 10**12, "": 1}
-    match = re.fullmatch(r"(\d+)([KMGT]i|[kMGT]|)", quantity)
-    assert match, f"unsupported quantity {quantity!r}"
-    return int(match[1]) * units[match[2]]
 
 
 @dataclass(frozen=True)
@@ -217,7 +208,7 @@ class Pod:
 
     def remove(self) -> None:
         for name in self.names:
-            podman("rm", "--force", "--time", "0", name, check=False)
+            podman("rm", "--force", "--volumes", "--time", "0", name, check=False)
         podman("volume", "rm", "--force", self.volume, check=False)
 
 
