@@ -130,12 +130,14 @@ SPEC = PodSpec.load()
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    """The image reference: ``scripts/image`` builds it, or finds it current in seconds."""
+    """The image's id: ``scripts/image`` builds it, or finds it current in a second (the id,
+    not the tag, so a later build elsewhere on the machine does not change it under the tests)."""
     result = subprocess.run([str(REPO / "scripts" / "image")], capture_output=True, text=True,
                             timeout=1800, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"scripts/image failed:\n{result.stderr[-4000:]}")
-    return result.stdout.split()[-1]
+    reference = result.stdout.split()[-1]
+    return podman("image", "inspect", "--format", "{{.Id}}", reference).stdout.strip()
 
 
 @pytest.fixture(scope="module")
