@@ -12,6 +12,7 @@ Tools come from the registries this project uses and never from a hand-installed
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,15 @@ def venv_command(name: str) -> str:
     if not path.exists():
         raise RuntimeError(f"{path} missing: install the test extra (pip install -e '.[test]')")
     return str(path)
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity (``64Mi``, ``1Gi``, ``512M``, ``1000``) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
+             "G": 10**9, "T": 10**12, "": 1}
+    match = re.fullmatch(r"(\d+)([KMGT]i|[kMGT]|)", quantity)
+    assert match, f"unsupported quantity {quantity!r}"
+    return int(match[1]) * units[match[2]]
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,15 @@ import pytest
 import yaml
 
 from hydrator.config import parse_config
-from tests.deploy.conftest import DEPLOY, venv_command
+from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes, venv_command
 
 BASE = DEPLOY / "kubernetes"
+BENCHMARKS = REPO / "benchmarks"
+# The catalogue size kubernetes/README.md sizes the memory limit for ("about a million
+# replicas"), and the room above the daemon's measured peak RSS that the limit must leave: the
+# HTTP server child, allocator slack, a catalogue that grows.
+DOCUMENTED_REPLICAS = 1_000_000
+MEMORY_HEADROOM = 1.5
 # Oldest and newest Kubernetes minor versions the base is checked against.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 
@@ -184,3 +190,19 @@ def test_service_targets_the_container_port(rendered: list[dict[str, Any]]) -> N
     pod_labels = _one(rendered, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_memory_limit_covers_the_measured_peak_at_the_documented_scale(
+    rendered: list[dict[str, Any]]
+) -> None:
+    assert "about a million replicas" in (BASE / "README.md").read_text()
+    results = json.loads((BENCHMARKS / "cycle_results.json").read_text())
+    peak_mib = float(results["new"][str(DOCUMENTED_REPLICAS)]["peak_rss_mib"])
+    # the figure RESULTS.md reports is the one read here
+    assert f"**{peak_mib:.0f} MiB**" in (BENCHMARKS / "RESULTS.md").read_text()
+    resources = _container(rendered)["resources"]
+    limit_mib = quantity_bytes(resources["limits"]["memory"]) / 2**20
+    assert limit_mib >= MEMORY_HEADROOM * peak_mib, (limit_mib, peak_mib)
+    assert quantity_bytes(resources["requests"]["memory"]) <= quantity_bytes(
+        resources["limits"]["memory"]
+    )
