@@ -116,8 +116,8 @@ class FetchThreads:
             del self._abandoned[name]
             return None
         reason = (
-            f"its fetch abandoned at the deadline {time.monotonic() - job.started:.0f} s ago "
-            "is still running; not fetched again until it ends"
+            f"its fetch started {time.monotonic() - job.started:.0f} s ago and abandoned at "
+            "its deadline is still running; not fetched again until it ends"
         )
         log.warning("source %s failed: %s", name, reason)
         return SourceFailure(name, reason)

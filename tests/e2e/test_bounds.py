@@ -145,9 +145,10 @@ def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
         inventory.write_text(INVENTORY.replace('["ska:obs_1"]', '["ska:obs_1", "ska:obs_2"]'))
         t0 = time.monotonic()
         # a cycle is at most deadline_s + 1 s grace (the sources are fetched side by side)
-        # and they start every interval_s = 2 s: the change is out within ~6 s
+        # and the next starts at once (interval_s = 2 s is shorter): the change is out within
+        # two cycles, ~8 s (a margin for a loaded machine; it used to wait for ever)
         wait_for(lambda: "ska:obs_2" in classad(base), timeout_s=15)
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 12
         time.sleep(1)  # let a cycle be under way, waiting for the trickling sources
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -187,7 +188,7 @@ def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200, 20)
-        assert time.monotonic() - t0 < 2 + 6, "settle_s = 2, plus start-up"
+        assert time.monotonic() - t0 < 2 + 8, "settle_s = 2, plus start-up (not interval_s = 60)"
         assert "ska:obs_1" in classad(base)
     finally:
         proc.send_signal(signal.SIGTERM)

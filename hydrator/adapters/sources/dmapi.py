@@ -91,7 +91,10 @@ Clock = Callable[[], float]
 # RFC 6749 §5.1 makes expires_in only RECOMMENDED; without it, assume this lifetime.
 DEFAULT_TOKEN_LIFETIME_S = 300.0
 MAX_NAME_CHARS = 200  # of a server-given name in a list or a log line
-DEADLINE_GRACE_S = 2.0  # for locates to end after their connections were shut at the deadline
+# for locates to end once their connections were shut at the deadline (milliseconds, in
+# practice); less than the service's own grace (runtime.fetching.GRACE_S), so that this
+# source reports its deadline itself rather than being abandoned
+DEADLINE_GRACE_S = 0.5
 
 
 # --------------------------------------------------------------------------- tokens
