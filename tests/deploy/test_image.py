@@ -147,8 +147,10 @@ def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tomllib.loads(K8S_CONFIG.read_text())
     directory = tmp_path_factory.mktemp("config")
     demo = (REPO / "config" / "demo.toml").read_text()
-    demo = demo.replace('"127.0.0.1:9620"', json.dumps(base["http"]["listen"]))
-    demo = demo.replace('"demo-state.sqlite"', json.dumps(base["daemon"]["state_path"]))
+    for old, new in (('"127.0.0.1:9620"', base["http"]["listen"]),
+                     ('"demo-state.sqlite"', base["daemon"]["state_path"])):
+        assert old in demo, f"config/demo.toml no longer has {old}"
+        demo = demo.replace(old, json.dumps(new))
     (directory / "hydrator.toml").write_text(demo)
     inventory = directory / "demo-inventory.toml"
     inventory.write_text((REPO / "config" / "demo-inventory.toml").read_text())
