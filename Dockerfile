@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
 # hydrator container image. Build: docker build -t hydrator:0.1.0 .
+#   or: podman build --format docker -t hydrator:0.1.0 .   (podman's default OCI format has no
+#   HEALTHCHECK and drops it; scripts/image builds it this way, as the tests do)
 # Run:   docker run -v /path/hydrator.toml:/etc/hydrator/hydrator.toml:ro \
 #          -v hydrator-state:/var/lib/hydrator -p 9620:9620 hydrator:0.1.0
 # (the config must set [http] listen = "0.0.0.0:9620" to be reachable from outside the container).
