@@ -400,14 +400,15 @@ SourceOutcome = Snapshot | SourceFailure
 
 
 class SourceMemo:
-    """The one mutable part of a :class:`SourceState`: its derived :attr:`SourceState.index`,
-    built on first use or handed over by the core, set at most once and never changed after.
-    Not compared, not printed, never persisted."""
+    """The one mutable part of a :class:`SourceState`: its derived :attr:`SourceState.index`
+    and :attr:`SourceState.site_counts`, each built on first use or handed over by the core,
+    set at most once and never changed after. Not compared, not printed, never persisted."""
 
-    __slots__ = ("index",)
+    __slots__ = ("counts", "index")
 
     def __init__(self) -> None:
         self.index: Index | None = None
+        self.counts: Mapping[Site, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,10 +461,33 @@ class SourceState:
         return self
 
     def inherit_index(self, other: SourceState) -> SourceState:
-        """Reuse ``other``'s index if it was built (returns ``self``); only for a value with
-        the same replicas."""
+        """Reuse ``other``'s index and site counts where built (returns ``self``); only for a
+        value with the same replicas."""
         if other.memo.index is not None:
             self.memo.index = other.memo.index
+        if other.memo.counts is not None:
+            self.memo.counts = other.memo.counts
+        return self
+
+    @property
+    def site_counts(self) -> Mapping[Site, int]:
+        """Site -> how many of :attr:`replicas` are there; derived, never persisted, built on
+        first use (one pass, ~0.5 s at a million replicas) and from then on handed from cycle
+        to cycle by the core, patched by each delta (:meth:`adopt_counts`). Never mutated."""
+        counts = self.memo.counts
+        if counts is None:
+            counts = self.memo.counts = Counter(map(_site_of, self.replicas))
+        return counts
+
+    @property
+    def built_counts(self) -> Mapping[Site, int] | None:
+        """:attr:`site_counts` if built, else None (never builds them)."""
+        return self.memo.counts
+
+    def adopt_counts(self, counts: Mapping[Site, int]) -> SourceState:
+        """Use ``counts`` as :attr:`site_counts` (returns ``self``); only for counts equal to
+        what it would build."""
+        self.memo.counts = counts
         return self
 
 

@@ -136,7 +136,10 @@ def _advance_source(
     """``before`` moved by ``outcome``; its index (if built) handed on only when ``merging``
     (one source alone needs none: a one-source daemon holds no index)."""
     if not merging:
-        before = replace(before)  # an empty memo: no index carried
+        counts = before.built_counts
+        before = replace(before)  # an empty memo: no index carried (its site counts are)
+        if counts is not None:
+            before.adopt_counts(counts)
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         after.inherit_index(before)
@@ -172,8 +175,11 @@ def _advance_source(
     )
     if not moved:
         after.inherit_index(before)
-    elif before.built_index is not None:  # carried on where built (several sources merge)
-        after.adopt_index(_patched(before, delta, guard.replicas))
+    else:
+        if before.built_index is not None:  # carried on where built (several sources merge)
+            after.adopt_index(_patched(before, delta, guard.replicas))
+        if before.built_counts is not None:  # carried on once the site guard needed them
+            after.adopt_counts(_recounted(before.built_counts, delta))
     status = _status(after, "ok", snapshot=outcome)
     return after, replace(status, held_sites=guard.reasons), delta
 
@@ -195,9 +201,10 @@ def _guard_sites(
     before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
 ) -> _Guarded:
     """The site guard (module doc) on an answer the source guard let through: the sites it
-    holds keep ``before``'s replicas, and leave ``delta``. Costs O(removed) per cycle, plus
-    one pass over ``before``'s replicas in a cycle that removes enough at one site to be a
-    candidate, and one copy of the answer in a cycle that holds a site."""
+    holds keep ``before``'s replicas, and leave ``delta``. Costs O(delta) per cycle, plus one
+    count of ``before``'s replicas per site the first time a site loses enough to be a
+    candidate (then carried on, O(sites + delta) a cycle), and one copy of the answer in a
+    cycle that holds a site."""
     counts = _suspicious_sites(before, delta, policy)
     accept_after = policy.accept_drop_after_cycles
     held: dict[Site, int] = {}
@@ -231,8 +238,8 @@ def _suspicious_sites(
     before: SourceState, delta: SourceDelta, policy: Policy
 ) -> dict[Site, tuple[int, int]]:
     """Site -> (entries before, entries now) of each site whose drop the site guard holds
-    (before the count of cycles decides), from ``delta``; ``before``'s replicas are counted
-    only at sites that lost enough to be candidates."""
+    (before the count of cycles decides), from ``delta``; ``before``'s site counts are read
+    only when a site lost enough to be a candidate (built then, carried on after)."""
     if not delta.removed:
         return {}
     lost = Counter(map(_site_of, delta.removed))
@@ -242,16 +249,24 @@ def _suspicious_sites(
     candidates = {s for s, n in lost.items() if n > 0 and n >= floor and s not in accepted}
     if not candidates:
         return {}
-    was = Counter(r.site for r in before.replicas if r.site in candidates)
+    was = before.site_counts
     found: dict[Site, tuple[int, int]] = {}
     for site in candidates:
-        old = was[site]
+        old = was.get(site, 0)
         new = old - lost[site]
         if old >= max(policy.site_drop_min_entries, 1) and (
             new == 0 or new < old * (1.0 - policy.site_max_drop_fraction)
         ):
             found[site] = (old, new)
     return found
+
+
+def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
+    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
+    moved = Counter(counts)
+    moved.update(map(_site_of, delta.added))
+    moved.subtract(map(_site_of, delta.removed))
+    return {site: n for site, n in moved.items() if n > 0}
 
 
 def _without_case_twins(
@@ -271,9 +286,9 @@ def _without_case_twins(
     for site in chain.from_iterable(kept_sites):
         spellings.setdefault(site.casefold(), set()).add(site)
     kept_of: dict[Site, Site] = {}
-    held = previous.coverage
     for group in spellings.values():
         if len(group) > 1:
+            held = previous.coverage
             kept = min(group, key=lambda s: (s not in held, s))
             kept_of.update((s, kept) for s in group if s != kept)
     if not kept_of:

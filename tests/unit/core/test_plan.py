@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import pytest
@@ -415,3 +416,21 @@ def test_case_twins_across_sources_keep_the_first_spelling_in_sorted_order() -> 
     assert names(plan, "SITE_B") == ["ska:y"]
     refused = {s.name: s.refused_sites for s in plan.sources}
     assert set(refused["r"]) == {"Site_B"} and refused["s"] == {}
+
+
+def test_the_site_counts_the_guard_reads_are_carried_on_exactly() -> None:
+    """Built once a site is a candidate, then patched by each delta (never recounted): they
+    must equal a fresh count after held, accepted, grown and failed cycles."""
+    cycles: list[Mapping[str, SourceOutcome]] = [
+        {"r": two_sites(70, 30)},
+        {"r": two_sites(70, 0)},  # held: counts built
+        {"r": two_sites(75, 30)},  # back, grown
+        {"r": fail("r")},
+        {"r": two_sites(60, 40)},
+        {"r": two_sites(60, 12)},  # 40 -> 12 at SITE_B: held, judged on carried counts
+    ]
+    plans = run(cycles, SITE_POLICY)
+    for plan in plans[1:]:
+        source = plan.state.sources["r"]
+        assert source.built_counts == Counter(r.site for r in source.replicas)
+    assert "12 entries against 40 last time" in plans[5].sources[0].held_sites[Site("SITE_B")]
