@@ -118,9 +118,10 @@ class Daemon:
     the configuration: ``load`` reads and validates it first; one that is invalid (a bad key,
     or a service that cannot be built from it) is refused with one error line naming the
     problem, and the running configuration goes on. A valid one replaces the service between
-    cycles (the state is saved by then and read again, under the same lock and metrics); its
-    first cycle runs at once. ``[http]`` is read at start only (the listener and its server
-    stay; a change is logged as needing a restart)."""
+    cycles (the running cycle ends and saves first; the state's lock is released and taken
+    again, the state read again, the metrics kept); its first cycle runs at once. ``[http]``
+    and the logging keys are read at start only (the listener and its server stay; a change
+    is logged as needing a restart)."""
 
     def __init__(
         self,
@@ -135,6 +136,7 @@ class Daemon:
         self._reload = threading.Event()
         self.endpoint: HttpEndpoint | None = None
         self._scheduler: BaseScheduler | None = None
+        self._closed = False  # the service is closed (a reload that could rebuild none)
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -174,11 +176,12 @@ class Daemon:
                     self._reload.clear()
                     self.reload()
         finally:
-            if self._scheduler is not None:
+            if self._scheduler is not None and self._scheduler.running:
                 self._scheduler.shutdown(wait=True)
             if self.endpoint is not None:
                 self.endpoint.stop()
-            self.service.close()
+            if not self._closed:
+                self.service.close()
         log.info("stopped")
         return 0
 
@@ -198,6 +201,9 @@ class Daemon:
             return
         if config.http != self.config.http:
             log.warning("reload: [http] changes take effect at the next restart")
+        old = self.config.daemon
+        if (config.daemon.log_format, config.daemon.log_level) != (old.log_format, old.log_level):
+            log.warning("reload: [daemon] log_format and log_level take effect at the next restart")
         assert self._scheduler is not None
         self._scheduler.shutdown(wait=True)  # the running cycle ends (and saves) first
         if self._stop.is_set():  # SIGTERM meanwhile: stopping, nothing to swap
@@ -215,13 +221,16 @@ class Daemon:
         if self.endpoint is not None:
             self.endpoint.detach()
         old.close()  # releases the state's lock for the new service
+        self._closed = True
         assert self._build is not None
         try:
             self.service = self._build(config, metrics)
         except HydratorError as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
-            self.service = self._build(self.config, metrics)
+            self.service = self._build(self.config, metrics)  # raises: the daemon ends, exit 2
+            self._closed = False
         else:
+            self._closed = False
             self.config = config
             log.info(
                 "reloaded: %d source(s), every %.0fs, state %s",
