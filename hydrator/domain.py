@@ -333,6 +333,13 @@ def merge_replicas(replicas: Iterable[Replica]) -> Index:
     return index
 
 
+class ElementCount(NamedTuple):
+    """A storage element's site and the (site, dataset) entries it reported in one answer."""
+
+    site: Site
+    entries: int
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one source answered in one cycle.
@@ -348,6 +355,11 @@ class Snapshot:
     sites: frozenset[Site]
     invalid: int = 0
     unmapped: frozenset[str] = frozenset()  # storage elements with no site
+    elements: Mapping[str, ElementCount] = field(default_factory=dict)
+    """Where the source knows them: per storage element (RSE, storage area, inventory table)
+    its site and how many (site, dataset) entries it reported, for the site guard (an element
+    missing from an answer holds its site back). Empty: not known. Set it with
+    ``dataclasses.replace(Snapshot.of(...), elements=...)``."""
 
     @classmethod
     def of(
@@ -433,6 +445,9 @@ class SourceState:
     held_sites: Mapping[Site, int] = field(default_factory=dict)
     """Site -> consecutive cycles its shrunken answer was held back (the site guard); kept
     in memory only: after a restart a held site is counted from 1 again."""
+    elements: Mapping[str, ElementCount] = field(default_factory=dict)
+    """The last good answer's :attr:`Snapshot.elements` (a held site's from before); kept in
+    memory only."""
     memo: SourceMemo = field(
         default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
     )
