@@ -89,6 +89,8 @@ def test_a_site_whose_table_is_removed_is_held_not_emptied(
                     in (sites["SITE_B"]["held"])
                 )
                 assert sites["SITE_A"]["held"] is None
+                (source,) = get(f"{base}/v1/sites")["sources"]
+                assert source["fresh"] and set(source["held_sites"]) == {"SITE_B"}
                 assert '"ska:b0"' in get(f"{base}/v1/sites/SITE_B/classad")
                 assert m("hydrator_site_held", {"site": "SITE_B", "source": "static"}) == 1
         held = [r.getMessage() for r in caplog.records if "SITE_B" in r.getMessage()]
