@@ -111,6 +111,15 @@ def schedule_cycles(
     return cycles
 
 
+def catch_reloads() -> threading.Event:
+    """From now on SIGHUP sets the returned event instead of ending the process (its default):
+    a reload asked for while the daemon starts (``systemctl reload`` right after ``start``)
+    is kept for :class:`Daemon` to carry out once it runs."""
+    asked = threading.Event()
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: asked.set())
+    return asked
+
+
 class Daemon:
     """``hydrator run``: the cycle loop, the HTTP endpoint and the signals.
 
@@ -129,11 +138,12 @@ class Daemon:
         service: Service,
         load: Callable[[], Config] | None = None,
         build: Callable[[Config, Metrics], Service] | None = None,
+        reloads: threading.Event | None = None,
     ) -> None:
         self.config, self.service = config, service
         self._load, self._build = load, build
         self._stop = threading.Event()
-        self._reload = threading.Event()
+        self._reload = reloads if reloads is not None else threading.Event()
         self.endpoint: HttpEndpoint | None = None
         self._scheduler: BaseScheduler | None = None
         self._closed = False  # the service is closed (a reload that could rebuild none)
@@ -247,6 +257,8 @@ def run_daemon(
     service: Service,
     load: Callable[[], Config] | None = None,
     build: Callable[[Config, Metrics], Service] | None = None,
+    reloads: threading.Event | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP."""
-    return Daemon(config, service, load, build).run()
+    """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP,
+    ``reloads`` (:func:`catch_reloads`) carries one asked for before."""
+    return Daemon(config, service, load, build, reloads).run()
