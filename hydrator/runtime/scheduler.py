@@ -128,9 +128,10 @@ class Daemon:
     or a service that cannot be built from it) is refused with one error line naming the
     problem, and the running configuration goes on. A valid one replaces the service between
     cycles (the running cycle ends and saves first; the state's lock is released and taken
-    again, the state read again, the metrics kept); its first cycle runs at once. ``[http]``
-    and the logging keys are read at start only (the listener and its server stay; a change
-    is logged as needing a restart)."""
+    again, the state read again, the metrics kept; the old state is let go only afterwards,
+    so for a moment the daemon holds two); its first cycle runs at once. ``[http]`` and the
+    logging keys are read at start only (the listener and its server stay; a change is
+    logged as needing a restart)."""
 
     def __init__(
         self,
