@@ -40,6 +40,7 @@ from hydrator.domain import (
     ChangeKind,
     Changes,
     DatasetId,
+    ElementCount,
     Index,
     Plan,
     Replica,
@@ -136,7 +137,10 @@ def _advance_source(
     """``before`` moved by ``outcome``; its index (if built) handed on only when ``merging``
     (one source alone needs none: a one-source daemon holds no index)."""
     if not merging:
-        before = replace(before)  # an empty memo: no index carried
+        counts = before.built_counts
+        before = replace(before)  # an empty memo: no index carried (its site counts are)
+        if counts is not None:
+            before.adopt_counts(counts)
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         after.inherit_index(before)
@@ -169,11 +173,15 @@ def _advance_source(
         last_success=now,
         last_attempt=now,
         held_sites=guard.counts,
+        elements=guard.elements,
     )
     if not moved:
         after.inherit_index(before)
-    elif before.built_index is not None:  # carried on where built (several sources merge)
-        after.adopt_index(_patched(before, delta, guard.replicas))
+    else:
+        if before.built_index is not None:  # carried on where built (several sources merge)
+            after.adopt_index(_patched(before, delta, guard.replicas))
+        if before.built_counts is not None:  # carried on once the site guard needed them
+            after.adopt_counts(_recounted(before.built_counts, delta))
     status = _status(after, "ok", snapshot=outcome)
     return after, replace(status, held_sites=guard.reasons), delta
 
@@ -181,39 +189,41 @@ def _advance_source(
 @dataclass(frozen=True)
 class _Guarded:
     """A source's answer after the site guard: what the state keeps (``replicas``,
-    ``sites``), its delta against the previous answer, and per held site its count of
-    consecutive held cycles and the reason."""
+    ``sites``, ``elements``), its delta against the previous answer, and per held site its
+    count of consecutive held cycles and the reason."""
 
     replicas: AbstractSet[Replica]
     sites: frozenset[Site]
     delta: SourceDelta
     counts: Mapping[Site, int]
     reasons: Mapping[Site, str]
+    elements: Mapping[str, ElementCount]
 
 
 def _guard_sites(
     before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
 ) -> _Guarded:
     """The site guard (module doc) on an answer the source guard let through: the sites it
-    holds keep ``before``'s replicas, and leave ``delta``. Costs O(removed) per cycle, plus
-    one pass over ``before``'s replicas in a cycle that removes enough at one site to be a
-    candidate, and one copy of the answer in a cycle that holds a site."""
-    counts = _suspicious_sites(before, delta, policy)
+    holds keep ``before``'s replicas (and storage element counts), and leave ``delta``. Costs
+    O(delta + elements) per cycle, plus one count of ``before``'s replicas per site the first
+    time a site loses enough to be a candidate (then carried on, O(sites + delta) a cycle),
+    and one copy of the answer in a cycle that holds a site."""
+    found = _shrunken_sites(before, outcome, delta, policy)
     accept_after = policy.accept_drop_after_cycles
     held: dict[Site, int] = {}
     reasons: dict[Site, str] = {}
-    for site, (was, now) in sorted(counts.items()):
+    for site, shrink in sorted(found.items()):
         cycle = before.held_sites.get(site, 0) + 1
         if accept_after and cycle >= accept_after:
             continue  # held long enough: accepted this cycle
         held[site] = cycle
         reasons[site] = (
-            f"site {site}: answer of source {before.name} held back: {now} entries against "
-            f"{was} last time (cycle {cycle} of {accept_after or 'unlimited'}); to accept it "
-            f"at once, add the site to [safety] accept_site_drops and reload"
+            f"site {site}: answer of source {before.name} held back: {shrink} (cycle {cycle} "
+            f"of {accept_after or 'unlimited'}); to accept it at once, add the site to "
+            "[safety] accept_site_drops and reload"
         )
     if not held:
-        return _Guarded(outcome.replicas, outcome.sites, delta, {}, {})
+        return _Guarded(outcome.replicas, outcome.sites, delta, {}, {}, outcome.elements)
     out = [r for r in delta.added if r.site in held]
     back = [r for r in delta.removed if r.site in held]
     replicas = set(outcome.replicas)
@@ -224,17 +234,47 @@ def _guard_sites(
         removed=frozenset(r for r in delta.removed if r.site not in held),
     )
     sites = outcome.sites | (before.sites & held.keys())
-    return _Guarded(replicas, sites, kept, held, reasons)
+    elements = {e: c for e, c in outcome.elements.items() if c.site not in held}
+    elements.update((e, c) for e, c in before.elements.items() if c.site in held)
+    return _Guarded(replicas, sites, kept, held, reasons, elements)
+
+
+def _shrunken_sites(
+    before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
+) -> dict[Site, str]:
+    """Site -> how it shrank, for each site whose drop the site guard holds (before the count
+    of cycles decides): the site's own entries (:func:`_suspicious_sites`), else one of its
+    storage elements' (where the source reports them) at a site that lost entries."""
+    if not delta.removed:
+        return {}
+    found = {
+        s: f"{new} entries against {old} last time"
+        for s, (old, new) in _suspicious_sites(before, delta, policy).items()
+    }
+    touched = frozenset(map(_site_of, delta.removed))
+    now = outcome.elements
+    for element, (site, old) in sorted(before.elements.items()):
+        if site in found or site not in touched or site in policy.accept_site_drops:
+            continue
+        new = now[element].entries if element in now else 0
+        if _shrank(old, new, policy):
+            found[site] = f"storage element {element}: {new} entries against {old} last time"
+    return found
+
+
+def _shrank(old: int, new: int, policy: Policy) -> bool:
+    """Whether ``old`` entries becoming ``new`` is a drop the site guard holds."""
+    if old < max(policy.site_drop_min_entries, 1) or new >= old:
+        return False
+    return new == 0 or new < old * (1.0 - policy.site_max_drop_fraction)
 
 
 def _suspicious_sites(
     before: SourceState, delta: SourceDelta, policy: Policy
 ) -> dict[Site, tuple[int, int]]:
-    """Site -> (entries before, entries now) of each site whose drop the site guard holds
-    (before the count of cycles decides), from ``delta``; ``before``'s replicas are counted
-    only at sites that lost enough to be candidates."""
-    if not delta.removed:
-        return {}
+    """Site -> (entries before, entries now) of each site whose own entries shrank enough
+    (:func:`_shrank`), from ``delta``; ``before``'s site counts are read only when a site
+    lost enough to be a candidate (built then, carried on after)."""
     lost = Counter(map(_site_of, delta.removed))
     lost.subtract(Counter(map(_site_of, delta.added)))
     floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
@@ -242,16 +282,21 @@ def _suspicious_sites(
     candidates = {s for s, n in lost.items() if n > 0 and n >= floor and s not in accepted}
     if not candidates:
         return {}
-    was = Counter(r.site for r in before.replicas if r.site in candidates)
+    was = before.site_counts
     found: dict[Site, tuple[int, int]] = {}
     for site in candidates:
-        old = was[site]
-        new = old - lost[site]
-        if old >= max(policy.site_drop_min_entries, 1) and (
-            new == 0 or new < old * (1.0 - policy.site_max_drop_fraction)
-        ):
-            found[site] = (old, new)
+        old = was.get(site, 0)
+        if _shrank(old, old - lost[site], policy):
+            found[site] = (old, old - lost[site])
     return found
+
+
+def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
+    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
+    moved = Counter(counts)
+    moved.update(map(_site_of, delta.added))
+    moved.subtract(map(_site_of, delta.removed))
+    return {site: n for site, n in moved.items() if n > 0}
 
 
 def _without_case_twins(
@@ -271,9 +316,9 @@ def _without_case_twins(
     for site in chain.from_iterable(kept_sites):
         spellings.setdefault(site.casefold(), set()).add(site)
     kept_of: dict[Site, Site] = {}
-    held = previous.coverage
     for group in spellings.values():
         if len(group) > 1:
+            held = previous.coverage
             kept = min(group, key=lambda s: (s not in held, s))
             kept_of.update((s, kept) for s in group if s != kept)
     if not kept_of:

@@ -131,15 +131,17 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _run(config: Config, path: Path, reset: bool) -> int:
     """The daemon; SIGHUP reads ``path`` again (validated first, see :class:`Daemon`)."""
-    from hydrator.runtime.scheduler import run_daemon  # noqa: PLC0415  (apscheduler only for `run`)
+    from hydrator.runtime.scheduler import catch_reloads, run_daemon  # noqa: PLC0415  (apscheduler)
     from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
+    reloads = catch_reloads()  # before the (long) start: a reload asked meanwhile is kept
     before = set(threading.enumerate())
     code = run_daemon(
         config,
         build_service(config, reset=reset),
         load=lambda: load_config(path),
         build=build_service,
+        reloads=reloads,
     )
     return _without_stragglers(code, before)
 

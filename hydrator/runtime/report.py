@@ -44,6 +44,8 @@ def site_json(view: SiteView) -> dict[str, Any]:
 
 
 def source_json(status: SourceStatus) -> dict[str, Any]:
+    """One source's outcome; ``held_sites``/``refused_sites``: site -> why (the site guard,
+    names that differ only in case)."""
     return {
         "name": status.name,
         "fresh": status.fresh,
@@ -53,6 +55,8 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
         "unmapped_count": status.unmapped_count,
         "reason": status.reason,
         "last_success": status.last_success.isoformat() if status.last_success else None,
+        "held_sites": dict(status.held_sites),
+        "refused_sites": dict(status.refused_sites),
     }
 
 

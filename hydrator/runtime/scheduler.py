@@ -111,6 +111,15 @@ def schedule_cycles(
     return cycles
 
 
+def catch_reloads() -> threading.Event:
+    """From now on SIGHUP sets the returned event instead of ending the process (its default):
+    a reload asked for while the daemon starts (``systemctl reload`` right after ``start``)
+    is kept for :class:`Daemon` to carry out once it runs."""
+    asked = threading.Event()
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: asked.set())
+    return asked
+
+
 class Daemon:
     """``hydrator run``: the cycle loop, the HTTP endpoint and the signals.
 
@@ -118,9 +127,11 @@ class Daemon:
     the configuration: ``load`` reads and validates it first; one that is invalid (a bad key,
     or a service that cannot be built from it) is refused with one error line naming the
     problem, and the running configuration goes on. A valid one replaces the service between
-    cycles (the state is saved by then and read again, under the same lock and metrics); its
-    first cycle runs at once. ``[http]`` is read at start only (the listener and its server
-    stay; a change is logged as needing a restart)."""
+    cycles (the running cycle ends and saves first; the state's lock is released and taken
+    again, the state read again, the metrics kept; the old state is let go only afterwards,
+    so for a moment the daemon holds two); its first cycle runs at once. ``[http]`` and the
+    logging keys are read at start only (the listener and its server stay; a change is
+    logged as needing a restart)."""
 
     def __init__(
         self,
@@ -128,13 +139,15 @@ class Daemon:
         service: Service,
         load: Callable[[], Config] | None = None,
         build: Callable[[Config, Metrics], Service] | None = None,
+        reloads: threading.Event | None = None,
     ) -> None:
         self.config, self.service = config, service
         self._load, self._build = load, build
         self._stop = threading.Event()
-        self._reload = threading.Event()
+        self._reload = reloads if reloads is not None else threading.Event()
         self.endpoint: HttpEndpoint | None = None
         self._scheduler: BaseScheduler | None = None
+        self._closed = False  # the service is closed (a reload that could rebuild none)
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -174,11 +187,12 @@ class Daemon:
                     self._reload.clear()
                     self.reload()
         finally:
-            if self._scheduler is not None:
+            if self._scheduler is not None and self._scheduler.running:
                 self._scheduler.shutdown(wait=True)
             if self.endpoint is not None:
                 self.endpoint.stop()
-            self.service.close()
+            if not self._closed:
+                self.service.close()
         log.info("stopped")
         return 0
 
@@ -198,6 +212,9 @@ class Daemon:
             return
         if config.http != self.config.http:
             log.warning("reload: [http] changes take effect at the next restart")
+        old = self.config.daemon
+        if (config.daemon.log_format, config.daemon.log_level) != (old.log_format, old.log_level):
+            log.warning("reload: [daemon] log_format and log_level take effect at the next restart")
         assert self._scheduler is not None
         self._scheduler.shutdown(wait=True)  # the running cycle ends (and saves) first
         if self._stop.is_set():  # SIGTERM meanwhile: stopping, nothing to swap
@@ -215,13 +232,16 @@ class Daemon:
         if self.endpoint is not None:
             self.endpoint.detach()
         old.close()  # releases the state's lock for the new service
+        self._closed = True
         assert self._build is not None
         try:
             self.service = self._build(config, metrics)
         except HydratorError as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
-            self.service = self._build(self.config, metrics)
+            self.service = self._build(self.config, metrics)  # raises: the daemon ends, exit 2
+            self._closed = False
         else:
+            self._closed = False
             self.config = config
             log.info(
                 "reloaded: %d source(s), every %.0fs, state %s",
@@ -238,6 +258,8 @@ def run_daemon(
     service: Service,
     load: Callable[[], Config] | None = None,
     build: Callable[[Config, Metrics], Service] | None = None,
+    reloads: threading.Event | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP."""
-    return Daemon(config, service, load, build).run()
+    """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP,
+    ``reloads`` (:func:`catch_reloads`) carries one asked for before."""
+    return Daemon(config, service, load, build, reloads).run()

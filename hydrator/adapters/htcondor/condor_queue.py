@@ -29,7 +29,7 @@ from typing import Any
 import htcondor2
 
 from hydrator.core.locality import PoolJob, PoolSlot
-from hydrator.domain import DatasetId, InvalidNameError, Site
+from hydrator.domain import DatasetId, InvalidNameError, Site, shown
 from hydrator.errors import PublishError
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,9 @@ def query_demand(collector: htcondor2.Collector) -> QueueDemand:
     return QueueDemand(demand.counts, demand.invalid, demand.jobs, failed)
 
 
+MAX_WARNED_NAMES = 1000  # distinct invalid names logged per process (jobs are users' input)
+
+
 def valid_datasets(value: Any) -> tuple[frozenset[DatasetId], list[str]]:
     """The valid dataset ids in a ``RequiredDatasets`` value, and the invalid names left out."""
     out: set[DatasetId] = set()
@@ -168,8 +171,10 @@ class CondorPoolProbe:
             required, invalid = valid_datasets(ad.eval(REQUIRED_ATTRIBUTE))
             self.invalid_last_query += len(invalid)
             for name in set(invalid) - self._warned:
+                if len(self._warned) >= MAX_WARNED_NAMES:
+                    break
                 self._warned.add(name)
-                log.warning("a job declares an invalid dataset name %r; skipped", name)
+                log.warning("a job declares an invalid dataset name %s; skipped", shown(name))
             if not required:
                 continue
             running = ad.get("JobStatus") == RUNNING

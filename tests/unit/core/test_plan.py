@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
 from hydrator.core.plan import Policy, plan_cycle
-from hydrator.domain import ChangeKind, DatasetId, Plan, Replica, Site, SourceOutcome, State
+from hydrator.domain import (
+    ChangeKind,
+    DatasetId,
+    ElementCount,
+    Plan,
+    Replica,
+    Site,
+    SourceOutcome,
+    State,
+)
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
@@ -415,3 +426,52 @@ def test_case_twins_across_sources_keep_the_first_spelling_in_sorted_order() -> 
     assert names(plan, "SITE_B") == ["ska:y"]
     refused = {s.name: s.refused_sites for s in plan.sources}
     assert set(refused["r"]) == {"Site_B"} and refused["s"] == {}
+
+
+def test_the_site_counts_the_guard_reads_are_carried_on_exactly() -> None:
+    """Built once a site is a candidate, then patched by each delta (never recounted): they
+    must equal a fresh count after held, accepted, grown and failed cycles."""
+    cycles: list[Mapping[str, SourceOutcome]] = [
+        {"r": two_sites(70, 30)},
+        {"r": two_sites(70, 0)},  # held: counts built
+        {"r": two_sites(75, 30)},  # back, grown
+        {"r": fail("r")},
+        {"r": two_sites(60, 40)},
+        {"r": two_sites(60, 12)},  # 40 -> 12 at SITE_B: held, judged on carried counts
+    ]
+    plans = run(cycles, SITE_POLICY)
+    for plan in plans[1:]:
+        source = plan.state.sources["r"]
+        assert source.built_counts == Counter(r.site for r in source.replicas)
+    assert "12 entries against 40 last time" in plans[5].sources[0].held_sites[Site("SITE_B")]
+
+
+def with_elements(tape: int) -> SourceOutcome:
+    """SITE_A from two storage elements: A_DISK 100 datasets, A_TAPE ``tape`` others."""
+    disk = [rep("SITE_A", f"d{i}") for i in range(100)]
+    on_tape = [rep("SITE_A", f"t{i}") for i in range(tape)]
+    elements = {"A_DISK": ElementCount(Site("SITE_A"), 100)}
+    if tape:
+        elements["A_TAPE"] = ElementCount(Site("SITE_A"), tape)
+    return replace(snap("r", *disk, *on_tape), elements=elements)
+
+
+def test_a_storage_element_missing_from_an_answer_holds_its_site() -> None:
+    """140 -> 100 at SITE_A is no site drop (29%), but A_TAPE lost all its 40 entries."""
+    plans = run([{"r": with_elements(40)}] + [{"r": with_elements(0)}] * 3, SITE_POLICY)
+    for cycle, held in enumerate(plans[1:3], start=1):
+        assert count(held, "SITE_A") == 140 and held.changes == ()
+        reason = held.sources[0].held_sites[Site("SITE_A")]
+        assert f"storage element A_TAPE: 0 entries against 40 last time (cycle {cycle} of 3)" in (
+            reason
+        )
+    assert count(plans[3], "SITE_A") == 100, "accepted after the guard's cycles"
+    assert set(plans[3].state.sources["r"].elements) == {"A_DISK"}
+
+
+def test_an_element_shrinking_within_the_share_or_unknown_holds_nothing() -> None:
+    plans = run([{"r": with_elements(40)}, {"r": with_elements(25)}], SITE_POLICY)
+    assert count(plans[1], "SITE_A") == 125 and plans[1].sources[0].held_sites == {}
+    no_elements = [{"r": snap("r", *(rep("SITE_A", f"d{i}") for i in range(140)))}]
+    plans = run([*no_elements, {"r": snap("r", *(rep("SITE_A", f"d{i}") for i in range(100)))}])
+    assert count(plans[1], "SITE_A") == 100, "a source that reports no elements: site rule only"

@@ -89,6 +89,8 @@ def test_a_site_whose_table_is_removed_is_held_not_emptied(
                     in (sites["SITE_B"]["held"])
                 )
                 assert sites["SITE_A"]["held"] is None
+                (source,) = get(f"{base}/v1/sites")["sources"]
+                assert source["fresh"] and set(source["held_sites"]) == {"SITE_B"}
                 assert '"ska:b0"' in get(f"{base}/v1/sites/SITE_B/classad")
                 assert m("hydrator_site_held", {"site": "SITE_B", "source": "static"}) == 1
         held = [r.getMessage() for r in caplog.records if "SITE_B" in r.getMessage()]
@@ -108,3 +110,20 @@ def test_an_operator_accepts_a_real_removal_at_once(tmp_path: Path) -> None:
         service.run_cycle()
         assert Site("SITE_B") not in service.published.ads
         assert [s["site"] for s in get(f"{base}/v1/sites")["sites"]] == ["SITE_A"]
+
+
+def test_a_site_differing_only_in_case_is_refused_in_v1_sites_and_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26 item 13, through a real inventory: ``site_a`` beside ``SITE_A``."""
+    upper = table("A", "SITE_A", ["a0", "a1"])
+    (tmp_path / "inv.toml").write_text(upper + table("L", "site_a", ["l0"]))
+    with serving(tmp_path) as (base, service), caplog.at_level(logging.WARNING):
+        service.run_cycle()
+        document = get(f"{base}/v1/sites")
+        assert [s["site"] for s in document["sites"]] == ["SITE_A"]
+        (source,) = document["sources"]
+        assert source["invalid"] == 1
+        assert "site_a differs only in case from SITE_A" in source["refused_sites"]["site_a"]
+        assert get(f"{base}/v1/sites/SITE_A")["available"] == ["ska:a0", "ska:a1"]
+    assert any("site_a differs only in case" in r.getMessage() for r in caplog.records)

@@ -6,6 +6,7 @@ import classad2
 import htcondor2
 import pytest
 
+from hydrator.adapters.htcondor import condor_queue
 from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe
 from hydrator.domain import DatasetId, Site
 
@@ -36,3 +37,17 @@ def test_invalid_names_are_counted_logged_once_and_skipped(
         "a job declares an invalid dataset name 'bad name'; skipped",
     ]
     assert DatasetId("ska", "ok") in jobs[0].required
+
+
+def test_a_job_cannot_make_long_or_endless_log_lines(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 13: a job's invalid name is logged bounded (a prefix and its length), and
+    only so many distinct names are remembered and logged per process."""
+    monkeypatch.setattr(condor_queue, "MAX_WARNED_NAMES", 3)
+    probe = CondorPoolProbe(htcondor2.Collector("127.0.0.1:1"), "GLIDEIN_Site")  # never queried
+    probe.pool_jobs([job(["ska:" + "x" * 10_000 + " y"])], {})
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert len(line) < 300 and "(10006 characters)" in line
+    probe.pool_jobs([job([f"bad name {i}" for i in range(10)])], {})
+    assert len(caplog.records) == 3 and probe.invalid_last_query == 10
