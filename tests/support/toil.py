@@ -95,11 +95,12 @@ class ToilOnPool:
         inputs: Mapping[str, object],
         params: str,
         *,
+        entry: str = "workflow.cwl",
         batch_system: str = "htcondor",
         extra_env: Mapping[str, str] | None = None,
         timeout_s: float = 150.0,
     ) -> ToilRun:
-        """Run ``workflow`` (a directory of CWL files, ``workflow.cwl`` the entry) with
+        """Run ``workflow`` (a directory of CWL files, ``entry`` the workflow to run) with
         ``TOIL_HTCONDOR_PARAMS = params`` plus this run's id attribute; AssertionError with the
         leader's log tail when Toil fails."""
         run_id = uuid.uuid4().hex[:12]
@@ -118,7 +119,7 @@ class ToilOnPool:
             "--defaultMemory", "200Mi", "--defaultDisk", "100Mi", "--retryCount", "0",
             "--preserve-entire-environment",  # _CONDOR_MACHINE_AD/_JOB_AD reach the tools
             "--logFile", str(work / "leader.log"),
-            str(work / "cwl" / "workflow.cwl"), str(work / "inputs.json"),
+            str(work / "cwl" / entry), str(work / "inputs.json"),
         ]  # fmt: skip
         env = self.environment(tagged, extra_env or {})
         started = time.monotonic()

@@ -3,7 +3,7 @@
 ``TOIL_HTCONDOR_PARAMS`` from ``hydrator expr --toil`` and the hydrator daemon publishing from the
 real Rucio server into the slot ads (through the execute-node hook).
 
-The workflow (tests/toil/rapthor): calibrate over N directions (a scatter; reads the
+The workflow (``rapthor/`` here): calibrate over N directions (a scatter; reads the
 observation), then image (reads the sky model). Every job writes the site of its slot; the
 schedd's history gives each job's match-time site (``MATCH_EXP_MatchedSite``) and the datasets
 it declared. Pool sites: SITE_A (slot1), SITE_B (slot2), SITE_C (slot3, slot4).
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hook import install_hook, remove_hook, restart_startd
-from tests.support.pool import Pool, condor_pool, eventually  # noqa: F401  (fixture)
+from tests.support.pool import Pool, eventually
 from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     RucioAdmin,
     RucioServer,
@@ -36,10 +36,11 @@ from tests.support.toil import ToilOnPool, ToilRun, toil_on_pool
 pytestmark = [pytest.mark.pool, pytest.mark.rucio, pytest.mark.toil]
 
 WORKFLOW = Path(__file__).parent / "rapthor"
-DIRECTIONS = ["d1", "d2", "d3"]
+DIRECTIONS = ["d1", "d2"]
+CALIBRATE_ONLY = "calibrate-all.cwl"  # the scatter alone: one round of matching, not two
 SITES = ("SITE_A", "SITE_B", "SITE_C")
 MATCHED_SITE = '+MatchedSite = "$$(GLIDEIN_Site)"'  # the slot's site, recorded at match time
-FALLBACK_S = 10
+FALLBACK_S = 8
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def publishing(
-    condor_pool: Pool,  # noqa: F811
+    condor_pool: Pool,
     rucio_server: RucioServer,  # noqa: F811
     data: Data,
     tmp_path_factory: pytest.TempPathFactory,
@@ -151,11 +152,13 @@ def toil_params(*args: str) -> str:
     return words[1].split("=", 1)[1] + "; " + MATCHED_SITE
 
 
-def ran_at(toil: ToilOnPool, run: ToilRun) -> list[tuple[str, str, list[str]]]:
-    """(ToilJobName, match-time site, RequiredDatasets) per job, from the schedd's history;
-    checks the history agrees with what each job wrote about itself."""
-    rows = toil.history(run, expected=len(DIRECTIONS) + 1)
-    assert len(rows) == len(DIRECTIONS) + 1, rows
+def ran_at(
+    toil: ToilOnPool, run: ToilRun, jobs: int = len(DIRECTIONS) + 1
+) -> list[tuple[str, str, list[str]]]:
+    """(ToilJobName, match-time site, RequiredDatasets) per job, from the schedd's history of
+    the run's ``jobs`` jobs; checks it agrees with what each job wrote about itself."""
+    rows = toil.history(run, expected=jobs)
+    assert len(rows) == jobs, rows
     by_cluster = {int(str(r["ClusterId"])): r for r in rows}
     for record in run.records:
         assert by_cluster[record.cluster]["MATCH_EXP_MatchedSite"] == record.site, record
@@ -211,9 +214,11 @@ def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
 def test_rank_only_prefers_the_data_but_spills_at_once(toil: ToilOnPool, data: Data) -> None:
     obs, _ = data.place("SITE_B")  # one slot holds it
     wait_published(toil.pool, obs, {"SITE_B"})
-    run = toil.run(WORKFLOW, {"directions": DIRECTIONS}, toil_params("--rank-only", obs))
+    directions = ["d1", "d2", "d3"]
+    params = toil_params("--rank-only", obs)
+    run = toil.run(WORKFLOW, {"directions": directions}, params, entry=CALIBRATE_ONLY)
     print(f"rank-only run: {run.seconds:.0f} s")
-    sites = [site for _, site, _ in ran_at(toil, run)]
+    sites = [site for _, site, _ in ran_at(toil, run, jobs=len(directions))]
     assert "SITE_B" in sites, sites  # preferred while free
     assert set(sites) - {"SITE_B"}, sites  # and the backlog ran elsewhere, not waiting
 
@@ -223,10 +228,10 @@ def test_fallback_waits_for_the_data_then_runs_anywhere(toil: ToilOnPool, data: 
     # to show they pass Toil's ';'/'=' split and the old bindings unchanged
     nowhere = f"{data.scope}:/Prim/{unique('absent')}/AOD#1a2b=c"
     params = toil_params("--fallback-after", str(FALLBACK_S), nowhere)
-    run = toil.run(WORKFLOW, {"directions": DIRECTIONS[:2]}, params)
+    run = toil.run(WORKFLOW, {"directions": DIRECTIONS}, params, entry=CALIBRATE_ONLY)
     print(f"fallback run ({FALLBACK_S} s): {run.seconds:.0f} s")
-    rows = toil.history(run, expected=3)
-    assert len(rows) == 3, rows
+    rows = toil.history(run, expected=len(DIRECTIONS))
+    assert len(rows) == len(DIRECTIONS), rows
     for row in rows:
         waited = int(str(row["JobCurrentStartDate"])) - int(str(row["QDate"]))
         assert waited >= FALLBACK_S, row  # not before the bound
