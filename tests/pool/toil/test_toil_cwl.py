@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,7 @@ CALIBRATE_ONLY = "calibrate-all.cwl"  # the scatter alone: one round of matching
 SITES = ("SITE_A", "SITE_B", "SITE_C")
 MATCHED_SITE = '+MatchedSite = "$$(GLIDEIN_Site)"'  # the slot's site, recorded at match time
 FALLBACK_S = 8
+PLACED = {"obs": ("SITE_C",), "sky": ("SITE_A", "SITE_C"), "obs_b": ("SITE_B",)}
 
 
 @dataclass
@@ -52,18 +53,21 @@ class Data:
     tag: str
     rses: dict[str, str]  # site -> RSE
     scope: str
+    rules: dict[str, dict[str, str]]  # DID -> site -> rule id
+    dids: dict[str, str] = field(default_factory=dict)  # role (PLACED) -> DID
 
-    def place(self, *sites: str) -> tuple[str, dict[str, str]]:
-        """A new two-file dataset complete at ``sites`` (a rule each); its DID and rule ids."""
+    def place(self, *sites: str) -> str:
+        """A new two-file dataset complete at ``sites`` (a rule each); its DID. The summary
+        table the source reads is filled by the next abacus run."""
         name = self.admin.dataset(self.scope, 2, at=[self.rses[s] for s in sites])
-        rules = {s: self.admin.rule(self.scope, name, self.rses[s]) for s in sites}
-        self.server.run_abacus()
-        return f"{self.scope}:{name}", rules
+        did = f"{self.scope}:{name}"
+        self.rules[did] = {s: self.admin.rule(self.scope, name, self.rses[s]) for s in sites}
+        return did
 
-    def move(self, did: str, rules: dict[str, str], source: str, target: str) -> None:
+    def move(self, did: str, source: str, target: str) -> None:
         """A new complete replica at ``target`` (rule, files arrived), the one at ``source``
         removed (rule, locks, replicas and summary row gone)."""
-        name = did.split(":", 1)[1]
+        name, rules = did.split(":", 1)[1], self.rules[did]
         rules[target] = self.admin.rule(self.scope, name, self.rses[target])
         files = self.admin.files(self.scope, name)
         self.admin.set_file_states(self.rses[target], self.scope, files, "A")
@@ -72,9 +76,15 @@ class Data:
 
 @pytest.fixture(scope="module")
 def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:  # noqa: F811
+    """Every test's datasets, placed at once (one abacus run: each costs seconds):
+    ``obs`` at SITE_C, ``sky`` at SITE_A and SITE_C, ``obs_b`` at SITE_B (one slot)."""
     tag = unique("t").lower()
     rses = {site: rucio_admin.rse(site, attributes={"fed": tag}) for site in SITES}
-    return Data(rucio_admin, rucio_server, tag, rses, rucio_admin.scope())
+    d = Data(rucio_admin, rucio_server, tag, rses, rucio_admin.scope(), {})
+    for role, sites in PLACED.items():
+        d.dids[role] = d.place(*sites)
+    rucio_server.run_abacus()
+    return d
 
 
 def _free_port() -> int:
@@ -173,8 +183,7 @@ def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
     toil: ToilOnPool, data: Data
 ) -> None:
     pool = toil.pool
-    obs, obs_rules = data.place("SITE_C")
-    sky, _ = data.place("SITE_A", "SITE_C")
+    obs, sky = data.dids["obs"], data.dids["sky"]
     wait_published(pool, obs, {"SITE_C"})
     wait_published(pool, sky, {"SITE_A", "SITE_C"})
 
@@ -188,7 +197,7 @@ def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
     # the observation moves to SITE_B: no site holds both any more, so the run-wide form
     # would wait for ever; per step (deploy/toil plugin) calibrate follows the observation
     # and image goes where the sky model is
-    data.move(obs, obs_rules, "SITE_C", "SITE_B")
+    data.move(obs, "SITE_C", "SITE_B")
     wait_published(pool, obs, {"SITE_B"})
     steps = toil.shared / "steps.json"
     by_tool = {"calibrate.cwl": obs, "image.cwl": sky}
@@ -212,7 +221,7 @@ def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
 
 
 def test_rank_only_prefers_the_data_but_spills_at_once(toil: ToilOnPool, data: Data) -> None:
-    obs, _ = data.place("SITE_B")  # one slot holds it
+    obs = data.dids["obs_b"]  # one slot holds it
     wait_published(toil.pool, obs, {"SITE_B"})
     directions = ["d1", "d2", "d3"]
     params = toil_params("--rank-only", obs)
@@ -237,3 +246,38 @@ def test_fallback_waits_for_the_data_then_runs_anywhere(toil: ToilOnPool, data: 
         assert waited >= FALLBACK_S, row  # not before the bound
         assert int(str(row["ExitCode"])) == 0, row
         assert list(row["RequiredDatasets"]) == [nowhere], row
+
+
+PLUGIN_CHECKS = """
+import json, sys, tempfile
+import toil_batch_system_hydrator as p
+from toil.batchSystems.registry import get_batch_systems
+assert "htcondor_steps" in get_batch_systems()
+assert p.parse_pairs("a = 1; ;b = x=y;") == {"a": "1", "b": "x=y"}
+with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+    json.dump({"calibrate.cwl": "+RequiredDatasets = {1}", "cwl": "rank = 2"}, f)
+    f.flush()
+    steps = p.load_step_params(f.name)
+assert p.pairs_for("workflow.cwl.0.calibrate.cwl", steps) == {"+RequiredDatasets": "{1}"}
+assert p.pairs_for("workflow.cwl.image.image.cwl", steps) == {"rank": "2"}
+assert p.pairs_for("xcalibrate.cwl", steps) == {"rank": "2"}  # whole dotted parts only
+assert p.classad_string('a"b\\\\c') == '"a\\\\"b\\\\\\\\c"'
+try:
+    p.parse_pairs("rank = 1; oops")
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_plugin_keys_steps_and_names_a_bad_pair(toil: ToilOnPool) -> None:
+    """The plugin in Toil's own environment: registered under Toil's plugin entry point, keys
+    match whole dotted parts, and a pair without '=' is one error naming it."""
+    out = subprocess.run(
+        [str(toil.tree / "venv" / "bin" / "python"), "-c", PLUGIN_CHECKS],
+        env={"PYTHONPATH": str(toil.shared / "plugins"), "CONDOR_CONFIG": "/dev/null"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "TOIL_HTCONDOR_STEP_PARAMS: 'oops' is not 'name = value'"
