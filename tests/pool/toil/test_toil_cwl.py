@@ -134,6 +134,7 @@ def publishing(
 
 @pytest.fixture(scope="module")
 def toil(publishing: Pool) -> Iterator[ToilOnPool]:
+    publishing.remove_all_jobs()  # earlier modules' jobs would take slots the runs expect
     with toil_on_pool(publishing) as t:
         yield t
 
