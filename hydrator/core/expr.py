@@ -67,26 +67,30 @@ def job_expressions(
     return JobExpressions(required, requirements, rank, generic)
 
 
-def submit_lines(expr: JobExpressions, generic: bool = False) -> str:
-    """Lines for an HTCondor submit file."""
+def _pairs(expr: JobExpressions, generic: bool, rank_only: bool) -> list[tuple[str, str]]:
+    """(name, value) of RequiredDatasets, requirements (unless ``rank_only``) and rank."""
     requirements = expr.generic_requirements if generic else expr.requirements
-    return (
-        f"My.RequiredDatasets = {expr.required}\n"
-        f"requirements = {requirements}\n"
-        f"rank = {expr.rank}\n"
+    pairs = [("RequiredDatasets", expr.required), ("requirements", requirements)]
+    return [*pairs[: 1 if rank_only else 2], ("rank", expr.rank)]
+
+
+def submit_lines(expr: JobExpressions, generic: bool = False, rank_only: bool = False) -> str:
+    """Lines for an HTCondor submit file (``rank_only``: no requirements line, the job may
+    run anywhere and prefers its data's sites)."""
+    return "".join(
+        f"{'My.' if name == 'RequiredDatasets' else ''}{name} = {value}\n"
+        for name, value in _pairs(expr, generic, rank_only)
     )
 
 
-def toil_params(expr: JobExpressions, generic: bool = False) -> str:
+def toil_params(expr: JobExpressions, generic: bool = False, rank_only: bool = False) -> str:
     """A shell line setting ``TOIL_HTCONDOR_PARAMS`` for Toil's HTCondor batch system.
 
     Toil splits the value on ``;`` and each pair on its first ``=`` (toil/batchSystems/htcondor.py),
     and applies it to every job of the run. Dataset names never contain ``;`` or ``'``.
     """
-    requirements = expr.generic_requirements if generic else expr.requirements
     pairs = [
-        f"+RequiredDatasets = {expr.required}",
-        f"requirements = {requirements}",
-        f"rank = {expr.rank}",
+        f"{'+' if name == 'RequiredDatasets' else ''}{name} = {value}"
+        for name, value in _pairs(expr, generic, rank_only)
     ]
     return "export TOIL_HTCONDOR_PARAMS='" + "; ".join(pairs) + "'\n"

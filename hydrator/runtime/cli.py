@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="prefer the data's sites, but run anywhere once queued longer than SECONDS",
     )
+    expr.add_argument(
+        "--rank-only",
+        action="store_true",
+        help="no requirements: run anywhere, preferring the data's sites",
+    )
     expr.add_argument("--available-attribute", default="AvailableDatasets")
     expr.add_argument("--partial-attribute", default="PartialDatasets")
     return p
@@ -259,9 +264,11 @@ def _expr(args: argparse.Namespace) -> int:
         expressions = job_expressions(
             datasets, attrs, partial_ok=args.partial_ok, fallback_after_s=args.fallback_after
         )
+        if args.rank_only and (args.fallback_after is not None or args.generic):
+            raise ValueError("--rank-only has no requirements for --fallback-after or --generic")
     except (InvalidNameError, ValueError) as exc:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
     render = toil_params if args.toil else submit_lines
-    print(render(expressions, generic=args.generic), end="")
+    print(render(expressions, generic=args.generic, rank_only=args.rank_only), end="")
     return EXIT_OK

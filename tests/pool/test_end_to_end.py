@@ -1,20 +1,17 @@
 """End to end on the real pool: ``hydrator run`` serves site ClassAds, the execute-node hook puts
 them into slot ads as a STARTD_CRON job, and the negotiator sends jobs to their data.
 
-The pool's one startd stands in for three sites, so the hook runs once per site with
-``--slot-attribute GLIDEIN_Site`` (each ad merged only into that site's slots); a real execute
-node runs one hook (deploy/condor/50-hydrator.conf).
+The hook runs once per site (tests/support/pool_hook.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +19,13 @@ import htcondor2
 import pytest
 import requests
 
+from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook, restart_startd
 from tests.support.pool import COMPLETED, IDLE, SLOT_SITES, Pool
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-HOOK = REPO / "deploy" / "condor" / "hydrator-classad-hook"
-HOOK_PERIOD_S = 2
 CYCLE_S = 1
-HOOK_FRAGMENT = "60-hydrator-hook"
 INVENTORY = {
     "A_DISK": ["ska:obs_1"],
     "B_DISK": ["ska:obs_2", "ska:skymodel_v3"],
@@ -130,49 +125,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d.start()
     yield d
     d.stop()
-
-
-def hook_config(url: str, sites: Iterable[str] = ()) -> str:
-    """One STARTD_CRON job per site (default: the test pool's), each merged only into that
-    site's slots."""
-    lines = ["HYDRATOR_HOOK = /opt/hydrator/hydrator-classad-hook"]
-    for site in sorted(set(sites) or set(SLOT_SITES.values())):
-        job = f"HYDRATOR_{site}"
-        lines += [
-            f"STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) {job}",
-            f"STARTD_CRON_{job}_EXECUTABLE = $(HYDRATOR_HOOK)",
-            f"STARTD_CRON_{job}_ARGS = --url {url} --site {site} --slot-attribute GLIDEIN_Site"
-            " --cache-dir $(SPOOL)/hydrator-hook --timeout 2",
-            f"STARTD_CRON_{job}_MODE = Periodic",
-            f"STARTD_CRON_{job}_PERIOD = {HOOK_PERIOD_S}",
-            f"STARTD_CRON_{job}_KILL = True",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def restart_startd(pool: Pool) -> None:
-    """A new startd: slot ads rebuilt from scratch (only what the hook prints comes back)."""
-    pool.run_in_chroot(["condor_restart", "-daemon", "startd"])
-    time.sleep(2)
-    wait_for("startd back", lambda: len(pool.slot_ads(constraint='SlotType != "Dynamic"')) == 4)
-
-
-def install_hook(pool: Pool, url: str, sites: Iterable[str] = ()) -> None:
-    """Copy the hook into the chroot and run it as STARTD_CRON jobs against ``url``."""
-    target = pool.root / "opt" / "hydrator" / "hydrator-classad-hook"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(HOOK, target)
-    target.chmod(0o755)
-    pool.write_config(HOOK_FRAGMENT, hook_config(url, sites))
-    pool.reconfig()
-
-
-def remove_hook(pool: Pool) -> None:
-    """Undo :func:`install_hook` (the hook's attributes stay in slot ads until the startd
-    restarts)."""
-    pool.remove_config(HOOK_FRAGMENT)
-    pool.reconfig()
-    shutil.rmtree(pool.root / "var" / "lib" / "condor" / "spool" / "hydrator-hook", True)
 
 
 @pytest.fixture(scope="module")

@@ -112,3 +112,22 @@ def test_cli_rejects_a_non_positive_fallback(capsys: pytest.CaptureFixture[str])
     assert main(["expr", "--fallback-after", "0", str(A)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "fallback after 0 s" in err
+
+
+def test_cli_rank_only_drops_the_requirements(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--rank-only", str(A)]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert [line.split(" = ")[0] for line in plain] == ["My.RequiredDatasets", "rank"]
+    assert main(["expr", "--toil", "--rank-only", str(A), str(B)]) == 0
+    value = capsys.readouterr().out.strip().split("'", 1)[1][:-1]
+    names = [pair.split("=", 1)[0].strip() for pair in value.split(";")]  # Toil's split
+    assert names == ["+RequiredDatasets", "rank"]
+
+
+@pytest.mark.parametrize("other", [["--fallback-after", "60"], ["--generic"]])
+def test_cli_rank_only_refuses_requirement_options(
+    other: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["expr", "--rank-only", *other, str(A)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--rank-only" in err

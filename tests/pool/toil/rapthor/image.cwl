@@ -1,0 +1,20 @@
+cwlVersion: v1.2
+class: CommandLineTool
+doc: |
+  Images the calibrated directions (reads the sky model). Writes "<label> <site> <cluster>": the
+  slot's GLIDEIN_Site from the machine ad and the job's ClusterId from the job ad (files the
+  starter names in variables that reach the tool with --preserve-entire-environment).
+inputs:
+  label: string
+  after: File[]
+outputs:
+  record: stdout
+stdout: $(inputs.label).txt
+baseCommand: [sh, -c]
+arguments:
+  - |
+    site=`sed -n 's/^GLIDEIN_Site = "\(.*\)"$/\1/p' "$_CONDOR_MACHINE_AD"`
+    cluster=`sed -n 's/^ClusterId = //p' "$_CONDOR_JOB_AD"`
+    echo "$1 $site $cluster"
+  - where
+  - $(inputs.label)
