@@ -19,8 +19,8 @@ import htcondor2
 import pytest
 import requests
 
-from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook, restart_startd
 from tests.support.pool import COMPLETED, IDLE, SLOT_SITES, Pool
+from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook, restart_startd
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pool_hook import install_hook, remove_hook, restart_startd
 from tests.support.pool import Pool, eventually
+from tests.support.pool_hook import install_hook, remove_hook, restart_startd
 from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     RucioAdmin,
     RucioServer,
