@@ -335,6 +335,7 @@ class Snapshot:
     sites: frozenset[Site]
     invalid: int = 0
     unmapped: frozenset[str] = frozenset()  # storage elements with no site
+    storages: tuple[StorageStatus, ...] = ()  # what the source states of its storage elements
 
     @classmethod
     def of(
@@ -347,6 +348,7 @@ class Snapshot:
         *,
         unique: bool = False,
         sites_named: bool = False,
+        storages: Iterable[StorageStatus] = (),
     ) -> Snapshot:
         """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
 
@@ -361,17 +363,21 @@ class Snapshot:
         ``sites_named`` (with ``unique``): the caller vouches that ``sites`` names the site of
         every replica (a source that makes replicas only at the sites it maps), so no pass
         over the replicas collects their sites (2 s a cycle at ten million).
+
+        ``storages``: the source's storage elements with their availability
+        (:class:`StorageStatus`); the replicas leave out what unavailable ones hold.
         """
+        stated = tuple(sorted(storages, key=_storage_key))
         if unique:
             kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
             covered = frozenset(sites)
             if not sites_named:
                 covered = covered.union(map(_site_of, kept))  # C-level loop
-            return cls(source, kept, covered, invalid, frozenset(unmapped))
+            return cls(source, kept, covered, invalid, frozenset(unmapped), stated)
         merged = merge_replicas(replicas)
         kept = frozenset(each_replica(merged))
         covered = frozenset(sites).union(merged)
-        return cls(source, kept, covered, invalid, frozenset(unmapped))
+        return cls(source, kept, covered, invalid, frozenset(unmapped), stated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +422,7 @@ class SourceState:
     stale: bool = False
     error: str | None = None
     held_cycles: int = 0
+    storages: tuple[StorageStatus, ...] = ()  # as Snapshot.storages, of the last good answer
     memo: SourceMemo = field(
         default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
     )
@@ -890,6 +897,8 @@ class SiteView:
     digest: str
     partial_bytes: tuple[tuple[DatasetId, float], ...] = ()
     incoming: tuple[tuple[DatasetId, float], ...] = ()
+    storages: tuple[StorageStatus, ...] = ()  # the site's storage elements, as stated
+    unavailable: tuple[str, ...] = ()  # why some of its storage cannot serve, one line each
 
 
 @dataclass(frozen=True, slots=True)
@@ -904,3 +913,44 @@ class Plan:
     changed_sites: frozenset[Site]  # sites whose published content (digest) changed
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
+
+
+STORAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-:]{0,127}")
+"""Storage element names: RSE names (``[A-Z0-9_-]``), storage-area names and ids (uuids)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStatus:
+    """One storage element of a site (a Rucio RSE, an SRCNet storage area) and whether it can
+    serve its replicas now, as its catalogue or the operator stated it.
+
+    ``kind`` names what it is in messages ("RSE", "storage area"). An unavailable one
+    (``available`` false) contributes nothing to its site's presence; ``reason`` says why in
+    one line (what the catalogue said, the downtime, the drain), ``until`` when that ends if
+    known (UTC). ``upcoming`` reports a future downtime, not applied. ``wanted``: while it is
+    unavailable, the datasets it holds that queued jobs declare (0 when available or unknown).
+    Only an explicit statement makes a storage element unavailable: a source that cannot read
+    its catalogue keeps its last good statuses with its last good replicas.
+    """
+
+    site: Site
+    storage: str
+    kind: str = "storage"
+    available: bool = True
+    reason: str | None = None
+    until: datetime | None = None
+    upcoming: str | None = None
+    wanted: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage, str) or not STORAGE_PATTERN.fullmatch(self.storage):
+            raise InvalidNameError(f"invalid storage element name {self.storage!r}")
+
+    @property
+    def label(self) -> str:
+        """``RSE X_DISK``: how messages and ads name it."""
+        return f"{self.kind} {self.storage}"
+
+
+def _storage_key(status: StorageStatus) -> tuple[str, str]:
+    return (status.site, status.storage)
