@@ -9,6 +9,7 @@ One ad per site::
     DataLocalitySite = "SRCNET_CH"
     DataLocalityUpdated = 1732300000
     DataLocalityDigest = "3f5a…"
+    DataLocalityUnavailable = "RSE X_DISK: availability_read false"   ("" when all can serve)
 
 Old syntax (:func:`render_old`) is what STARTD_CRON hooks must print; new syntax
 (:func:`site_classad`) is what collector updates carry. Names reaching this module are
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 import classad2
 
 from hydrator.config import ClassAdConfig
+from hydrator.core.storage import unavailable_text
 from hydrator.domain import NAME_PATTERN, SCOPE_PATTERN, DatasetId, SiteView
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
     ad[attrs.site_attribute] = str(view.site)
     ad[attrs.updated_attribute] = updated
     ad[attrs.digest_attribute] = view.digest
+    ad[attrs.unavailable_attribute] = unavailable_text(view.unavailable)
     return ad
 
 

@@ -489,12 +489,13 @@ class Service:
 class _AdvertiseMemo:
     """A site's :func:`advertise` answer, reused while its inputs are the same: the same
     unstamped view object (the core hands on an unchanged site's view as is), the same
-    demand and an ``updated`` time of the same width in the ad (the size checks see the
-    rendered ad). Everything else :func:`advertise` reads is fixed per service (policy,
-    configuration) or follows from the view (the held replicas of its site). Saves
+    demand, the same storage statuses and reasons (issue 24), and an ``updated`` time of the
+    same width in the ad (the size checks see the rendered ad). Everything else
+    :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
+    view (the held replicas of its site). Saves
     re-rendering over-size ads each cycle to find how much fits."""
 
-    __slots__ = ("advertised", "contents", "stamp_width", "wanted")
+    __slots__ = ("advertised", "contents", "stamp_width", "stated", "wanted")
 
     def __init__(
         self,
@@ -507,12 +508,14 @@ class _AdvertiseMemo:
         self.stamp_width = _stamp_width(view)
         self.wanted = wanted
         self.advertised = advertised
+        self.stated = (view.storages, view.unavailable)  # storage and drains (issue 24)
 
     def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
         return (
             contents is self.contents
             and _stamp_width(view) == self.stamp_width
             and wanted == self.wanted
+            and (view.storages, view.unavailable) == self.stated
         )
 
     def stamped(self, view: SiteView) -> Advertised:

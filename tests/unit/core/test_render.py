@@ -22,6 +22,7 @@ EXPECTED_ATTRS = {
     "DataLocalitySite",
     "DataLocalityUpdated",
     "DataLocalityDigest",
+    "DataLocalityUnavailable",
 }
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
@@ -139,4 +140,15 @@ def test_stuck_datasets_are_written_only_when_configured() -> None:
     ad = parse_old(render_cron(view, ClassAdConfig(advertise_stuck=True)))
     assert set(ad.keys()) == EXPECTED_ATTRS | {"StuckDatasets"}
     assert list(ad["StuckDatasets"]) == ["ska:obs_1500"]
+    assert list(ad["AvailableDatasets"]) == ["ska:a"]
+
+
+def test_the_ad_says_why_storage_cannot_serve() -> None:
+    """Always written ("" when all can serve), so that a reason once merged into a slot ad is
+    overwritten when the storage comes back; hostile text from a catalogue stays one string."""
+    view = view_of([DatasetId("ska", "a")], [])
+    assert parse_old(render_cron(view, ATTRS))["DataLocalityUnavailable"] == ""
+    said = replace(view, unavailable=("RSE X_DISK: availability_read false", 'RSE Y: "x"\\n'))
+    ad = parse_old(render_cron(said, ClassAdConfig(unavailable_attribute="StorageDown")))
+    assert ad["StorageDown"] == "RSE X_DISK: availability_read false; RSE Y: x n"
     assert list(ad["AvailableDatasets"]) == ["ska:a"]
