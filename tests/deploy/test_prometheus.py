@@ -31,6 +31,8 @@ EXPORTED = {
     "hydrator_http_requests_total", "hydrator_http_connections",
     "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
     "hydrator_state_rejected_rows", "hydrator_job_schedd_failures_total",
+    "hydrator_storage_available", "hydrator_storage_unavailable_wanted_datasets",
+    "hydrator_drains",
 }
 
 
