@@ -5,12 +5,16 @@ brings everything back within one cycle with no churn beyond the site."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
+from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.report import site_json
@@ -105,3 +109,46 @@ def test_an_rse_read_disabled_leaves_its_site_at_once_and_comes_back(
     finally:
         service.close()
         rucio_admin.client.update_rse(a1, {"availability_read": True})
+
+
+def test_a_drained_rse_and_one_gone_from_the_expression_leave_explicitly(
+    running_rucio: RucioServer, rucio_admin: RucioAdmin
+) -> None:
+    """``hydrator drain SITE --storage RSE`` reaches the source as a drain; an RSE that leaves
+    the expression (here: its ``fed`` attribute removed) is stated gone for one fetch."""
+    tag = unique("dr").lower()
+    site = Site(f"SITE-{tag}")
+    fed = {"fed": tag}
+    r1, r2 = rucio_admin.rse(site, attributes=fed), rucio_admin.rse(site, attributes=fed)
+    scope = rucio_admin.scope()
+    on_r1, on_r2 = rucio_admin.dataset(scope, 1, at=[r1]), rucio_admin.dataset(scope, 1, at=[r2])
+    rucio_admin.rule(scope, on_r1, r1)
+    rucio_admin.rule(scope, on_r2, r2)
+    running_rucio.run_abacus()
+    config = source_config(running_rucio, rse_expression=f"rse_type=DISK&fed={tag}")
+    source = RucioSource(config, {})
+    try:
+        now = datetime.now(UTC)
+        first = source.fetch(FetchContext(now=now))
+        assert {r.dataset.name for r in first.replicas} == {on_r1, on_r2}
+        drain = Drain(site, r1, "checksum errors", now)
+        drained = source.fetch(FetchContext(now=now, drains=[drain]))
+        assert {r.dataset.name for r in drained.replicas} == {on_r2}
+        (status,) = [s for s in drained.storages if s.storage == r1]
+        assert (status.available, status.reason) == (
+            False,
+            "drained by the operator: checksum errors",
+        )
+        assert source.fetch(FetchContext(now=now)).replicas == first.replicas, "undrained"
+
+        rucio_admin.client.delete_rse_attribute(r2, "fed")
+        gone = source.fetch(FetchContext(now=now))
+        assert {r.dataset.name for r in gone.replicas} == {on_r1}
+        (status,) = [s for s in gone.storages if s.storage == r2]
+        assert not status.available and status.reason is not None
+        assert status.reason.startswith("no longer listed by rse_expression")
+        assert site in gone.sites
+        later = source.fetch(FetchContext(now=now))
+        assert [s.storage for s in later.storages] == [r1], "stated gone for one fetch only"
+    finally:
+        source.close()
