@@ -56,7 +56,10 @@ def checked_target(site: str, storage: str | None) -> tuple[Site, str | None]:
 
 def drain(config: Config, site: str, storage: str | None, until: str | None, reason: str) -> str:
     """Save the drain; return the line to print."""
-    from hydrator.adapters.state.sqlite import set_drain  # noqa: PLC0415  (sqlite: CLI only)
+    from hydrator.adapters.state.sqlite import (  # noqa: PLC0415  (sqlite: CLI only)
+        set_drain,
+        stated_storages,
+    )
 
     now = datetime.now(UTC)
     target, element = checked_target(site, storage)
@@ -67,7 +70,14 @@ def drain(config: Config, site: str, storage: str | None, until: str | None, rea
     set_drain(config.daemon.state_path, made)
     what = f"storage element {element} of site {target}" if element else f"site {target}"
     lasts = f" until {stamp(ends)}" if ends else " until `hydrator undrain`"
-    return f"drained {what}{lasts}: {made.reason} (the daemon applies it at its next cycle)"
+    line = f"drained {what}{lasts}: {made.reason} (the daemon applies it at its next cycle)"
+    known = stated_storages(config.daemon.state_path)
+    if element and (target, element) not in known:
+        line += (
+            f"\nwarning: no source has stated a storage element {element} at site {target} "
+            "yet; the drain applies once one does (check the name with `hydrator show`)"
+        )
+    return line
 
 
 def undrain(config: Config, site: str, storage: str | None) -> tuple[bool, str]:

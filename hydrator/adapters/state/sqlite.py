@@ -970,3 +970,26 @@ def remove_drain(path: Path, site: Site, storage: str | None) -> int:
             db.close()
     except (sqlite3.Error, OSError) as exc:
         raise StateError(f"state database {path}: drain not removed: {_reason(exc)}") from exc
+
+
+def stated_storages(path: Path) -> set[tuple[str, str]]:
+    """(site, storage element) of every storage status the sources' last good answers hold,
+    read from ``path`` alone (no replica row): for the drain command's check of a name."""
+    if not path.exists():
+        return set()
+    try:
+        db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)
+        try:
+            texts = list(_stated(db).values())
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise StateError(f"state database {path} unreadable: {exc}") from exc
+    out: set[tuple[str, str]] = set()
+    for text in texts:
+        items = json.loads(text) if isinstance(text, str) else []
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict):
+                out.add((str(item.get("site")), str(item.get("storage"))))
+    return out
+
