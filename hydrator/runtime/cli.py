@@ -214,7 +214,7 @@ def _show(config: Config, site: str | None) -> int:
         if views[name].stuck and not config.classad.advertise_stuck:
             stuck = ", ".join(str(d) for d in views[name].stuck)
             text += f"# stuck transfers (not advertised): {stuck}\n"
-        text += "".join(_storage_line(status) for status in views[name].storages)
+        text += "".join(map(_storage_line, views[name].storages))
         texts.append(text)
     print("\n".join(texts), end="")
     print("".join(notes), end="")
@@ -234,7 +234,10 @@ def _with_storage(state: State, drained: list[Drain]) -> tuple[dict[Site, SiteVi
 
 
 def _storage_line(status: StorageStatus) -> str:
-    """``# RSE X_DISK: unavailable (availability_read false)`` under its site's ad."""
+    """``# RSE X_DISK: unavailable (availability_read false)`` under its site's ad, for a
+    storage element that cannot serve or has a downtime coming ("" for the others)."""
+    if status.available and not status.upcoming:
+        return ""
     said = "available" if status.available else f"unavailable ({status.reason})"
     later = f"; upcoming {status.upcoming}" if status.upcoming else ""
     return f"# {status.label}: {said}{later}\n"
