@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,14 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     with_config("check-config", "validate the configuration; exit 2 naming the bad key")
     show = with_config("show", "print the saved state as the published site ClassAds")
     show.add_argument("site", nargs="?", help="only this site")
-    drain = with_config("drain", "stop advertising a site or one storage element of it")
-    drain.add_argument("site", help="the site (GLIDEIN_Site)")
-    drain.add_argument("--storage", help="only this storage element (RSE, storage area name)")
-    drain.add_argument("--until", help="end by itself: 90m, 12h, 3d or 2026-11-27T08:00Z")
-    drain.add_argument("--reason", required=True, help="why (goes into the site's ad)")
-    undrain = with_config("undrain", "advertise a drained site or storage element again")
-    undrain.add_argument("site", help="the site (GLIDEIN_Site)")
-    undrain.add_argument("--storage", help="the storage element drained (as given to drain)")
+    _drain_parsers(with_config)
     expr = sub.add_parser("expr", help="requirements and rank for a job needing DATASETs")
     expr.add_argument("datasets", nargs="+", metavar="DATASET", help="scope:name")
     expr.add_argument(
@@ -103,6 +96,18 @@ def _parser() -> argparse.ArgumentParser:
     expr.add_argument("--available-attribute", default="AvailableDatasets")
     expr.add_argument("--partial-attribute", default="PartialDatasets")
     return p
+
+
+def _drain_parsers(with_config: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """``drain`` and ``undrain`` (:mod:`hydrator.runtime.drains`)."""
+    drain = with_config("drain", "stop advertising a site or one storage element of it")
+    drain.add_argument("site", help="the site (GLIDEIN_Site)")
+    drain.add_argument("--storage", help="only this storage element (RSE, storage area name)")
+    drain.add_argument("--until", help="end by itself: 90m, 12h, 3d or 2026-11-27T08:00Z")
+    drain.add_argument("--reason", required=True, help="why (goes into the site's ad)")
+    undrain = with_config("undrain", "advertise a drained site or storage element again")
+    undrain.add_argument("site", help="the site (GLIDEIN_Site)")
+    undrain.add_argument("--storage", help="the storage element drained (as given to drain)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
