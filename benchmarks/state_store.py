@@ -59,12 +59,14 @@ INSERT INTO replicas_v2 SELECT source, site, scope, name, state, fraction, trans
     bytes_fraction FROM replicas;
 DROP TABLE replicas;
 ALTER TABLE replicas_v2 RENAME TO replicas;
+DROP TABLE IF EXISTS drains;
+DROP TABLE IF EXISTS storages;
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 """
 
 
 def downgrade_to_schema_2(path: Path) -> None:
-    """Rewrite the schema-3 file ``path`` (closed) as the schema-2 file of the same state."""
+    """Rewrite the schema-4 file ``path`` (closed) as the schema-2 file of the same state."""
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.executescript(f"BEGIN; {_SCHEMA_2} COMMIT;")

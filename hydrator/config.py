@@ -148,6 +148,11 @@ class ClassAdConfig(_Model):
     """Largest site ad in bytes, as served to the execute-node hook (whose own limit, default
     60000 because STARTD_CRON reads lines into a 64 KiB buffer, must not be smaller: hook option
     --max-bytes / HYDRATOR_MAX_BYTES). A larger ad is cut, least-demanded datasets first."""
+    unavailable_attribute: str = "DataLocalityUnavailable"
+    """Why some of the site's storage cannot serve (catalogue statement, downtime, operator
+    drain), one "RSE X_DISK: reason" per storage element joined by "; ". When all can, the
+    hook's answer leaves it out and collector merges write "" (a merge cannot remove one).
+    What only such storage holds is already left out of the lists."""
 
     @model_validator(mode="after")
     def _valid_unique(self) -> ClassAdConfig:

@@ -369,6 +369,7 @@ class Snapshot:
     its site and how many (site, dataset) entries it reported, for the site guard (an element
     missing from an answer holds its site back). Empty: not known. Set it with
     ``dataclasses.replace(Snapshot.of(...), elements=...)``."""
+    storages: tuple[StorageStatus, ...] = ()  # what the source states of its storage elements
 
     @classmethod
     def of(
@@ -382,6 +383,7 @@ class Snapshot:
         unique: bool = False,
         sites_named: bool = False,
         unmapped_more: int = 0,
+        storages: Iterable[StorageStatus] = (),
     ) -> Snapshot:
         """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
 
@@ -399,17 +401,25 @@ class Snapshot:
 
         ``unmapped_more``: storage elements with no site that a source counted but did not
         list in ``unmapped`` (a bounded list: issue 26).
+
+        ``storages``: the source's storage elements with their availability
+        (:class:`StorageStatus`); the replicas leave out what unavailable ones hold.
         """
+        stated = tuple(sorted(storages, key=_storage_key))
         if unique:
             kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
             covered = frozenset(sites)
             if not sites_named:
                 covered = covered.union(map(_site_of, kept))  # C-level loop
-            return cls(source, kept, covered, invalid, frozenset(unmapped), unmapped_more)
+            return cls(
+                source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
+            )
         merged = merge_replicas(replicas)
         kept = frozenset(each_replica(merged))
         covered = frozenset(sites).union(merged)
-        return cls(source, kept, covered, invalid, frozenset(unmapped), unmapped_more)
+        return cls(
+            source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +471,7 @@ class SourceState:
     elements: Mapping[str, ElementCount] = field(default_factory=dict)
     """The last good answer's :attr:`Snapshot.elements` (a held site's from before); kept in
     memory only."""
+    storages: tuple[StorageStatus, ...] = ()  # as Snapshot.storages, of the last good answer
     memo: SourceMemo = field(
         default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
     )
@@ -969,6 +980,8 @@ class SiteView:
     digest: str
     partial_bytes: tuple[tuple[DatasetId, float], ...] = ()
     incoming: tuple[tuple[DatasetId, float], ...] = ()
+    storages: tuple[StorageStatus, ...] = ()  # the site's storage elements, as stated
+    unavailable: tuple[str, ...] = ()  # why some of its storage cannot serve, one line each
 
 
 @dataclass(frozen=True, slots=True)
@@ -983,3 +996,44 @@ class Plan:
     changed_sites: frozenset[Site]  # sites whose published content (digest) changed
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
+
+
+STORAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-:]{0,127}")
+"""Storage element names: RSE names (``[A-Z0-9_-]``), storage-area names and ids (uuids)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStatus:
+    """One storage element of a site (a Rucio RSE, an SRCNet storage area) and whether it can
+    serve its replicas now, as its catalogue or the operator stated it.
+
+    ``kind`` names what it is in messages ("RSE", "storage area"). An unavailable one
+    (``available`` false) contributes nothing to its site's presence; ``reason`` says why in
+    one line (what the catalogue said, the downtime, the drain), ``until`` when that ends if
+    known (UTC). ``upcoming`` reports a future downtime, not applied. ``wanted``: while it is
+    unavailable, the datasets it holds that queued jobs declare (0 when available or unknown).
+    Only an explicit statement makes a storage element unavailable: a source that cannot read
+    its catalogue keeps its last good statuses with its last good replicas.
+    """
+
+    site: Site
+    storage: str
+    kind: str = "storage"
+    available: bool = True
+    reason: str | None = None
+    until: datetime | None = None
+    upcoming: str | None = None
+    wanted: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage, str) or not STORAGE_PATTERN.fullmatch(self.storage):
+            raise InvalidNameError(f"invalid storage element name {self.storage!r}")
+
+    @property
+    def label(self) -> str:
+        """``RSE X_DISK``: how messages and ads name it."""
+        return f"{self.kind} {self.storage}"
+
+
+def _storage_key(status: StorageStatus) -> tuple[str, str]:
+    return (status.site, status.storage)

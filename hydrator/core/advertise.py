@@ -18,6 +18,10 @@ metric; ``hydrator_datasets_unadvertised{reason}`` counts what the ads leave out
 With ``[classad] advertise_stuck`` the ads also carry the stuck transfers (``StuckDatasets``):
 not budgeted (they claim nothing usable), narrowed to demanded datasets in demand mode, and
 folded into the digest so a change of that list reaches the ads.
+
+The reasons a site's storage cannot serve (``DataLocalityUnavailable``, issue 24) are folded
+into the digest too, so a storage element going down or coming back reaches the ads even when
+no list changes (:func:`~hydrator.core.storage.unavailable_digest`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from functools import partial
 from itertools import chain, compress, islice, repeat
 from operator import is_, itemgetter
 
+from hydrator.core.storage import unavailable_digest
 from hydrator.domain import (
     DatasetId,
     ReplicaState,
@@ -89,10 +94,12 @@ def advertise(
     name costs at least :data:`MIN_NAME_BYTES` in it, as in a real ad.
     """
     advertised = _narrow(view, wanted, policy, size)
-    if not policy.stuck:
-        return advertised
     v = advertised.view
-    return replace(advertised, view=replace(v, digest=stuck_digest(v.digest, v.stuck)))
+    digest = stuck_digest(v.digest, v.stuck) if policy.stuck else v.digest
+    digest = unavailable_digest(digest, v.unavailable)  # the same digest when all can serve
+    if digest == v.digest:
+        return advertised
+    return replace(advertised, view=replace(v, digest=digest))
 
 
 def _narrow(

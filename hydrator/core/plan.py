@@ -22,12 +22,16 @@ No I/O, no clock, no globals. The rules it enforces:
   (:func:`~hydrator.domain.combine`).
 * A site is known while any source covers it; its ``updated`` time is the oldest last success
   of the sources covering it (:attr:`~hydrator.domain.State.site_updated`).
+* Storage stated unavailable (:mod:`hydrator.core.storage`): a source leaves out what it
+  holds, and the shrink guard does not count the sites of such storage (the drop is
+  explained, so it takes effect at once); a drained site's view lists nothing. The site views
+  carry their storage elements and the reasons (:func:`~hydrator.core.storage.with_storage`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -35,6 +39,7 @@ from functools import reduce
 from itertools import chain, filterfalse, islice
 from operator import attrgetter
 
+from hydrator.core.storage import Drain, count_outside, exempt_sites, with_storage
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -53,6 +58,7 @@ from hydrator.domain import (
     SourceState,
     SourceStatus,
     State,
+    StorageStatus,
     combine,
     each_replica,
     index_of,
@@ -78,9 +84,14 @@ class Policy:
 
 
 def plan_cycle(
-    previous: State, outcomes: Mapping[str, SourceOutcome], now: datetime, policy: Policy
+    previous: State,
+    outcomes: Mapping[str, SourceOutcome],
+    now: datetime,
+    policy: Policy,
+    drains: Sequence[Drain] = (),
 ) -> Plan:
-    """Decide this cycle. ``outcomes`` has one entry per configured source.
+    """Decide this cycle. ``outcomes`` has one entry per configured source; ``drains`` are
+    the operator's (those of whole sites empty the site's view while active).
 
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """
@@ -120,11 +131,16 @@ def plan_cycle(
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites=state.stamped_views(),
+        sites=with_storage(state.stamped_views(), _statuses(state), drains, now),
         changed_sites=changed_sites,
         removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
         now=now,
     )
+
+
+def _statuses(state: State) -> list[StorageStatus]:
+    """Every source's storage statuses (a storage element two sources state twice)."""
+    return [status for name in sorted(state.sources) for status in state.sources[name].storages]
 
 
 def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> bool:
@@ -147,6 +163,13 @@ def _advance_source(
         kind = "permanent_error" if outcome.permanent else "transient_error"
         return after, _status(after, kind, reason=outcome.error), SourceDelta()
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
+    exempt = exempt_sites(outcome.storages) if held else frozenset()
+    if exempt:  # the drop at sites with storage stated unavailable is explained
+        held = _suspicious_drop(
+            count_outside(before.replicas, exempt),
+            count_outside(outcome.replicas, exempt),
+            policy,
+        )
     accept_after = policy.accept_drop_after_cycles
     if held and (accept_after == 0 or before.held_cycles + 1 < accept_after):
         reason = (
@@ -174,6 +197,7 @@ def _advance_source(
         last_attempt=now,
         held_sites=guard.counts,
         elements=guard.elements,
+        storages=outcome.storages,
     )
     if not moved:
         after.inherit_index(before)
@@ -244,14 +268,17 @@ def _shrunken_sites(
 ) -> dict[Site, str]:
     """Site -> how it shrank, for each site whose drop the site guard holds (before the count
     of cycles decides): the site's own entries (:func:`_suspicious_sites`), else one of its
-    storage elements' (where the source reports them) at a site that lost entries."""
+    storage elements' (where the source reports them) at a site that lost entries. A site
+    with storage the source states unavailable is never held: its drop is explained."""
     if not delta.removed:
         return {}
+    explained = exempt_sites(outcome.storages)  # storage stated unavailable: leaves at once
     found = {
         s: f"{new} entries against {old} last time"
         for s, (old, new) in _suspicious_sites(before, delta, policy).items()
+        if s not in explained
     }
-    touched = frozenset(map(_site_of, delta.removed))
+    touched = frozenset(map(_site_of, delta.removed)) - explained
     now = outcome.elements
     for element, (site, old) in sorted(before.elements.items()):
         if site in found or site not in touched or site in policy.accept_site_drops:

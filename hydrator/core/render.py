@@ -9,6 +9,7 @@ One ad per site::
     DataLocalitySite = "SRCNET_CH"
     DataLocalityUpdated = 1732300000
     DataLocalityDigest = "3f5a…"
+    DataLocalityUnavailable = "RSE X_DISK: availability_read false"   (see site_classad)
 
 Old syntax (:func:`render_old`) is what STARTD_CRON hooks must print; new syntax
 (:func:`site_classad`) is what collector updates carry. Names reaching this module are
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 import classad2
 
 from hydrator.config import ClassAdConfig
+from hydrator.core.storage import unavailable_text
 from hydrator.domain import NAME_PATTERN, SCOPE_PATTERN, DatasetId, SiteView
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,17 @@ def published_updated(view: SiteView, attrs: ClassAdConfig) -> int:
     return int(view.updated.timestamp()) // resolution * resolution
 
 
-def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
-    """The site's attributes as a ClassAd (lists of strings, site, epoch, digest)."""
+def site_classad(
+    view: SiteView, attrs: ClassAdConfig, *, says_available: bool = False
+) -> classad2.ClassAd:
+    """The site's attributes as a ClassAd (lists of strings, site, epoch, digest), and why
+    some of its storage cannot serve (``unavailable_attribute``) when that is so.
+
+    ``says_available``: write that attribute as ``""`` when all storage can serve, rather
+    than leave it out. Collector merges need it (a merge only adds attributes: a reason merged
+    earlier would stay in the slot ad until its startd's next update); the execute-node
+    hook's answer leaves it out, so that hooks of earlier releases, which refuse attributes
+    they do not know, keep working while all storage can serve."""
     updated = published_updated(view, attrs)
     ad = classad2.ClassAd()
     ad[attrs.available_attribute] = safe_names(view.available)
@@ -72,6 +83,8 @@ def site_classad(view: SiteView, attrs: ClassAdConfig) -> classad2.ClassAd:
     ad[attrs.site_attribute] = str(view.site)
     ad[attrs.updated_attribute] = updated
     ad[attrs.digest_attribute] = view.digest
+    if view.unavailable or says_available:
+        ad[attrs.unavailable_attribute] = unavailable_text(view.unavailable)
     return ad
 
 

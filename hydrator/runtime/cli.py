@@ -1,4 +1,5 @@
-"""The ``hydrator`` command: ``run``, ``once``, ``check-config``, ``show``, ``expr``.
+"""The ``hydrator`` command: ``run``, ``once``, ``check-config``, ``show``, ``drain``,
+``undrain``, ``expr``.
 
 Exit codes: 0 success; 1 a cycle failed or there is no state to show; 2 the process could not
 start: bad configuration or arguments, a state file that is locked by another writer, damaged or
@@ -14,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,12 +28,22 @@ from hydrator.config import (
     default_config_path,
     load_config,
 )
-from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Transfer
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Replica,
+    Site,
+    SiteView,
+    State,
+    StorageStatus,
+    Transfer,
+)
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
+    from hydrator.core.storage import Drain
     from hydrator.runtime.outcome import CycleReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -70,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     with_config("check-config", "validate the configuration; exit 2 naming the bad key")
     show = with_config("show", "print the saved state as the published site ClassAds")
     show.add_argument("site", nargs="?", help="only this site")
+    _drain_parsers(with_config)
     expr = sub.add_parser("expr", help="requirements and rank for a job needing DATASETs")
     expr.add_argument("datasets", nargs="+", metavar="DATASET", help="scope:name")
     expr.add_argument(
@@ -101,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _drain_parsers(with_config: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """``drain`` and ``undrain`` (:mod:`hydrator.runtime.drains`)."""
+    drain = with_config("drain", "stop advertising a site or one storage element of it")
+    drain.add_argument("site", help="the site (GLIDEIN_Site)")
+    drain.add_argument("--storage", help="only this storage element (RSE, storage area name)")
+    drain.add_argument("--until", help="end by itself: 90m, 12h, 3d or 2026-11-27T08:00Z")
+    drain.add_argument("--reason", required=True, help="why (goes into the site's ad)")
+    undrain = with_config("undrain", "advertise a drained site or storage element again")
+    undrain.add_argument("site", help="the site (GLIDEIN_Site)")
+    undrain.add_argument("--storage", help="the storage element drained (as given to drain)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -129,6 +154,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "show":
         return _show(config, args.site)
+    if args.command in ("drain", "undrain"):
+        return _drain(config, args)
     if args.command == "run":
         return _run(config, args.config or default_config_path(), args.reset_state)
     return _once(config, args.dry_run, args.json, args.reset_state)
@@ -229,10 +256,10 @@ def _show(config: Config, site: str | None) -> int:
         return EXIT_FAILED
     store = SqliteStateStore(path, read_only=True)
     try:
-        state = store.load()
+        state, drained = store.load(), store.drains()
     finally:
         store.close()
-    views = state.stamped_views()
+    views, notes = _with_storage(state, drained)
     if site is not None:
         if Site(site) not in views:
             print(
@@ -248,9 +275,44 @@ def _show(config: Config, site: str | None) -> int:
         if views[name].stuck and not config.classad.advertise_stuck:
             stuck = ", ".join(str(d) for d in views[name].stuck)
             text += f"# stuck transfers (not advertised): {stuck}\n"
+        text += "".join(map(_storage_line, views[name].storages))
         texts.append(text)
     print("\n".join(texts), end="")
+    print("".join(notes), end="")
     return EXIT_OK
+
+
+def _with_storage(state: State, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
+    """The saved views as the daemon publishes them now (storage statuses of the last good
+    answers, the drains in effect), and a comment line per drain."""
+    from hydrator.core.storage import with_storage  # noqa: PLC0415
+    from hydrator.runtime.drains import drain_lines  # noqa: PLC0415
+
+    now = datetime.now(UTC)
+    statuses = [s for name in sorted(state.sources) for s in state.sources[name].storages]
+    views = with_storage(state.stamped_views(), statuses, drained, now)
+    return views, drain_lines(drained, now)
+
+
+def _storage_line(status: StorageStatus) -> str:
+    """``# RSE X_DISK: unavailable (availability_read false)`` under its site's ad, for a
+    storage element that cannot serve or has a downtime coming ("" for the others)."""
+    if status.available and not status.upcoming:
+        return ""
+    said = "available" if status.available else f"unavailable ({status.reason})"
+    later = f"; upcoming {status.upcoming}" if status.upcoming else ""
+    return f"# {status.label}: {said}{later}\n"
+
+
+def _drain(config: Config, args: argparse.Namespace) -> int:
+    from hydrator.runtime import drains  # noqa: PLC0415
+
+    if args.command == "drain":
+        print(drains.drain(config, args.site, args.storage, args.until, args.reason))
+        return EXIT_OK
+    removed, line = drains.undrain(config, args.site, args.storage)
+    print(line, file=sys.stdout if removed else sys.stderr)
+    return EXIT_OK if removed else EXIT_FAILED
 
 
 def _expr(args: argparse.Namespace) -> int:

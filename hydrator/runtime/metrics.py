@@ -302,6 +302,30 @@ class Metrics:
         "jobs_idle_data_nowhere", "Idle data-bound jobs whose data no site holds, even partly."
     )
 
+    # ---- storage: what can serve (issue 24)
+    storage_available = _gauge(
+        "storage_available",
+        "1 when the storage element (RSE, storage area) can serve its site's replicas, 0 when"
+        " its catalogue, a downtime or an operator drain says it cannot (what it holds is then"
+        " left out of the site's ad).",
+        "site",
+        "storage",
+    )
+    storage_unavailable_wanted = _gauge(
+        "storage_unavailable_wanted_datasets",
+        "Datasets held at an unavailable storage element that queued jobs declare in"
+        " RequiredDatasets (0 while it is available).",
+        "site",
+        "storage",
+    )
+    drains = _gauge(
+        "drains",
+        'Operator drains in effect (hydrator drain): 1 per drained site (storage "") and per'
+        " drained storage element.",
+        "site",
+        "storage",
+    )
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         for attr, declared in vars(Metrics).items():
@@ -351,6 +375,7 @@ class Metrics:
 
     def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
         """Replace the per-site gauges (sites that went away lose their series)."""
+        views = tuple(views)
         self.datasets.clear()
         self.transfers.clear()
         self.classad_size.clear()
@@ -367,6 +392,23 @@ class Metrics:
             self.transfers.labels(view.site, Transfer.REPLICATING.value).set(moving)
             self.transfers.labels(view.site, Transfer.STUCK.value).set(len(view.stuck))
             self.classad_size.labels(view.site).set(sizes.get(view.site, 0))
+        self.set_storage(views)
+
+    def set_storage(self, views: Iterable[SiteView]) -> None:
+        """Replace the per-storage gauges from the sites' views (gone elements lose theirs)."""
+        self.storage_available.clear()
+        self.storage_unavailable_wanted.clear()
+        for view in views:
+            for status in view.storages:
+                self.storage_available.labels(view.site, status.storage).set(status.available)
+                wanted = 0 if status.available else status.wanted
+                self.storage_unavailable_wanted.labels(view.site, status.storage).set(wanted)
+
+    def set_drains(self, drains: Iterable[tuple[str, str]]) -> None:
+        """One series per drain in effect, ``(site, storage or "")``."""
+        self.drains.clear()
+        for site, storage in drains:
+            self.drains.labels(site, storage).set(1)
 
 
 def _present(view: SiteView, datasets: Iterable[DatasetId]) -> int:

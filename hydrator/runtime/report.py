@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hydrator.core.jobs import JobsReport
-from hydrator.domain import Change, SiteView, SourceStatus
+from hydrator.domain import Change, SiteView, SourceStatus, StorageStatus
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
@@ -19,6 +19,9 @@ def site_json(view: SiteView) -> dict[str, Any]:
     ``fraction``/``bytes_fraction`` are shares of files/bytes present, ``progress`` the
     transfer's share done (0..1). ``stuck`` and ``incoming`` list every stuck and active
     transfer towards the site, whatever is present; a partial entry names its ``transfer``.
+    ``storages`` lists the site's storage elements as their catalogues (or the operator) state
+    them (:func:`storage_json`), ``unavailable`` the reasons some cannot serve (what the ad's
+    ``DataLocalityUnavailable`` says; a drained site lists no dataset).
     """
     stuck, moving = set(view.stuck), {d for d, _ in view.incoming}
     size = dict(view.partial_bytes)
@@ -40,6 +43,22 @@ def site_json(view: SiteView) -> dict[str, Any]:
         "replicating": [{"dataset": str(d), "progress": f} for d, f in view.replicating],
         "stuck": [str(d) for d in view.stuck],
         "incoming": [{"dataset": str(d), "progress": p} for d, p in incoming],
+        "unavailable": list(view.unavailable),
+        "storages": [storage_json(s) for s in view.storages],
+    }
+
+
+def storage_json(status: StorageStatus) -> dict[str, Any]:
+    """One storage element of a site: whether it can serve, why not, until when (UTC, ISO
+    8601, null: unknown or until undone), a future downtime (not applied)."""
+    return {
+        "storage": status.storage,
+        "kind": status.kind,
+        "available": status.available,
+        "reason": status.reason,
+        "until": status.until.isoformat() if status.until else None,
+        "upcoming": status.upcoming,
+        "wanted_datasets": status.wanted,
     }
 
 
@@ -79,6 +98,8 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "updated": v.updated.isoformat() if v.updated else None,
                 "classad": f"/v1/sites/{v.site}/classad",
                 "held": held.get(v.site),
+                "unavailable": list(v.unavailable),
+                "storages": [storage_json(s) for s in v.storages],
             }
         )
     return {

@@ -29,6 +29,7 @@ from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.render import etag, published_updated, render_cron
+from hydrator.core.storage import Drain, with_storage
 from hydrator.domain import (
     DatasetId,
     Plan,
@@ -196,6 +197,7 @@ class Service:
         self.annotator = annotator
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
+        self._drains: Sequence[Drain] = ()  # the operator's, as last read
         self.advertise_policy = AdvertisePolicy(
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
@@ -271,25 +273,34 @@ class Service:
 
     def _startup_views(self) -> dict[Site, SiteView]:
         """What to serve from the saved state before the first cycle: nothing in demand mode
-        (the demand is not known yet; hooks keep their last good copy)."""
+        (the demand is not known yet; hooks keep their last good copy); else the saved views
+        with the saved storage statuses and the drains in effect (a drained site must not
+        be advertised again by a restart)."""
         if self.advertise_policy.demand_only:
             return {}
         policy, size = self.advertise_policy, self._ad_size
-        return {
-            s: advertise(v, {}, policy, size).view for s, v in self._state.stamped_views().items()
-        }
+        now = self.clock()
+        views = with_storage(
+            self._state.stamped_views(),
+            [s for name in sorted(self._state.sources) for s in self._state.sources[name].storages],
+            self._read_drains(now),
+            now,
+        )
+        return {s: advertise(v, {}, policy, size).view for s, v in views.items()}
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
         wanted = self._wanted()
+        drains = self._read_drains(started)
         context = FetchContext(
             now=started,
             wanted=wanted or {},
             previous={name: s.replicas for name, s in self._state.sources.items()},
+            drains=drains,
         )
         outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
             return CycleReport(started, time.monotonic() - t0, "abandoned")
-        plan = plan_cycle(self._state, outcomes, started, self.policy)
+        plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
@@ -320,6 +331,18 @@ class Service:
         )
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)
+
+    def _read_drains(self, now: datetime) -> Sequence[Drain]:
+        """The operator's drains, read every cycle (``hydrator drain`` writes them while the
+        daemon runs); on a failed read the last good ones (a drain must not lapse because
+        the file was busy)."""
+        try:
+            self._drains = self.store.drains()
+        except HydratorError as exc:
+            log.warning("cannot read the drains, using the previous ones: %s", exc)
+        active = [d for d in self._drains if d.active(now)]
+        self.metrics.set_drains((d.site, d.storage or "") for d in active)
+        return active
 
     def _wanted(self) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
@@ -501,12 +524,13 @@ class Service:
 class _AdvertiseMemo:
     """A site's :func:`advertise` answer, reused while its inputs are the same: the same
     unstamped view object (the core hands on an unchanged site's view as is), the same
-    demand and an ``updated`` time of the same width in the ad (the size checks see the
-    rendered ad). Everything else :func:`advertise` reads is fixed per service (policy,
-    configuration) or follows from the view (the held replicas of its site). Saves
+    demand, the same storage statuses and reasons (issue 24), and an ``updated`` time of the
+    same width in the ad (the size checks see the rendered ad). Everything else
+    :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
+    view (the held replicas of its site). Saves
     re-rendering over-size ads each cycle to find how much fits."""
 
-    __slots__ = ("advertised", "contents", "stamp_width", "wanted")
+    __slots__ = ("advertised", "contents", "stamp_width", "stated", "wanted")
 
     def __init__(
         self,
@@ -519,12 +543,14 @@ class _AdvertiseMemo:
         self.stamp_width = _stamp_width(view)
         self.wanted = wanted
         self.advertised = advertised
+        self.stated = (view.storages, view.unavailable)  # storage and drains (issue 24)
 
     def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
         return (
             contents is self.contents
             and _stamp_width(view) == self.stamp_width
             and wanted == self.wanted
+            and (view.storages, view.unavailable) == self.stated
         )
 
     def stamped(self, view: SiteView) -> Advertised:

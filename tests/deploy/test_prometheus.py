@@ -32,6 +32,8 @@ EXPORTED = {
     "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
     "hydrator_state_rejected_rows", "hydrator_job_schedd_failures_total",
     "hydrator_site_held",
+    "hydrator_storage_available", "hydrator_storage_unavailable_wanted_datasets",
+    "hydrator_drains",
 }
 
 

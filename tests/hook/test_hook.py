@@ -36,6 +36,23 @@ def test_good_answer_is_printed_with_an_update_line(
     assert out.stdout == GOOD
 
 
+def test_the_reason_storage_cannot_serve_is_accepted(
+    server: tuple[str, Answer], tmp_path: Path
+) -> None:
+    """The daemon adds ``DataLocalityUnavailable`` while some of the site's storage cannot
+    serve (issue 24): a known attribute, printed like the others."""
+    url, answer = server
+    said = 'DataLocalityUnavailable = "RSE X_DISK: availability_read false"\n'
+    answer.body = GOOD.replace('DataLocalityUnavailable = ""\n', said)
+    out = run_hook(url, tmp_path / "cache")
+    assert (out.returncode, out.stdout, out.stderr) == (0, answer.body, "")
+    # all storage back: the daemon leaves the attribute out, the hook says "" (a reason
+    # printed before never lingers); a daemon of an earlier release sends none either
+    answer.body, answer.etag = GOOD.replace('DataLocalityUnavailable = ""\n', ""), '"v2"'
+    again = run_hook(url, tmp_path / "cache")
+    assert (again.returncode, again.stdout, again.stderr) == (0, GOOD, "")
+
+
 def test_unchanged_answer_uses_if_none_match_and_prints_the_copy(
     server: tuple[str, Answer], tmp_path: Path
 ) -> None:
@@ -155,7 +172,7 @@ def test_glidein_mode_reads_glidein_config_prints_lines_and_seeds_the_startd(
         assert (out.returncode, out.stdout) == (0, GOOD_LINES)  # the wrapper ends the ad
     assert 'AvailableDatasets { "ska:obs_1","ska:skymodel_v3" }' in config.read_text()
     assert condor_vars.read_text().splitlines()[0] == "AvailableDatasets C - + N Y -"
-    assert len(condor_vars.read_text().splitlines()) == 6
+    assert len(condor_vars.read_text().splitlines()) == 7  # DataLocalityUnavailable too
     assert (tmp_path / "hydrator-cache" / "SITE_A.classad").read_text() == GOOD_LINES
 
 

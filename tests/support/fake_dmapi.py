@@ -13,7 +13,13 @@ It follows what the public callers of these services show (see the docstring of
   scope ``data-management-api-service``): a JSON list of ``{"identifier",
   "associated_storage_area_id", "replicas", "is_dataset"}``; 404 for an unknown DID.
 - ``GET /api/v1/nodes`` (bearer, audience ``site-capabilities-api``, scope
-  ``site-capabilities-api-service``): nodes -> sites -> storages -> areas.
+  ``site-capabilities-api-service``): nodes -> sites -> storages -> areas. Sites, storages and
+  storage areas carry ``downtime`` (a list of ``{"date_range": "<ISO> to <ISO>", "type":
+  "Planned"|"Unplanned", "reason"}``) and ``is_force_disabled``; as the real API (its
+  ``list_nodes`` router and the Mongo backend's ``_remove_inactive_elements``,
+  ska-telescope/src-site-directory), the answer leaves out every element in a current
+  downtime (``start < now < end``) or force-disabled, unless ``?include_inactive=true``.
+  ``nodes_queries`` records the query strings asked.
 
 Missing, unknown or expired tokens get 401 (``WWW-Authenticate: Bearer error="invalid_token"``,
 RFC 6750 §3.1); a valid token for another audience or without the scope gets 403. Those two
@@ -45,6 +51,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -71,7 +78,28 @@ class Fault:
     trickle: str | None = None  # "headers" or "body": one line or byte a second, for ever
 
 
-def area(area_id: str | None = None, name: str = "", area_type: str = "rse") -> dict[str, Any]:
+API_TIME = "%Y-%m-%dT%H:%M:%S.000Z"  # as the API's examples write date_range ends
+
+
+def downtime(
+    start: datetime, end: datetime, kind: str = "Planned", reason: str = "maintenance"
+) -> dict[str, Any]:
+    """A downtime entry as the API's ``Downtime`` model holds it."""
+    return {
+        "date_range": f"{start.strftime(API_TIME)} to {end.strftime(API_TIME)}",
+        "type": kind,
+        "reason": reason,
+        "id": str(uuid.uuid4()),
+    }
+
+
+def area(
+    area_id: str | None = None,
+    name: str = "",
+    area_type: str = "rse",
+    downtimes: list[dict[str, Any]] | None = None,
+    disabled: bool = False,
+) -> dict[str, Any]:
     """A storage area as /nodes lists it."""
     return {
         "id": area_id or str(uuid.uuid4()),
@@ -79,22 +107,39 @@ def area(area_id: str | None = None, name: str = "", area_type: str = "rse") -> 
         "type": area_type,
         "relative_path": "/",
         "tier": 1,
+        "other_attributes": {},
+        "downtime": downtimes or [],
+        "is_force_disabled": disabled,
     }
 
 
-def storage(areas: list[dict[str, Any]], name: str = "") -> dict[str, Any]:
+def storage(
+    areas: list[dict[str, Any]],
+    name: str = "",
+    downtimes: list[dict[str, Any]] | None = None,
+    disabled: bool = False,
+) -> dict[str, Any]:
     return {
         "id": str(uuid.uuid4()),
         "name": name,
         "host": "storage.example.org",
         "base_path": "/data",
         "srm": "storm",
+        "device_type": "hdd",
+        "size_in_terabytes": 10,
         "supported_protocols": [{"prefix": "https", "port": 443}],
         "areas": areas,
+        "downtime": downtimes or [],
+        "is_force_disabled": disabled,
     }
 
 
-def site(name: str, storages: list[dict[str, Any]]) -> dict[str, Any]:
+def site(
+    name: str,
+    storages: list[dict[str, Any]],
+    downtimes: list[dict[str, Any]] | None = None,
+    disabled: bool = False,
+) -> dict[str, Any]:
     return {
         "id": str(uuid.uuid4()),
         "name": name,
@@ -102,7 +147,40 @@ def site(name: str, storages: list[dict[str, Any]]) -> dict[str, Any]:
         "country": "GB",
         "storages": storages,
         "compute": [],
+        "downtime": downtimes or [],
+        "is_force_disabled": disabled,
     }
+
+
+def _in_downtime(entries: Any, now: datetime) -> bool:
+    """The real backend's ``_is_element_in_downtime``: some ``date_range`` holds ``now``
+    strictly inside it."""
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("date_range"):
+            start, end = (
+                datetime.fromisoformat(part.replace("Z", "+00:00"))
+                for part in entry["date_range"].split(" to ")
+            )
+            if start < now < end:
+                return True
+    return False
+
+
+def active_only(element: Any, now: datetime) -> Any:
+    """The real backend's ``_remove_inactive_elements``: every dict in downtime or
+    force-disabled removed, recursively (None for a removed or emptied dict)."""
+    if isinstance(element, dict):
+        if _in_downtime(element.get("downtime", []), now) or element.get("is_force_disabled"):
+            return None
+        kept = {}
+        for key, value in element.items():
+            child = active_only(value, now)
+            if child:
+                kept[key] = child
+        return kept or None
+    if isinstance(element, list):
+        return [c for c in (active_only(item, now) for item in element) if c is not None]
+    return element
 
 
 def node(name: str, sites: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,6 +203,7 @@ class FakeSrcnet:
         self.audiences = {DM_AUDIENCE, SC_AUDIENCE}
         self.catalogue: dict[tuple[str, str], list[Any]] = {}
         self.nodes: list[dict[str, Any]] = []
+        self.nodes_queries: list[str] = []
         self.locate_delay_s = 0.0
         self.content_type = "application/json"  # of 200 locate answers
         self.raw_locate_body: bytes | None = None  # every 200 locate answer is exactly this
@@ -288,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._locate(path)
         elif path == "/api/v1/nodes":
             if not self._count_and_maybe_fault("nodes"):
-                self._nodes()
+                self._nodes(urlsplit(self.path).query)
         else:
             self._send(404, {"detail": "Not Found"})
 
@@ -392,12 +471,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_raw(200, json.dumps(entries).encode(), fake.content_type, None)
 
-    def _nodes(self) -> None:
+    def _nodes(self, query: str) -> None:
         status = self.fake.check_bearer(self.headers.get("Authorization"), SC_AUDIENCE, SC_SCOPE)
         if status != 200:
             self._auth_error(status)
             return
-        self._send(200, self.fake.nodes)
+        with self.fake.lock:
+            self.fake.nodes_queries.append(query)
+        flags = parse_qs(query).get("include_inactive", ["false"])
+        if flags[-1].lower() == "true":
+            self._send(200, self.fake.nodes)
+        else:
+            self._send(200, active_only(self.fake.nodes, datetime.now(UTC)) or [])
 
     # ---- responses
 

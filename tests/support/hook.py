@@ -30,6 +30,7 @@ GOOD = (
     'DataLocalitySite = "SITE_A"\n'
     "DataLocalityUpdated = 1795390000\n"
     'DataLocalityDigest = "0123456789abcdef"\n'
+    'DataLocalityUnavailable = ""\n'
     "- update:true\n"
 )
 GOOD_LINES = GOOD.removesuffix("- update:true\n")

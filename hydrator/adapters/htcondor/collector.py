@@ -308,7 +308,7 @@ class CollectorPublisher:
         return out
 
     def _render(self, view: SiteView) -> Rendered:
-        ad = site_classad(view, self.attrs)
+        ad = site_classad(view, self.attrs, says_available=True)  # a merged reason is reset
         return Rendered(ad, view.digest, int(ad[self.attrs.updated_attribute]))
 
     # -- queries --------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
 
 MAX_REMEMBERED_PROBLEMS = 10_000
@@ -35,11 +36,15 @@ class FetchContext:
     Read-only: a source that has no answer of its own to compare with (its first fetch, or the
     one after a failure) may return these very objects for the pairs whose replica is equal,
     so that the daemon holds one object per replica instead of a loaded and a fetched one.
+    ``drains`` are the operator's (``hydrator drain``): a source that knows storage elements
+    treats a drained one as unavailable while the drain is active
+    (:func:`hydrator.core.storage.judge`).
     """
 
     now: datetime
     wanted: Mapping[DatasetId, int] = field(default_factory=dict)
     previous: Mapping[str, AbstractSet[Replica]] = field(default_factory=dict)
+    drains: Sequence[Drain] = ()
 
 
 class Source(Protocol):

@@ -66,14 +66,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.adapters.sources._http import Answer, HttpClient, RetryPolicy, Run
+from hydrator.adapters.sources._site_capabilities import (
+    NODES_QUERY,
+    children,
+    storage_statements,
+)
 from hydrator.config import DmapiSourceConfig
+from hydrator.core.storage import Statement, judge
 from hydrator.domain import (
     DatasetId,
     InvalidNameError,
@@ -81,6 +87,7 @@ from hydrator.domain import (
     ReplicaState,
     Site,
     Snapshot,
+    StorageStatus,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import checked_secret, read_secret
@@ -233,10 +240,14 @@ def parse_location(entry: object) -> Location | None:
 
 @dataclass(frozen=True)
 class NodesMap:
-    """Storage-area id -> site from /nodes, plus site names that were not valid sites."""
+    """Storage-area id -> site from /nodes, plus site names that were not valid sites; and per
+    storage-area id what the API states of its availability (:func:`storage_statements`), with
+    the entries that could not be read."""
 
     areas: Mapping[str, Site]
     bad_sites: frozenset[str]
+    statements: Mapping[str, Statement] = field(default_factory=dict)
+    bad_downtimes: frozenset[str] = frozenset()
 
 
 def parse_nodes(body: object) -> NodesMap:
@@ -250,27 +261,42 @@ def parse_nodes(body: object) -> NodesMap:
         raise PermanentSourceError("site capabilities /nodes: answer is not a JSON list")
     areas: dict[str, Site] = {}
     bad: set[str] = set()
-    for site in _children(body, "sites"):
+    for site in children(body, "sites"):
         site_name = site_or_none(site.get("name"))
         if site_name is None:
             bad.add(repr(site.get("name")))
             continue
-        for storage in _children(site.get("storages"), None):
-            for area in _children(storage.get("areas"), None):
+        for storage in children(site.get("storages"), None):
+            for area in children(storage.get("areas"), None):
                 if isinstance(area.get("id"), str) and area["id"]:
                     areas[area["id"]] = site_name
-    return NodesMap(areas, frozenset(bad))
+    statements, bad_downtimes = storage_statements(body)
+    return NodesMap(areas, frozenset(bad), statements, frozenset(bad_downtimes))
 
 
-def _children(items: object, key: str | None) -> Iterable[dict[str, Any]]:
-    """Dict items of a list; with ``key``, the dict items of each item's ``key`` list."""
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            continue
-        if key is None:
-            yield item
-        else:
-            yield from _children(item.get(key), None)
+# ---- availability (issue 24): what /nodes states is read by _site_capabilities.py
+
+
+def storage_statuses(
+    nodes: NodesMap | None,
+    results: Mapping[DatasetId, LocateResult],
+    context: FetchContext,
+) -> tuple[StorageStatus, ...]:
+    """Every storage area /nodes lists, judged at ``context.now`` with the operator's drains
+    (:func:`hydrator.core.storage.judge`); an unavailable one counts the wanted datasets it
+    holds."""
+    if nodes is None:
+        return ()
+    held: dict[str, set[DatasetId]] = {}
+    for dataset, result in results.items():
+        if isinstance(result, list) and dataset in context.wanted:
+            for location in result:
+                if location is not None and location.storage_area_id is not None:
+                    held.setdefault(location.storage_area_id, set()).add(dataset)
+    return tuple(
+        judge(stated, context.drains, context.now, len(held.get(area_id, ())))
+        for area_id, stated in nodes.statements.items()
+    )
 
 
 def _check_not_all_refused(results: Mapping[DatasetId, LocateResult]) -> None:
@@ -295,6 +321,18 @@ def _json(resp: Answer, label: str) -> Any:
         return resp.json()
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise PermanentSourceError(f"{label}: HTTP {resp.status_code} body is not JSON") from exc
+
+
+def _unavailable_areas(
+    nodes: NodesMap | None, statuses: tuple[StorageStatus, ...]
+) -> frozenset[str]:
+    """Ids of the storage areas ``statuses`` says cannot serve."""
+    if nodes is None:
+        return frozenset()
+    down = {(s.site, s.storage) for s in statuses if not s.available}
+    return frozenset(
+        area_id for area_id, st in nodes.statements.items() if (st.site, st.storage) in down
+    )
 
 
 # --------------------------------------------------------------------------- the source
@@ -413,7 +451,7 @@ class DmapiSource:
             self._known = known  # also forgets the datasets no longer wanted
             results = {d: result for d, (result, _) in known.items()}
             _check_not_all_refused(results)
-            return self._snapshot(results, nodes, invalid)
+            return self._snapshot(results, nodes, invalid, context)
         except TransientSourceError as exc:
             if run.expired:
                 raise TransientSourceError(
@@ -463,7 +501,8 @@ class DmapiSource:
         if self._nodes is not None and age_s < self._config.site_capabilities_ttl_s:
             return self._nodes
         try:
-            resp = self._authorized_get(f"{url.rstrip('/')}/nodes", self._sc_token, run, "/nodes")
+            nodes_url = f"{url.rstrip('/')}/nodes{NODES_QUERY}"
+            resp = self._authorized_get(nodes_url, self._sc_token, run, "/nodes")
             if resp.status_code != 200:
                 raise PermanentSourceError(f"site capabilities /nodes: HTTP {resp.status_code}")
             nodes = parse_nodes(_json(resp, "site capabilities /nodes"))
@@ -476,6 +515,8 @@ class DmapiSource:
             self._problems.warn(
                 f"site:{bad}", "site capabilities: ignoring invalid site name %s", bad
             )
+        for bad in nodes.bad_downtimes:
+            self._problems.warn(f"downtime:{bad}", "site capabilities: skipping downtime %s", bad)
         self._nodes, self._nodes_at = nodes, self._clock()
         return nodes
 
@@ -588,8 +629,17 @@ class DmapiSource:
     # ---- the answer
 
     def _snapshot(
-        self, results: Mapping[DatasetId, LocateResult], nodes: NodesMap | None, invalid: int
+        self,
+        results: Mapping[DatasetId, LocateResult],
+        nodes: NodesMap | None,
+        invalid: int,
+        context: FetchContext,
     ) -> Snapshot:
+        """Located replicas at their sites; those on a storage area that cannot serve
+        (:func:`storage_statuses`) are left out, so a site keeps a dataset only while an
+        available storage area of it holds the dataset."""
+        statuses = storage_statuses(nodes, results, context)
+        down = _unavailable_areas(nodes, statuses)
         replicas: list[Replica] = []
         unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
         for dataset, result in results.items():
@@ -605,7 +655,7 @@ class DmapiSource:
                         f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
                     )
                     continue
-                if not location.has_replicas:
+                if not location.has_replicas or location.storage_area_id in down:
                     continue
                 site = self._site_for(location, nodes)
                 if site is None:
@@ -617,7 +667,9 @@ class DmapiSource:
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         listed = self._listed_unmapped(unmapped)
         more = len(unmapped) - len(listed)
-        return Snapshot.of(self.name, replicas, covered, invalid, listed, unmapped_more=more)
+        return Snapshot.of(
+            self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
+        )
 
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut

@@ -7,9 +7,14 @@ catalogue covers. Format (one table per storage element)::
     partial = { "ska:obs_1300" = 0.4 }        # dataset -> share of files (and bytes) present
     replicating = { "ska:obs_1400" = 0.1 }    # absent, transfer active: dataset -> progress
     stuck = ["ska:obs_1500"]                  # absent, transfer stuck (list: progress 0)
+    unavailable = "disk controller replaced"  # the element cannot serve now (issue 24)
 
 Each key is one presence/transfer combination a catalogue reports; a list means fraction 1.0
-for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``.
+for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``. ``unavailable``
+states that the element cannot serve (as Rucio's ``availability_read`` false does): what it
+holds counts for nothing at its site, and the site's ad says why. An operator drain
+(``hydrator drain SITE --storage ELEMENT``) does the same. Each element is reported with its
+availability (:class:`~hydrator.domain.StorageStatus`).
 
 A malformed entry or an invalid dataset name is counted in ``Snapshot.invalid`` and skipped; a
 storage element with no site goes to ``Snapshot.unmapped``. A file that cannot be read or parsed
@@ -39,13 +44,24 @@ from typing import Any
 
 from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
 from hydrator.config import StaticSourceConfig
-from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot, Transfer, holding
+from hydrator.core.storage import Statement, judge
+from hydrator.domain import (
+    STORAGE_PATTERN,
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+    StorageStatus,
+    Transfer,
+    holding,
+)
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.files import FileRefused, open_regular, read_at_most
 
 log = logging.getLogger(__name__)
 
-_KEYS = {"site", "available", "partial", "replicating", "stuck"}
+_KEYS = {"site", "available", "partial", "replicating", "stuck", "unavailable"}
 SETTLE_MARGIN_S = 1.0  # a settle wait must end this long before the deadline (to read, parse)
 UNLIMITED_BYTES = 1 << 62
 
@@ -94,6 +110,7 @@ class StaticSource:
         replicas: list[Replica] = []
         sites: set[Site] = set()
         unmapped: set[str] = set()
+        statuses: list[StorageStatus] = []
         invalid = 0
         for element, entry in storage.items():
             site = self._site_of(element, entry)
@@ -101,13 +118,38 @@ class StaticSource:
                 unmapped.add(element)
                 continue
             sites.add(site)
+            held: list[Replica] = []
             for item in _entries(entry):
                 replica = self._replica(element, site, item)
                 if replica is None:
                     invalid += 1
                 else:
-                    replicas.append(replica)
-        return Snapshot.of(self.name, replicas, sites, invalid, unmapped)
+                    held.append(replica)
+            status = self._status(element, site, entry, held, context)
+            if status is not None:
+                statuses.append(status)
+            if status is None or status.available:
+                replicas += held
+        return Snapshot.of(self.name, replicas, sites, invalid, unmapped, storages=statuses)
+
+    def _status(
+        self,
+        element: str,
+        site: Site,
+        entry: dict[str, Any],
+        held: list[Replica],
+        context: FetchContext,
+    ) -> StorageStatus | None:
+        """The element's availability (None for a name no status can carry: always serves)."""
+        said = entry.get("unavailable")
+        if said is not None and not isinstance(said, str):
+            self._warn_once(f"{self.path}: storage.{element}: unavailable must be a string")
+            said = "unavailable"
+        if not STORAGE_PATTERN.fullmatch(element):
+            return None
+        wanted = sum(1 for r in held if r.present and r.dataset in context.wanted)
+        stated = Statement(site, element, "storage", disabled=said)
+        return judge(stated, context.drains, context.now, wanted)
 
     def _read(self) -> bytes:
         """The file's bytes, once it held still during the read and for ``settle_s`` before
@@ -192,7 +234,7 @@ def _entries(entry: Any) -> Iterator[tuple[str | None, Any, Any]]:
     for key, value in entry.items():
         if key not in _KEYS:
             yield (None, key, None)
-        elif key == "site":
+        elif key in ("site", "unavailable"):
             continue
         elif isinstance(value, list):
             yield from ((key, name, None) for name in value)

@@ -5,12 +5,20 @@ moment leaves the old state or the new one, never a mix. A cycle writes only wha
 replica rows in the plan's source deltas and one status row per source. A cycle with no change
 writes no replica rows.
 
-Schema version 3::
+Schema version 4::
 
     meta(key, value)                      schema_version
     sources(name, last_success, last_attempt, stale, error, held_cycles, sites)
+    storages(source, statuses)            the last good answer's storage statuses (JSON)
     replicas(source, site, scope, name, state, fraction,      last good snapshot per source
              transfer, progress, bytes_fraction, first_seen)
+    drains(site, storage, reason, since, until)      operator drains (``hydrator drain``)
+
+``drains`` is the one table written by another process than the daemon: ``hydrator drain`` and
+``undrain`` write it in a transaction of their own (:func:`set_drain`, :func:`remove_drain`)
+without the writer lock, which the running daemon holds; the daemon reads it at the start of
+every cycle (:meth:`SqliteStateStore.drains`), so a drain takes effect within one cycle and
+outlives restarts. (``--reset-state`` moves the file aside: drains go with it.)
 
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
 belongs to the pair across sources and lives only here (the daemon never holds it in memory):
@@ -44,6 +52,8 @@ Older files are upgraded when a writer opens them, in one transaction (:func:`_m
 kill or an error leaves the old file as it was, migrated again at the next start); a reader
 reads their rows through the same query (:data:`_ROWS_OF`) and writes nothing.
 
+* Version 3 (up to the issue-24 release) had no ``drains`` and ``storages`` tables: both are
+  added empty (no drain; the next answer of each source states its storage).
 * Version 2 (up to befc475) kept first-seen times in a table of their own,
   ``first_seen(site, scope, name, at)``: each replica row takes its pair's time; a time of no
   replica row (a pair no source reports) is dropped, as the core never reads it.
@@ -72,7 +82,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hydrator.config import SOURCE_NAME_PATTERN
+from hydrator.core.storage import Drain, clean_text
 from hydrator.domain import (
+    STORAGE_PATTERN,
     DatasetId,
     Detail,
     InvalidNameError,
@@ -83,6 +95,7 @@ from hydrator.domain import (
     SourceDelta,
     SourceState,
     State,
+    StorageStatus,
     Transfer,
     check_site,
     replica_key,
@@ -94,7 +107,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[Site, DatasetId]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _REPLICAS_TABLE = """
 CREATE TABLE {name} (
@@ -104,20 +117,31 @@ CREATE TABLE {name} (
     bytes_fraction REAL NOT NULL DEFAULT 1, first_seen REAL,
     PRIMARY KEY (source, site, scope, name)) WITHOUT ROWID;
 """
-_SCHEMA = """
+_STORAGE_TABLES = """
+CREATE TABLE IF NOT EXISTS drains (
+    site TEXT NOT NULL, storage TEXT NOT NULL, reason TEXT NOT NULL, since REAL NOT NULL,
+    until REAL, PRIMARY KEY (site, storage));
+CREATE TABLE IF NOT EXISTS storages (source TEXT PRIMARY KEY, statuses TEXT NOT NULL);
+"""
+_SCHEMA = (
+    """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE sources (
     name TEXT PRIMARY KEY, last_success REAL, last_attempt REAL, stale INTEGER NOT NULL,
     error TEXT, held_cycles INTEGER NOT NULL, sites TEXT NOT NULL);
-""" + _REPLICAS_TABLE.format(name="replicas")
+"""
+    + _REPLICAS_TABLE.format(name="replicas")
+    + _STORAGE_TABLES
+)
 # What rejected_rows counts, by table: ``first_seen`` counts the invalid first-seen times of
 # replica rows (the table of schema 2; the label stays for the metric's series).
-TABLES = ("replicas", "sources", "first_seen")
+TABLES = ("replicas", "sources", "first_seen", "drains")
 # The tables each schema version has (the versions this hydrator reads)
 _VERSION_TABLES = {
     "1": {"meta", "sources", "replicas", "first_seen"},
     "2": {"meta", "sources", "replicas", "first_seen"},
-    str(SCHEMA_VERSION): {"meta", "sources", "replicas"},
+    "3": {"meta", "sources", "replicas"},
+    str(SCHEMA_VERSION): {"meta", "sources", "replicas", "drains", "storages"},
 }
 WHAT_TO_DO = "move it away (keep it to inspect) or start `hydrator run|once --reset-state`"
 
@@ -133,6 +157,10 @@ class StateStore(Protocol):
     def save(self, plan: Plan) -> int:
         """Persist the plan's state in one transaction (the first-seen time of the pairs it
         adds: ``plan.now``); return the number of rows written."""
+        ...
+
+    def drains(self) -> list[Drain]:
+        """The operator's drains (``hydrator drain``), read at the start of every cycle."""
         ...
 
     def close(self) -> None: ...
@@ -264,7 +292,7 @@ class SqliteStateStore:
         if version not in _VERSION_TABLES:
             raise StateError(
                 f"state database {self.path} has schema version {version}; this hydrator "
-                f"reads version {SCHEMA_VERSION} (and upgrades versions 1 and 2)"
+                f"reads version {SCHEMA_VERSION} (and upgrades versions 1 to 3)"
             )
         if not _VERSION_TABLES[version] <= tables:
             raise StateError(f"state database {self.path} is not a hydrator state; {WHAT_TO_DO}")
@@ -343,6 +371,15 @@ class SqliteStateStore:
                     json.dumps(sorted(s.sites)),
                 ),
             )
+        db.execute("DELETE FROM storages")
+        db.executemany(
+            "INSERT INTO storages VALUES (?, ?)",
+            [
+                (s.name, json.dumps([_status_json(status) for status in s.storages]))
+                for s in plan.state.sources.values()
+                if s.storages
+            ],
+        )
         db.execute("COMMIT")
         return written
 
@@ -356,6 +393,20 @@ class SqliteStateStore:
             return _Loader().replicas(self._db, _ROWS_OF[self._version], collect=True)[1]
         except (sqlite3.Error, ValueError, KeyError) as exc:
             raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
+
+    def drains(self) -> list[Drain]:
+        """The operator's drains as saved (expired ones too: the core ignores them); none
+        in a file of an older version (read-only) or a missing one. Invalid rows are left
+        out and counted in :attr:`rejected_rows`; raises :class:`StateError` if unreadable."""
+        if self._db is None or self._version != str(SCHEMA_VERSION):
+            return []
+        loader = _Loader()
+        try:
+            drains = loader.drains(self._db)
+        except sqlite3.Error as exc:
+            raise StateError(f"state database {self.path}: drains unreadable: {exc}") from exc
+        self._rejected["drains"] = loader.rejected["drains"]
+        return drains
 
     def close(self) -> None:
         if self._db is not None:
@@ -603,9 +654,11 @@ class _Loader:
     def load(self, db: sqlite3.Connection, query: str) -> State:
         loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
+        stated = _stated(db)
         for row in db.execute("SELECT * FROM sources ORDER BY name"):
             try:
-                sources[row[0]] = self.source(row, loaded.get(row[0], ()))
+                with_stated = (*row, stated.get(row[0], "[]"))
+                sources[row[0]] = self.source(with_stated, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
         state = State(sources=sources)
@@ -684,8 +737,9 @@ class _Loader:
         return replica
 
     def source(self, row: tuple[Any, ...], replicas: Iterable[Replica]) -> SourceState:
-        """One ``sources`` row; an invalid name in its ``sites`` list is dropped and counted."""
-        name, last_success, last_attempt, stale, error, held, sites = row
+        """One ``sources`` row with its ``storages`` row's text (``"[]"`` for none); an invalid
+        name in its ``sites`` list, or an invalid storage status, is dropped and counted."""
+        name, last_success, last_attempt, stale, error, held, sites, stated = row
         if not isinstance(name, str) or not SOURCE_NAME_PATTERN.fullmatch(name):
             raise InvalidNameError(f"invalid source name {name!r}")
         if stale not in (0, 1) or not isinstance(held, int) or held < 0:
@@ -710,7 +764,33 @@ class _Loader:
             stale=bool(stale),
             error=error,
             held_cycles=held,
+            storages=self.storages(name, stated),
         )
+
+    def storages(self, source: str, text: Any) -> tuple[StorageStatus, ...]:
+        """A ``storages`` column: the statuses that pass the checks (others counted)."""
+        items = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(items, list):
+            raise ValueError(f"source {source}: storages is not a list")
+        out: list[StorageStatus] = []
+        for item in items:
+            try:
+                out.append(_status_of(item, self.site, self.time))
+            except (ValueError, TypeError, KeyError, OverflowError, OSError) as exc:
+                self.reject("sources", f"source {source}: storage {item!r:.80}: {exc}")
+        return tuple(out)
+
+    def drains(self, db: sqlite3.Connection) -> list[Drain]:
+        """The ``drains`` rows that pass the checks (others counted under ``drains``)."""
+        out: list[Drain] = []
+        for site, storage, reason, since, until in db.execute(
+            "SELECT site, storage, reason, since, until FROM drains ORDER BY site, storage"
+        ):
+            try:
+                out.append(_drain_of(self.site(site), (storage, reason, since, until), self.time))
+            except (ValueError, TypeError, OverflowError, OSError) as exc:
+                self.reject("drains", exc)
+        return out
 
 
 # The replica rows of a file of each version as rows of version 3, in key order: how a reader
@@ -736,6 +816,7 @@ _WITH_FIRST_SEEN = (
 )
 _ROWS_OF = {
     str(SCHEMA_VERSION): f"SELECT {_COLUMNS}, first_seen FROM replicas",
+    "3": f"SELECT {_COLUMNS}, first_seen FROM replicas",
     "2": "SELECT " + ", ".join(f"r.{c}" for c in _COLUMNS.split(", ")) + _WITH_FIRST_SEEN,
     "1": "SELECT r.source, r.site, r.scope, r.name, r.state, "
     + ", ".join(_V1_AS_V2[c] for c in ("fraction", "transfer", "progress", "bytes_fraction"))
@@ -752,11 +833,14 @@ def _migrate(db: sqlite3.Connection, version: str, path: Path) -> None:
     started = time.monotonic()
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute(_REPLICAS_TABLE.format(name="replicas_new"))
-        db.execute(f"INSERT INTO replicas_new {_ROWS_OF[version]}")
-        db.execute("DROP TABLE replicas")
-        db.execute("DROP TABLE first_seen")
-        db.execute("ALTER TABLE replicas_new RENAME TO replicas")
+        if version in ("1", "2"):
+            db.execute(_REPLICAS_TABLE.format(name="replicas_new"))
+            db.execute(f"INSERT INTO replicas_new {_ROWS_OF[version]}")
+            db.execute("DROP TABLE replicas")
+            db.execute("DROP TABLE first_seen")
+            db.execute("ALTER TABLE replicas_new RENAME TO replicas")
+        for statement in _STORAGE_TABLES.split(";")[:2]:
+            db.execute(statement)
         db.execute(f"UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
         db.execute("COMMIT")
     except BaseException:
@@ -769,3 +853,143 @@ def _migrate(db: sqlite3.Connection, version: str, path: Path) -> None:
         SCHEMA_VERSION,
         time.monotonic() - started,
     )
+
+
+# --------------------------------------------------------------------------- storage, drains
+
+
+def _stated(db: sqlite3.Connection) -> dict[Any, Any]:
+    """Source name -> its ``storages`` row's text; none in a file of version 3 or older."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "storages" not in tables:
+        return {}
+    return dict(db.execute("SELECT source, statuses FROM storages").fetchall())
+
+
+def _status_json(status: StorageStatus) -> dict[str, Any]:
+    """A storage status as stored in ``sources.storages``."""
+    return {
+        "site": status.site,
+        "storage": status.storage,
+        "kind": status.kind,
+        "available": status.available,
+        "reason": status.reason,
+        "until": _epoch(status.until),
+        "upcoming": status.upcoming,
+        "wanted": status.wanted,
+    }
+
+
+TimeOf = Callable[[Any], datetime | None]
+
+
+def _status_of(item: Any, site_of: Callable[[str], Site], time_of: TimeOf) -> StorageStatus:
+    """A stored storage status, checked as fresh input (raises ValueError/TypeError/KeyError)."""
+    if not isinstance(item, dict):
+        raise TypeError("not an object")
+    texts = [item["kind"], item["reason"], item["upcoming"]]
+    if not isinstance(item["available"], bool) or not isinstance(item["wanted"], int):
+        raise TypeError("invalid available/wanted")
+    if not all(t is None or isinstance(t, str) for t in texts) or item["kind"] is None:
+        raise TypeError("invalid kind/reason/upcoming")
+    return StorageStatus(
+        site_of(item["site"]),
+        item["storage"],
+        clean_text(item["kind"], 40),
+        item["available"],
+        None if item["reason"] is None else clean_text(item["reason"]),
+        time_of(item["until"]),
+        None if item["upcoming"] is None else clean_text(item["upcoming"]),
+        max(0, item["wanted"]),
+    )
+
+
+def _drain_of(site: Site, row: tuple[Any, ...], time_of: TimeOf) -> Drain:
+    """A ``drains`` row's (storage, reason, since, until), checked (raises ValueError/TypeError)."""
+    storage, reason, since, until = row
+    if not isinstance(storage, str) or not isinstance(reason, str):
+        raise TypeError(f"drain of {site}: invalid storage/reason")
+    if storage and not STORAGE_PATTERN.fullmatch(storage):
+        raise ValueError(f"drain of {site}: invalid storage element {storage!r}")
+    started = time_of(since)
+    if started is None:
+        raise ValueError(f"drain of {site}: no start time")
+    return Drain(site, storage or None, clean_text(reason), started, time_of(until))
+
+
+def _drain_db(path: Path) -> sqlite3.Connection:
+    """A connection to the state at ``path`` for the drain commands: a missing file or one of
+    an older version is created or upgraded first, under the writer lock (a running daemon
+    holds it, and has upgraded the file already)."""
+    connect_to_current = path.exists()
+    if connect_to_current:
+        db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is not None and row[0] == str(SCHEMA_VERSION):
+            return db
+        db.close()
+    SqliteStateStore(path, lock=StateLock(path)).close()  # creates or migrates
+    return sqlite3.connect(str(path), isolation_level=None, timeout=30)
+
+
+def set_drain(path: Path, drain: Drain) -> None:
+    """Save ``drain`` (replacing one of the same site and storage element) in its own
+    transaction; the daemon applies it from its next cycle. Raises :class:`StateError`."""
+    try:
+        db = _drain_db(path)
+        try:
+            db.execute(
+                "INSERT OR REPLACE INTO drains VALUES (?, ?, ?, ?, ?)",
+                (
+                    drain.site,
+                    drain.storage or "",
+                    clean_text(drain.reason),
+                    drain.since.timestamp(),
+                    _epoch(drain.until),
+                ),
+            )
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError) as exc:
+        raise StateError(f"state database {path}: drain not saved: {_reason(exc)}") from exc
+
+
+def remove_drain(path: Path, site: Site, storage: str | None) -> int:
+    """Remove the drain of ``site`` (``storage`` None: the whole-site drain) or of one of its
+    storage elements; returns how many were removed (0 or 1). Raises :class:`StateError`."""
+    if not path.exists():
+        return 0
+    try:
+        db = _drain_db(path)
+        try:
+            cursor = db.execute(
+                "DELETE FROM drains WHERE site = ? AND storage = ?", (site, storage or "")
+            )
+            return cursor.rowcount
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError) as exc:
+        raise StateError(f"state database {path}: drain not removed: {_reason(exc)}") from exc
+
+
+def stated_storages(path: Path) -> set[tuple[str, str]]:
+    """(site, storage element) of every storage status the sources' last good answers hold,
+    read from ``path`` alone (no replica row): for the drain command's check of a name."""
+    if not path.exists():
+        return set()
+    try:
+        db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)
+        try:
+            texts = list(_stated(db).values())
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise StateError(f"state database {path} unreadable: {exc}") from exc
+    out: set[tuple[str, str]] = set()
+    for text in texts:
+        items = json.loads(text) if isinstance(text, str) else []
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict):
+                out.add((str(item.get("site")), str(item.get("storage"))))
+    return out
+

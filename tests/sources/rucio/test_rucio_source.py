@@ -265,7 +265,7 @@ def test_calls_grow_with_rses_not_datasets(
     assert len(few.replicas) == 12 and len(many.replicas) == 102
     assert calls_few == calls_many
     assert calls_many == {  # the site attributes read by the first fetch are still young
-        "list_rses": 1,
+        "list_rses": 2,  # the expression, and every RSE's availability_read (issue 24)
         "list_datasets_per_rse": 3,
         "list_replication_rules": 2,
     }

@@ -140,3 +140,17 @@ def test_stuck_datasets_are_written_only_when_configured() -> None:
     assert set(ad.keys()) == EXPECTED_ATTRS | {"StuckDatasets"}
     assert list(ad["StuckDatasets"]) == ["ska:obs_1500"]
     assert list(ad["AvailableDatasets"]) == ["ska:a"]
+
+
+def test_the_ad_says_why_storage_cannot_serve() -> None:
+    """Written when some storage cannot serve; when all can, left out of the hook's answer
+    (hooks of earlier releases refuse attributes they do not know) and written as "" into
+    collector merges (a merge only adds: a reason merged earlier must be overwritten).
+    Hostile text from a catalogue stays one string."""
+    view = view_of([DatasetId("ska", "a")], [])
+    assert "DataLocalityUnavailable" not in parse_old(render_cron(view, ATTRS))
+    assert site_classad(view, ATTRS, says_available=True)["DataLocalityUnavailable"] == ""
+    said = replace(view, unavailable=("RSE X_DISK: availability_read false", 'RSE Y: "x"\\n'))
+    ad = parse_old(render_cron(said, ClassAdConfig(unavailable_attribute="StorageDown")))
+    assert ad["StorageDown"] == "RSE X_DISK: availability_read false; RSE Y: x n"
+    assert list(ad["AvailableDatasets"]) == ["ska:a"]

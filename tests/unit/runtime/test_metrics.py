@@ -51,6 +51,9 @@ EXPECTED = {
     "hydrator_job_schedd_failures": ("counter", ("reason",)),
     "hydrator_jobs_idle_data_bound_at_site": ("gauge", ("site", "locality")),
     "hydrator_jobs_idle_data_nowhere": ("gauge", ()),
+    "hydrator_storage_available": ("gauge", ("site", "storage")),
+    "hydrator_storage_unavailable_wanted_datasets": ("gauge", ("site", "storage")),
+    "hydrator_drains": ("gauge", ("site", "storage")),
 }
 
 

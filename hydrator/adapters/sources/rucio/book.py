@@ -14,9 +14,9 @@ and how a new answer's rows move it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, NamedTuple, cast
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, cast
 from hydrator.adapters.sources.rucio.listing import Lines, Mark
 from hydrator.adapters.sources.rucio.sites import RseTable
 from hydrator.core.presence import Coverage, SiteTransfer, bytes_share, files_share, towards
-from hydrator.domain import DatasetId, Replica, Site, Transfer
+from hydrator.domain import DatasetId, Replica, Site, StorageStatus, Transfer
 
 
 class Dataset:
@@ -405,3 +405,32 @@ def forget_unlisted(book: Book, dirty: Dirty) -> None:
     for dataset in dirty.datasets:
         if not dataset.at and book.datasets.get(dataset.key) is dataset:
             del book.datasets[dataset.key]
+
+
+class HeldWhileDown:
+    """The datasets each unavailable RSE held when it went down (its summary rows, which
+    leave the book then), kept while it stays down, to count those queued jobs want
+    (:attr:`~hydrator.domain.StorageStatus.wanted`: the alert on storage holding wanted data).
+    In memory: after a restart an RSE already down counts none."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, frozenset[DatasetId]] = {}
+
+    def update(
+        self, book: Book, table: RseTable, wanted: Mapping[DatasetId, int]
+    ) -> tuple[StorageStatus, ...]:
+        """``table``'s statuses with their wanted counts; call before the book is remapped
+        (an RSE going down still has its rows there)."""
+        down = table.down
+        for rse in down - self._held.keys():
+            listing = book.listings.get(rse)
+            values = listing.values if listing is not None else []
+            self._held[rse] = frozenset(d.id for d in listed(values))
+        for rse in self._held.keys() - down:
+            del self._held[rse]
+        return tuple(
+            s
+            if s.available
+            else replace(s, wanted=sum(1 for d in self._held.get(s.storage, ()) if d in wanted))
+            for s in table.statuses
+        )

@@ -7,13 +7,26 @@ in ``[sites]`` needs no call; the others' attributes (``list_rse_attributes``) a
 once they are ``rse_attributes_max_age_s`` old or more (a new RSE at once), so a site attribute
 changed on the server is seen within that time. An RSE with neither is logged once, listed
 in ``Snapshot.unmapped`` and ignored.
+
+Availability (issue 24): an RSE whose ``availability_read`` is false, or that the operator
+drained (``hydrator drain SITE --storage RSE``), cannot serve. ``list_rses(expression)``
+answers names only, and an expression such as ``...&availability_read=True`` would leave such
+an RSE out silently (and raise ``InvalidRSEExpression`` when it leaves out all): so the
+attribute is read from one ``list_rses()`` with no expression per fetch (every RSE's record,
+``availability_read`` included; FACTS.md). An unavailable RSE stays in the table, with its
+site, but out of :attr:`RseTable.sites`: its rows go as an RSE leaving the expression does
+(:func:`~.book.remap`), so a dataset it alone holds leaves its site while one also complete at
+another RSE of the site stays; :attr:`RseTable.statuses` says why, and the site stays covered
+(:attr:`RseTable.covered`). A mapped RSE gone from the expression since the last fetch
+(deleted, or out of the expression) is reported unavailable for that one fetch, so that its
+datasets leave explicitly.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -23,7 +36,8 @@ from typing import Any
 from hydrator.adapters.sources import OnceLog, site_or_none
 from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
 from hydrator.config import RucioSourceConfig
-from hydrator.domain import Site
+from hydrator.core.storage import Drain, Statement, judge
+from hydrator.domain import STORAGE_PATTERN, Site, StorageStatus
 from hydrator.errors import PermanentSourceError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -54,11 +68,28 @@ class RseTable:
 
     rses: Mapping[str, Rse] = field(default_factory=dict)
     invalid: int = 0
+    statuses: tuple[StorageStatus, ...] = ()  # of the mapped RSEs (and those just gone)
+
+    @cached_property
+    def down(self) -> frozenset[str]:
+        """The RSEs that cannot serve (unavailable by their catalogue, a drain, or gone)."""
+        return frozenset(s.storage for s in self.statuses if not s.available)
 
     @cached_property
     def sites(self) -> dict[str, Site]:
-        """Mapped RSE name -> its site."""
-        return {name: rse.site for name, rse in self.rses.items() if rse.site is not None}
+        """Mapped RSE name -> its site, for the RSEs that can serve."""
+        down = self.down
+        return {
+            name: rse.site
+            for name, rse in self.rses.items()
+            if rse.site is not None and name not in down
+        }
+
+    @cached_property
+    def covered(self) -> frozenset[Site]:
+        """Every site an RSE maps to, whether it can serve or not (an RSE going down empties
+        its site's lists; it does not make the site unknown)."""
+        return frozenset(s.site for s in self.statuses) | frozenset(self.sites.values())
 
     @cached_property
     def unmapped(self) -> frozenset[str]:
@@ -82,9 +113,12 @@ class SiteMap:
         self.overrides = overrides  # ``[sites]``: RSE -> site, checked
         self._unmapped = OnceLog(log)
 
-    def read(self, wire: RucioWire, last: RseTable, now: datetime) -> RseTable:
+    def read(
+        self, wire: RucioWire, last: RseTable, now: datetime, drains: Sequence[Drain] = ()
+    ) -> RseTable:
         """The RSEs of ``rse_expression`` and their sites, reusing ``last``'s attributes
-        while younger than ``rse_attributes_max_age_s`` (by ``now``)."""
+        while younger than ``rse_attributes_max_age_s`` (by ``now``), with their availability
+        (:func:`availability`) judged at ``now`` with the operator's ``drains``."""
         expression = self.config.rse_expression
         try:
             found = wire.list_rses(expression)
@@ -103,7 +137,8 @@ class SiteMap:
             if rse.site is None:
                 self._log_unmapped(name)
             rses[rse.name] = rse
-        return RseTable(rses, invalid)
+        statuses = availability(wire, rses, last, now, drains)
+        return RseTable(rses, invalid, statuses)
 
     def _rse(self, wire: RucioWire, name: str, last: Rse | None, now: datetime) -> Rse:
         """One RSE: its ``[sites]`` entry, else its attributes as last read when young
@@ -142,6 +177,35 @@ class SiteMap:
             rse,
             self.config.site_attribute,
         )
+
+
+def availability(
+    wire: RucioWire,
+    rses: Mapping[str, Rse],
+    last: RseTable,
+    now: datetime,
+    drains: Sequence[Drain],
+) -> tuple[StorageStatus, ...]:
+    """Each mapped RSE's status: ``availability_read`` from one ``list_rses()`` (every RSE's
+    record; an RSE missing from it states nothing), a drain, and the mapped RSEs of ``last``
+    gone from the expression (unavailable for this fetch)."""
+    disabled: dict[str, str] = {}
+    for record in wire.list_rses(None):
+        if isinstance(record, dict) and record.get("availability_read") is False:
+            disabled[str(record.get("rse"))] = "availability_read false"
+    named = STORAGE_PATTERN.fullmatch  # an RSE whose name no status can carry: always serves
+    out = [
+        judge(Statement(rse.site, name, "RSE", disabled.get(name)), drains, now)
+        for name, rse in sorted(rses.items())
+        if rse.site is not None and named(name)
+    ]
+    gone = "no longer listed by rse_expression (deleted, or out of the expression)"
+    out += [
+        StorageStatus(rse.site, name, "RSE", available=False, reason=gone)
+        for name, rse in sorted(last.rses.items())
+        if rse.site is not None and name not in rses and named(name)
+    ]
+    return tuple(out)
 
 
 def younger(at: datetime, now: datetime, max_age_s: float) -> bool:

@@ -63,6 +63,7 @@ from hydrator.adapters.sources.rucio.book import (
     Cycle,
     Dataset,
     Dirty,
+    HeldWhileDown,
     Outcome,
     Partial,
     RowValue,
@@ -138,6 +139,7 @@ class RucioSource:
         self._bulk_share = bulk_share
         self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
         self._book = Book()  # what the last fetch learned (the incremental design)
+        self._held_while_down = HeldWhileDown()  # what unavailable RSEs held (issue 24)
         self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: held_ids
         self.calls_last_fetch: dict[str, int] = {}
         self.deep_checks_last_fetch = 0
@@ -187,9 +189,11 @@ class RucioSource:
         self._held_ids = held_ids(book, context.previous.get(self.name))
         try:
             self.wire.refresh()
-            cycle = Cycle(self._sites.read(self.wire, book.rses, context.now))
+            table = self._sites.read(self.wire, book.rses, context.now, context.drains)
+            cycle = Cycle(table)
             cycle.invalid = cycle.table.invalid
             dirty = Dirty()
+            statuses = self._held_while_down.update(book, table, context.wanted)
             remap(book, cycle.table, dirty)
             self._read_summaries(book, cycle, dirty)
             read_rules(self.wire, book, cycle, dirty)
@@ -211,11 +215,12 @@ class RucioSource:
         return Snapshot.of(
             self.name,
             book.replicas,
-            sites=cycle.sites.values(),
+            sites=cycle.table.covered,  # with the sites whose RSEs cannot serve
             invalid=cycle.invalid,
             unmapped=cycle.table.unmapped,
             unique=True,  # one replica per (site, dataset): the book is keyed by pair
             sites_named=True,  # every pair's site is one an RSE maps to (remap drops others)
+            storages=statuses,
         )
 
     # -- summaries -----------------------------------------------------------------------

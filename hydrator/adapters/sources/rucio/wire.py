@@ -146,9 +146,10 @@ class RucioWire:
 
     # -- the calls a fetch makes -------------------------------------------------------
 
-    def list_rses(self, expression: str) -> list[Any]:
-        """The RSE records (untrusted dicts) an expression names; :class:`InvalidExpression`
-        when the server refuses it."""
+    def list_rses(self, expression: str | None) -> list[Any]:
+        """The RSE records (untrusted dicts) an expression names (``{"rse": name}`` each);
+        with None every RSE's full record (``availability_read`` included); raises
+        :class:`InvalidExpression` when the server refuses the expression."""
         client = self.connected()
         try:
             return self.call("list_rses", partial(_as_list, client.list_rses, expression))

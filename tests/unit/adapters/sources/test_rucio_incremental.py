@@ -155,7 +155,9 @@ class Client:
         self.world = world
         self.session = Session(world)
 
-    def list_rses(self, expression: str) -> list[dict[str, str]]:
+    def list_rses(self, expression: str | None) -> list[dict[str, Any]]:
+        if expression is None:  # rucio-clients: every RSE's record, availability included
+            return [{"rse": rse, "availability_read": True} for rse in self.world.site_of]
         if expression == "all":
             return [{"rse": rse} for rse in self.world.site_of]
         return self.world.expression(expression)

@@ -36,6 +36,7 @@ from hydrator.domain import (
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.service import Service
+from tests.support.state_files import old_state_config
 from tests.unit.factories import by_key, fail, flat, rep, snap, t
 
 POLICY = Policy()
@@ -89,7 +90,7 @@ def test_unknown_schema_version_is_refused_with_the_versions(tmp_path: Path) -> 
     SqliteStateStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 3"):
+    with pytest.raises(StateError, match="schema version 99; this hydrator reads version 4"):
         SqliteStateStore(path)
 
 
@@ -193,7 +194,8 @@ def test_invalid_rows_are_counted_and_left_out(
 ) -> None:
     """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
-    assert store.rejected_rows == {"replicas": 0, "sources": 0, "first_seen": 0, table: 1}
+    expected = {"replicas": 0, "sources": 0, "first_seen": 0, "drains": 0, table: 1}
+    assert store.rejected_rows == expected
     replicas = loaded.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
     assert {str(site) for view in [loaded.stamped_views()] for site in view} <= {"A", "B"}
@@ -311,7 +313,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
     partial = held[(Site("SRCNET_CH"), DatasetId("ska", "obs_1300"))]
     assert (partial.fraction, partial.bytes_fraction) == (0.4, 0.4)
     with sqlite3.connect(config.daemon.state_path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
 
 
 def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change(
@@ -354,18 +356,7 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
 # data/show-v2.txt: that release's `hydrator show` of it.
 def v2_config(tmp_path: Path) -> Path:
     """The v2 state file, its inventories and a config like the one that wrote them."""
-    shutil.copy(DATA / "state-v2.sqlite", tmp_path / "state.sqlite")
-    for name in ("inventory.toml", "inventory-extra.toml"):
-        shutil.copy(DATA / name, tmp_path / name)
-    path = tmp_path / "hydrator.toml"
-    path.write_text(
-        '[daemon]\nstate_path = "state.sqlite"\n'
-        '[[sources]]\ntype = "static"\nname = "demo"\npath = "inventory.toml"\n'
-        '[[sources]]\ntype = "static"\nname = "extra"\npath = "inventory-extra.toml"\n'
-        '[sites]\nCH_DISK = "SRCNET_CH"\nUK_DISK = "SRCNET_UK"\nUK_SCRATCH = "SRCNET_UK"\n'
-        'ES_DISK = "SRCNET_ES"\n'
-    )
-    return path
+    return old_state_config(tmp_path, "state-v2.sqlite")
 
 
 def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -392,15 +383,15 @@ def test_a_version_2_state_file_is_migrated_with_every_row_and_time(
 
     store = SqliteStateStore(state_path)
     with sqlite3.connect(state_path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
         new_rows = db.execute("SELECT * FROM replicas").fetchall()
-    assert set(_tables(state_path)) == {"meta", "sources", "replicas"}
+    assert set(_tables(state_path)) == {"meta", "sources", "replicas", "drains", "storages"}
     assert [row[:-1] for row in new_rows] == old_rows
     assert [row[-1] for row in new_rows] == [old_times[(r[1], f"{r[2]}:{r[3]}")] for r in old_rows]
     assert {(s, str(d)): when.timestamp() for (s, d), when in store.first_seen().items()} == (
         old_times
     )
-    assert cli_main(["show", "--config", str(config)]) == 0  # the same ads from version 3
+    assert cli_main(["show", "--config", str(config)]) == 0  # the same ads from version 4
     assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
 
 
@@ -450,7 +441,7 @@ MIGRATOR = textwrap.dedent(
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15])
-def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
+def test_a_kill_mid_migration_leaves_version_2_or_4_of_the_same_state(
     tmp_path: Path, delay_s: float
 ) -> None:
     path = tmp_path / "s.sqlite"
@@ -462,12 +453,12 @@ def test_a_kill_mid_migration_leaves_version_2_or_3_of_the_same_state(
     downgrade_to_schema_2(path)
     kill_after_start(delay_s, MIGRATOR, "migrating", str(path))
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("3",))
+        assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("4",))
     store = SqliteStateStore(path)  # migrated now if it was not
     loaded = store.load()
     assert loaded.sources == plan.state.sources and store.first_seen() == stamped(plan.state, t(0))
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
 
 
 def _random_holdings(rng: random.Random, count: int) -> list[Replica]:

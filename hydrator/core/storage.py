@@ -1,0 +1,251 @@
+"""Storage that cannot serve: which storage elements count towards a site's presence. Pure.
+
+A dataset "at a site" helps a job only if the site's storage can serve it now. A storage
+element (a Rucio RSE, an SRCNet storage area) is **unavailable** when, and only when, someone
+said so explicitly:
+
+* its catalogue: Rucio's ``availability_read`` false or a deleted RSE, SRCNet's
+  ``is_force_disabled`` on the storage area, its storage or its site (a :class:`Statement`'s
+  ``disabled``);
+* a downtime in effect now (SRCNet ``downtime`` periods; one that has not started is reported
+  as ``upcoming``, not applied; one that ended is ignored);
+* an operator drain (``hydrator drain``) not yet expired (:class:`Drain`).
+
+The first that applies gives the reason, in that order. A source that cannot read its
+catalogue this cycle states nothing new: it fails, and the daemon keeps its last good answer
+(replicas and statuses alike), so an outage of the catalogue never empties a site.
+
+An unavailable storage element contributes nothing to its site's presence: a source builds a
+site's replica from its *available* storage elements only (:func:`present_at`), so a dataset
+held only there leaves the site's lists while one also complete at another storage element of
+the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard does not hold
+such an answer back (:func:`exempt_sites`: the drop is explained), and a drained site
+advertises nothing (:func:`with_storage`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import reduce
+
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    Site,
+    SiteView,
+    StorageStatus,
+    combine,
+    content_digest,
+)
+
+MAX_REASON_CHARS = 200
+"""A reason is cut to this many characters: it goes into every slot ad of its site."""
+MAX_REASONS_CHARS = 1000
+"""The site's whole ``DataLocalityUnavailable`` value is cut to this many characters."""
+_UNSAFE = re.compile(r"[^\x20-\x7e]|[\"\\]")  # what could break a ClassAd string or a log line
+
+
+def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` from a catalogue or an operator made safe for an ad: printable ASCII, no quote
+    or backslash (each replaced by a space), runs of spaces folded, cut to ``limit``."""
+    cleaned = " ".join(_UNSAFE.sub(" ", text).split())
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 3] + "..."
+
+
+def stamp(when: datetime) -> str:
+    """A time in reasons: ``2026-11-26T14:00Z`` (UTC, minutes)."""
+    return when.strftime("%Y-%m-%dT%H:%MZ")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """An operator's drain of a site (``storage`` None) or of one storage element of it, with
+    why, since when and until when (None: until undrained). UTC times."""
+
+    site: Site
+    storage: str | None
+    reason: str
+    since: datetime
+    until: datetime | None = None
+
+    def active(self, now: datetime) -> bool:
+        """In effect at ``now``: not expired."""
+        return self.until is None or now < self.until
+
+    @property
+    def text(self) -> str:
+        """``drained by the operator until T: reason`` (one line, safe for an ad)."""
+        until = f" until {stamp(self.until)}" if self.until else ""
+        return clean_text(f"drained by the operator{until}: {self.reason}")
+
+
+@dataclass(frozen=True)
+class Downtime:
+    """A downtime period ``[start, end)`` (UTC) with its type (SRCNet: Planned, Unplanned)
+    and reason, and what it was declared on (e.g. ``site SKAOSRC``; empty: the element
+    itself)."""
+
+    start: datetime
+    end: datetime
+    kind: str = ""
+    reason: str = ""
+    on: str = ""
+
+    def text(self, upcoming: bool = False) -> str:
+        """One line: ``downtime (Planned) of site X until T: reason``."""
+        kind = f" ({self.kind})" if self.kind else ""
+        on = f" of {self.on}" if self.on else ""
+        when = (
+            f"from {stamp(self.start)} to {stamp(self.end)}"
+            if upcoming
+            else f"until {stamp(self.end)}"
+        )
+        reason = f": {self.reason}" if self.reason else ""
+        return clean_text(f"downtime{kind}{on} {when}{reason}")
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What a catalogue says about one storage element of a site: ``disabled`` is an explicit
+    statement that it cannot serve (one line, e.g. ``availability_read false``), ``downtimes``
+    the periods it (or an element above it) is down."""
+
+    site: Site
+    storage: str
+    kind: str = "storage"
+    disabled: str | None = None
+    downtimes: tuple[Downtime, ...] = ()
+
+
+def judge(
+    statement: Statement,
+    drains: Iterable[Drain],
+    now: datetime,
+    wanted: int = 0,
+) -> StorageStatus:
+    """The status of ``statement``'s storage element at ``now``: unavailable by the
+    catalogue's statement, else by a downtime in effect (the one ending last), else by an
+    active drain of this storage element (``drains``: any; those of other elements are
+    ignored); available otherwise. The next downtime not started yet is reported as
+    ``upcoming``. ``wanted`` is kept only when unavailable."""
+    current = [d for d in statement.downtimes if d.start <= now < d.end]
+    future = sorted((d for d in statement.downtimes if d.start > now), key=lambda d: d.start)
+    upcoming = future[0].text(upcoming=True) if future else None
+    base = StorageStatus(statement.site, statement.storage, statement.kind, upcoming=upcoming)
+    if statement.disabled is not None:
+        return replace(base, available=False, reason=clean_text(statement.disabled), wanted=wanted)
+    if current:
+        last = max(current, key=lambda d: d.end)
+        return replace(base, available=False, reason=last.text(), until=last.end, wanted=wanted)
+    drain = next((d for d in drains if _drains(d, statement) and d.active(now)), None)
+    if drain is not None:
+        return replace(base, available=False, reason=drain.text, until=drain.until, wanted=wanted)
+    return base
+
+
+def _drains(drain: Drain, statement: Statement) -> bool:
+    return drain.storage == statement.storage and drain.site == statement.site
+
+
+def unavailable_storages(statuses: Iterable[StorageStatus]) -> frozenset[str]:
+    """Names of the storage elements that cannot serve."""
+    return frozenset(s.storage for s in statuses if not s.available)
+
+
+def present_at(
+    holdings: Iterable[tuple[str, Replica]], unavailable: AbstractSet[str]
+) -> Replica | None:
+    """A site's replica of one dataset from its storage elements' ``(storage, replica)``
+    reports, leaving out those of ``unavailable`` storage elements; None when no available one
+    holds it. Several reports combine as sources do (:func:`~hydrator.domain.combine`)."""
+    kept = [replica for storage, replica in holdings if storage not in unavailable]
+    return reduce(combine, kept) if kept else None
+
+
+def exempt_sites(statuses: Iterable[StorageStatus]) -> frozenset[Site]:
+    """Sites with a storage element stated unavailable: an answer's drop there is explained,
+    so the shrink guard does not count those sites."""
+    return frozenset(s.site for s in statuses if not s.available)
+
+
+def count_outside(replicas: Collection[Replica], sites: AbstractSet[Site]) -> int:
+    """How many of ``replicas`` are at none of ``sites`` (``len`` when ``sites`` is empty)."""
+    if not sites:
+        return len(replicas)
+    return sum(1 for r in replicas if r[1] not in sites)
+
+
+def active_site_drains(drains: Iterable[Drain], now: datetime) -> dict[Site, Drain]:
+    """Site -> its drain in effect at ``now`` (whole-site drains only)."""
+    return {d.site: d for d in drains if d.storage is None and d.active(now)}
+
+
+def site_reasons(statuses: Iterable[StorageStatus], site_drain: Drain | None) -> tuple[str, ...]:
+    """Why a site's storage cannot serve, one line each: ``site X: drained ...`` first, then
+    ``RSE X_DISK: availability_read false`` per unavailable storage element, by name."""
+    reasons = [f"site {site_drain.site}: {site_drain.text}"] if site_drain else []
+    ordered = sorted((s for s in statuses if not s.available), key=lambda s: s.storage)
+    reasons += [f"{s.label}: {s.reason or 'unavailable'}" for s in ordered]
+    return tuple(reasons)
+
+
+def with_storage(
+    views: Mapping[Site, SiteView],
+    statuses: Iterable[StorageStatus],
+    drains: Iterable[Drain],
+    now: datetime,
+) -> dict[Site, SiteView]:
+    """``views`` with each site's storage elements and the reasons some cannot serve; a site
+    drained as a whole lists no dataset (every list empty, its digest that of empty lists).
+    A site with nothing to add is the very same view object."""
+    by_site: dict[Site, list[StorageStatus]] = {}
+    for status in statuses:
+        by_site.setdefault(status.site, []).append(status)
+    drained = active_site_drains(drains, now)
+    out: dict[Site, SiteView] = {}
+    for site, view in views.items():
+        held = tuple(sorted(by_site.get(site, ()), key=lambda s: s.storage))
+        drain = drained.get(site)
+        if not held and drain is None:
+            out[site] = view
+            continue
+        stated = replace(view, storages=held, unavailable=site_reasons(held, drain))
+        out[site] = _emptied(stated) if drain is not None else stated
+    return out
+
+
+def _emptied(view: SiteView) -> SiteView:
+    nothing: tuple[DatasetId, ...] = ()
+    return replace(
+        view,
+        available=nothing,
+        partial=(),
+        replicating=(),
+        stuck=nothing,
+        partial_bytes=(),
+        incoming=(),
+        digest=content_digest(view.site, nothing, (), ()),
+    )
+
+
+def unavailable_text(reasons: Iterable[str]) -> str:
+    """The ``DataLocalityUnavailable`` value: the reasons joined by ``; `` ("" for none), cut to
+    :data:`MAX_REASONS_CHARS`."""
+    return clean_text("; ".join(reasons), MAX_REASONS_CHARS)
+
+
+def unavailable_digest(digest: str, reasons: tuple[str, ...]) -> str:
+    """``digest`` extended with the reasons a site's storage cannot serve, so that a change of
+    them reaches the ads (``digest`` itself when there are none: ads of sites whose storage is
+    all available keep their digest)."""
+    if not reasons:
+        return digest
+    h = hashlib.sha256(digest.encode() + b"\0U")
+    for reason in reasons:
+        h.update(b"\n" + reason.encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,225 @@
+"""Storage that cannot serve (issue 24), table by table: which storage counts, why, and what
+a cycle then decides."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.storage import (
+    Downtime,
+    Drain,
+    Statement,
+    clean_text,
+    judge,
+    present_at,
+    unavailable_digest,
+    unavailable_text,
+    with_storage,
+)
+from hydrator.domain import (
+    InvalidNameError,
+    Site,
+    Snapshot,
+    SourceOutcome,
+    State,
+    StorageStatus,
+    content_digest,
+)
+from tests.unit.factories import fail, rep, t
+
+A = Site("SITE_A")
+NOW = t(0)
+HOUR = timedelta(hours=1)
+POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
+
+
+def down(start_h: float, end_h: float, on: str = "") -> Downtime:
+    return Downtime(NOW + start_h * HOUR, NOW + end_h * HOUR, "Planned", "disk swap", on)
+
+
+def drain(storage: str | None = "X_DISK", until_h: float | None = None) -> Drain:
+    until = None if until_h is None else NOW + until_h * HOUR
+    return Drain(A, storage, "RAID rebuild", NOW - HOUR, until)
+
+
+@pytest.mark.parametrize(
+    ("statement", "drains", "available", "reason"),
+    [
+        (Statement(A, "X_DISK", "RSE"), [], True, None),
+        (
+            Statement(A, "X_DISK", "RSE", disabled="availability_read false"),
+            [],
+            False,
+            "availability_read false",
+        ),
+        (
+            Statement(A, "X_DISK", "RSE", downtimes=(down(-1, 2),)),
+            [],
+            False,
+            "downtime (Planned) until 2026-11-22T14:00Z: disk swap",
+        ),
+        (
+            Statement(A, "X_DISK", "RSE", downtimes=(down(-1, 2, on="site SITE_A"),)),
+            [],
+            False,
+            "downtime (Planned) of site SITE_A until 2026-11-22T14:00Z: disk swap",
+        ),
+        # a downtime that has not started or has ended is not applied
+        (Statement(A, "X_DISK", "RSE", downtimes=(down(1, 2), down(-3, -1))), [], True, None),
+        # the end is exclusive: a downtime ending now is over
+        (Statement(A, "X_DISK", "RSE", downtimes=(down(-1, 0),)), [], True, None),
+        (
+            Statement(A, "X_DISK", "RSE"),
+            [drain()],
+            False,
+            "drained by the operator: RAID rebuild",
+        ),
+        (
+            Statement(A, "X_DISK", "RSE"),
+            [drain(until_h=2)],
+            False,
+            "drained by the operator until 2026-11-22T14:00Z: RAID rebuild",
+        ),
+        (Statement(A, "X_DISK", "RSE"), [drain(until_h=0)], True, None),  # expired
+        (Statement(A, "X_DISK", "RSE"), [drain("Y_DISK")], True, None),  # another element
+        (Statement(A, "X_DISK", "RSE"), [drain(None)], True, None),  # the site: in the views
+        (  # the catalogue's statement wins over a downtime and a drain
+            Statement(A, "X_DISK", "RSE", disabled="deleted", downtimes=(down(-1, 1),)),
+            [drain()],
+            False,
+            "deleted",
+        ),
+    ],
+)
+def test_a_storage_element_is_unavailable_only_when_someone_said_so(
+    statement: Statement, drains: list[Drain], available: bool, reason: str | None
+) -> None:
+    status = judge(statement, drains, NOW, wanted=3)
+    assert (status.available, status.reason) == (available, reason)
+    assert status.wanted == (0 if available else 3)
+
+
+def test_a_future_downtime_is_reported_not_applied() -> None:
+    status = judge(Statement(A, "X_DISK", "RSE", downtimes=(down(5, 6), down(2, 3))), [], NOW)
+    assert status.available
+    assert status.upcoming == (
+        "downtime (Planned) from 2026-11-22T14:00Z to 2026-11-22T15:00Z: disk swap"
+    )
+    current = judge(Statement(A, "X_DISK", "RSE", downtimes=(down(-1, 1), down(-1, 4))), [], NOW)
+    assert current.until == NOW + 4 * HOUR, "the downtime ending last says until when"
+
+
+def test_reasons_from_outside_cannot_break_an_ad() -> None:
+    assert clean_text('a "quoted"\\ reason\n\twith\x00 control') == "a quoted reason with control"
+    assert len(clean_text("x" * 500)) == 200
+    assert clean_text("é and ünïcode") == "and n code"
+    with pytest.raises(InvalidNameError):
+        StorageStatus(A, 'bad"name')
+
+
+def test_a_site_is_present_from_its_available_storage_only() -> None:
+    complete, half = rep("SITE_A", "d"), rep("SITE_A", "d", "partial", 0.5)
+    both = [("X_DISK", complete), ("Y_DISK", half)]
+    assert present_at(both, frozenset()) == complete
+    assert present_at(both, {"X_DISK"}) == half, "the other storage's share stays"
+    assert present_at(both, {"Y_DISK"}) == complete
+    assert present_at(both, {"X_DISK", "Y_DISK"}) is None
+
+
+def unavailable(site: str, storage: str, reason: str = "availability_read false") -> StorageStatus:
+    return StorageStatus(Site(site), storage, "RSE", available=False, reason=reason)
+
+
+def available(site: str, storage: str) -> StorageStatus:
+    return StorageStatus(Site(site), storage, "RSE")
+
+
+def answer(*replicas: object, storages: tuple[StorageStatus, ...] = ()) -> Snapshot:
+    return Snapshot.of("r", replicas, [A, Site("SITE_B")], storages=storages)  # type: ignore[arg-type]
+
+
+def run(cycles: list[dict[str, SourceOutcome]], drains: list[list[Drain]] | None = None) -> list:
+    state, plans = State(), []
+    for i, outcomes in enumerate(cycles):
+        plan = plan_cycle(state, outcomes, t(i), POLICY, drains[i] if drains else ())
+        plans.append(plan)
+        state = plan.state
+    return plans
+
+
+def test_storage_going_down_empties_the_site_at_once_and_says_why() -> None:
+    """Ten datasets at SITE_A leave in one cycle: the shrink guard (which holds back an answer
+    that lost half its entries) does not hold an explained drop back. SITE_B is untouched."""
+    held = [rep("SITE_A", f"d{i}") for i in range(10)] + [rep("SITE_B", "b")]
+    ok = answer(*held, storages=(available("SITE_A", "X_DISK"), available("SITE_B", "B_DISK")))
+    down_a = answer(
+        rep("SITE_B", "b"),
+        storages=(unavailable("SITE_A", "X_DISK"), available("SITE_B", "B_DISK")),
+    )
+    silent = answer(rep("SITE_B", "b"))  # the same drop, unexplained
+    before, after, back = run([{"r": ok}, {"r": down_a}, {"r": ok}])
+    assert len(before.sites[A].available) == 10
+    assert after.sites[A].available == () and after.sources[0].outcome == "ok"
+    assert after.sites[A].unavailable == ("RSE X_DISK: availability_read false",)
+    assert [s.storage for s in after.sites[A].storages] == ["X_DISK"]
+    assert after.sites[Site("SITE_B")].unavailable == ()
+    assert after.changed_sites == {A}, "no churn beyond the affected site"
+    assert len(back.sites[A].available) == 10 and back.sites[A].unavailable == ()
+    _, held_back = run([{"r": ok}, {"r": silent}])
+    assert held_back.sources[0].outcome == "held"
+    assert len(held_back.sites[A].available) == 10
+
+
+def test_a_guarded_drop_elsewhere_is_still_held_back() -> None:
+    """Storage down at SITE_A explains SITE_A's drop only: a source that also lost most of
+    SITE_B is held back as before."""
+    many = [rep("SITE_B", f"b{i}") for i in range(10)] + [rep("SITE_A", "a")]
+    ok = answer(*many)
+    both = answer(rep("SITE_B", "b0"), storages=(unavailable("SITE_A", "X_DISK"),))
+    _, second = run([{"r": ok}, {"r": both}])
+    assert second.sources[0].outcome == "held"
+
+
+def test_a_failing_source_keeps_its_last_statuses() -> None:
+    """Unknown is not unavailable: a failure keeps the last good answer, statuses included."""
+    stated = answer(rep("SITE_A", "a"), storages=(available("SITE_A", "X_DISK"),))
+    _, failed = run([{"r": stated}, {"r": fail("r")}])
+    assert failed.sites[A].available and failed.sites[A].unavailable == ()
+    assert [s.storage for s in failed.sites[A].storages] == ["X_DISK"]
+    down_a = answer(storages=(unavailable("SITE_A", "X_DISK"),))
+    _, _, still = run([{"r": stated}, {"r": down_a}, {"r": fail("r")}])
+    assert still.sites[A].available == ()
+    assert still.sites[A].unavailable == ("RSE X_DISK: availability_read false",)
+
+
+def test_a_drained_site_lists_nothing_until_undrained_or_expired() -> None:
+    ok = answer(rep("SITE_A", "a"), rep("SITE_B", "b"))
+    site_drain = Drain(A, None, "network down", t(0), until=t(2))
+    plans = run([{"r": ok}] * 3, drains=[[site_drain]] * 3)
+    drained, _, expired = plans
+    view = drained.sites[A]
+    assert view.available == () and view.digest == content_digest(A, (), (), ())
+    assert view.unavailable == (
+        "site SITE_A: drained by the operator until 2026-11-22T12:02Z: network down",
+    )
+    assert drained.sites[Site("SITE_B")].available, "other sites keep theirs"
+    assert drained.state.sources["r"].replicas == ok.replicas, "the state keeps the truth"
+    assert [str(d) for d in expired.sites[A].available] == ["ska:a"]
+
+
+def test_views_are_the_same_objects_where_no_storage_is_stated() -> None:
+    ok = answer(rep("SITE_A", "a"))
+    (plan,) = run([{"r": ok}])
+    views = plan.sites
+    assert with_storage(views, [], [], NOW)[A] is views[A]
+
+
+def test_the_unavailable_attribute_and_digest() -> None:
+    reasons = ("RSE X_DISK: availability_read false", 'RSE Y: said "no"')
+    assert unavailable_text(reasons) == "RSE X_DISK: availability_read false; RSE Y: said no"
+    assert unavailable_text(()) == ""
+    assert unavailable_digest("abc", ()) == "abc", "all available: the digest as before"
+    assert unavailable_digest("abc", reasons) != unavailable_digest("abc", reasons[:1])
