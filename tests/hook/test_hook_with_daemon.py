@@ -35,6 +35,7 @@ RENAMED = {
     "site_attribute": "MySite",
     "updated_attribute": "MyUpdated",
     "digest_attribute": "MyDigest",
+    "unavailable_attribute": "MyUnavailable",
 }
 OPTIONS = [
     arg
