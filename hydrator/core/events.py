@@ -212,11 +212,16 @@ class ListenerStatus:
 
 
 def full_read_due(
-    now: float, last_full_read: float | None, status: ListenerStatus, policy: ReconcilePolicy
+    now: float,
+    last_full_read: float | None,
+    status: ListenerStatus,
+    policy: ReconcilePolicy,
+    marked: bool = False,
 ) -> bool:
     """True when the full read must run now (``now``, ``last_full_read``: monotonic seconds):
     never read; the listener (re)connected since the last read (what was missed while it was
-    away is read); at ``interval_s`` while it is disconnected or silent for ``silence_s``;
+    away is read); at ``interval_s`` while it is disconnected, silent for ``silence_s``, or
+    ``marked`` (a hint no dataset could be named for, or more than one event cycle reads);
     else at ``reconcile_interval_s``."""
     if last_full_read is None:
         return True
@@ -225,7 +230,7 @@ def full_read_due(
     since = now - last_full_read
     heard = status.last_message_at if status.last_message_at is not None else status.connected_at
     silent = heard is None or now - heard > policy.silence_s
-    if not status.connected or silent:
+    if not status.connected or silent or marked:
         return since >= policy.interval_s
     return since >= policy.reconcile_interval_s
 

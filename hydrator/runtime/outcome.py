@@ -33,6 +33,8 @@ class Published:
     sources: tuple[SourceStatus, ...] = ()
     generated: datetime | None = None
     demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
+    # per site, where its data last came from ("full_read" or "event") and when
+    origins: Mapping[Site, tuple[str, datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ def sites_json(published: Published) -> dict[str, Any]:
     sites = []
     for ad in published.ads.values():
         v = ad.view
+        origin, origin_at = published.origins.get(v.site, (None, None))
         sites.append(
             {
                 "site": v.site,
@@ -71,6 +72,9 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "digest": v.digest,
                 "updated": v.updated.isoformat() if v.updated else None,
                 "classad": f"/v1/sites/{v.site}/classad",
+                # "full_read" or "event" (an event cycle re-read some of its datasets)
+                "origin": origin,
+                "origin_time": origin_at.isoformat() if origin_at else None,
             }
         )
     return {

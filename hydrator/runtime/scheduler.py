@@ -27,6 +27,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError
+from hydrator.runtime.events import start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.service import Service
 
@@ -119,8 +120,16 @@ def run_daemon(config: Config, service: Service) -> int:
             service.close()
             raise
         endpoint.start()
+    try:
+        gate = start_events(config, service)  # None: no source follows events
+    except BaseException:
+        if endpoint is not None:
+            endpoint.stop()
+        service.close()
+        raise
     scheduler = BackgroundScheduler(timezone=UTC)
-    schedule_cycles(scheduler, service.run_cycle, config.daemon.interval_s, config.daemon.jitter_s)
+    run = service.run_cycle if gate is None else gate
+    schedule_cycles(scheduler, run, config.daemon.interval_s, config.daemon.jitter_s)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -139,6 +148,8 @@ def run_daemon(config: Config, service: Service) -> int:
         while not service.stop_event.wait(1.0):
             pass
     finally:
+        if gate is not None:
+            gate.stop()  # listeners and event cycles first: they run cycles too
         scheduler.shutdown(wait=True)
         if endpoint is not None:
             endpoint.stop()

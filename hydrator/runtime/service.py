@@ -48,6 +48,8 @@ from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 log = logging.getLogger(__name__)
 
 Demand = Callable[[], Mapping[DatasetId, int]]
+Planner = Callable[[State, FetchContext], Plan]
+"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.events`)."""
 
 
 def utcnow() -> datetime:
@@ -217,6 +219,7 @@ class Service:
         self._cycles = 0
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
+        self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -245,14 +248,15 @@ class Service:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
         return True, f"every source ({len(self.sources)}) has answered at least once"
 
-    def run_cycle(self, dry_run: bool = False) -> CycleReport:
-        """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
+    def run_cycle(self, dry_run: bool = False, planner: Planner | None = None) -> CycleReport:
+        """Fetch, plan, save, publish. Never raises for source, state or publish failures.
+        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan."""
         with self._lock:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
-                    report = self._cycle(started, t0, dry_run)
+                    report = self._cycle(started, t0, dry_run, planner)
                 except HydratorError as exc:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
@@ -276,21 +280,27 @@ class Service:
             s: advertise(v, {}, policy, size).view for s, v in self._state.stamped_views().items()
         }
 
-    def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
+    def _cycle(
+        self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
+    ) -> CycleReport:
         wanted = self._wanted()
         context = FetchContext(
             now=started,
             wanted=wanted or {},
             previous={name: s.replicas for name, s in self._state.sources.items()},
         )
-        outcomes = self._fetch_all(context)
-        if self.stop_event.is_set():
-            return CycleReport(started, time.monotonic() - t0, "abandoned")
-        plan = plan_cycle(self._state, outcomes, started, self.policy)
+        if planner is not None:
+            plan = planner(self._state, context)
+        else:
+            outcomes = self._fetch_all(context)
+            if self.stop_event.is_set():
+                return CycleReport(started, time.monotonic() - t0, "abandoned")
+            plan = plan_cycle(self._state, outcomes, started, self.policy)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
+        self._note_origins(plan, started, "event" if planner is not None else "full_read")
         if self.advertise_policy.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
@@ -313,9 +323,21 @@ class Service:
             plan.sources,
             started,
             self.published.demand,  # until this cycle's annotation replaces it
+            dict(self._origins),
         )
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)
+
+    def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
+        """Where each site's data last came from: a full read sets every site, an event
+        cycle the sites whose content it changed (``/v1/sites`` says it)."""
+        if origin == "full_read":
+            self._origins = {site: (origin, started) for site in plan.sites}
+            return
+        for site in plan.changed_sites:
+            self._origins[site] = (origin, started)
+        for site in plan.removed_sites:
+            self._origins.pop(site, None)
 
     def _wanted(self) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that

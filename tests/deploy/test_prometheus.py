@@ -31,6 +31,7 @@ EXPORTED = {
     "hydrator_http_requests_total", "hydrator_http_connections",
     "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
     "hydrator_state_rejected_rows", "hydrator_job_schedd_failures_total",
+    "hydrator_events_listener_connected",
 }
 
 

@@ -105,6 +105,12 @@ def test_full_read_due(now: float, last: float | None, status: ListenerStatus, d
     assert full_read_due(now, last, status, POLICY) is due
 
 
+def test_a_marked_full_read_comes_at_the_normal_interval() -> None:
+    flowing = ListenerStatus(True, 10, 99)
+    assert full_read_due(120, 50, flowing, POLICY, marked=True)
+    assert not full_read_due(100, 50, flowing, POLICY, marked=True)
+
+
 def test_reread_replaces_exactly_the_datasets_read() -> None:
     before = {rep("A", "obs1"), rep("B", "obs1"), rep("A", "obs2")}
     after = reread(before, [DS], [rep("C", "obs1"), rep("C", "obs2")])
