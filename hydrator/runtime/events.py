@@ -191,9 +191,8 @@ class EventCycles:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            status = self.status()
-            if status.connected and status.connected_at is not None and self.full_read_due():
-                self.full_read()  # after a (re)connect: what was missed while away
+            if self._reconnected() and self.full_read_due():
+                self.full_read()  # after a reconnect: what was missed while away
                 continue
             with self._lock:
                 first = self._first_hint
@@ -203,6 +202,13 @@ class EventCycles:
             if delay > 0 and self._stop.wait(delay):
                 return
             self.event_cycle()
+
+    def _reconnected(self) -> bool:
+        """Subscribed again after a full read (the first full read is the scheduler's)."""
+        with self._lock:
+            read = self._last_full_read
+        status = self.status()
+        return read is not None and status.connected and status.connected_at is not None
 
     def event_cycle(self) -> CycleReport | None:
         """Re-read the batch's datasets and publish; None when there was nothing to read."""
