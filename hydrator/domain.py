@@ -130,6 +130,12 @@ class Transfer(enum.Enum):
 
     __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
 
+    @property
+    def rank(self) -> int:
+        """Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one
+        ranking of transfers (:func:`combine`, :func:`hydrator.core.presence.merge_transfers`)."""
+        return _TRANSFER_RANK[self]
+
 
 _TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 

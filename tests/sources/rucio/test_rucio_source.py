@@ -8,13 +8,12 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 
 import pytest
 
 from hydrator.adapters.sources import FetchContext
-from hydrator.adapters.sources.rucio import RucioSource, _as_list
+from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
@@ -321,11 +320,11 @@ def test_server_error_is_transient_and_retried(
     """Rucio 41.5.1 answers HTTP 500 to a rule filter with the state's word (FACTS.md): a real
     5xx, classified by its status (not its text) as transient, retried, then given up."""
     source = make_source(max_attempts=2)
-    client = source._connected_client()
+    client = source.wire.connected()
     with pytest.raises(TransientSourceError, match="server error 500"):
-        source._call(
+        source.wire.call(
             "list_replication_rules",
-            partial(_as_list, client.list_replication_rules, {"state": "REPLICATING"}),
+            lambda: list(client.list_replication_rules({"state": "REPLICATING"})),
         )
     assert "attempt 1/2" in caplog.text
 
@@ -360,9 +359,9 @@ def test_a_bulk_listing_renews_a_userpass_token_the_server_rejects(
     the source itself from the client's public attributes, gets HTTP 401, has rucio-clients
     get a new token (through ``whoami``) and is answered on the resend."""
     source = make_source()
-    client = source._connected_client()
+    client = source.wire.connected()
     client.auth_token = "expired-token"
-    response = source._get(client, "rules/", {"state": "R"})
+    response = source.wire.get("rules/", {"state": "R"})
     assert response.status_code == 200 and client.auth_token != "expired-token"
     response.close()
     assert of_federation(source.fetch(now()), federation) == rounded(federation.expected)

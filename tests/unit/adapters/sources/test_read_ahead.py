@@ -1,6 +1,6 @@
-"""The Rucio source reads the next RSE's answer while it parses this one (``rucio._ahead``):
-the wait for a catalogue's bytes overlaps the parsing, one request at a time, none left
-running after a fetch, and a failed read raises in its turn."""
+"""The Rucio source reads the next RSE's answer while it parses this one
+(``rucio.source.read_ahead``): the wait for a catalogue's bytes overlaps the parsing, one
+request at a time, none left running after a fetch, and a failed read raises in its turn."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hydrator.adapters.sources.rucio import _ahead
+from hydrator.adapters.sources.rucio.source import read_ahead
 
 TIMEOUT_S = 10.0
 
@@ -50,7 +50,7 @@ def test_the_next_answer_is_read_while_this_one_is_parsed() -> None:
     reads = Reads()
     got = []
     with ThreadPoolExecutor(1) as reader:
-        for key, body in zip(keys, _ahead(reader, reads, keys), strict=True):
+        for key, body in zip(keys, read_ahead(reader, reads, keys), strict=True):
             got.append(body)
             if key != keys[-1]:  # "parsing" this one: the next read has begun meanwhile
                 nxt = keys[keys.index(key) + 1]
@@ -66,7 +66,7 @@ def test_a_failed_read_raises_in_its_turn_and_nothing_runs_after() -> None:
     got = []
     # (the reader's exit, waiting for what it runs, comes before the error gets out)
     with pytest.raises(OSError, match="no answer for RSE_2"), ThreadPoolExecutor(1) as reader:
-        for body in _ahead(reader, reads, keys):
+        for body in read_ahead(reader, reads, keys):
             got.append(body)
     assert got == ["body of RSE_1"]  # RSE_1 was parsed before RSE_2's failure surfaced
     assert "start RSE_4" not in reads.log  # at most the one after the failed read was begun
@@ -76,5 +76,5 @@ def test_a_failed_read_raises_in_its_turn_and_nothing_runs_after() -> None:
 def test_no_keys_reads_nothing() -> None:
     reads = Reads()
     with ThreadPoolExecutor(1) as reader:
-        assert list(_ahead(reader, reads, [])) == []
+        assert list(read_ahead(reader, reads, [])) == []
     assert reads.log == []

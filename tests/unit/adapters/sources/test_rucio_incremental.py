@@ -21,8 +21,10 @@ from urllib.parse import parse_qs, unquote, unquote_plus, urlparse
 import pytest
 import requests
 
-from hydrator.adapters.sources import FetchContext, rucio
-from hydrator.adapters.sources.rucio import RucioSource, _line_blocks
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.sources.rucio import RucioSource
+from hydrator.adapters.sources.rucio.listing import line_blocks
+from hydrator.adapters.sources.rucio.source import BULK_SHARE
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import TransientSourceError
@@ -166,9 +168,12 @@ class Client:
         return self.world.files(dids[0]["scope"], dids[0]["name"])
 
 
-def make_source(world: World, attributes_max_age_s: float = 0) -> RucioSource:
-    """A source on ``world``; by default reading every site attribute every fetch, so that a
-    remap in :func:`churn` is seen at once, as by a fresh source."""
+def make_source(
+    world: World, attributes_max_age_s: float = 0, bulk_share: int = BULK_SHARE
+) -> RucioSource:
+    """A source on ``world`` (through the stand-in client); by default reading every site
+    attribute every fetch, so that a remap in :func:`churn` is seen at once, as by a fresh
+    source."""
     config = RucioSourceConfig(
         type="rucio",
         rse_expression="all",
@@ -176,9 +181,13 @@ def make_source(world: World, attributes_max_age_s: float = 0) -> RucioSource:
         max_attempts=1,
         rse_attributes_max_age_s=attributes_max_age_s,
     )
-    source = RucioSource(config, {}, sleep=lambda _: None)
-    source._client = Client(world)  # built by _connected_client otherwise
-    return source
+    return RucioSource(
+        config,
+        {},
+        sleep=lambda _: None,
+        client_factory=lambda: Client(world),
+        bulk_share=bulk_share,
+    )
 
 
 def random_row(rng: random.Random) -> Row:
@@ -256,15 +265,14 @@ def assert_kept(before: Snapshot, after: Snapshot) -> None:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("bulk", ["usual", "always", "never"])
 def test_incremental_fetch_after_random_churn_equals_a_fresh_full_fetch(
-    seed: int, bulk: str, monkeypatch: pytest.MonkeyPatch
+    seed: int, bulk: str
 ) -> None:
     """``bulk``: a site's plainly complete pairs settled in one batch where most of its pairs
     are dirty (as the source does), for every dirty site, or never: the same answers."""
-    share = {"usual": rucio._BULK_SHARE, "always": 1 << 62, "never": 0}[bulk]
-    monkeypatch.setattr(rucio, "_BULK_SHARE", share)
+    share = {"usual": BULK_SHARE, "always": 1 << 62, "never": 0}[bulk]
     rng = random.Random(seed)
     world = new_world(rng)
-    source = make_source(world)
+    source = make_source(world, bulk_share=share)
     ctx = context(rng)
     last = source.fetch(ctx)
     assert_same(last, make_source(world).fetch(ctx))
@@ -383,7 +391,7 @@ def test_a_streamed_listing_splits_into_the_same_lines_whatever_the_block_size(s
     body = b'{"a": 1}\n\n{"b": 22}\r\n{"c": 333}\n  \n{"d": 4444}'
     response = requests.Response()
     response.raw = io.BytesIO(body)
-    got = [line for block in _line_blocks(response, size) for line in block]
+    got = [line for block in line_blocks(response.iter_content(size)) for line in block]
     assert got == [line for line in body.splitlines() if line]
 
 

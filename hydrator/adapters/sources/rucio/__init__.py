@@ -1,0 +1,23 @@
+"""The Rucio source (``type = "rucio"``): which datasets each site holds, from a Rucio server.
+
+The package's modules, each for one job (the overview of a fetch is in :mod:`.source`):
+
+* :mod:`.source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step,
+  the summary tables read against the last answer, each dirty (site, dataset) pair settled;
+* :mod:`.wire`: the only module importing ``rucio`` and ``requests``: the client, each API
+  call with bounded retries, errors translated (tests inject a client through
+  ``client_factory``);
+* :mod:`.sites`: the RSEs of the expression and their sites (:class:`~.sites.Rse`,
+  :class:`~.sites.RseTable`);
+* :mod:`.listing`: listings kept as lines, diffed against the last answer, parsed in batches;
+* :mod:`.book`: what the source keeps between fetches, and how rows added and gone move it;
+* :mod:`.rules`: the replicating and stuck rules, as each dataset's transfer towards sites;
+* :mod:`.deep`: exact per-dataset checks where the summary cannot settle a pair;
+* :mod:`.answer`: the answer set built from the last one by delta, objects reused.
+
+The presence and transfer decisions themselves are pure, in :mod:`hydrator.core.presence`.
+"""
+
+from hydrator.adapters.sources.rucio.source import RucioSource, build
+
+__all__ = ["RucioSource", "build"]

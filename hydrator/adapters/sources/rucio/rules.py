@@ -1,0 +1,152 @@
+"""The Rucio source's rules: the REPLICATING and STUCK replication rules, read line by line
+against the last answer, and each dataset's rules turned into the transfer towards each site
+(:func:`hydrator.core.presence.coverage`).
+
+``list_replication_rules({"state": "R"})`` and ``{"state": "S"}`` give exact lock counts
+(``locks_ok_cnt`` ...) kept by the rule engine; ``list_rses(expr)`` is called once per fetch
+for each distinct expression of the rules that concern a listed dataset and are not simply
+the name of a mapped RSE.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from functools import partial
+from itertools import repeat
+from typing import cast
+
+from hydrator.adapters.sources.rucio.book import Book, Cycle, Dataset, Dirty, Rule, move
+from hydrator.adapters.sources.rucio.listing import (
+    RULE_LINES,
+    Lines,
+    Mark,
+    New,
+    RuleRow,
+    new_positions,
+    parse_lines,
+)
+from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
+from hydrator.core.presence import coverage, lock_progress, rule_transfer
+from hydrator.domain import Transfer
+
+_Read = tuple[Lines[Rule | Mark], list[Rule | Mark], list[Rule | Mark]]
+
+
+def read_rules(wire: RucioWire, book: Book, cycle: Cycle, dirty: Dirty) -> None:
+    """The REPLICATING and STUCK rules (state filter by one-letter code), line by line
+    against the last answer: the rules of new lines join their dataset's, those of lines
+    gone leave it, and those datasets' rules are applied again (:func:`apply_rules`)."""
+    for code in ("R", "S"):
+        old = book.rule_lines.get(code)
+        read = partial(_rule_lines, code=code, old=old, known=book.datasets)
+        lines, added, gone = wire.rules(code, read)
+        book.rule_lines[code] = lines
+        cycle.invalid += lines.invalid
+        for rule in added:
+            if isinstance(rule, Rule):
+                book.rules_of.setdefault(rule.key, []).append(rule)
+                dirty.rule_keys.add(rule.key)
+        for rule in gone:
+            if isinstance(rule, Rule):
+                rules = book.rules_of[rule.key]
+                rules.remove(rule)
+                if not rules:
+                    del book.rules_of[rule.key]
+                dirty.rule_keys.add(rule.key)
+
+
+def _rule_lines(
+    blocks: Iterator[list[bytes]],
+    code: str,
+    old: Lines[Rule | Mark] | None,
+    known: Mapping[tuple[str, str], Dataset],
+) -> _Read:
+    """The rules in state ``code`` as lines, with what the new lines give and what the
+    lines gone gave; read a block at a time as the answer streams in (a million rules are
+    about a gigabyte of JSON), parsing only lines not in ``old``."""
+    index = dict(zip(old.hashes, old.values, strict=True)) if old is not None else {}
+    lines: Lines[Rule | Mark] = Lines()
+    seen: set[int] = set()
+    added: list[Rule | Mark] = []
+    for block in blocks:
+        distinct = dict(zip(map(hash, block), block, strict=True))  # identical lines once
+        if not seen.isdisjoint(distinct):
+            distinct = {h: line for h, line in distinct.items() if h not in seen}
+        seen.update(distinct)
+        hashes = list(distinct)
+        values: list[Rule | Mark | New] = list(map(index.get, hashes, repeat(New.LINE)))
+        fresh = new_positions(values)
+        parsed = parse_lines(RULE_LINES, [distinct[hashes[i]] for i in fresh])
+        for i, row in zip(fresh, parsed, strict=True):
+            values[i] = rule_value(row, code, known)
+            added.append(values[i])  # type: ignore[arg-type]  # parsed: no New
+        lines.hashes.extend(hashes)
+        lines.values += cast(list[Rule | Mark], values)
+    gone = [index[h] for h in index.keys() - seen]
+    return lines, added, gone
+
+
+def rule_value(
+    row: RuleRow | Mark, code: str, known: Mapping[tuple[str, str], Dataset]
+) -> Rule | Mark:
+    """What a rule line gives: an active or stuck dataset rule, or a mark (malformed:
+    counted; a container rule, whose datasets get a deep check, or a finished one: skipped).
+    The transfer follows the lock counts (:func:`~hydrator.core.presence.rule_transfer`)."""
+    if isinstance(row, Mark):
+        return row
+    if row["did_type"] != "DATASET":
+        return Mark.SKIPPED
+    ok, replicating = row["locks_ok_cnt"], row["locks_replicating_cnt"]
+    stuck = row["locks_stuck_cnt"]
+    transfer = rule_transfer(ok, replicating, stuck, listed_stuck=code == "S")
+    if transfer is Transfer.NONE:
+        return Mark.SKIPPED
+    key = (row["scope"], row["name"])
+    found = known.get(key)
+    key = key if found is None else found.key  # the dataset's own strings: less memory
+    progress = lock_progress(ok, replicating, stuck)
+    return Rule(key, sys.intern(row["rse_expression"]), transfer, progress)
+
+
+def apply_rules(wire: RucioWire, book: Book, cycle: Cycle, dirty: Dirty) -> None:
+    """Each rule's transfer towards the sites its expression covers, re-applied for the
+    datasets whose rules changed, that gained or lost every summary row, or (after a
+    change of the RSE -> site map or of an expression's RSEs) that have rules at all.
+
+    Only rules on datasets with a summary row at a mapped RSE count. An expression that
+    is just an RSE name needs no call; the others are resolved once each per fetch.
+    """
+    relevant = {
+        rule.expression
+        for key, rules in book.rules_of.items()
+        if (found := book.datasets.get(key)) is not None and found.at
+        for rule in rules
+    }
+    resolved = {e: _resolve(wire, e, cycle) for e in sorted(relevant)}
+    moved = {e for e, rses in resolved.items() if book.resolved.get(e, rses) != rses}
+    book.resolved = resolved
+    keys = dirty.rule_keys
+    if dirty.remapped or moved:
+        keys = keys | {
+            key
+            for key, rules in book.rules_of.items()
+            if dirty.remapped or any(rule.expression in moved for rule in rules)
+        }
+    datasets = dirty.datasets | {found for k in keys if (found := book.datasets.get(k))}
+    for dataset in datasets:
+        rules = book.rules_of.get(dataset.key, []) if dataset.at else []
+        move(book, dataset, coverage(rules, resolved, cycle.sites), dirty)
+
+
+def _resolve(wire: RucioWire, expression: str, cycle: Cycle) -> frozenset[str]:
+    """The mapped RSEs an expression covers (none when the server no longer knows it)."""
+    table = cycle.table
+    if expression in table.sites or expression in table.unmapped:
+        return frozenset({expression} & table.sites.keys())
+    try:
+        found = wire.list_rses(expression)
+    except InvalidExpression:
+        return frozenset()  # the rule targets RSEs that no longer exist
+    names = {r.get("rse") for r in found if isinstance(r, dict)}
+    return frozenset(rse for rse in names if isinstance(rse, str) and rse in table.sites)
