@@ -123,10 +123,17 @@ def hint_of(event: RucioEvent) -> Hint | Ignored:
     return Ignored.IRRELEVANT
 
 
+OUT_OF_DATE_MARGIN = timedelta(minutes=5)
+"""A message is out of date when created this long before the last full read began: that read
+saw its effect, even through the summary table's lag (abacus: minutes) and a catalogue clock
+a little off the daemon's. Nearer ones are read again (a read costs one call)."""
+
+
 @dataclass
 class Triage:
     """Drops what an event cycle must not read: duplicates (a bounded memory of recent message
-    keys), messages older than the last full read's start, scopes the source does not read."""
+    keys), messages older than the last full read's start (less :data:`OUT_OF_DATE_MARGIN`),
+    scopes the source does not read."""
 
     scopes: frozenset[str] = frozenset()  # empty: every scope
     remember: int = 10_000  # message keys kept for duplicate detection
@@ -143,7 +150,8 @@ class Triage:
             if len(self._seen) > self.remember:
                 self._seen.popitem(last=False)
         started = self.full_read_started
-        if started is not None and event.created_at is not None and event.created_at < started:
+        created = event.created_at
+        if started is not None and created is not None and created < started - OUT_OF_DATE_MARGIN:
             return Ignored.OUT_OF_DATE
         hint = hint_of(event)
         if isinstance(hint, Hint) and self.scopes and hint.datasets:

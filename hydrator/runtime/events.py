@@ -114,7 +114,8 @@ class EventCycles:
                 self.metrics.events_ignored.labels(self._label, label, verdict.value).inc()
                 return
             self._batch.add(verdict, event.created_at)
-            if self._first_hint is None:
+            self._marked |= verdict.reconcile  # nothing to re-read: the next full read
+            if verdict.datasets and self._first_hint is None:
                 self._first_hint = self._clock()
         self.metrics.events_applied.labels(self._label, label).inc()
         self._wake.set()

@@ -62,10 +62,12 @@ def test_triage_drops_duplicates_old_messages_and_other_scopes() -> None:
     first = RucioEvent("rule_ok", t(11), DS, key="k1")
     assert triage.judge(first) == Hint(frozenset({DS}))
     assert triage.judge(first) is Ignored.DUPLICATE
-    assert triage.judge(RucioEvent("rule_ok", t(9), DS, key="k2")) is Ignored.OUT_OF_DATE
+    # out of date: created over 5 minutes before the last full read began
+    assert triage.judge(RucioEvent("rule_ok", t(4), DS, key="k2")) is Ignored.OUT_OF_DATE
+    assert triage.judge(RucioEvent("rule_ok", t(6), DS2, key="k4")) == Hint(frozenset({DS2}))
     other = RucioEvent("rule_ok", t(11), DatasetId("cms", "x"), key="k3")
     assert triage.judge(other) is Ignored.OUT_OF_SCOPE
-    # the memory is bounded: k1 was pushed out by k2 and k3, so it counts as new again
+    # the memory is bounded: k1 was pushed out by k2, k4 and k3, so it counts as new again
     assert triage.judge(first) == Hint(frozenset({DS}))
 
 
