@@ -231,6 +231,7 @@ class EventCycles:
         else:
             with self._lock:
                 self._marked = True  # what it should have read waits for the full read
+        self.service.notify_listeners()  # the metrics above into the served files now
         log.info(
             "event cycle %s: %d dataset(s) re-read, %s in %.2f s",
             self._label,

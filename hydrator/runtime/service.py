@@ -263,12 +263,21 @@ class Service:
                     report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
             self.last_cycle_end = time.monotonic()
             self._observe(report)
-            for listener in list(self._listeners):
-                try:
-                    listener()
-                except Exception:  # a listener's bug must not end the daemon's cycles
-                    log.exception("after-cycle listener %r failed", listener)
+            self._notify()
             return report
+
+    def notify_listeners(self) -> None:
+        """Call the after-cycle listeners again (an event cycle's metrics, recorded after its
+        cycle, then reach the served files at once)."""
+        with self._lock:
+            self._notify()
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not end the daemon's cycles
+                log.exception("after-cycle listener %r failed", listener)
 
     def _startup_views(self) -> dict[Site, SiteView]:
         """What to serve from the saved state before the first cycle: nothing in demand mode
