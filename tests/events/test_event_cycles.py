@@ -198,3 +198,28 @@ def test_a_deletion_without_a_dataset_marks_a_full_read_at_the_normal_interval(
     daemon.gate()
     assert daemon.full_reads() == 2
     assert not cycles.full_read_due()  # the mark is cleared by the read
+
+
+def test_a_reconnect_reads_everything_once(
+    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+) -> None:
+    """While the broker is away, a change happens that no message will tell (its messages
+    were lost with the broker, or it had none: a replica added without a transfer). After the
+    listener subscribes again, one full read publishes it; the stream is followed again."""
+    cycles = daemon.gate.cycles[0]
+    running_activemq.stop()
+    wait_for("disconnected", lambda: not cycles.status().connected, 30)
+    assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 0
+    daemon.gate()  # disconnected, but within interval_s of the last read: not due yet
+    assert daemon.full_reads() == 1
+    silent = rucio_admin.dataset(daemon.scope, 1, at=[daemon.dst])
+    rucio_admin.rule(daemon.scope, silent, daemon.dst)
+    running_activemq.start()
+    did = f"{daemon.scope}:{silent}"
+    wait_for(
+        "the silent change, by the reconnect's full read", lambda: did in daemon.lists()[0], 60
+    )
+    assert daemon.full_reads() == 2
+    assert daemon.origin() == "full_read"
+    assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 1
+    assert not cycles.full_read_due()
