@@ -11,12 +11,19 @@ server's own file is never changed. Rules need ``notify="Y"`` for the server to 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import requests
 
 from tests.support.activemq import DESTINATION, Broker
-from tests.support.rucio_server import RucioServer
+from tests.support.prometheus import die_with_parent, free_port, stop, wait_for
+from tests.support.rucio_server import RucioAdmin, RucioServer, unique
 
 HERMES_CFG = """
 
@@ -75,3 +82,107 @@ class Hermes:
         if out.returncode != 0 or "Could not deliver" in out.stdout:
             raise RuntimeError(f"rucio-hermes failed ({out.returncode}):\n{out.stdout[-3000:]}")
         return out.stdout
+
+
+CONFIG = """\
+[daemon]
+interval_s = 600
+jitter_s = 0
+state_path = "{dir}/state.sqlite"
+
+[http]
+listen = "127.0.0.1:{port}"
+
+[[sources]]
+type = "rucio"
+name = "rucio"
+rucio_host = "{url}"
+auth_host = "{url}"
+account = "root"
+auth_type = "userpass"
+username = "{username}"
+password_file = "{password_file}"
+rse_expression = "rse_type=DISK&fed={tag}"
+timeout_s = 5
+
+[sources.events]
+enabled = true
+brokers = ["127.0.0.1:{broker_port}"]
+destination = "{destination}"
+client_id = "{client_id}"
+username = "hydrator"
+password_file = "{broker_password}"
+heartbeat_s = 2
+reconnect_initial_s = 0.2
+reconnect_max_s = 1
+event_debounce_s = 0.5
+"""
+
+
+@dataclass
+class EventDaemon:
+    """A running ``hydrator run`` with events on, and the RSEs it reads."""
+
+    base: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    site: str
+    dst: str
+    src: str
+    scope: str
+
+    def get(self, path: str) -> Any:
+        return requests.get(self.base + path, timeout=5).json()
+
+    def metric(self, line: str) -> bool:
+        return line in requests.get(self.base + "/metrics", timeout=5).text
+
+    def value(self, series: str) -> float:
+        """A sample's value in ``/metrics`` (0 when absent)."""
+        for line in requests.get(self.base + "/metrics", timeout=5).text.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+
+@contextlib.contextmanager
+def running_event_daemon(
+    admin: RucioAdmin, broker: Broker, directory: Path, site: str, extra_config: str = ""
+) -> Iterator[EventDaemon]:
+    """``hydrator run`` (a subprocess) with ``[sources.events]`` on ``broker``, reading its own
+    RSEs of ``admin``'s server (``dst`` at ``site``, ``src`` elsewhere), interval_s 600: only
+    the stream explains a change seen within seconds. Stopped when the context exits."""
+    server = admin.server
+    tag = unique("d").lower()
+    attrs = {"fed": tag}
+    dst, src = admin.rse(site, attributes=attrs), admin.rse(f"SRC-{tag}", attributes=attrs)
+    port = free_port()
+    config = directory / "hydrator.toml"
+    config.write_text(
+        CONFIG.format(
+            dir=directory,
+            port=port,
+            url=server.url,
+            username=server.username,
+            password_file=server.password_file,
+            tag=tag,
+            broker_port=broker.port,
+            destination=DESTINATION,
+            client_id=unique("hydrator-"),
+            broker_password=broker.password_file("hydrator"),
+        )
+        + extra_config
+    )
+    log = directory / "daemon.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    made = EventDaemon(f"http://127.0.0.1:{port}", proc, log, site, dst, src, admin.scope())
+    try:
+        wait_for("ready", lambda: requests.get(made.base + "/readyz", timeout=2).ok, 60)
+        yield made
+    finally:
+        stop(proc)
