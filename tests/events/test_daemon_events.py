@@ -39,6 +39,7 @@ def test_the_daemon_follows_the_stream_between_full_reads(
     assert took < 15, took  # interval_s is 600: only the event path can explain it
     assert running.value('hydrator_event_cycles_total{outcome="ok",source="rucio"}') >= 1
     assert running.value('hydrator_event_lag_seconds_count{source="rucio"}') >= 1
+    assert running.proc is not None
     running.proc.send_signal(15)
     assert running.proc.wait(30) == 0
     text = running.log.read_text()

@@ -47,6 +47,7 @@ class Hermes:
 
     server: RucioServer
     broker: Broker
+    process: subprocess.Popen[bytes] | None = None  # while started as a daemon
 
     @property
     def config_path(self) -> Path:
@@ -60,6 +61,34 @@ class Hermes:
         )
         self.config_path.write_text(text)
         self.config_path.chmod(0o600)
+
+    def start(self, sleep_time_s: int = 1) -> None:
+        """Run hermes as a daemon (``--sleep-time``: seconds between its passes) until
+        :meth:`stop`; its log goes to ``hermes.log`` beside its configuration."""
+        if not self.config_path.exists():
+            self.setup()
+        env = self.server.env()
+        env["RUCIO_CONFIG"] = str(self.config_path)
+        script = self.server.venv / "bin" / "rucio-hermes"
+        with (self.config_path.parent / "hermes.log").open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    *die_with_parent(),
+                    self.server.python,
+                    str(script),
+                    "--sleep-time",
+                    str(sleep_time_s),
+                ],
+                env=env,
+                cwd=self.server.dir,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            stop(process)
 
     def run_once(self) -> str:
         """Deliver what the messages table holds (``rucio-hermes --run-once``, ~3-5 s); returns
@@ -115,21 +144,38 @@ password_file = "{broker_password}"
 heartbeat_s = 2
 reconnect_initial_s = 0.2
 reconnect_max_s = 1
-event_debounce_s = 0.5
+event_debounce_s = {debounce_s}
 """
 
 
 @dataclass
 class EventDaemon:
-    """A running ``hydrator run`` with events on, and the RSEs it reads."""
+    """A ``hydrator run`` with events on (:meth:`start`, :meth:`stop`; the same state,
+    port and durable subscription each time), and the RSEs it reads."""
 
     base: str
-    proc: subprocess.Popen[bytes]
+    config: Path
     log: Path
     site: str
     dst: str
     src: str
     scope: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "hydrator", "run", "--config", str(self.config)]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [*die_with_parent(), *command],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for("ready", lambda: requests.get(self.base + "/readyz", timeout=2).ok, 60)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            stop(proc)
 
     def get(self, path: str) -> Any:
         return requests.get(self.base + path, timeout=5).json()
@@ -147,7 +193,12 @@ class EventDaemon:
 
 @contextlib.contextmanager
 def running_event_daemon(
-    admin: RucioAdmin, broker: Broker, directory: Path, site: str, extra_config: str = ""
+    admin: RucioAdmin,
+    broker: Broker,
+    directory: Path,
+    site: str,
+    extra_config: str = "",
+    debounce_s: float = 0.5,
 ) -> Iterator[EventDaemon]:
     """``hydrator run`` (a subprocess) with ``[sources.events]`` on ``broker``, reading its own
     RSEs of ``admin``'s server (``dst`` at ``site``, ``src`` elsewhere), interval_s 600: only
@@ -170,19 +221,15 @@ def running_event_daemon(
             destination=DESTINATION,
             client_id=unique("hydrator-"),
             broker_password=broker.password_file("hydrator"),
+            debounce_s=debounce_s,
         )
         + extra_config
     )
-    log = directory / "daemon.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    made = EventDaemon(f"http://127.0.0.1:{port}", proc, log, site, dst, src, admin.scope())
+    made = EventDaemon(
+        f"http://127.0.0.1:{port}", config, directory / "daemon.log", site, dst, src, admin.scope()
+    )
     try:
-        wait_for("ready", lambda: requests.get(made.base + "/readyz", timeout=2).ok, 60)
+        made.start()
         yield made
     finally:
-        stop(proc)
+        made.stop()
