@@ -182,12 +182,15 @@ class RucioEventsConfig(_Model):
     """Listen to the broker; false: poll only (every [daemon] interval_s)."""
     brokers: list[str] = Field(default_factory=list, max_length=16)
     """``host:port`` of the brokers' STOMP connectors, tried in order on each (re)connect."""
-    destination: str = Field("/topic/rucio.events", min_length=1, max_length=200)
-    """Where hermes sends (its ``[messaging-hermes] destination``)."""
-    client_id: str = Field("hydrator", pattern=r"[A-Za-z0-9_.\-]{1,100}")
+    destination: str = Field(
+        "/topic/rucio.events", pattern=r"^/(topic|queue)/[A-Za-z0-9_.\-/]{1,190}$"
+    )
+    """Where hermes sends (its ``[messaging-hermes] destination``): ``/topic/...`` or
+    ``/queue/...``."""
+    client_id: str = Field("hydrator", pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     """STOMP ``client-id`` of the durable subscription; one daemon per id (the broker refuses
     a second connection with the same id)."""
-    subscription_name: str = Field("hydrator", pattern=r"[A-Za-z0-9_.\-]{1,100}")
+    subscription_name: str = Field("hydrator", pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
     """Name of the durable subscription: messages sent while the daemon is away wait there."""
     username: str | None = None
     """Broker user (a read-only subscriber: docs/events.md has the ACL)."""
