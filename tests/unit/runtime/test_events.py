@@ -18,7 +18,7 @@ from hydrator.config import RucioEventsConfig, parse_config
 from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
 from hydrator.domain import DatasetId, Replica, Site, Snapshot
 from hydrator.errors import TransientSourceError
-from hydrator.runtime.events import EventCycles
+from hydrator.runtime.events import EventCycles, FullReadGate
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
@@ -201,3 +201,16 @@ def test_the_worker_runs_an_event_cycle_within_the_debounce(setup: Any) -> None:
     assert sorted(catalogue.targeted[0]) == [ds("obs1"), ds("obs9")]
     assert 0.2 <= took < 2.0
     assert available(service, "B") == ["ska:obs1"]
+
+
+def test_the_gate_skips_full_reads_while_events_flow_unless_other_sources_need_polling(
+    setup: Any,
+) -> None:
+    service, catalogue, cycles, metrics, _now = setup
+    gate = FullReadGate(service, [cycles], poll_all=False)
+    gate()  # start-up: due
+    gate()  # events flow: skipped
+    assert catalogue.full_reads == 1
+    assert metrics.registry.get_sample_value("hydrator_full_reads_skipped_total") == 1
+    FullReadGate(service, [cycles], poll_all=True)()  # a source without events: always
+    assert catalogue.full_reads == 2
