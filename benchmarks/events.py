@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -207,8 +208,6 @@ def transfer_done(daemon: EventDaemon, name: str) -> dict[str, Any]:
 @contextmanager
 def watching(daemon: EventDaemon, forged: set[str]) -> Iterator[list[str]]:
     """Polls the site while the block runs; yields the forged datasets ever published."""
-    import threading
-
     seen: list[str] = []
     done = threading.Event()
 
@@ -283,13 +282,46 @@ def fresh_read(daemon: EventDaemon) -> set[str]:
     return {d for d in sites.get(daemon.site, {}).get("available", [])}
 
 
+def plot(results: dict[str, Any], path: Path) -> None:
+    """The latencies' distribution (sorted, with p50 and p99) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lags = sorted(results["latencies_s"])
+    shares = [(i + 1) / len(lags) for i in range(len(lags))]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(lags, shares, drawstyle="steps-post")
+    for key, label in (("latency_p50_s", "p50"), ("latency_p99_s", "p99")):
+        ax.axvline(results[key], linestyle="--", color="grey")
+        ax.annotate(
+            f" {label} {results[key]:.2f} s",
+            (results[key], 0.5),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+        )
+    ax.set_xlabel("catalogue change to the HTTP ad (s)")
+    ax.set_ylabel("share of changes")
+    cpu = results["machine_before"]["cpu_model"]
+    ax.set_title(f"{len(lags)} changes, Rucio + hermes + ActiveMQ + hydrator ({cpu})", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--chaos", type=int, default=50, help="datasets in the chaos run")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None, help="a PNG of the latencies")
+    parser.add_argument("--from-json", type=Path, default=None, help="only plot that result")
     parser.add_argument("--seed", type=int, default=23)
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        if args.plot is not None:
+            plot(json.loads(args.from_json.read_text()), args.plot)
+        return 0
     results: dict[str, Any] = {"machine_before": machine(), "started": time.time()}
     with ExitStack() as stack:
         broker = stack.enter_context(running_broker())
@@ -321,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(shown, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.plot is not None:
+        plot(results, args.plot)
     return 0
 
 
