@@ -51,6 +51,7 @@ from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
+SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
 ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
 
 
@@ -98,6 +99,7 @@ class EventCycles:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.listener: EventListener | None = None
+        self.subscribed = threading.Event()  # set while the listener is subscribed
         self._label = source.name
         self.metrics.events_connected.labels(self._label).set(0)
         self.metrics.events_disconnected_since.labels(self._label).set(time.time())
@@ -126,6 +128,10 @@ class EventCycles:
         self.metrics.events_ignored.labels(self._label, label, reason.value).inc()
 
     def connection(self, connected: bool) -> None:
+        if connected:
+            self.subscribed.set()
+        else:
+            self.subscribed.clear()
         self.metrics.events_connected.labels(self._label).set(1 if connected else 0)
         self.metrics.events_disconnected_since.labels(self._label).set(
             0 if connected else time.time()
@@ -265,10 +271,24 @@ class FullReadGate:
     a source without events is configured (it is polled at the normal interval: such a daemon
     gains freshness from events, not fewer reads)."""
 
-    def __init__(self, service: Service, cycles: Sequence[EventCycles], poll_all: bool) -> None:
+    def __init__(
+        self,
+        service: Service,
+        cycles: Sequence[EventCycles],
+        poll_all: bool,
+        subscribe_wait_s: float = SUBSCRIBE_WAIT_S,
+    ) -> None:
         self.service, self.cycles, self.poll_all = service, list(cycles), poll_all
+        self._subscribe_wait_s = subscribe_wait_s  # before the first full read
 
     def __call__(self) -> None:
+        if self._subscribe_wait_s:
+            # Subscribe first, then read: a start-up read that began before the subscription
+            # would leave a gap, closed only by a second full read after it.
+            deadline = time.monotonic() + self._subscribe_wait_s
+            for cycles in self.cycles:
+                cycles.subscribed.wait(max(0.0, deadline - time.monotonic()))
+            self._subscribe_wait_s = 0.0
         if not self.poll_all and not any(c.full_read_due() for c in self.cycles):
             self.service.metrics.full_reads_skipped.inc()
             return

@@ -4,6 +4,7 @@ on Rucio; tests/events/ runs the same path on the real server, broker and hermes
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -207,10 +208,24 @@ def test_the_gate_skips_full_reads_while_events_flow_unless_other_sources_need_p
     setup: Any,
 ) -> None:
     service, catalogue, cycles, metrics, _now = setup
-    gate = FullReadGate(service, [cycles], poll_all=False)
+    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
     gate()  # start-up: due
     gate()  # events flow: skipped
     assert catalogue.full_reads == 1
     assert metrics.registry.get_sample_value("hydrator_full_reads_skipped_total") == 1
-    FullReadGate(service, [cycles], poll_all=True)()  # a source without events: always
+    FullReadGate(service, [cycles], poll_all=True, subscribe_wait_s=0)()  # no events: always
     assert catalogue.full_reads == 2
+
+
+def test_the_first_full_read_waits_for_the_subscription(setup: Any) -> None:
+    """Subscribe, then read: no gap between the start-up read and the stream."""
+    _service, catalogue, cycles, _metrics, _now = setup
+    gate = FullReadGate(_service, [cycles], poll_all=False, subscribe_wait_s=5)
+    timer = threading.Timer(0.3, cycles.connection, (True,))
+    timer.start()
+    started = time.monotonic()
+    gate()
+    waited = time.monotonic() - started
+    assert catalogue.full_reads == 1
+    assert 0.3 <= waited < 4
+    assert cycles.subscribed.is_set()
