@@ -18,14 +18,8 @@ pytestmark = [pytest.mark.rucio, pytest.mark.activemq, pytest.mark.slow]
 def test_the_daemon_follows_the_stream_between_full_reads(
     running: EventDaemon, rucio_admin: RucioAdmin, hermes: Hermes
 ) -> None:
-    connected = 'hydrator_events_listener_connected{source="rucio"} 1.0'
-    wait_for("subscribed", lambda: running.metric(connected), 30)
-    name = rucio_admin.dataset(running.scope, 2, at=[running.src])
-    rucio_admin.rule(running.scope, name, running.dst, notify="Y")
-    did = f"{running.scope}:{name}"
-    rucio_admin.set_file_states(
-        running.dst, running.scope, rucio_admin.files(running.scope, name), "A"
-    )
+    running.wait_subscribed()
+    did = running.lock_ok(rucio_admin)
     sent = time.monotonic()
     hermes.run_once()
 

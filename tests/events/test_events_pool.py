@@ -48,13 +48,8 @@ def test_a_lock_ok_reaches_the_slot_ads_through_the_stream(
     hermes: Hermes,
     condor_pool: Pool,  # noqa: F811
 ) -> None:
-    connected = 'hydrator_events_listener_connected{source="rucio"} 1.0'
-    wait_for("subscribed", lambda: running.metric(connected), 30)
-    name = rucio_admin.dataset(running.scope, 2, at=[running.src])
-    rucio_admin.rule(running.scope, name, running.dst, notify="Y")
-    did = f"{running.scope}:{name}"
-    files = rucio_admin.files(running.scope, name)
-    rucio_admin.set_file_states(running.dst, running.scope, files, "A")
+    running.wait_subscribed()
+    did = running.lock_ok(rucio_admin)
     sent = time.monotonic()
     hermes.run_once()
     wait_for("the dataset in slot1's ad", lambda: did in slot1_available(condor_pool), 30)

@@ -180,6 +180,19 @@ class EventDaemon:
     def get(self, path: str) -> Any:
         return requests.get(self.base + path, timeout=5).json()
 
+    def wait_subscribed(self) -> None:
+        connected = 'hydrator_events_listener_connected{source="rucio"} 1.0'
+        wait_for("subscribed", lambda: self.metric(connected), 30)
+
+    def lock_ok(self, admin: RucioAdmin) -> str:
+        """A dataset of two files at ``src`` with a ``notify="Y"`` rule towards ``dst``, whose
+        files then arrive there through the public API (the conveyor's part): the rule goes OK
+        and the server queues ``datasetlock_ok`` and ``rule_ok``. Returns ``scope:name``."""
+        name = admin.dataset(self.scope, 2, at=[self.src])
+        admin.rule(self.scope, name, self.dst, notify="Y")
+        admin.set_file_states(self.dst, self.scope, admin.files(self.scope, name), "A")
+        return f"{self.scope}:{name}"
+
     def metric(self, line: str) -> bool:
         return line in requests.get(self.base + "/metrics", timeout=5).text
 
