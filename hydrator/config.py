@@ -195,6 +195,77 @@ class StaticSourceConfig(_SourceBase):
     """Largest inventory file read, bytes; a larger one fails the source (last good kept)."""
 
 
+class RucioEventsConfig(_Model):
+    """``[sources.events]`` of a Rucio source: follow the ``rucio-hermes`` event stream from an
+    ActiveMQ broker over STOMP (docs/events.md). Off by default. Messages are hints: each names
+    datasets that an *event cycle* re-reads exactly; the full read stays as reconciliation."""
+
+    enabled: bool = False
+    """Listen to the broker; false: poll only (every [daemon] interval_s)."""
+    brokers: list[str] = Field(default_factory=list, max_length=16)
+    """``host:port`` of the brokers' STOMP connectors, tried in order on each (re)connect."""
+    destination: str = Field(
+        "/topic/rucio.events", pattern=r"^/(topic|queue)/[A-Za-z0-9_.\-/]{1,190}$"
+    )
+    """Where hermes sends (its ``[messaging-hermes] destination``): ``/topic/...`` or
+    ``/queue/...``."""
+    client_id: str = Field("hydrator", pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    """STOMP ``client-id`` of the durable subscription; one daemon per id (the broker refuses
+    a second connection with the same id)."""
+    subscription_name: str = Field("hydrator", pattern=r"^[A-Za-z0-9_.\-]{1,100}$")
+    """Name of the durable subscription: messages sent while the daemon is away wait there."""
+    username: str | None = None
+    """Broker user (a read-only subscriber: docs/events.md has the ACL)."""
+    password_file: ConfigPath | None = None
+    """File holding the broker password (first line); read at each connect."""
+    use_ssl: bool = False
+    """TLS to the broker."""
+    ca_cert: ConfigPath | None = None
+    """CA file to verify the broker (use_ssl); unset: the broker is not verified."""
+    client_cert: ConfigPath | None = None
+    """Client certificate for TLS authentication at the broker (use_ssl)."""
+    client_key: ConfigPath | None = None
+    """Its private key."""
+    heartbeat_s: float = Field(10.0, ge=0)
+    """STOMP heart-beat both ways, seconds (0: none); a silent connection is dropped after
+    1.5 times this and reconnected."""
+    reconnect_initial_s: float = Field(1.0, gt=0)
+    """First wait before trying the brokers again, seconds; grows by half each try."""
+    reconnect_max_s: float = Field(60.0, gt=0)
+    """Longest wait between tries, seconds."""
+    max_message_bytes: int = Field(65536, ge=1024)
+    """A larger message is counted as malformed and dropped."""
+    event_debounce_s: float = Field(1.0, ge=0)
+    """An event cycle starts this long after the first hint, with every hint come by then."""
+    max_event_reads_per_cycle: int = Field(500, ge=1)
+    """Datasets one event cycle re-reads at most; the rest wait for the next full read."""
+    max_pending_datasets: int = Field(100_000, ge=1)
+    """Datasets held between event cycles at most (memory bound under a flood); beyond, the
+    next full read covers them."""
+    reconcile_interval_s: PositiveSeconds = 1800.0
+    """Full read while events flow, seconds; [daemon] interval_s while the listener is
+    disconnected or silent; once at start-up and after every reconnect."""
+    silence_s: PositiveSeconds = 600.0
+    """No message for this long counts as a silent stream: poll at [daemon] interval_s."""
+
+    @field_validator("brokers")
+    @classmethod
+    def _brokers(cls, value: list[str]) -> list[str]:
+        for broker in value:
+            host, sep, port = broker.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{broker!r} is not host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> RucioEventsConfig:
+        if self.enabled and not self.brokers:
+            raise ValueError("enabled = true needs at least one broker in brokers")
+        if (self.username is None) != (self.password_file is None):
+            raise ValueError("username and password_file go together")
+        return self
+
+
 class RucioSourceConfig(_SourceBase):
     """Rucio via rucio-clients. Without rucio_host, the client reads ``$RUCIO_CONFIG``."""
 
@@ -257,6 +328,8 @@ class RucioSourceConfig(_SourceBase):
     parsing); past it the fetch is abandoned, the source has failed this cycle (its last good
     answer is kept) and the cycle goes on without it. Raise it for a catalogue whose full
     fetch takes longer (millions of replicas)."""
+    events: RucioEventsConfig = RucioEventsConfig()
+    """The event stream (``[sources.events]``); off by default."""
 
     @field_validator("scopes")
     @classmethod
@@ -516,11 +589,15 @@ def check_files(config: Config, *, inventories: bool = False) -> None:
     hang every read); with ``inventories`` (``check-config``) it must also exist and fit
     ``max_inventory_bytes``."""
     for index, source in enumerate(config.sources):
-        for key, value in source:
-            if isinstance(value, Path) and (key.endswith("_file") or key in _FILE_KEYS):
-                problem = _unreadable(value, MAX_SECRET_FILE_BYTES)
-                if problem:
-                    raise ConfigError(f"sources[{index}].{key}", f"{value}: {problem}")
+        tables: list[tuple[str, _Model]] = [(f"sources[{index}]", source)]
+        if isinstance(source, RucioSourceConfig):
+            tables.append((f"sources[{index}].events", source.events))
+        for where, table in tables:
+            for key, value in table:
+                if isinstance(value, Path) and (key.endswith("_file") or key in _FILE_KEYS):
+                    problem = _unreadable(value, MAX_SECRET_FILE_BYTES)
+                    if problem:
+                        raise ConfigError(f"{where}.{key}", f"{value}: {problem}")
         if isinstance(source, StaticSourceConfig):
             problem = _unreadable(source.path, source.max_inventory_bytes)
             if problem and (inventories or problem != "no such file"):
@@ -591,6 +668,8 @@ def _resolve_paths(config: Config, base: Path) -> Config:
         for key, value in model:
             if isinstance(value, Path) and not value.is_absolute():
                 updates[key] = base / value
+            elif isinstance(value, _Model) and (inner := fix(value)) is not value:
+                updates[key] = inner  # a nested table: [sources.events]
         return model.model_copy(update=updates) if updates else model
 
     return config.model_copy(

@@ -325,6 +325,61 @@ class Metrics:
         "site",
         "storage",
     )
+    # ---- the Rucio event stream (docs/events.md); type: a known event type or "other"
+    events_received = _counter(
+        "events_received", "Messages received from the broker, by event type.", "source", "type"
+    )
+    events_applied = _counter(
+        "events_applied",
+        "Messages whose datasets were queued for an event cycle's re-read (or, with no"
+        " dataset to name, marked for the next full read), by event type.",
+        "source",
+        "type",
+    )
+    events_ignored = _counter(
+        "events_ignored",
+        "Messages dropped, by event type and reason (malformed, irrelevant, duplicate,"
+        " out_of_date, out_of_scope).",
+        "source",
+        "type",
+        "reason",
+    )
+    event_lag = _histogram(
+        "event_lag_seconds",
+        "From a message's created_at (the catalogue's change) to the publish of the event"
+        " cycle that re-read its dataset.",
+        "source",
+        buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 900),
+    )
+    events_connected = _gauge(
+        "events_listener_connected", "1 while the event listener is subscribed.", "source"
+    )
+    events_disconnected_since = _gauge(
+        "events_listener_disconnected_since_timestamp_seconds",
+        "Unix time since when the listener has not been subscribed (0 while subscribed).",
+        "source",
+    )
+    events_last_message = _gauge(
+        "events_last_message_timestamp_seconds",
+        "Unix time of the last message received.",
+        "source",
+    )
+    event_reads = _counter(
+        "event_reads", "Datasets re-read by event cycles (one exact read each).", "source"
+    )
+    event_reads_saved = _counter(
+        "event_reads_saved",
+        "API requests the event stream saved: per event cycle, the requests of the last"
+        " full read less the datasets the event cycle re-read.",
+        "source",
+    )
+    event_cycles = _counter(
+        "event_cycles", "Event cycles by outcome (ok, degraded, failed).", "source", "outcome"
+    )
+    full_reads_skipped = _counter(
+        "full_reads_skipped",
+        "Scheduled full reads skipped because events flow (reconciliation not due).",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry

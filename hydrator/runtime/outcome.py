@@ -36,6 +36,8 @@ class Published:
     views: Mapping[Site, SiteView] = field(default_factory=dict)
     """Each published site's full lists as held (the ads may be cut to fit or to demand):
     what ``/v1/sites`` and ``/v1/sites/<site>`` list (issue 26 item 7)."""
+    # per site, where its data last came from ("full_read" or "event") and when
+    origins: Mapping[Site, tuple[str, datetime]] = field(default_factory=dict)
 
     def view(self, site: Site) -> SiteView:
         """``site``'s full lists (:attr:`views`), else its ad's."""

@@ -86,6 +86,7 @@ def sites_json(published: Published) -> dict[str, Any]:
     held = {site: why for s in published.sources for site, why in s.held_sites.items()}
     for site in published.ads:
         v = published.view(site)
+        origin, origin_at = published.origins.get(v.site, (None, None))
         sites.append(
             {
                 "site": v.site,
@@ -100,6 +101,9 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "held": held.get(v.site),
                 "unavailable": list(v.unavailable),
                 "storages": [storage_json(s) for s in v.storages],
+                # "full_read" or "event" (an event cycle re-read some of its datasets)
+                "origin": origin,
+                "origin_time": origin_at.isoformat() if origin_at else None,
             }
         )
     return {

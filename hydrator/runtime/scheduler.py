@@ -28,6 +28,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
+from hydrator.runtime.events import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
@@ -147,6 +148,7 @@ class Daemon:
         self._reload = reloads if reloads is not None else threading.Event()
         self.endpoint: HttpEndpoint | None = None
         self._scheduler: BaseScheduler | None = None
+        self._gate: FullReadGate | None = None
         self._closed = False  # the service is closed (a reload that could rebuild none)
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -158,10 +160,24 @@ class Daemon:
         self.service.stop_event.set()
 
     def _start_cycles(self) -> None:
+        """Start the event listeners of the sources that follow events (their gate then runs
+        the scheduled full reads, :func:`~hydrator.runtime.events.start_events`) and the
+        scheduler."""
         daemon = self.config.daemon
+        self._gate = start_events(self.config, self.service)  # None: no source follows events
+        run = self.service.run_cycle if self._gate is None else self._gate
         self._scheduler = BackgroundScheduler(timezone=UTC)
-        schedule_cycles(self._scheduler, self.service.run_cycle, daemon.interval_s, daemon.jitter_s)
+        schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
         self._scheduler.start()
+
+    def _stop_cycles(self) -> None:
+        """Stop the listeners and event cycles first (they run cycles too), then the
+        scheduler (the running cycle ends and saves first)."""
+        if self._gate is not None:
+            self._gate.stop()
+            self._gate = None
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
 
     def run(self) -> int:
         if self.config.http.enabled:
@@ -174,7 +190,14 @@ class Daemon:
             self.endpoint.start()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._signal)
-        self._start_cycles()
+        try:
+            self._start_cycles()
+        except BaseException:
+            self._stop_cycles()
+            if self.endpoint is not None:
+                self.endpoint.stop()
+            self.service.close()
+            raise
         log.info(
             "hydrator running: %d source(s), every %.0fs, state %s",
             len(self.service.sources),
@@ -187,8 +210,7 @@ class Daemon:
                     self._reload.clear()
                     self.reload()
         finally:
-            if self._scheduler is not None and self._scheduler.running:
-                self._scheduler.shutdown(wait=True)
+            self._stop_cycles()
             if self.endpoint is not None:
                 self.endpoint.stop()
             if not self._closed:
@@ -215,8 +237,7 @@ class Daemon:
         old = self.config.daemon
         if (config.daemon.log_format, config.daemon.log_level) != (old.log_format, old.log_level):
             log.warning("reload: [daemon] log_format and log_level take effect at the next restart")
-        assert self._scheduler is not None
-        self._scheduler.shutdown(wait=True)  # the running cycle ends (and saves) first
+        self._stop_cycles()  # the running cycle ends (and saves) first
         if self._stop.is_set():  # SIGTERM meanwhile: stopping, nothing to swap
             return
         self._swap(config)

@@ -49,6 +49,8 @@ from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 log = logging.getLogger(__name__)
 
 Demand = Callable[[], Mapping[DatasetId, int]]
+Planner = Callable[[State, FetchContext], Plan]
+"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.events`)."""
 
 
 def utcnow() -> datetime:
@@ -222,6 +224,7 @@ class Service:
         self._cycles = 0
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
+        self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -250,26 +253,36 @@ class Service:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
         return True, f"every source ({len(self.sources)}) has answered at least once"
 
-    def run_cycle(self, dry_run: bool = False) -> CycleReport:
-        """Fetch, plan, save, publish. Never raises for source, state or publish failures."""
+    def run_cycle(self, dry_run: bool = False, planner: Planner | None = None) -> CycleReport:
+        """Fetch, plan, save, publish. Never raises for source, state or publish failures.
+        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan."""
         with self._lock:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
-                    report = self._cycle(started, t0, dry_run)
+                    report = self._cycle(started, t0, dry_run, planner)
                 except HydratorError as exc:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
                     report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
             self.last_cycle_end = time.monotonic()
             self._observe(report)
-            for listener in list(self._listeners):
-                try:
-                    listener()
-                except Exception:  # a listener's bug must not end the daemon's cycles
-                    log.exception("after-cycle listener %r failed", listener)
+            self._notify()
             return report
+
+    def notify_listeners(self) -> None:
+        """Call the after-cycle listeners again (an event cycle's metrics, recorded after its
+        cycle, then reach the served files at once)."""
+        with self._lock:
+            self._notify()
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not end the daemon's cycles
+                log.exception("after-cycle listener %r failed", listener)
 
     def _startup_views(self) -> dict[Site, SiteView]:
         """What to serve from the saved state before the first cycle: nothing in demand mode
@@ -288,7 +301,9 @@ class Service:
         )
         return {s: advertise(v, {}, policy, size).view for s, v in views.items()}
 
-    def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
+    def _cycle(
+        self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
+    ) -> CycleReport:
         wanted = self._wanted()
         drains = self._read_drains(started)
         context = FetchContext(
@@ -297,14 +312,18 @@ class Service:
             previous={name: s.replicas for name, s in self._state.sources.items()},
             drains=drains,
         )
-        outcomes = self._fetch_all(context)
-        if self.stop_event.is_set():
-            return CycleReport(started, time.monotonic() - t0, "abandoned")
-        plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
+        if planner is not None:
+            plan = planner(self._state, context)
+        else:
+            outcomes = self._fetch_all(context)
+            if self.stop_event.is_set():
+                return CycleReport(started, time.monotonic() - t0, "abandoned")
+            plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
+        self._note_origins(plan, started, "event" if planner is not None else "full_read")
         if self.advertise_policy.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
@@ -328,6 +347,7 @@ class Service:
             started,
             self.published.demand,  # until this cycle's annotation replaces it
             plan.sites,  # the full lists, for the JSON views
+            dict(self._origins),
         )
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)
@@ -343,6 +363,17 @@ class Service:
         active = [d for d in self._drains if d.active(now)]
         self.metrics.set_drains((d.site, d.storage or "") for d in active)
         return active
+
+    def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
+        """Where each site's data last came from: a full read sets every site, an event
+        cycle the sites whose content it changed (``/v1/sites`` says it)."""
+        if origin == "full_read":
+            self._origins = {site: (origin, started) for site in plan.sites}
+            return
+        for site in plan.changed_sites:
+            self._origins[site] = (origin, started)
+        for site in plan.removed_sites:
+            self._origins.pop(site, None)
 
     def _wanted(self) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that

@@ -34,6 +34,7 @@ EXPORTED = {
     "hydrator_site_held",
     "hydrator_storage_available", "hydrator_storage_unavailable_wanted_datasets",
     "hydrator_drains",
+    "hydrator_events_listener_connected",
 }
 
 

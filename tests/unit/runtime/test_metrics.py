@@ -54,6 +54,17 @@ EXPECTED = {
     "hydrator_storage_available": ("gauge", ("site", "storage")),
     "hydrator_storage_unavailable_wanted_datasets": ("gauge", ("site", "storage")),
     "hydrator_drains": ("gauge", ("site", "storage")),
+    "hydrator_events_received": ("counter", ("source", "type")),
+    "hydrator_events_applied": ("counter", ("source", "type")),
+    "hydrator_events_ignored": ("counter", ("source", "type", "reason")),
+    "hydrator_event_lag_seconds": ("histogram", ("source",)),
+    "hydrator_events_listener_connected": ("gauge", ("source",)),
+    "hydrator_events_listener_disconnected_since_timestamp_seconds": ("gauge", ("source",)),
+    "hydrator_events_last_message_timestamp_seconds": ("gauge", ("source",)),
+    "hydrator_event_reads": ("counter", ("source",)),
+    "hydrator_event_reads_saved": ("counter", ("source",)),
+    "hydrator_event_cycles": ("counter", ("source", "outcome")),
+    "hydrator_full_reads_skipped": ("counter", ()),
 }
 
 

@@ -90,10 +90,11 @@ from hydrator.adapters.sources.rucio.listing import (
 )
 from hydrator.adapters.sources.rucio.rules import apply_rules, read_rules
 from hydrator.adapters.sources.rucio.sites import SiteMap
+from hydrator.adapters.sources.rucio.targeted import read_datasets
 from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.presence import Wait, says_complete, settled, towards
-from hydrator.domain import DatasetId, InvalidNameError, Site, Snapshot, check_site
+from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
 from hydrator.errors import PermanentSourceError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -142,6 +143,7 @@ class RucioSource:
         self._held_while_down = HeldWhileDown()  # what unavailable RSEs held (issue 24)
         self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: held_ids
         self.calls_last_fetch: dict[str, int] = {}
+        self.calls_last_read: dict[str, int] = {}  # of the last read_datasets
         self.deep_checks_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
@@ -222,6 +224,16 @@ class RucioSource:
             sites_named=True,  # every pair's site is one an RSE maps to (remap drops others)
             storages=statuses,
         )
+
+    def read_datasets(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
+        """The exact replicas of ``datasets`` at every mapped site, for an event cycle
+        (:mod:`.targeted`); API calls counted in ``calls_last_read``."""
+        self.wire.begin()
+        try:
+            self.wire.refresh()
+            return read_datasets(self._deep, self._book, datasets)
+        finally:
+            self.calls_last_read = dict(self.wire.calls)
 
     # -- summaries -----------------------------------------------------------------------
 

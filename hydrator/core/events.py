@@ -1,0 +1,301 @@
+"""Rucio's event stream as hints (pure): which datasets a message says to re-read, the batch of
+hints an event cycle reads, when the full read (reconciliation) is due, and an event cycle's
+answer for the sources it did not read.
+
+Messages are hints, never facts (Rucio 41.5.1, ``rucio-hermes``; FACTS.md): at-least-once,
+unordered, no event for a replica added without a transfer. A message only names datasets to
+read again through the source's exact (deep) path; what is published always comes from a
+read. Mapping (:func:`hint_of`):
+
+* ``transfer-done`` / ``transfer-failed``: the payload's rule dataset (``datasetScope``,
+  ``dataset``); a file with no dataset marks the source for the next full read.
+* ``deletion-done``: scope, name, rse of a *file*, no dataset: marks the next full read.
+* ``datasetlock_ok`` (the dataset complete at an RSE), ``rule_ok``, ``rule_progress``
+  (the rule's DID), ``erase``, ``close``, ``open``, ``incomplete`` (the DID itself).
+* Anything else (``transfer-queued``, ``create_dts``, ``register_cnt``, e-mails ...) says
+  nothing about where data is: counted as ``irrelevant`` and dropped.
+
+Nothing here does I/O, reads a clock or keeps a thread; the runtime's coordinator owns the
+lock and the timers.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Plan,
+    Replica,
+    Site,
+    Snapshot,
+    SourceState,
+    State,
+)
+
+TRANSFER_TYPES = frozenset({"transfer-done", "transfer-failed"})
+DATASET_TYPES = frozenset(
+    {"datasetlock_ok", "rule_ok", "rule_progress", "erase", "close", "open", "incomplete"}
+)
+RECONCILE_TYPES = frozenset({"deletion-done"})
+KNOWN_TYPES = TRANSFER_TYPES | DATASET_TYPES | RECONCILE_TYPES
+"""The event types with a label of their own in metrics; any other is ``other``."""
+
+
+class Ignored(enum.Enum):
+    """Why a message was counted and dropped."""
+
+    MALFORMED = "malformed"  # not JSON, not hermes' shape, an invalid name, too large
+    IRRELEVANT = "irrelevant"  # a type that says nothing about where data is
+    DUPLICATE = "duplicate"  # the same message seen recently (at-least-once delivery)
+    OUT_OF_DATE = "out_of_date"  # created before the last full read started
+    OUT_OF_SCOPE = "out_of_scope"  # a scope the source does not read ([sources] scopes)
+
+
+@dataclass(frozen=True)
+class RucioEvent:
+    """One message from ``rucio-hermes``, validated at the edge (the listener adapter).
+
+    ``dataset`` is what the payload names as the dataset (``datasetScope``/``dataset`` of a
+    transfer, ``scope``/``name`` of a dataset event); ``file`` the file of a transfer or a
+    deletion; ``rse`` the RSE it concerns (``dst-rse``/``rse``); ``created_at`` hermes'
+    ``created_at`` (UTC; None when absent). ``key`` identifies the message's content for
+    duplicate detection.
+    """
+
+    event_type: str
+    created_at: datetime | None = None
+    dataset: DatasetId | None = None
+    file: tuple[str, str] | None = None
+    rse: str | None = None
+    key: str = ""
+
+    @property
+    def label(self) -> str:
+        """The event type as a bounded metric label."""
+        return self.event_type if self.event_type in KNOWN_TYPES else "other"
+
+
+def message_key(body: bytes) -> str:
+    """A short digest of a message body: equal bodies, equal keys (hermes re-sends a row
+    unchanged when its delete failed)."""
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def dataset_or_none(scope: object, name: object) -> DatasetId | None:
+    """``DatasetId(scope, name)``, or None when either is missing or not a valid name."""
+    if not isinstance(scope, str) or not isinstance(name, str):
+        return None
+    try:
+        return DatasetId(scope, name)
+    except InvalidNameError:
+        return None
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What one message asks for: datasets to re-read, or (``reconcile``) a change no dataset
+    can be named for, left to the next full read."""
+
+    datasets: frozenset[DatasetId] = frozenset()
+    reconcile: bool = False
+
+
+def hint_of(event: RucioEvent) -> Hint | Ignored:
+    """The hint of a validated event, or why it is dropped (see the module docstring)."""
+    kind = event.event_type
+    if kind in TRANSFER_TYPES:
+        if event.dataset is not None:
+            return Hint(frozenset({event.dataset}))
+        return Hint(reconcile=True)  # a file moved; its dataset is not in the message
+    if kind in DATASET_TYPES:
+        if event.dataset is None:
+            return Ignored.MALFORMED
+        return Hint(frozenset({event.dataset}))
+    if kind in RECONCILE_TYPES:
+        return Hint(reconcile=True)
+    return Ignored.IRRELEVANT
+
+
+OUT_OF_DATE_MARGIN = timedelta(minutes=5)
+"""A message is out of date when created this long before the last full read began: that read
+saw its effect, even through the summary table's lag (abacus: minutes) and a catalogue clock
+a little off the daemon's. Nearer ones are read again (a read costs one call)."""
+
+
+@dataclass
+class Triage:
+    """Drops what an event cycle must not read: duplicates (a bounded memory of recent message
+    keys), messages older than the last full read's start (less :data:`OUT_OF_DATE_MARGIN`),
+    scopes the source does not read."""
+
+    scopes: frozenset[str] = frozenset()  # empty: every scope
+    remember: int = 10_000  # message keys kept for duplicate detection
+    full_read_started: datetime | None = None
+    _seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def judge(self, event: RucioEvent) -> Hint | Ignored:
+        """The event's hint, or why it is dropped; remembers its key."""
+        if event.key:
+            if event.key in self._seen:
+                self._seen.move_to_end(event.key)
+                return Ignored.DUPLICATE
+            self._seen[event.key] = None
+            if len(self._seen) > self.remember:
+                self._seen.popitem(last=False)
+        started = self.full_read_started
+        created = event.created_at
+        if started is not None and created is not None and created < started - OUT_OF_DATE_MARGIN:
+            return Ignored.OUT_OF_DATE
+        hint = hint_of(event)
+        if isinstance(hint, Hint) and self.scopes and hint.datasets:
+            kept = frozenset(d for d in hint.datasets if d.scope in self.scopes)
+            if not kept:
+                return Ignored.OUT_OF_SCOPE
+            hint = replace(hint, datasets=kept)
+        return hint
+
+
+@dataclass
+class Batch:
+    """Hints gathered for the next event cycle, bounded in memory: at most ``capacity``
+    datasets are held; beyond that the batch only remembers that the next full read must
+    cover the rest (``reconcile``). ``first_created`` is the oldest ``created_at`` among
+    the hints (for the event-to-ad lag)."""
+
+    capacity: int
+    datasets: dict[DatasetId, datetime | None] = field(default_factory=dict)
+    reconcile: bool = False
+    overflow: int = 0
+
+    def add(self, hint: Hint, created_at: datetime | None) -> None:
+        self.reconcile |= hint.reconcile
+        for dataset in hint.datasets:
+            if dataset in self.datasets:
+                continue
+            if len(self.datasets) >= self.capacity:
+                self.overflow += 1
+                self.reconcile = True
+                continue
+            self.datasets[dataset] = created_at
+
+    def take(self, limit: int) -> tuple[list[DatasetId], list[datetime], bool]:
+        """Up to ``limit`` datasets to read now (oldest hints first), the ``created_at`` of
+        the messages behind them, and whether the next full read must cover more (overflow,
+        a deletion, a file with no dataset); the batch is emptied."""
+        order = sorted(self.datasets, key=lambda d: (self.datasets[d] is None, self.datasets[d]))
+        now, rest = order[:limit], order[limit:]
+        times = [t for d in now if (t := self.datasets[d]) is not None]
+        reconcile = self.reconcile or bool(rest)
+        self.datasets, self.reconcile, self.overflow = {}, False, 0
+        return now, times, reconcile
+
+    def __bool__(self) -> bool:
+        return bool(self.datasets) or self.reconcile
+
+
+@dataclass(frozen=True)
+class ReconcilePolicy:
+    """When the full read runs while events are on (``[sources.events]``), seconds."""
+
+    interval_s: float  # the normal poll ([daemon] interval_s)
+    reconcile_interval_s: float  # while events flow
+    silence_s: float  # no message for this long: poll as if there were no events
+
+
+@dataclass(frozen=True)
+class ListenerStatus:
+    """What the listener reports: connected now, when it last (re)connected and last got a
+    message (monotonic seconds; None: never)."""
+
+    connected: bool = False
+    connected_at: float | None = None
+    last_message_at: float | None = None
+
+
+def full_read_due(
+    now: float,
+    last_full_read: float | None,
+    status: ListenerStatus,
+    policy: ReconcilePolicy,
+    marked: bool = False,
+) -> bool:
+    """True when the full read must run now (``now``, ``last_full_read``: monotonic seconds):
+    never read; the listener (re)connected since the last read (what was missed while it was
+    away is read); at ``interval_s`` while it is disconnected, silent for ``silence_s``, or
+    ``marked`` (a hint no dataset could be named for, or more than one event cycle reads);
+    else at ``reconcile_interval_s``."""
+    if last_full_read is None:
+        return True
+    if status.connected_at is not None and status.connected_at >= last_full_read:
+        return True
+    since = now - last_full_read
+    heard = status.last_message_at if status.last_message_at is not None else status.connected_at
+    silent = heard is None or now - heard > policy.silence_s
+    if not status.connected or silent or marked:
+        return since >= policy.interval_s
+    return since >= policy.reconcile_interval_s
+
+
+def reread(
+    previous: AbstractSet[Replica], datasets: Collection[DatasetId], read: Iterable[Replica]
+) -> set[Replica]:
+    """A source's replicas with those of ``datasets`` replaced by what was ``read`` (exact
+    reads of exactly those datasets: a dataset read nowhere leaves every site)."""
+    wanted = frozenset(datasets)
+    kept = {r for r in previous if r.dataset not in wanted}
+    kept.update(r for r in read if r.dataset in wanted)
+    return kept
+
+
+def unchanged(state: SourceState) -> Snapshot:
+    """An event cycle's answer for a source it did not read: its last good snapshot, the
+    same set object (the core compares it by identity and finds no change), with the storage
+    statuses and element counts of that snapshot (else an event cycle would bring back what
+    unavailable storage holds, or look like every storage element emptied)."""
+    return patched(state, state.replicas, state.sites)
+
+
+def patched(
+    state: SourceState, replicas: AbstractSet[Replica], sites: AbstractSet[Site]
+) -> Snapshot:
+    """``state``'s last good snapshot with ``replicas`` and ``sites`` instead (an event
+    cycle's answer for the source it re-read), its storage statuses and element counts kept."""
+    snapshot = Snapshot.of(
+        state.name, replicas, sites, unique=True, sites_named=True, storages=state.storages
+    )
+    return replace(snapshot, elements=state.elements)
+
+
+def keep_read_times(plan: Plan, previous: State) -> Plan:
+    """``plan`` (an event cycle's) with every source's ``last_success``/``last_attempt`` as
+    ``previous`` had them: an event cycle read a few datasets, not a source, so a site's
+    ``updated`` time (everything in its ad confirmed at or after it) stays that of the last
+    full read."""
+    sources: dict[str, SourceState] = {}
+    for name, after in plan.state.sources.items():
+        before = previous.sources.get(name)
+        if before is None:
+            sources[name] = after
+            continue
+        kept = replace(after, last_success=before.last_success, last_attempt=before.last_attempt)
+        sources[name] = kept.inherit_index(after)
+    state = State(sources=sources).inherit_derived(plan.state)
+    statuses = tuple(
+        replace(s, last_success=sources[s.name].last_success) if s.name in sources else s
+        for s in plan.sources
+    )
+    return replace(plan, state=state, sources=statuses, sites=state.stamped_views())
+
+
+def lag_seconds(created: Iterable[datetime], published: datetime) -> list[float]:
+    """Seconds from each message's ``created_at`` to the publish (negative clamped to 0: the
+    catalogue's clock may run ahead of the daemon's)."""
+    return [max(0.0, (published - c) / timedelta(seconds=1)) for c in created]

@@ -1,0 +1,344 @@
+"""Event cycles: the daemon's side of a Rucio source's event stream (docs/events.md).
+
+:class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``:
+
+* the :class:`~hydrator.adapters.events.EventSink` its listener calls (listener threads):
+  each message is counted, judged (:class:`~hydrator.core.events.Triage`) and its hint added
+  to a bounded :class:`~hydrator.core.events.Batch`;
+* a worker thread that runs an *event cycle* at most ``event_debounce_s`` after the first hint
+  of a batch: the batch's datasets (at most ``max_event_reads_per_cycle``) are re-read exactly
+  through the source's deep path (:class:`TargetedReads`), and the service plans, saves and
+  publishes as in any cycle (:meth:`Service.run_cycle` with a planner); nothing is published
+  from a message alone;
+* the gate of the scheduled full read (:meth:`scheduled`, every ``[daemon] interval_s``): a
+  full read runs when :func:`~hydrator.core.events.full_read_due` says so (start-up, after a
+  reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
+  read reads every source: a daemon with other sources beside event-driven Rucio ones reads
+  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from typing import Protocol, runtime_checkable
+
+from hydrator.adapters.events import EventListener
+from hydrator.adapters.sources import FetchContext, Source
+from hydrator.config import Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.core.events import (
+    Batch,
+    Ignored,
+    ListenerStatus,
+    ReconcilePolicy,
+    RucioEvent,
+    Triage,
+    full_read_due,
+    keep_read_times,
+    lag_seconds,
+    patched,
+    reread,
+    unchanged,
+)
+from hydrator.core.plan import plan_cycle
+from hydrator.domain import DatasetId, Plan, Replica, Snapshot, State
+from hydrator.errors import ConfigError, TransientSourceError
+from hydrator.runtime.outcome import CycleReport
+from hydrator.runtime.service import Service
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
+ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
+
+
+@runtime_checkable
+class TargetedReads(Protocol):
+    """A source that can re-read given datasets exactly (the Rucio source's deep path)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def read_datasets(
+        self, datasets: Sequence[DatasetId], context: FetchContext
+    ) -> Iterable[Replica]:
+        """This source's replicas of exactly ``datasets`` (a dataset found nowhere has none),
+        or raise a SourceError."""
+        ...
+
+
+class EventCycles:
+    """One event-driven source: sink, worker and full-read gate (see the module docstring).
+    ``clock`` gives monotonic seconds, ``utcnow`` the wall clock for lags."""
+
+    def __init__(
+        self,
+        service: Service,
+        source: TargetedReads,
+        config: RucioEventsConfig,
+        policy: ReconcilePolicy,
+        scopes: Iterable[str] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.service, self.source, self.config, self.policy = service, source, config, policy
+        self.metrics = service.metrics
+        self._clock, self._utcnow = clock, utcnow
+        self._lock = threading.Lock()
+        self._triage = Triage(scopes=frozenset(scopes))
+        self._batch = Batch(config.max_pending_datasets)
+        self._first_hint: float | None = None
+        self._marked = False  # a full read must cover what no event cycle read
+        self._last_full_read: float | None = None
+        self._full_read_calls = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.listener: EventListener | None = None
+        self.subscribed = threading.Event()  # set while the listener is subscribed
+        self._label = source.name
+        self.metrics.events_connected.labels(self._label).set(0)
+        self.metrics.events_disconnected_since.labels(self._label).set(time.time())
+
+    # -- the sink (listener threads) ------------------------------------------------------
+
+    def event(self, event: RucioEvent) -> None:
+        label = event.label
+        self.metrics.events_received.labels(self._label, label).inc()
+        self.metrics.events_last_message.labels(self._label).set(time.time())
+        with self._lock:
+            verdict = self._triage.judge(event)
+            if isinstance(verdict, Ignored):
+                self.metrics.events_ignored.labels(self._label, label, verdict.value).inc()
+                return
+            self._batch.add(verdict, event.created_at)
+            self._marked |= verdict.reconcile  # nothing to re-read: the next full read
+            if verdict.datasets and self._first_hint is None:
+                self._first_hint = self._clock()
+        self.metrics.events_applied.labels(self._label, label).inc()
+        self._wake.set()
+
+    def ignored(self, label: str, reason: Ignored) -> None:
+        self.metrics.events_received.labels(self._label, label).inc()
+        self.metrics.events_last_message.labels(self._label).set(time.time())
+        self.metrics.events_ignored.labels(self._label, label, reason.value).inc()
+
+    def connection(self, connected: bool) -> None:
+        if connected:
+            self.subscribed.set()
+        else:
+            self.subscribed.clear()
+        self.metrics.events_connected.labels(self._label).set(1 if connected else 0)
+        self.metrics.events_disconnected_since.labels(self._label).set(
+            0 if connected else time.time()
+        )
+        self._wake.set()  # a reconnect makes the full read due at once
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker, then the listener (if one was attached)."""
+        self._thread = threading.Thread(target=self._work, name=f"events-cycles-{self._label}")
+        self._thread.daemon = True
+        self._thread.start()
+        if self.listener is not None:
+            self.listener.start()
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def status(self) -> ListenerStatus:
+        return self.listener.status() if self.listener is not None else ListenerStatus()
+
+    # -- full reads --------------------------------------------------------------------------
+
+    def full_read_due(self) -> bool:
+        with self._lock:
+            marked, last = self._marked, self._last_full_read
+        return full_read_due(self._clock(), last, self.status(), self.policy, marked)
+
+    def full_read(self) -> CycleReport:
+        """A normal cycle (every source read), then :meth:`after_full_read`."""
+        started = self._clock()
+        report = self.service.run_cycle()
+        self.after_full_read(report, started)
+        return report
+
+    def after_full_read(self, report: CycleReport, started: float) -> None:
+        """On this source's success in a full read begun at ``started`` (monotonic): the
+        start of the next reconcile period, and the time before which messages are out of
+        date (the read saw their effect)."""
+        fresh = report.plan is not None and any(
+            s.name == self._label and s.fresh for s in report.plan.sources
+        )
+        if not fresh or report.outcome not in ("ok", "degraded"):
+            return
+        calls = getattr(self.source, "calls_last_fetch", None)
+        with self._lock:
+            self._last_full_read = started
+            self._triage.full_read_started = report.started
+            self._marked = False
+            if isinstance(calls, dict):
+                self._full_read_calls = sum(int(n) for n in calls.values())
+
+    # -- event cycles (the worker thread) -----------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if self._reconnected() and self.full_read_due():
+                self.full_read()  # after a reconnect: what was missed while away
+                continue
+            with self._lock:
+                first = self._first_hint
+            if first is None:
+                continue
+            delay = first + self.config.event_debounce_s - self._clock()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            self.event_cycle()
+
+    def _reconnected(self) -> bool:
+        """Subscribed again after a full read (the first full read is the scheduler's)."""
+        with self._lock:
+            read = self._last_full_read
+        status = self.status()
+        return read is not None and status.connected and status.connected_at is not None
+
+    def event_cycle(self) -> CycleReport | None:
+        """Re-read the batch's datasets and publish; None when there was nothing to read."""
+        with self._lock:
+            datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
+            self._marked |= marked
+            self._first_hint = None
+        if not datasets:
+            return None
+        report = self.service.run_cycle(planner=partial(self._plan, datasets))
+        self.metrics.event_cycles.labels(self._label, report.outcome).inc()
+        if report.outcome in ("ok", "degraded"):
+            self.metrics.event_reads.labels(self._label).inc(len(datasets))
+            saved = max(0, self._full_read_calls - len(datasets))
+            self.metrics.event_reads_saved.labels(self._label).inc(saved)
+            published = self._utcnow()
+            for lag in lag_seconds(created, published):
+                self.metrics.event_lag.labels(self._label).observe(lag)
+        else:
+            with self._lock:
+                self._marked = True  # what it should have read waits for the full read
+        self.service.notify_listeners()  # the metrics above into the served files now
+        log.info(
+            "event cycle %s: %d dataset(s) re-read, %s in %.2f s",
+            self._label,
+            len(datasets),
+            report.outcome,
+            report.duration_s,
+        )
+        return report
+
+    def _plan(self, datasets: Sequence[DatasetId], state: State, context: FetchContext) -> Plan:
+        """The event cycle's decision: this source's last answer with ``datasets`` read
+        again, every other source as it stands; the sources' read times kept."""
+        name = self._label
+        held = state.sources.get(name)
+        if held is None or held.last_success is None:
+            raise TransientSourceError(f"events {name}: no full read yet to patch")
+        read = list(self.source.read_datasets(datasets, context))
+        replicas = reread(held.replicas, datasets, read)
+        sites = held.sites | {r.site for r in read}
+        outcomes: dict[str, Snapshot] = {
+            other: unchanged(s) for other, s in state.sources.items() if other != name
+        }
+        outcomes[name] = patched(held, replicas, sites)
+        plan = plan_cycle(state, outcomes, context.now, self.service.policy, context.drains)
+        return keep_read_times(plan, state)
+
+
+class FullReadGate:
+    """The scheduled job (every ``[daemon] interval_s``) when some source has events: a full
+    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`), or always when
+    a source without events is configured (it is polled at the normal interval: such a daemon
+    gains freshness from events, not fewer reads)."""
+
+    def __init__(
+        self,
+        service: Service,
+        cycles: Sequence[EventCycles],
+        poll_all: bool,
+        subscribe_wait_s: float = SUBSCRIBE_WAIT_S,
+    ) -> None:
+        self.service, self.cycles, self.poll_all = service, list(cycles), poll_all
+        self._subscribe_wait_s = subscribe_wait_s  # before the first full read
+
+    def __call__(self) -> None:
+        if self._subscribe_wait_s:
+            # Subscribe first, then read: a start-up read that began before the subscription
+            # would leave a gap, closed only by a second full read after it.
+            deadline = time.monotonic() + self._subscribe_wait_s
+            for cycles in self.cycles:
+                cycles.subscribed.wait(max(0.0, deadline - time.monotonic()))
+            self._subscribe_wait_s = 0.0
+        if not self.poll_all and not any(c.full_read_due() for c in self.cycles):
+            self.service.metrics.full_reads_skipped.inc()
+            return
+        started = time.monotonic()
+        report = self.service.run_cycle()
+        for cycles in self.cycles:
+            cycles.after_full_read(report, started)
+
+    def stop(self) -> None:
+        for cycles in self.cycles:
+            cycles.stop()
+
+
+def start_events(
+    config: Config, service: Service, listener: ListenerFactory | None = None
+) -> FullReadGate | None:
+    """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
+    the gate for the scheduler, or None when no source has events. ``listener`` builds a
+    listener (default: the STOMP adapter, imported only here)."""
+    chosen = event_sources(config, service)
+    if not chosen:
+        return None
+    if listener is None:
+        from hydrator.adapters.events import stomp_listener  # noqa: PLC0415  (lazy)
+
+        listener = stomp_listener.build
+    cycles: list[EventCycles] = []
+    for source_config, source in chosen:
+        if not isinstance(source, TargetedReads):
+            raise ConfigError(
+                f"sources.{source_config.name}.events", "this source cannot re-read datasets"
+            )
+        events = source_config.events
+        policy = ReconcilePolicy(
+            config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
+        )
+        made = EventCycles(service, source, events, policy, source_config.scopes)
+        made.listener = listener(events, source_config.name, made)
+        made.start()
+        cycles.append(made)
+    poll_all = len(chosen) < len(service.sources)
+    return FullReadGate(service, cycles, poll_all)
+
+
+def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
+    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
+    by_name = {s.name: s for s in service.sources}
+    return [
+        (c, by_name[c.name])
+        for c in config.sources
+        if isinstance(c, RucioSourceConfig) and c.events.enabled and c.name in by_name
+    ]

@@ -1,0 +1,225 @@
+"""Event cycles on the real stack: the test Rucio server, its own ``rucio-hermes``, Debian's
+ActiveMQ, and the daemon's service with its listener (hydrator.runtime.events).
+
+Where the server can emit the event itself it does (a rule with ``notify="Y"`` whose replicas
+are made AVAILABLE through the public API emits ``datasetlock_ok`` and ``rule_ok``, which hermes
+sends). ``transfer-done`` needs FTS and ``deletion-done`` the reaper on real storage: those are
+published by the test to the same broker in hermes' exact format, and say so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hydrator.config import Config, parse_config
+from hydrator.domain import Site
+from hydrator.runtime.events import FullReadGate, start_events
+from hydrator.runtime.report import sites_json
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import build_service
+from tests.support.activemq import DESTINATION, Broker
+from tests.support.hermes import Hermes
+from tests.support.prometheus import wait_for
+from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
+
+pytestmark = [pytest.mark.rucio, pytest.mark.activemq]
+
+
+@dataclass
+class Daemon:
+    service: Service
+    gate: FullReadGate
+    site: str
+    dst: str
+    src: str
+    scope: str
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def lists(self) -> tuple[list[str], list[str]]:
+        view = self.service.published.ads[Site(self.site)].view
+        return [str(d) for d in view.available], [str(d) for d, _ in view.replicating]
+
+    def origin(self) -> str | None:
+        sites = {s["site"]: s for s in sites_json(self.service.published)["sites"]}
+        origin: str | None = sites[self.site]["origin"]
+        return origin
+
+    def full_reads(self) -> float:
+        """Full reads of the Rucio source (event cycles are not fetches)."""
+        return self.sample("hydrator_source_fetch_duration_seconds_count", source="rucio")
+
+
+def daemon_config(server: RucioServer, broker: Broker, tmp_path: Path, tag: str) -> Config:
+    rucio = source_config(server, rse_expression=f"rse_type=DISK&fed={tag}").model_dump(
+        mode="json", exclude_none=True
+    )
+    rucio["events"] = {
+        "enabled": True,
+        "brokers": [f"127.0.0.1:{broker.port}"],
+        "destination": DESTINATION,
+        "client_id": unique("hydrator-"),
+        "username": "hydrator",
+        "password_file": str(broker.password_file("hydrator")),
+        "heartbeat_s": 2.0,
+        "reconnect_initial_s": 0.2,
+        "reconnect_max_s": 1.0,
+        "event_debounce_s": 0.5,
+    }
+    return parse_config(
+        {"daemon": {"state_path": str(tmp_path / "state.sqlite")}, "sources": [rucio]}, tmp_path
+    )
+
+
+@pytest.fixture()
+def daemon(
+    rucio_server: RucioServer,
+    rucio_admin: RucioAdmin,
+    running_activemq: Broker,
+    tmp_path: Path,
+) -> Iterator[Daemon]:
+    tag = unique("ev").lower()
+    site, attrs = f"SITE-EV-{tag}", {"fed": tag}
+    dst = rucio_admin.rse(site, attributes=attrs)
+    src = rucio_admin.rse(f"SITE-SRC-{tag}", attributes=attrs)
+    config = daemon_config(rucio_server, running_activemq, tmp_path, tag)
+    service = build_service(config)
+    gate = start_events(config, service)
+    assert gate is not None
+    try:
+        made = Daemon(service, gate, site, dst, src, rucio_admin.scope())
+        wait_for("subscribed", lambda: gate.cycles[0].status().connected, 30)
+        gate()  # the start-up full read (the scheduler's first run)
+        assert made.full_reads() == 1
+        yield made
+    finally:
+        gate.stop()
+        service.close()
+
+
+def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
+    daemon: Daemon, rucio_admin: RucioAdmin, hermes: Hermes
+) -> None:
+    name = rucio_admin.dataset(daemon.scope, 2, at=[daemon.src])
+    rule = rucio_admin.rule(daemon.scope, name, daemon.dst, notify="Y")
+    did = f"{daemon.scope}:{name}"
+    daemon.gate()  # not due: events flow (subscribed, read at start-up)
+    assert daemon.full_reads() == 1
+    assert daemon.sample("hydrator_full_reads_skipped_total") == 1
+    # the conveyor's part, through the public API: the files arrive, the lock goes OK
+    rucio_admin.set_file_states(
+        daemon.dst, daemon.scope, rucio_admin.files(daemon.scope, name), "A"
+    )
+    assert rucio_admin.rule_info(rule)["state"] == "OK"
+    sent = time.monotonic()
+    hermes.run_once()  # the server's datasetlock_ok and rule_ok go to the broker
+    wait_for("the dataset in the site's ad", lambda: did in daemon.lists()[0], 30)
+    took = time.monotonic() - sent
+    assert daemon.full_reads() == 1  # no full read: an event cycle read that dataset alone
+    assert daemon.origin() == "event"
+    assert (
+        daemon.sample("hydrator_events_received_total", source="rucio", type="datasetlock_ok") >= 1
+    )
+    assert daemon.sample("hydrator_event_reads_total", source="rucio") >= 1
+    assert daemon.sample("hydrator_event_lag_seconds_count", source="rucio") >= 1
+    assert took < 10, took  # hermes' delivery to the ad (the machine is shared: loose bound)
+
+
+def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishing(
+    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+) -> None:
+    """Messages published by the test in hermes' exact format (``transfer-done`` needs FTS).
+    One names a dataset that is really complete at the site: it is published. One names a
+    dataset that is not there at all (a forged or stale message): nothing is published from
+    the message alone."""
+    there = rucio_admin.dataset(daemon.scope, 1, at=[daemon.dst])
+    rucio_admin.rule(daemon.scope, there, daemon.dst)  # placed without a transfer message
+    absent = rucio_admin.dataset(daemon.scope, 1, at=[daemon.src])
+    assert f"{daemon.scope}:{there}" not in daemon.lists()[0]
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    def transfer_done(dataset: str) -> dict[str, Any]:
+        return {
+            "event_type": "transfer-done",
+            "payload": {
+                "scope": daemon.scope,
+                "name": f"{dataset}.f000",
+                "dataset": dataset,
+                "datasetScope": daemon.scope,
+                "dst-rse": daemon.dst,
+                "tool-id": "rucio-conveyor",
+            },
+            "created_at": now,
+        }
+
+    running_activemq.publish_as_hermes([transfer_done(there), transfer_done(absent)])
+    wait_for(
+        "the complete dataset published",
+        lambda: f"{daemon.scope}:{there}" in daemon.lists()[0],
+        30,
+    )
+    available, replicating = daemon.lists()
+    assert f"{daemon.scope}:{absent}" not in available + replicating
+    assert daemon.full_reads() == 1
+
+
+def test_a_deletion_without_a_dataset_marks_a_full_read_at_the_normal_interval(
+    daemon: Daemon, running_activemq: Broker
+) -> None:
+    """``deletion-done`` (published by the test in hermes' format: the reaper of the test
+    server deletes no real file) names a file, no dataset: no event cycle, and the next
+    scheduled run reads everything once ``interval_s`` has passed."""
+    running_activemq.publish_as_hermes(
+        [
+            {
+                "event_type": "deletion-done",
+                "payload": {"scope": daemon.scope, "name": "f1", "rse": daemon.dst},
+                "created_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
+            }
+        ]
+    )
+    labels = {"source": "rucio", "type": "deletion-done"}
+    wait_for(
+        "the deletion counted", lambda: daemon.sample("hydrator_events_applied_total", **labels), 30
+    )
+    cycles = daemon.gate.cycles[0]
+    assert not cycles.full_read_due()  # within interval_s of the start-up read
+    cycles.policy = type(cycles.policy)(0.0, 1800.0, 600.0)  # as if interval_s had passed
+    assert cycles.full_read_due()
+    daemon.gate()
+    assert daemon.full_reads() == 2
+    assert not cycles.full_read_due()  # the mark is cleared by the read
+
+
+def test_a_reconnect_reads_everything_once(
+    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+) -> None:
+    """While the broker is away, a change happens that no message will tell (its messages
+    were lost with the broker, or it had none: a replica added without a transfer). After the
+    listener subscribes again, one full read publishes it; the stream is followed again."""
+    cycles = daemon.gate.cycles[0]
+    running_activemq.stop()
+    wait_for("disconnected", lambda: not cycles.status().connected, 30)
+    assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 0
+    daemon.gate()  # disconnected, but within interval_s of the last read: not due yet
+    assert daemon.full_reads() == 1
+    silent = rucio_admin.dataset(daemon.scope, 1, at=[daemon.dst])
+    rucio_admin.rule(daemon.scope, silent, daemon.dst)
+    running_activemq.start()
+    did = f"{daemon.scope}:{silent}"
+    wait_for(
+        "the silent change, by the reconnect's full read", lambda: did in daemon.lists()[0], 60
+    )
+    assert daemon.full_reads() == 2
+    assert daemon.origin() == "full_read"
+    assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 1
+    assert not cycles.full_read_due()

@@ -1,0 +1,200 @@
+"""The listener (hydrator.adapters.events.stomp_listener) on the real broker.
+
+Messages here are published by the test as the broker's ``hermes`` user in hermes' exact
+format (:meth:`Broker.publish_as_hermes`): ``transfer-done`` needs FTS, which the test server
+does not have. ``tests/events/test_hermes_broker.py`` shows the server's own hermes sending.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hydrator.adapters.events.stomp_listener import StompListener
+from hydrator.config import RucioEventsConfig
+from hydrator.core.events import Ignored, RucioEvent
+from hydrator.domain import DatasetId
+from tests.support.activemq import DESTINATION, Broker
+from tests.support.prometheus import wait_for
+from tests.support.rucio_server import unique
+
+pytestmark = pytest.mark.activemq
+
+
+class Sink:
+    """Records what the listener hands over (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.events: list[RucioEvent] = []
+        self.dropped: list[tuple[str, Ignored]] = []
+        self.states: list[bool] = []
+        self.lock = threading.Lock()
+
+    def event(self, event: RucioEvent) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def ignored(self, label: str, reason: Ignored) -> None:
+        with self.lock:
+            self.dropped.append((label, reason))
+
+    def connection(self, connected: bool) -> None:
+        with self.lock:
+            self.states.append(connected)
+
+
+def config(broker: Broker, **overrides: Any) -> RucioEventsConfig:
+    values: dict[str, Any] = {
+        "enabled": True,
+        "brokers": [f"127.0.0.1:{broker.port}"],
+        "destination": DESTINATION,
+        "client_id": unique("hydrator-"),
+        "subscription_name": "hydrator",
+        "username": "hydrator",
+        "password_file": broker.password_file("hydrator"),
+        "heartbeat_s": 1.0,
+        "reconnect_initial_s": 0.2,
+        "reconnect_max_s": 1.0,
+        "max_message_bytes": 4096,
+    }
+    values.update(overrides)
+    return RucioEventsConfig(**values)
+
+
+@pytest.fixture()
+def listening(running_activemq: Broker) -> Iterator[tuple[StompListener, Sink]]:
+    sink = Sink()
+    listener = StompListener(config(running_activemq), "rucio", sink)
+    listener.start()
+    try:
+        wait_for("subscribed", lambda: listener.status().connected, 30)
+        yield listener, sink
+    finally:
+        listener.stop()
+
+
+def transfer_done(scope: str, name: str, dataset: str) -> dict[str, Any]:
+    """A ``transfer-done`` as Rucio 41.5.1 queues it (rucio.core.request), abridged."""
+    return {
+        "event_type": "transfer-done",
+        "payload": {
+            "scope": scope,
+            "name": name,
+            "dataset": dataset,
+            "datasetScope": scope,
+            "dst-rse": "SITE_A_DISK",
+            "src-rse": "SITE_B_DISK",
+            "bytes": 1000,
+            "tool-id": "rucio-conveyor",
+        },
+        "created_at": "2026-11-26 10:55:12.123456",
+    }
+
+
+def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
+    listening: tuple[StompListener, Sink], running_activemq: Broker
+) -> None:
+    listener, sink = listening
+    running_activemq.publish_as_hermes([transfer_done("ska", "f1", "obs1")])
+    (event,) = wait_for("the transfer-done", lambda: list(sink.events), 15)
+    assert event.event_type == "transfer-done"
+    assert event.dataset == DatasetId("ska", "obs1")
+    assert event.file == ("ska", "f1")
+    assert event.rse == "SITE_A_DISK"
+    assert event.created_at is not None and event.created_at.isoformat().startswith(
+        "2026-11-26T10:55:12.123456+00:00"
+    )
+    assert listener.status().last_message_at is not None
+
+    conn = running_activemq.connect("hermes")
+    try:
+        for body, event_type in [
+            ("not json", "transfer-done"),
+            (json.dumps({"event_type": "x", "payload": {}, "extra": 1}), "x"),
+            (json.dumps(transfer_done("ska", "f2", "o" * 5000)), "transfer-done"),  # too big
+        ]:
+            conn.send(
+                destination=DESTINATION,
+                body=body,
+                headers={"persistent": "true", "event_type": event_type},
+            )
+    finally:
+        conn.disconnect()
+    dropped = wait_for("three dropped", lambda: len(sink.dropped) == 3 and sink.dropped, 15)
+    assert dropped == [
+        ("transfer-done", Ignored.MALFORMED),
+        ("other", Ignored.MALFORMED),
+        ("transfer-done", Ignored.MALFORMED),
+    ]
+
+
+def test_messages_sent_while_away_arrive_on_return(running_activemq: Broker) -> None:
+    """The durable subscription: the broker keeps what hermes sends while the daemon is
+    stopped, and delivers it when the same client-id and subscription come back."""
+    settings = config(running_activemq)
+    first = Sink()
+    listener = StompListener(settings, "rucio", first)
+    listener.start()
+    wait_for("subscribed", lambda: listener.status().connected, 30)
+    listener.stop()
+    running_activemq.publish_as_hermes([transfer_done("ska", "f3", "obs3")])
+    again = Sink()
+    listener = StompListener(settings, "rucio", again)
+    listener.start()
+    try:
+        (event,) = wait_for("the queued message", lambda: list(again.events), 30)
+    finally:
+        listener.stop()
+    assert event.dataset == DatasetId("ska", "obs3")
+    assert first.events == []
+
+
+def test_a_broker_restart_is_one_lost_and_one_subscribed_line(
+    listening: tuple[StompListener, Sink],
+    running_activemq: Broker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listener, sink = listening
+    caplog.set_level(logging.INFO, logger="hydrator.adapters.events.stomp_listener")
+    running_activemq.stop()
+    wait_for("disconnected", lambda: not listener.status().connected, 30)
+    threading.Event().wait(3)  # a few reconnect rounds against a closed port
+    running_activemq.start()
+    wait_for("subscribed again", lambda: listener.status().connected, 60)
+    running_activemq.publish_as_hermes([transfer_done("ska", "f4", "obs4")])
+    wait_for("a message after the restart", lambda: list(sink.events), 15)
+    assert sink.states == [True, False, True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("lost the broker connection" in m for m in lines) == 1
+    assert sum("cannot subscribe at any broker" in m for m in lines) == 1
+    assert sum("subscribed to" in m for m in lines) == 1
+
+
+def test_a_wrong_password_is_one_line_naming_the_broker(
+    running_activemq: Broker, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = tmp_path / "password"
+    wrong.write_text("not-the-password\n")
+    sink = Sink()
+    listener = StompListener(config(running_activemq, password_file=wrong), "rucio", sink)
+    listener.start()
+    try:
+        wait_for(
+            "the warning",
+            lambda: any("cannot subscribe" in r.getMessage() for r in caplog.records),
+            30,
+        )
+        threading.Event().wait(2)
+        assert not listener.status().connected
+    finally:
+        listener.stop()
+    lines = [r.getMessage() for r in caplog.records if "cannot subscribe" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"127.0.0.1:{running_activemq.port}" in lines[0]
+    assert "not-the-password" not in caplog.text
+    assert sink.states == []

@@ -1,0 +1,145 @@
+"""Rucio events as hints (hydrator.core.events), table by table: what a message asks to re-read,
+what is dropped, the bounded batch, when the full read is due, and an event cycle's plan."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from hydrator.core.events import (
+    Batch,
+    Hint,
+    Ignored,
+    ListenerStatus,
+    ReconcilePolicy,
+    RucioEvent,
+    Triage,
+    full_read_due,
+    hint_of,
+    keep_read_times,
+    lag_seconds,
+    reread,
+    unchanged,
+)
+from hydrator.core.plan import Policy, plan_cycle
+from hydrator.domain import DatasetId, Site, State
+from tests.unit.factories import rep, snap, t
+
+DS = DatasetId("ska", "obs1")
+DS2 = DatasetId("ska", "obs2")
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (RucioEvent("transfer-done", dataset=DS, file=("ska", "f1")), Hint(frozenset({DS}))),
+        (RucioEvent("transfer-failed", dataset=DS), Hint(frozenset({DS}))),
+        # a file moved, its dataset not in the message: the next full read covers it
+        (RucioEvent("transfer-done", file=("ska", "f1")), Hint(reconcile=True)),
+        (RucioEvent("deletion-done", file=("ska", "f1"), rse="R1"), Hint(reconcile=True)),
+        (RucioEvent("datasetlock_ok", dataset=DS, rse="R1"), Hint(frozenset({DS}))),
+        (RucioEvent("rule_ok", dataset=DS), Hint(frozenset({DS}))),
+        (RucioEvent("rule_progress", dataset=DS), Hint(frozenset({DS}))),
+        (RucioEvent("erase", dataset=DS), Hint(frozenset({DS}))),
+        (RucioEvent("datasetlock_ok"), Ignored.MALFORMED),  # no (valid) scope:name
+        (RucioEvent("transfer-queued", dataset=DS), Ignored.IRRELEVANT),
+        (RucioEvent("create_dts", dataset=DS), Ignored.IRRELEVANT),
+        (RucioEvent("email"), Ignored.IRRELEVANT),
+    ],
+)
+def test_hint_of(event: RucioEvent, expected: Hint | Ignored) -> None:
+    assert hint_of(event) == expected
+
+
+def test_labels_are_bounded() -> None:
+    assert RucioEvent("datasetlock_ok").label == "datasetlock_ok"
+    assert RucioEvent("anything-a-broker-sends").label == "other"
+
+
+def test_triage_drops_duplicates_old_messages_and_other_scopes() -> None:
+    triage = Triage(scopes=frozenset({"ska"}), remember=2, full_read_started=t(10))
+    first = RucioEvent("rule_ok", t(11), DS, key="k1")
+    assert triage.judge(first) == Hint(frozenset({DS}))
+    assert triage.judge(first) is Ignored.DUPLICATE
+    # out of date: created over 5 minutes before the last full read began
+    assert triage.judge(RucioEvent("rule_ok", t(4), DS, key="k2")) is Ignored.OUT_OF_DATE
+    assert triage.judge(RucioEvent("rule_ok", t(6), DS2, key="k4")) == Hint(frozenset({DS2}))
+    other = RucioEvent("rule_ok", t(11), DatasetId("cms", "x"), key="k3")
+    assert triage.judge(other) is Ignored.OUT_OF_SCOPE
+    # the memory is bounded: k1 was pushed out by k2, k4 and k3, so it counts as new again
+    assert triage.judge(first) == Hint(frozenset({DS}))
+
+
+def test_batch_is_bounded_and_marks_the_rest_for_the_next_full_read() -> None:
+    batch = Batch(capacity=2)
+    batch.add(Hint(frozenset({DS})), t(2))
+    batch.add(Hint(frozenset({DS2})), t(1))
+    batch.add(Hint(frozenset({DatasetId("ska", "obs3")})), t(3))  # over capacity
+    assert batch.overflow == 1
+    read, created, reconcile = batch.take(limit=1)
+    assert read == [DS2]  # the oldest hint first
+    assert created == [t(1)]
+    assert reconcile  # obs3 (overflow) and obs1 (over the limit) wait for the full read
+    assert not batch
+    batch.add(Hint(frozenset({DS})), None)
+    assert batch.take(limit=5) == ([DS], [], False)
+
+
+POLICY = ReconcilePolicy(interval_s=60, reconcile_interval_s=1800, silence_s=600)
+
+
+@pytest.mark.parametrize(
+    ("now", "last", "status", "due"),
+    [
+        (0, None, ListenerStatus(), True),  # start-up: once
+        (100, 50, ListenerStatus(True, 60, 99), True),  # reconnected after the last read
+        (100, 50, ListenerStatus(True, 10, 99), False),  # events flow: wait for reconcile
+        (1900, 50, ListenerStatus(True, 10, 1899), True),  # the reconcile interval passed
+        (200, 50, ListenerStatus(False, 10, 150), True),  # disconnected: the normal interval
+        (100, 50, ListenerStatus(False, 10, 99), False),  # ... not yet
+        (800, 700, ListenerStatus(True, 10, 20), True),  # silent for 780 s > 600 s
+        (800, 750, ListenerStatus(True, 10, 20), False),  # silent, but read 50 s ago
+        (500, 50, ListenerStatus(True, 10, None), False),  # nothing yet, not silent long
+    ],
+)
+def test_full_read_due(now: float, last: float | None, status: ListenerStatus, due: bool) -> None:
+    assert full_read_due(now, last, status, POLICY) is due
+
+
+def test_a_marked_full_read_comes_at_the_normal_interval() -> None:
+    flowing = ListenerStatus(True, 10, 99)
+    assert full_read_due(120, 50, flowing, POLICY, marked=True)
+    assert not full_read_due(100, 50, flowing, POLICY, marked=True)
+
+
+def test_reread_replaces_exactly_the_datasets_read() -> None:
+    before = {rep("A", "obs1"), rep("B", "obs1"), rep("A", "obs2")}
+    after = reread(before, [DS], [rep("C", "obs1"), rep("C", "obs2")])
+    # obs1 leaves A and B (read nowhere there) and is at C; obs2 is untouched (not read)
+    assert after == {rep("C", "obs1"), rep("A", "obs2")}
+
+
+def test_an_event_cycle_keeps_the_full_reads_time_and_other_sources_as_they_were() -> None:
+    first = {
+        "rucio": snap("rucio", rep("A", "obs1"), sites=("A", "B")),
+        "static": snap("static", rep("C", "obs2"), sites=("C",)),
+    }
+    state = plan_cycle(State(), first, t(0), Policy()).state
+    replicas = reread(state.sources["rucio"].replicas, [DS], [rep("B", "obs1")])
+    outcomes = {
+        "rucio": snap("rucio", *replicas, sites=("A", "B")),
+        "static": unchanged(state.sources["static"]),
+    }
+    plan = keep_read_times(plan_cycle(state, outcomes, t(5), Policy()), state)
+    assert [str(d) for d in plan.sites[Site("B")].available] == ["ska:obs1"]
+    assert plan.sites[Site("A")].available == ()
+    assert [str(d) for d in plan.sites[Site("C")].available] == ["ska:obs2"]
+    assert plan.state.sources["rucio"].last_success == t(0)
+    assert plan.sites[Site("B")].updated == t(0)  # as of the last full read, not the event
+    assert {s.last_success for s in plan.sources} == {t(0)}
+
+
+def test_lag_is_never_negative() -> None:
+    assert lag_seconds([t(0), t(2)], t(1)) == [60.0, 0.0]
+    assert lag_seconds([t(0)], t(0) + timedelta(seconds=1.5)) == [1.5]

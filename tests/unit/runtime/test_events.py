@@ -1,0 +1,236 @@
+"""Event cycles (hydrator.runtime.events) over the real service and state store, with an
+in-memory catalogue as the source (the runtime's batching, debounce and gating do not depend
+on Rucio; tests/events/ runs the same path on the real server, broker and hermes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from hydrator.adapters.sources import FetchContext
+from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.config import RucioEventsConfig, parse_config
+from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
+from hydrator.domain import DatasetId, Replica, Site, Snapshot
+from hydrator.errors import TransientSourceError
+from hydrator.runtime.events import EventCycles, FullReadGate
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.report import sites_json
+from hydrator.runtime.service import Service
+from tests.unit.factories import rep
+
+
+class Catalogue:
+    """A source whose answer is a set the test changes; counts full and targeted reads."""
+
+    name = "rucio"
+
+    def __init__(self, *replicas: Replica) -> None:
+        self.replicas = set(replicas)
+        self.full_reads = 0
+        self.fetched_at: list[float] = []
+        self.targeted: list[list[DatasetId]] = []
+        self.fail = False
+        self.calls_last_fetch = {"list_datasets_per_rse": 40}
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        self.full_reads += 1
+        self.fetched_at.append(time.monotonic())
+        return Snapshot.of(self.name, self.replicas, [Site("A"), Site("B")])
+
+    def read_datasets(
+        self, datasets: Sequence[DatasetId], context: FetchContext
+    ) -> Iterable[Replica]:
+        if self.fail:
+            raise TransientSourceError("rucio: connection refused")
+        self.targeted.append(list(datasets))
+        return [r for r in self.replicas if r.dataset in datasets]
+
+    def close(self) -> None:
+        pass
+
+
+class Listening:
+    """A listener's status, as the test sets it."""
+
+    def __init__(self, status: ListenerStatus) -> None:
+        self.state = status
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def status(self) -> ListenerStatus:
+        return self.state
+
+
+def ds(name: str) -> DatasetId:
+    return DatasetId("ska", name)
+
+
+def lock_ok(name: str, key: str = "") -> RucioEvent:
+    return RucioEvent("datasetlock_ok", None, ds(name), rse="B_DISK", key=key or name)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Any:
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite", "interval_s": 60},
+            "sources": [{"type": "static", "path": "unused.toml"}],
+        },
+        tmp_path,
+    )
+    catalogue = Catalogue(rep("A", "obs1"))
+    metrics = Metrics(CollectorRegistry())
+    service = Service(
+        config,
+        sources=[catalogue],
+        store=SqliteStateStore(tmp_path / "s.sqlite"),
+        metrics=metrics,
+    )
+    events = RucioEventsConfig(
+        enabled=True, brokers=["127.0.0.1:1"], event_debounce_s=0.2, max_event_reads_per_cycle=2
+    )
+    now = [1000.0]
+    cycles = EventCycles(
+        service, catalogue, events, ReconcilePolicy(60, 1800, 600), clock=lambda: now[0]
+    )
+    cycles.listener = Listening(ListenerStatus(True, 999.0, 999.0))
+    yield service, catalogue, cycles, metrics, now
+    service.close()
+
+
+def available(service: Service, site: str) -> list[str]:
+    return [str(d) for d in service.published.ads[Site(site)].view.available]
+
+
+def test_an_event_cycle_rereads_exactly_the_named_datasets(setup: Any) -> None:
+    service, catalogue, cycles, metrics, _now = setup
+    assert cycles.full_read_due()  # start-up
+    cycles.full_read()
+    assert not cycles.full_read_due()  # events flow: the next full read is the reconcile
+    # the catalogue changes twice; only obs1's change is named by a message
+    catalogue.replicas = {rep("A", "obs1"), rep("B", "obs1"), rep("B", "obs2")}
+    cycles.event(lock_ok("obs1"))
+    report = cycles.event_cycle()
+    assert report is not None and report.outcome == "ok"
+    assert catalogue.targeted == [[ds("obs1")]]
+    assert catalogue.full_reads == 1
+    assert available(service, "B") == ["ska:obs1"]  # obs2 waits for the reconcile
+    sites = {s["site"]: s for s in sites_json(service.published)["sites"]}
+    assert sites["B"]["origin"] == "event"
+    assert sites["A"]["origin"] == "full_read"
+    # the site's "updated" stays the full read's: only obs1 was confirmed since
+    assert sites["B"]["updated"] == sites["A"]["updated"]
+    sample = metrics.registry.get_sample_value
+    assert sample("hydrator_event_reads_total", {"source": "rucio"}) == 1
+    assert sample("hydrator_event_reads_saved_total", {"source": "rucio"}) == 39
+    assert (
+        sample("hydrator_events_applied_total", {"source": "rucio", "type": "datasetlock_ok"}) == 1
+    )
+
+
+def test_duplicates_and_irrelevant_messages_cost_no_read(setup: Any) -> None:
+    _service, catalogue, cycles, metrics, _now = setup
+    cycles.full_read()
+    cycles.event(lock_ok("obs1", key="same"))
+    cycles.event(lock_ok("obs1", key="same"))
+    cycles.event(RucioEvent("transfer-queued", None, ds("obs1"), key="q"))
+    cycles.event_cycle()
+    assert catalogue.targeted == [[ds("obs1")]]
+    assert cycles.event_cycle() is None  # nothing left
+    sample = metrics.registry.get_sample_value
+    labels = {"source": "rucio", "type": "datasetlock_ok", "reason": "duplicate"}
+    assert sample("hydrator_events_ignored_total", labels) == 1
+    labels = {"source": "rucio", "type": "other", "reason": "irrelevant"}
+    assert sample("hydrator_events_ignored_total", labels) == 1
+
+
+def test_a_flood_is_cut_and_the_rest_left_to_a_full_read_at_the_normal_interval(
+    setup: Any,
+) -> None:
+    _service, catalogue, cycles, _metrics, now = setup
+    cycles.full_read()
+    for i in range(5):
+        cycles.event(lock_ok(f"obs{i}"))
+    cycles.event_cycle()
+    assert len(catalogue.targeted[0]) == 2  # max_event_reads_per_cycle
+    assert cycles.event_cycle() is None  # the other three are not held any more
+    now[0] += 30
+    assert not cycles.full_read_due()
+    now[0] += 31  # interval_s after the full read: marked, so due before the reconcile
+    assert cycles.full_read_due()
+
+
+def test_a_failed_reread_keeps_the_published_state(setup: Any) -> None:
+    service, catalogue, cycles, _metrics, now = setup
+    cycles.full_read()
+    before = service.published.ads
+    catalogue.fail = True
+    cycles.event(lock_ok("obs1"))
+    report = cycles.event_cycle()
+    assert report is not None and report.outcome == "failed"
+    assert service.published.ads == before
+    now[0] += 61
+    assert cycles.full_read_due()  # what it should have read: the next full read
+
+
+def test_the_worker_runs_an_event_cycle_within_the_debounce(setup: Any) -> None:
+    service, catalogue, cycles, _metrics, _now = setup
+    cycles.full_read()
+    real = EventCycles(service, catalogue, cycles.config, cycles.policy, clock=time.monotonic)
+    real.listener = Listening(ListenerStatus(False))
+    real.start()
+    try:
+        catalogue.replicas.add(rep("B", "obs1"))
+        sent = time.monotonic()
+        real.event(lock_ok("obs1"))
+        real.event(lock_ok("obs9"))  # in the same batch
+        deadline = sent + 10
+        while not catalogue.targeted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        took = time.monotonic() - sent
+    finally:
+        real.stop()
+    assert sorted(catalogue.targeted[0]) == [ds("obs1"), ds("obs9")]
+    assert 0.2 <= took < 8  # the debounce first; a loaded machine may add seconds
+    assert available(service, "B") == ["ska:obs1"]
+
+
+def test_the_gate_skips_full_reads_while_events_flow_unless_other_sources_need_polling(
+    setup: Any,
+) -> None:
+    service, catalogue, cycles, metrics, _now = setup
+    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    gate()  # start-up: due
+    gate()  # events flow: skipped
+    assert catalogue.full_reads == 1
+    assert metrics.registry.get_sample_value("hydrator_full_reads_skipped_total") == 1
+    FullReadGate(service, [cycles], poll_all=True, subscribe_wait_s=0)()  # no events: always
+    assert catalogue.full_reads == 2
+
+
+def test_the_first_full_read_waits_for_the_subscription(setup: Any) -> None:
+    """Subscribe, then read: no gap between the start-up read and the stream."""
+    _service, catalogue, cycles, _metrics, _now = setup
+    gate = FullReadGate(_service, [cycles], poll_all=False, subscribe_wait_s=30)
+    subscribed: list[float] = []
+
+    def subscribe() -> None:
+        subscribed.append(time.monotonic())
+        cycles.connection(True)
+
+    timer = threading.Timer(0.3, subscribe)
+    timer.start()
+    gate()
+    assert catalogue.full_reads == 1
+    assert subscribed and catalogue.fetched_at[0] >= subscribed[0]
