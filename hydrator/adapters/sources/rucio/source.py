@@ -113,7 +113,7 @@ class RucioSource:
     """A :class:`~hydrator.adapters.sources.Source` reading one Rucio server.
 
     ``sleep`` is the backoff clock (seconds); ``client_factory`` replaces building a
-    rucio-clients ``Client`` (tests: :class:`~.wire.RucioWire`); ``bulk_share`` is the
+    rucio-clients ``Client`` (tests; see :class:`~.wire.RucioWire`); ``bulk_share`` is the
     share of a site's rows that, dirty, makes it settle its plainly complete pairs in one
     batch (:meth:`_settle`). After each fetch, ``calls_last_fetch`` maps client method ->
     API calls made (retries included) and ``deep_checks_last_fetch`` /
@@ -187,8 +187,8 @@ class RucioSource:
         self._held_ids = held_ids(book, context.previous.get(self.name))
         try:
             self.wire.refresh()
-            cycle = Cycle(self._sites.read(self.wire, book.rses, context.now))
-            cycle.invalid = cycle.table.invalid
+            table = self._sites.read(self.wire, book.rses, context.now)
+            cycle = Cycle(table, invalid=table.invalid)
             dirty = Dirty()
             remap(book, cycle.table, dirty)
             self._read_summaries(book, cycle, dirty)
