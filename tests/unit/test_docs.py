@@ -11,6 +11,11 @@ service). The forms understood, in the order they appear in a document:
 - ``::test_z``: a test in the file named last before it in the same document;
 - ``test_z`` alone (prose, a "tests" column): a test in any test file;
 - ``test_z[case]``: a parametrized id; only the function must exist.
+
+The same documents, except benchmarks/*.md (records of past runs, which name the code as it was
+then), must also name only files and folders of the repository that exist: a path starting with
+one of :data:`PATH_STARTS` (``hydrator/...``, ``core/plan.py``, ``deploy/condor/``) is looked up
+as written or as the tail of a real path, so a moved or deleted module cannot stay in the docs.
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ REFERENCE = re.compile(
     r"|(?P<bare>test_\w+)"
     r")"
 )
+
+
+PATH = re.compile(r"(?<![\w/.:~$-])((?:[\w.-]+/)+[\w.-]*)")
+PATH_STARTS = (
+    *("hydrator/", "tests/", "deploy/", "config/", "scripts/", "benchmarks/", "docs/"),
+    *("core/", "adapters/", "runtime/", "sources/", "htcondor/", "state/", "http/"),
+)
+SKIPPED_DIRS = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 
 def documents(root: Path) -> list[Path]:
@@ -98,6 +111,40 @@ def missing(doc: str, lines: Iterable[str], tests: Mapping[str, set[str]]) -> li
     return found
 
 
+def repository_paths(root: Path) -> set[str]:
+    """Every file of the repository as ``a/b.py`` and every folder as ``a/``, under ``root``."""
+    found: set[str] = set()
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        for entry in folder.iterdir():
+            if entry.name in SKIPPED_DIRS:
+                continue
+            relative = entry.relative_to(root).as_posix()
+            if entry.is_dir() and not entry.is_symlink():  # a link is named, never followed
+                found.add(relative + "/")
+                pending.append(entry)
+            else:
+                found.add(relative)
+    return found
+
+
+def missing_paths(doc: str, lines: Iterable[str], paths: set[str]) -> list[str]:
+    """One ``doc:line: path ...`` line per repository path a document names that is absent."""
+    found: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        for match in PATH.finditer(line):
+            path = match[1].rstrip(".")
+            if not path.startswith(PATH_STARTS):
+                continue
+            tails = {path, path + "/"} if not path.endswith("/") else {path}
+            if not any(
+                known in tails or known.endswith(tuple("/" + t for t in tails)) for known in paths
+            ):
+                found.append(f"{doc}:{number}: {path} is no file or folder of the repository")
+    return found
+
+
 def test_every_test_named_in_the_docs_exists() -> None:
     tests = inventory(ROOT)
     problems = [
@@ -141,4 +188,32 @@ def test_the_check_reports_each_missing_name_with_its_document_and_line(tmp_path
         "docs/x.md:2: test_three is no test in tests/",
         "docs/x.md:5: tests/unit/test_b.py is no test file",
         "docs/x.md:5: ::test_one follows no test file",
+    ]
+
+
+def test_every_repository_path_named_in_the_docs_exists() -> None:
+    paths = repository_paths(ROOT)
+    problems = [
+        problem
+        for doc in documents(ROOT)
+        if doc.parent.name != "benchmarks"
+        for problem in missing_paths(
+            doc.relative_to(ROOT).as_posix(), doc.read_text(encoding="utf-8").splitlines(), paths
+        )
+    ]
+    assert not problems, "documents name paths that do not exist:\n" + "\n".join(problems)
+
+
+def test_the_path_check_finds_moved_modules_and_accepts_short_forms(tmp_path: Path) -> None:
+    (tmp_path / "hydrator" / "core").mkdir(parents=True)
+    (tmp_path / "hydrator" / "core" / "plan.py").write_text("", encoding="utf-8")
+    paths = repository_paths(tmp_path)
+    assert paths == {"hydrator/", "hydrator/core/", "hydrator/core/plan.py"}
+    lines = [
+        "`hydrator/core/plan.py`, `core/plan.py`, `hydrator/core/`, `core/` and `hydrator/core`.",
+        "`hydrator/core.py` moved; `core/gone.py`; /etc/hydrator/x.toml, ~/core/x, a/core/x.py",
+    ]
+    assert missing_paths("README.md", lines, paths) == [
+        "README.md:2: hydrator/core.py is no file or folder of the repository",
+        "README.md:2: core/gone.py is no file or folder of the repository",
     ]
