@@ -199,7 +199,7 @@ class EventCycles:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self._reconnected() and self.full_read_due():
+            if self._reconnected():
                 self.full_read()  # after a reconnect: what was missed while away
                 continue
             with self._lock:
@@ -212,11 +212,13 @@ class EventCycles:
             self.event_cycle()
 
     def _reconnected(self) -> bool:
-        """Subscribed again after a full read (the first full read is the scheduler's)."""
+        """Subscribed again since the last full read (the first full read is the scheduler's;
+        the other reasons for one are the scheduled gate's)."""
         with self._lock:
             read = self._last_full_read
         status = self.status()
-        return read is not None and status.connected and status.connected_at is not None
+        at = status.connected_at
+        return read is not None and status.connected and at is not None and at >= read
 
     def event_cycle(self) -> CycleReport | None:
         """Re-read the batch's datasets and publish; None when there was nothing to read."""

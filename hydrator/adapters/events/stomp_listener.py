@@ -182,7 +182,9 @@ class StompListener:
         except (StompException, OSError, SourceError, TimeoutError) as exc:
             with contextlib.suppress(StompException, OSError):
                 conn.disconnect()
-            self._not_connected(exc)
+            frames = conn.get_listener("hydrator")
+            said = frames.error if isinstance(frames, _Frames) else None
+            self._not_connected(said or redact(str(exc) or type(exc).__name__))
             return False
         self._conn, self._current = conn, generation
         now = self._clock()
@@ -200,14 +202,15 @@ class StompListener:
         self._sink.connection(True)
         return True
 
-    def _not_connected(self, exc: BaseException) -> None:
+    def _not_connected(self, reason: str) -> None:
+        """One warning until the state changes (a round that failed again says nothing)."""
         if not self._failing:
             log.warning(
                 "events %s: cannot subscribe at any broker of %s: %s; retrying every %g s "
                 "at most, polling at [daemon] interval_s meanwhile",
                 self.source,
                 ",".join(self.config.brokers),
-                redact(str(exc) or type(exc).__name__),
+                reason,
                 self.config.reconnect_max_s,
             )
             self._failing = True
@@ -305,8 +308,11 @@ class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is un
         self.receipt.set()
 
     def on_error(self, frame: Any) -> None:
-        self.error = redact(str(frame.headers.get("message", "ERROR frame")))[:300]
-        log.warning("events %s: the broker says: %s", self.owner.source, self.error)
+        """Kept for the one line of a failed connect; logged at once only while subscribed
+        (a refused connect repeats every round)."""
+        self.error = "the broker says: " + redact(str(frame.headers.get("message", "ERROR")))[:300]
+        if self.owner.status().connected:
+            log.warning("events %s: %s", self.owner.source, self.error)
 
     def on_message(self, frame: Any) -> None:
         self.owner.received(self.conn, frame)
