@@ -114,7 +114,7 @@ class RucioSource:
     """A :class:`~hydrator.adapters.sources.Source` reading one Rucio server.
 
     ``sleep`` is the backoff clock (seconds); ``client_factory`` replaces building a
-    rucio-clients ``Client`` (tests: :class:`~.wire.RucioWire`); ``bulk_share`` is the
+    rucio-clients ``Client`` (tests; see :class:`~.wire.RucioWire`); ``bulk_share`` is the
     share of a site's rows that, dirty, makes it settle its plainly complete pairs in one
     batch (:meth:`_settle`). After each fetch, ``calls_last_fetch`` maps client method ->
     API calls made (retries included) and ``deep_checks_last_fetch`` /
@@ -190,8 +190,7 @@ class RucioSource:
         try:
             self.wire.refresh()
             table = self._sites.read(self.wire, book.rses, context.now, context.drains)
-            cycle = Cycle(table)
-            cycle.invalid = cycle.table.invalid
+            cycle = Cycle(table, invalid=table.invalid)
             dirty = Dirty()
             statuses = self._held_while_down.update(book, table, context.wanted)
             remap(book, cycle.table, dirty)
