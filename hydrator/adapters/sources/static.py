@@ -39,6 +39,7 @@ import os
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from hydrator.core.storage import Statement, judge
 from hydrator.domain import (
     STORAGE_PATTERN,
     DatasetId,
+    ElementCount,
     Replica,
     ReplicaState,
     Site,
@@ -55,6 +57,7 @@ from hydrator.domain import (
     StorageStatus,
     Transfer,
     holding,
+    shown,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.files import FileRefused, open_regular, read_at_most
@@ -111,6 +114,7 @@ class StaticSource:
         sites: set[Site] = set()
         unmapped: set[str] = set()
         statuses: list[StorageStatus] = []
+        elements: dict[str, ElementCount] = {}  # for the site guard: a table gone holds its site
         invalid = 0
         for element, entry in storage.items():
             site = self._site_of(element, entry)
@@ -130,7 +134,9 @@ class StaticSource:
                 statuses.append(status)
             if status is None or status.available:
                 replicas += held
-        return Snapshot.of(self.name, replicas, sites, invalid, unmapped, storages=statuses)
+                elements[element] = ElementCount(site, len(held))
+        answer = Snapshot.of(self.name, replicas, sites, invalid, unmapped, storages=statuses)
+        return replace(answer, elements=elements)
 
     def _status(
         self,
@@ -194,7 +200,7 @@ class StaticSource:
         name = self.sites.get(element) or (entry.get("site") if isinstance(entry, dict) else None)
         site = site_or_none(name)
         if site is None and name is not None:
-            self._warn_once(f"{self.path}: storage.{element}: invalid site name {name!r}")
+            self._warn_once(f"{self.path}: storage.{element}: invalid site name {shown(name)}")
         return site
 
     def _replica(

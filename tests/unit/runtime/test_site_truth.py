@@ -100,6 +100,27 @@ def test_a_site_whose_table_is_removed_is_held_not_emptied(
         assert m("hydrator_site_held", {"site": "SITE_B", "source": "static"}) is None
 
 
+def test_a_storage_table_gone_holds_its_site_though_the_site_shrinks_little(
+    tmp_path: Path,
+) -> None:
+    """Per storage element (issue 26 item 6): SITE_B has B1 (25 datasets) and B2 (40); B1's
+    table removed is a drop of 38 % at the site, under the site share (50 %), but B1 lost all
+    of its entries: the site is held, naming the element, then the drop is accepted."""
+    at_b1 = table("B1", "SITE_B", [f"b1_{i}" for i in range(25)])
+    at_b2 = table("B2", "SITE_B", [f"b2_{i}" for i in range(40)])
+    (tmp_path / "inv.toml").write_text(at_b1 + at_b2)
+    with serving(tmp_path, accept_drop_after_cycles=2) as (base, service):
+        service.run_cycle()
+        (tmp_path / "inv.toml").write_text(at_b2)
+        service.run_cycle()
+        (site,) = get(f"{base}/v1/sites")["sites"]
+        assert site["available"] == 65
+        assert "storage element B1: 0 entries against 25 last time" in site["held"]
+        service.run_cycle()  # the second cycle: accepted
+        (site,) = get(f"{base}/v1/sites")["sites"]
+        assert (site["available"], site["held"]) == (40, None)
+
+
 def test_an_operator_accepts_a_real_removal_at_once(tmp_path: Path) -> None:
     at_a = table("A", "SITE_A", [f"a{i}" for i in range(70)])
     at_b = table("B", "SITE_B", [f"b{i}" for i in range(30)])
