@@ -28,6 +28,7 @@ from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy,
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.queue import QueueReader, QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.domain import (
     DatasetId,
@@ -185,7 +186,11 @@ class Service:
         probe: PoolProbe | None = None,
         annotator: Annotator | None = None,
         clock: Callable[[], datetime] = utcnow,
+        queue: QueueReader | None = None,
     ) -> None:
+        """``queue`` reads the schedds once per cycle for the demand, ``probe`` and
+        ``annotator`` (:mod:`hydrator.core.queue`); ``demand``, when given, answers the
+        demand instead (no queue)."""
         self.config = config
         self.sources = list(sources)
         self.store = store
@@ -194,6 +199,7 @@ class Service:
         self.demand = demand
         self.probe = probe
         self.annotator = annotator
+        self.queue = queue
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
         self.advertise_policy = AdvertisePolicy(
@@ -280,7 +286,8 @@ class Service:
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
-        wanted = self._wanted()
+        queue = self.queue.read() if self.queue is not None else None  # once per cycle
+        wanted = self._wanted(queue)
         context = FetchContext(
             now=started,
             wanted=wanted or {},
@@ -300,8 +307,8 @@ class Service:
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
-        self._measure_locality(plan)
-        jobs = self._annotate(plan, started)
+        self._measure_locality(plan, queue)
+        jobs = self._annotate(plan, started, queue)
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
         return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
@@ -321,13 +328,16 @@ class Service:
         self.metrics.set_unadvertised(advertised.values())
         return self._publish(views, plan.removed_sites, started)
 
-    def _wanted(self) -> Mapping[DatasetId, int] | None:
+    def _wanted(self, queue: QueueSnapshot | None) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
         does not answer must not empty demand-driven ads); None if never read."""
-        if self.demand is None:
+        if self.demand is None and (queue is None or not queue.pool):
             return {}
         try:
-            self._last_wanted = self.demand()
+            if self.demand is not None:
+                self._last_wanted = self.demand()
+            elif queue is not None:
+                self._last_wanted = idle_demand(queue).counts
         except HydratorError as exc:
             log.warning("queue query failed, using the previous demand: %s", exc)
         return self._last_wanted
@@ -454,12 +464,15 @@ class Service:
                 errors[publisher.name] = redact(str(exc))
         return reports, errors
 
-    def _measure_locality(self, plan: Plan) -> None:
+    def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
         """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
         if self.probe is None:
             return
         try:
-            jobs, slots = self.probe.jobs_and_slots()
+            if queue is None:  # a probe given without a queue reader reads on its own
+                jobs, slots = self.probe.jobs_and_slots()
+            else:
+                jobs, slots = self.probe.jobs_and_slots(queue)
         except PublishError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
             self.metrics.pool_queries.labels("error").inc()
@@ -467,13 +480,15 @@ class Service:
         self.metrics.pool_queries.labels("ok").inc()
         self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
-    def _annotate(self, plan: Plan, started: datetime) -> JobsReport | None:
+    def _annotate(
+        self, plan: Plan, started: datetime, queue: QueueSnapshot | None
+    ) -> JobsReport | None:
         """Write where their data is onto idle jobs (after the ads are out: a slow or failing
         schedd never delays them); a failure here is counted and logged, never fails the cycle."""
         if self.annotator is None:
             return None
         try:
-            report = self.annotator.run(plan.sites, int(started.timestamp()))
+            report = self.annotator.run(plan.sites, int(started.timestamp()), queue)
         except Exception:  # a bug in annotation must not cost the cycle its ads
             log.exception("job annotation failed")
             return JobsReport(error="job annotation failed unexpectedly")
