@@ -1,4 +1,5 @@
-"""Job ads (as the queue read translates them) -> pool jobs for the matchmaking-quality metrics: invalid names counted, logged once."""
+"""Job ads (as the queue read translates them) -> pool jobs for the matchmaking-quality
+metrics: invalid names counted, logged once."""
 
 from __future__ import annotations
 
