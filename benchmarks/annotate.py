@@ -89,6 +89,10 @@ class TimedReader:
     inner: QueueReader
     read_s: float = 0.0
 
+    @property
+    def pool(self) -> bool:
+        return self.inner.pool
+
     def read(self) -> QueueSnapshot:
         t0 = time.perf_counter()
         try:

@@ -84,6 +84,11 @@ class QueueSnapshot:
 class QueueReader(Protocol):
     """Reads every schedd's queue once (an adapter over the collector and the schedds)."""
 
+    @property
+    def pool(self) -> bool:
+        """The reads cover the demand and the probe (else annotation alone)."""
+        ...
+
     def read(self) -> QueueSnapshot:
         """This cycle's snapshot; never raises for a schedd or collector that cannot be read
         (recorded in the snapshot)."""

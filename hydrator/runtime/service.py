@@ -286,7 +286,8 @@ class Service:
         }
 
     def _cycle(self, started: datetime, t0: float, dry_run: bool) -> CycleReport:
-        queue = self.queue.read() if self.queue is not None else None  # once per cycle
+        # the cycle's one queue read: first when the demand needs it, else after the ads
+        queue = self.queue.read() if self.queue is not None and self.queue.pool else None
         wanted = self._wanted(queue)
         context = FetchContext(
             now=started,
@@ -307,6 +308,8 @@ class Service:
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
+        if queue is None and self.queue is not None:
+            queue = self.queue.read()  # annotation alone: a slow schedd never delays the ads
         self._measure_locality(plan, queue)
         jobs = self._annotate(plan, started, queue)
         duration = time.monotonic() - t0

@@ -199,6 +199,10 @@ class CondorQueue:
         self.queries: Counter[str] = Counter()
         """Schedd queries made since the start, per schedd (one per schedd and read)."""
 
+    @property
+    def pool(self) -> bool:
+        return self.query.pool
+
     def read(self) -> QueueSnapshot:
         try:
             found = self._locate()
