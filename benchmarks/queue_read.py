@@ -12,7 +12,8 @@ exported with ``git archive``) and one on this tree, each in a process of its ow
 warm-up cycle (which annotates the jobs), each worker times ``--rounds`` times what a cycle
 spends reading the queue (old: ``demand()`` + ``probe.jobs_and_slots()`` +
 ``annotator.adapter.read()``; new: ``queue.read()`` and the three consumers' parts of it, the
-probe's slot query included in both) and a whole no-change ``run_cycle``.
+probe's slot query included in both), with the garbage collector paused as in a cycle, and a
+whole no-change ``run_cycle``.
 
     .venv/bin/python -m benchmarks.queue_read [--jobs 10000] [--old dfbc5c3] [--rounds 5]
 
@@ -78,13 +79,17 @@ def worker(config: Path, rounds: int) -> dict[str, Any]:
     """Runs in the old or the new tree (whichever ``hydrator`` PYTHONPATH gives)."""
     import hydrator  # imported here: the worker runs the tree its PYTHONPATH names
     from hydrator.config import load_config
+    from hydrator.runtime.service import collector_paused
     from hydrator.runtime.wiring import build_service
 
     svc = build_service(load_config(config))
     try:
         warm = svc.run_cycle()  # annotates the jobs; later cycles change nothing
         new = hasattr(svc, "queue") and svc.queue is not None
-        reads = [(read_new if new else read_old)(svc) for _ in range(rounds)]
+        reads = []
+        for _ in range(rounds):
+            with collector_paused():  # as in a cycle: no garbage-collector passes
+                reads.append((read_new if new else read_old)(svc))
         cycles = [svc.run_cycle().duration_s for _ in range(rounds)]
     finally:
         svc.close()

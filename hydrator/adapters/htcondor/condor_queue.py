@@ -122,7 +122,14 @@ class JobQuery:
             states = states or f"JobStatus == {IDLE}"
             parts.append(f"{states} && {REQUIRED_ATTRIBUTE} isnt undefined")
             projection += ["RemoteHost"] if running else []
+        self.running = pool and running
         self.attrs = job_attributes(jobs) if jobs is not None else {}
+        self._owned_attrs = (
+            self.attrs.get(JobField.SITES, ""),
+            self.attrs.get(JobField.PARTIAL_SITES, ""),
+            self.attrs.get(JobField.UPDATED, ""),
+            self.attrs.get(JobField.DESIRED_SITES, ""),
+        )
         self.annotate: classad2.ExprTree | None = None
         self.all_annotate = jobs is not None and not pool  # every job returned matches it
         if jobs is not None:
@@ -135,36 +142,40 @@ class JobQuery:
         self.projection = list(dict.fromkeys(projection))
 
     def job(self, ad: classad2.ClassAd) -> QueueJob:
-        """``ad`` (projected) as a :class:`QueueJob`."""
-        required = ad.eval(REQUIRED_ATTRIBUTE) if REQUIRED_ATTRIBUTE in ad else None
-        host = ad.get("RemoteHost")
+        """``ad`` (projected) as a :class:`QueueJob`: one value per job, and only the
+        lookups its state needs (a lookup of a missing attribute raises inside classad2, and
+        10,000 jobs a cycle make each lookup count)."""
         status = ad.get("JobStatus")
-        job = QueueJob(
-            job_id=f"{ad['ClusterId']}.{ad['ProcId']}",
-            status=status if isinstance(status, int) else 0,
-            required=None if required is None else tuple(required_names(required)),
-            remote_host=host if isinstance(host, str) else None,
+        required = ad.get(REQUIRED_ATTRIBUTE)
+        if isinstance(required, classad2.ExprTree):  # an expression, not a literal list
+            required = required.eval(ad)
+        host = ad.get("RemoteHost") if status == RUNNING and self.running else None
+        annotate = status == IDLE and (
+            self.all_annotate or (self.annotate is not None and self.annotate.eval(ad) is True)
         )
-        if self.all_annotate or (self.annotate is not None and self.annotate.eval(ad) is True):
-            return self._owned(job, ad)
-        return job
-
-    def _owned(self, job: QueueJob, ad: classad2.ClassAd) -> QueueJob:
-        """``job`` marked for annotation, with the values the annotator owns."""
-        attrs = self.attrs
-        updated = ad.get(attrs[JobField.UPDATED])
-        desired_attr = attrs.get(JobField.DESIRED_SITES)
-        desired = ad.get(desired_attr) if desired_attr else None
+        owned = self._owned(ad) if annotate else (None, None, None, None)
         return QueueJob(
-            job.job_id,
-            job.status,
-            job.required,
-            job.remote_host,
-            annotate=True,
-            sites=_strings(ad.get(attrs[JobField.SITES])),
-            partial_sites=_strings(ad.get(attrs[JobField.PARTIAL_SITES])),
-            updated=updated if isinstance(updated, int) and not isinstance(updated, bool) else None,
-            desired_sites=None if desired is None else str(desired),
+            f"{ad['ClusterId']}.{ad['ProcId']}",
+            status if isinstance(status, int) else 0,
+            None if required is None else tuple(required_names(required)),
+            host if isinstance(host, str) else None,
+            annotate,
+            *owned,
+        )
+
+    def _owned(
+        self, ad: classad2.ClassAd
+    ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None, int | None, str | None]:
+        """The values the annotator owns as ``ad`` carries them (sites, partial sites,
+        updated, desired sites)."""
+        sites, partial, updated_attr, desired_attr = self._owned_attrs
+        updated = ad.get(updated_attr)
+        desired = ad.get(desired_attr) if desired_attr else None
+        return (
+            _strings(ad.get(sites)),
+            _strings(ad.get(partial)),
+            updated if isinstance(updated, int) and not isinstance(updated, bool) else None,
+            None if desired is None else str(desired),
         )
 
 
