@@ -118,8 +118,9 @@ class JobQuery:
         parts: list[str] = []
         projection = ["ClusterId", "ProcId", "JobStatus", REQUIRED_ATTRIBUTE]
         if pool:
-            states = f"(JobStatus == {IDLE} || JobStatus == {RUNNING})" if running else None
-            states = states or f"JobStatus == {IDLE}"
+            states = f"JobStatus == {IDLE}"
+            if running:
+                states = f"({states} || JobStatus == {RUNNING})"
             parts.append(f"{states} && {REQUIRED_ATTRIBUTE} isnt undefined")
             projection += ["RemoteHost"] if running else []
         self.running = pool and running
@@ -233,7 +234,6 @@ class CondorQueue:
 
     def _read(self, name: str, location: classad2.ClassAd | None) -> ScheddRead:
         annotate = self.query.annotate is not None and (not self._names or name in self._names)
-        listed = location is not None
         if location is None:
             return ScheddRead(name, error=NO_AD, listed=False, annotate=annotate)
         self.queries[name] += 1
@@ -245,9 +245,8 @@ class CondorQueue:
             if self.query.pool:  # annotation says it once per change (core.jobs.Annotator)
                 log.warning("schedd %s: cannot read its queue: %s", name, exc)
             error = str(exc) or type(exc).__name__
-            return ScheddRead(name, error=error, listed=listed, annotate=annotate)
-        jobs = tuple(map(self.query.job, ads))
-        return ScheddRead(name, jobs, listed=listed, annotate=annotate)
+            return ScheddRead(name, error=error, annotate=annotate)
+        return ScheddRead(name, tuple(map(self.query.job, ads)), annotate=annotate)
 
     def _locate(self) -> dict[str, classad2.ClassAd | None]:
         """Name -> location ad, or None for a schedd annotation expects that is not there;
