@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hydrator.core.locality import SiteSets, site_sets
+from hydrator.core.queue import QueueJob, QueueSnapshot
 from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView
 from hydrator.errors import PublishError
 
@@ -293,6 +294,33 @@ def state_epoch(views: Mapping[Site, SiteView], fallback_s: int) -> int:
     return min(times) if times else fallback_s
 
 
+def annotation_reads(queue: QueueSnapshot) -> list[ScheddQueue | ScheddFailure]:
+    """Annotation's part of the cycle's queue snapshot (:mod:`hydrator.core.queue`): each
+    schedd it covers, read (its jobs matching ``[jobs] constraint``) or failed. Raises
+    PublishError when the collector could not list the schedds and none is expected by name."""
+    covered = [r for r in queue.schedds if r.annotate]
+    if queue.error is not None and not covered:
+        raise PublishError(queue.error)
+    return [
+        ScheddFailure(r.schedd, r.error)
+        if r.error is not None
+        else ScheddQueue(r.schedd, tuple(_queued(j) for j in r.jobs if j.annotate))
+        for r in covered
+    ]
+
+
+def _queued(job: QueueJob) -> QueuedJob:
+    """A job to annotate; one without ``RequiredDatasets`` declares no data (never edited)."""
+    return QueuedJob(
+        job.job_id,
+        frozenset(job.required or ()),
+        job.sites,
+        job.partial_sites,
+        job.updated,
+        job.desired_sites,
+    )
+
+
 class QueueAdapter(Protocol):
     """Reads and edits the schedds' queues (:mod:`hydrator.adapters.htcondor.schedd_jobs`)."""
 
@@ -319,10 +347,13 @@ class Annotator:
         self._last_good: dict[str, ScheddQueue] = {}
         self._failing: dict[str, tuple[str, str]] = {}  # schedd -> (kind, problem)
 
-    def run(self, views: Mapping[Site, SiteView], now_s: int) -> JobsReport:
-        """Read, decide, edit. Never raises for schedd or collector failures."""
+    def run(
+        self, views: Mapping[Site, SiteView], now_s: int, queue: QueueSnapshot | None = None
+    ) -> JobsReport:
+        """Decide and edit for the jobs of ``queue`` (the cycle's shared read; without one,
+        the adapter reads). Never raises for schedd or collector failures."""
         try:
-            reads = self.adapter.read()
+            reads = self.adapter.read() if queue is None else annotation_reads(queue)
         except PublishError as exc:
             self._note("(collector)", "collector", f"cannot list the schedds: {exc}")
             stale = list(self._last_good.values())

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import DatasetId, Site, SiteView
 
 IDLE_REASONS = ("missed_locality", "waiting_local", "partial_only", "replicating_only", "nowhere")
@@ -44,8 +45,11 @@ class PoolSlot:
 class PoolProbe(Protocol):
     """Reads the pool for matchmaking quality (an adapter over the schedds and the collector)."""
 
-    def jobs_and_slots(self) -> tuple[list[PoolJob], list[PoolSlot]]:
-        """Queued data-bound jobs and all slots; raises PublishError if the pool cannot be read."""
+    def jobs_and_slots(
+        self, queue: QueueSnapshot | None = None
+    ) -> tuple[list[PoolJob], list[PoolSlot]]:
+        """Queued data-bound jobs (those of ``queue``, the cycle's shared read; without one, a
+        read of its own) and all slots; raises PublishError if the pool cannot be read."""
         ...
 
 

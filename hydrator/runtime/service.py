@@ -28,6 +28,7 @@ from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy,
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
 from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.queue import QueueReader, QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain, with_storage
 from hydrator.domain import (
@@ -188,7 +189,11 @@ class Service:
         probe: PoolProbe | None = None,
         annotator: Annotator | None = None,
         clock: Callable[[], datetime] = utcnow,
+        queue: QueueReader | None = None,
     ) -> None:
+        """``queue`` reads the schedds once per cycle for the demand, ``probe`` and
+        ``annotator`` (:mod:`hydrator.core.queue`); ``demand``, when given, answers the
+        demand instead (no queue)."""
         self.config = config
         self.sources = list(sources)
         self.store = store
@@ -197,6 +202,7 @@ class Service:
         self.demand = demand
         self.probe = probe
         self.annotator = annotator
+        self.queue = queue
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
         self._drains: Sequence[Drain] = ()  # the operator's, as last read
@@ -304,7 +310,9 @@ class Service:
     def _cycle(
         self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
     ) -> CycleReport:
-        wanted = self._wanted()
+        # the cycle's one queue read: first when the demand needs it, else after the ads
+        queue = self.queue.read() if self.queue is not None and self.queue.pool else None
+        wanted = self._wanted(queue)
         drains = self._read_drains(started)
         context = FetchContext(
             now=started,
@@ -330,8 +338,10 @@ class Service:
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
-        self._measure_locality(plan)
-        jobs = self._annotate(plan, started)
+        if queue is None and self.queue is not None:
+            queue = self.queue.read()  # annotation alone: a slow schedd never delays the ads
+        self._measure_locality(plan, queue)
+        jobs = self._annotate(plan, started, queue)
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
         return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
@@ -375,13 +385,16 @@ class Service:
         for site in plan.removed_sites:
             self._origins.pop(site, None)
 
-    def _wanted(self) -> Mapping[DatasetId, int] | None:
+    def _wanted(self, queue: QueueSnapshot | None) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
         does not answer must not empty demand-driven ads); None if never read."""
-        if self.demand is None:
+        if self.demand is None and (queue is None or not queue.pool):
             return {}
         try:
-            self._last_wanted = self.demand()
+            if self.demand is not None:
+                self._last_wanted = self.demand()
+            elif queue is not None:
+                self._last_wanted = idle_demand(queue).counts
         except HydratorError as exc:
             log.warning("queue query failed, using the previous demand: %s", exc)
         return self._last_wanted
@@ -508,12 +521,15 @@ class Service:
                 errors[publisher.name] = redact(str(exc))
         return reports, errors
 
-    def _measure_locality(self, plan: Plan) -> None:
+    def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
         """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
         if self.probe is None:
             return
         try:
-            jobs, slots = self.probe.jobs_and_slots()
+            if queue is None:  # a probe given without a queue reader reads on its own
+                jobs, slots = self.probe.jobs_and_slots()
+            else:
+                jobs, slots = self.probe.jobs_and_slots(queue)
         except PublishError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
             self.metrics.pool_queries.labels("error").inc()
@@ -521,13 +537,15 @@ class Service:
         self.metrics.pool_queries.labels("ok").inc()
         self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
-    def _annotate(self, plan: Plan, started: datetime) -> JobsReport | None:
+    def _annotate(
+        self, plan: Plan, started: datetime, queue: QueueSnapshot | None
+    ) -> JobsReport | None:
         """Write where their data is onto idle jobs (after the ads are out: a slow or failing
         schedd never delays them); a failure here is counted and logged, never fails the cycle."""
         if self.annotator is None:
             return None
         try:
-            report = self.annotator.run(plan.sites, int(started.timestamp()))
+            report = self.annotator.run(plan.sites, int(started.timestamp()), queue)
         except Exception:  # a bug in annotation must not cost the cycle its ads
             log.exception("job annotation failed")
             return JobsReport(error="job annotation failed unexpectedly")

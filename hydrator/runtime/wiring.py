@@ -29,10 +29,11 @@ from hydrator.core.jobs import AnnotateSettings, Annotator, QueueAdapter
 from hydrator.core.locality import PoolProbe
 from hydrator.errors import ConfigError, StateError
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.service import Demand, Service
+from hydrator.runtime.service import Service
 
 if TYPE_CHECKING:
     from hydrator.adapters.htcondor.collector import CollectorPublisher
+    from hydrator.adapters.htcondor.condor_queue import CondorQueue
 
 
 def static_source(config: StaticSourceConfig, sites: Mapping[str, str]) -> Source:
@@ -80,23 +81,41 @@ def collector_publisher(config: CollectorConfig, attrs: ClassAdConfig) -> Collec
     return collector.build(config, attrs)
 
 
-def schedd_queues(config: JobsConfig, collector: CollectorConfig) -> QueueAdapter:
-    """``[jobs]``: the schedds' queues, through htcondor2."""
+def schedd_queues(
+    config: JobsConfig, collector: CollectorConfig, reader: CondorQueue | None = None
+) -> QueueAdapter:
+    """``[jobs]``: edits the schedds' queues through htcondor2, located by ``reader``."""
     from hydrator.adapters.htcondor import schedd_jobs  # noqa: PLC0415  (lazy)
 
-    return schedd_jobs.build(config, collector)
+    return schedd_jobs.build(config, collector, reader)
 
 
-def build_publishers(config: Config) -> tuple[list[Publisher], Demand | None, PoolProbe | None]:
-    """The collector publisher when ``[collector]`` is on, its queue demand and pool probe."""
+def queue_reader(config: Config) -> CondorQueue | None:
+    """The one queue read per cycle (:mod:`hydrator.core.queue`) for the consumers that are on:
+    the demand and the probe (``[collector]``), annotation (``[jobs]``); None when none is."""
+    pool, jobs = config.collector.enabled, config.jobs if config.jobs.annotate else None
+    if not pool and jobs is None:
+        return None
+    from hydrator.adapters.htcondor import condor_queue  # noqa: PLC0415  (lazy)
+
+    running = pool and config.collector.locality_metrics
+    return condor_queue.build(config.collector, jobs, pool=pool, running=running)
+
+
+def build_publishers(config: Config) -> tuple[list[Publisher], PoolProbe | None]:
+    """The collector publisher when ``[collector]`` is on, and the pool probe."""
     if not config.collector.enabled:
-        return [], None, None
+        return [], None
     publisher = collector_publisher(config.collector, config.classad)
-    return [publisher], publisher.demand, publisher.probe
+    from hydrator.adapters.htcondor import condor_queue  # noqa: PLC0415  (lazy)
+
+    probe = condor_queue.CondorPoolProbe(publisher.collector, config.collector.slot_site_attribute)
+    return [publisher], probe
 
 
-def build_annotator(config: Config) -> Annotator | None:
-    """The job annotator of ``[jobs]`` (None when off); imports htcondor2 only when on."""
+def build_annotator(config: Config, reader: CondorQueue | None = None) -> Annotator | None:
+    """The job annotator of ``[jobs]`` (None when off), editing through ``reader``'s
+    schedds; imports htcondor2 only when on."""
     if not config.jobs.annotate:
         return None
     settings = AnnotateSettings(
@@ -104,7 +123,7 @@ def build_annotator(config: Config) -> Annotator | None:
         overwrite_desired_sites=config.jobs.overwrite_desired_sites,
         max_edits=config.jobs.max_edits_per_cycle,
     )
-    return Annotator(schedd_queues(config.jobs, config.collector), settings)
+    return Annotator(schedd_queues(config.jobs, config.collector, reader), settings)
 
 
 def build_service(
@@ -141,19 +160,20 @@ def build_service(
 
 def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Service:
     sources = [build_source(s, config.sites) for s in config.sources]
-    publishers, demand, pool_probe = build_publishers(config)
+    publishers, pool_probe = build_publishers(config)
+    queue = queue_reader(config)
     from_queue = any(
         isinstance(s, DmapiSourceConfig) and s.datasets_from_queue for s in config.sources
     )
-    if from_queue and demand is None:
+    if from_queue and not config.collector.enabled:
         raise ConfigError(
             "sources.datasets_from_queue", "needs [collector] enabled = true to query the queue"
         )
-    if config.classad.advertise == "demand" and demand is None:
+    if config.classad.advertise == "demand" and not config.collector.enabled:
         raise ConfigError(
             "classad.advertise", '"demand" needs [collector] enabled = true to read the queues'
         )
-    # the collector publisher's CondorPoolProbe feeds the matchmaking-quality metrics
+    # the CondorPoolProbe (slots) and the shared queue read feed the matchmaking metrics
     probe = pool_probe if config.collector.locality_metrics else None
     return Service(
         config,
@@ -161,7 +181,7 @@ def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -
         store=store,
         publishers=publishers,
         metrics=metrics,
-        demand=demand,
         probe=probe,
-        annotator=build_annotator(config),
+        annotator=build_annotator(config, queue),
+        queue=queue,
     )

@@ -64,11 +64,11 @@ import classad2
 import htcondor2
 
 from hydrator.adapters.htcondor import PublishReport
-from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS, CondorPoolProbe, query_demand
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
 from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.core.render import published_updated, site_classad
-from hydrator.domain import DatasetId, Site, SiteView
+from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 
 log = logging.getLogger(__name__)
@@ -239,8 +239,6 @@ class CollectorPublisher:
         self.config = config
         self.attrs = attrs
         self._collector = collector if collector is not None else _connect(config)
-        self.probe = CondorPoolProbe(self._collector, config.slot_site_attribute)
-        """Reads jobs and slots for the matchmaking-quality metrics (a ``PoolProbe``)."""
         self._rendered: dict[Site, Rendered] = {}
         """Last cycle's rendered ads, keyed by (digest, published updated), which determine
         the ad: an unchanged site is not rendered again."""
@@ -248,6 +246,11 @@ class CollectorPublisher:
     @property
     def name(self) -> str:
         return "collector"
+
+    @property
+    def collector(self) -> htcondor2.Collector:
+        """The connection (with ``QUERY_TIMEOUT``), shared with the pool probe."""
+        return self._collector
 
     def publish(
         self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
@@ -281,10 +284,6 @@ class CollectorPublisher:
         return PublishReport(
             sent={k: v for k, v in sent.items() if v}, skipped_current=current, deferred=deferred
         )
-
-    def demand(self) -> Mapping[DatasetId, int]:
-        """Idle jobs per dataset in their ``RequiredDatasets`` (see :mod:`.condor_queue`)."""
-        return query_demand(self._collector).counts
 
     def close(self) -> None:
         """Nothing to release: htcondor2 opens a connection per call."""

@@ -2,14 +2,15 @@
 
 :class:`ScheddJobs` is the :class:`~hydrator.core.jobs.QueueAdapter` of :mod:`hydrator.core.jobs`:
 
-* **read**: the schedds named in ``[jobs] schedds`` (``Collector.locate``), or every schedd the
-  collector knows (``locateAll``); each is asked for its idle jobs matching the configured
-  constraint, always ANDed with ``JobStatus == 1`` (never a running or held job), projected to
-  the job id, ``RequiredDatasets`` and the attributes the annotator owns.
-  A schedd that cannot be located or read is a :class:`~hydrator.core.jobs.ScheddFailure`, never an
-  empty queue. A schedd seen before that has no collector ad now (a restarting schedd has none
-  for 10-20 s, FACTS.md) is reported failed until it is back, or forgotten after
-  :data:`FORGET_AFTER_S`.
+* **read**: the annotation's part (:func:`~hydrator.core.jobs.annotation_reads`) of a
+  :class:`~hydrator.adapters.htcondor.condor_queue.CondorQueue` read, the one queue read of a
+  cycle that the demand and the matchmaking probe share: the schedds named in
+  ``[jobs] schedds``, or every schedd the collector knows; their idle jobs matching the
+  configured constraint, always ANDed with ``JobStatus == 1`` (never a running or held job),
+  with the job id, ``RequiredDatasets`` and the attributes the annotator owns. A schedd that
+  cannot be located or read is a :class:`~hydrator.core.jobs.ScheddFailure`, never an empty
+  queue. The cycle hands its snapshot to :meth:`~hydrator.core.jobs.Annotator.run`; :meth:`read`
+  reads one of its own (for a caller that annotates alone).
 * **apply**: one ``Schedd.edit(["c.p", ...], attr, value)`` per changed attribute of a group.
   An id-list edit is one transaction: a job that left the queue since the read (or a job the
   identity may not edit) fails the whole call (seen on 25.14: "Modifying attribute ... in
@@ -25,53 +26,26 @@ Who may edit: an identity in the schedd's ``QUEUE_SUPER_USERS`` with a user reco
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import classad2
 import htcondor2
 
-from hydrator.adapters.htcondor.condor_queue import (
-    HTCONDOR_ERRORS,
-    IDLE,
-    REQUIRED_ATTRIBUTE,
-    required_names,
-)
+from hydrator.adapters.htcondor import condor_queue
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS, CondorQueue, job_attributes
 from hydrator.config import CollectorConfig, JobsConfig
 from hydrator.core.jobs import (
     FieldEdit,
     GroupEdit,
-    JobField,
-    QueuedJob,
     ScheddFailure,
     ScheddQueue,
     Value,
+    annotation_reads,
 )
-from hydrator.errors import ConfigError, PublishError
+from hydrator.core.queue import IDLE
+from hydrator.errors import PublishError
 
 log = logging.getLogger(__name__)
-
-FORGET_AFTER_S = 900.0
-"""A schedd absent from the collector this long (seconds) is no longer reported as failed."""
-
-
-def _attributes(config: JobsConfig) -> dict[JobField, str]:
-    names = {
-        JobField.SITES: config.sites_attribute,
-        JobField.PARTIAL_SITES: config.partial_sites_attribute,
-        JobField.UPDATED: config.updated_attribute,
-    }
-    if config.desired_sites_attribute:
-        names[JobField.DESIRED_SITES] = config.desired_sites_attribute
-    return names
-
-
-def _strings(value: Any) -> tuple[str, ...] | None:
-    """A ClassAd list of strings as a tuple; anything else None (it will be overwritten)."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    return None
 
 
 def expression(value: Value) -> classad2.ExprTree | str:
@@ -87,84 +61,23 @@ def expression(value: Value) -> classad2.ExprTree | str:
 class ScheddJobs:
     """The schedds of one pool; see the module docstring."""
 
-    def __init__(
-        self,
-        config: JobsConfig,
-        pool: str | None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, config: JobsConfig, reader: CondorQueue) -> None:
         self.config = config
-        self._collector = htcondor2.Collector(pool)
-        self._attrs = _attributes(config)
+        self.reader = reader
+        self._attrs = job_attributes(config)
         self.constraint = f"JobStatus == {IDLE} && ({config.constraint})"
-        self._projection = ["ClusterId", "ProcId", REQUIRED_ATTRIBUTE, *self._attrs.values()]
-        self._clock = clock
-        self._seen: dict[str, tuple[classad2.ClassAd, float]] = {}  # name -> (location, when)
-
-    # -- read ----------------------------------------------------------------------------------
 
     def read(self) -> list[ScheddQueue | ScheddFailure]:
-        out: list[ScheddQueue | ScheddFailure] = []
-        for name, location in self._locate().items():
-            if location is None:
-                out.append(ScheddFailure(name, "no collector ad (down or restarting?)"))
-                continue
-            try:
-                ads = htcondor2.Schedd(location).query(
-                    constraint=self.constraint, projection=self._projection
-                )
-            except HTCONDOR_ERRORS as exc:
-                out.append(ScheddFailure(name, str(exc) or type(exc).__name__))
-                continue
-            out.append(ScheddQueue(name, tuple(self._job(ad) for ad in ads)))
-        return out
-
-    def _locate(self) -> dict[str, classad2.ClassAd | None]:
-        """Name -> location ad, or None for a schedd that should be there and is not."""
-        now = self._clock()
-        found: dict[str, classad2.ClassAd | None] = {}
-        if self.config.schedds:
-            for name in self.config.schedds:
-                try:
-                    found[name] = self._collector.locate(htcondor2.DaemonType.Schedd, name)
-                except HTCONDOR_ERRORS:
-                    found[name] = None
-        else:
-            try:
-                ads = self._collector.locateAll(htcondor2.DaemonType.Schedd)
-            except HTCONDOR_ERRORS as exc:
-                raise PublishError(f"cannot list the schedds: {exc}") from exc
-            found = {str(ad.get("Name")): ad for ad in ads}
-            for name, (_, when) in list(self._seen.items()):
-                if name not in found and now - when < FORGET_AFTER_S:
-                    found[name] = None
-        for name, ad in found.items():
-            if ad is not None:
-                self._seen[name] = (ad, now)
-        self._seen = {n: v for n, v in self._seen.items() if now - v[1] < FORGET_AFTER_S}
-        return found
-
-    def _job(self, ad: classad2.ClassAd) -> QueuedJob:
-        attrs = self._attrs
-        updated = ad.get(attrs[JobField.UPDATED])
-        desired_attr = attrs.get(JobField.DESIRED_SITES)
-        desired = ad.get(desired_attr) if desired_attr else None
-        return QueuedJob(
-            job_id=f"{ad['ClusterId']}.{ad['ProcId']}",
-            required=frozenset(required_names(ad.eval(REQUIRED_ATTRIBUTE))),
-            sites=_strings(ad.get(attrs[JobField.SITES])),
-            partial_sites=_strings(ad.get(attrs[JobField.PARTIAL_SITES])),
-            updated=updated if isinstance(updated, int) and not isinstance(updated, bool) else None,
-            desired_sites=None if desired is None else str(desired),
-        )
+        """A read of the reader's own (the cycle hands the annotator its shared snapshot)."""
+        return annotation_reads(self.reader.read())
 
     # -- edit ----------------------------------------------------------------------------------
 
     def apply(self, edit: GroupEdit) -> int:
-        location = self._seen.get(edit.schedd)
+        location = self.reader.location(edit.schedd)
         if location is None:
             raise PublishError(f"schedd {edit.schedd} has no collector ad")
-        schedd = htcondor2.Schedd(location[0])
+        schedd = htcondor2.Schedd(location)
         made = 0
         for call in edit.calls:
             if call.field not in self._attrs:
@@ -205,17 +118,12 @@ class ScheddJobs:
         pass
 
 
-def build(config: JobsConfig, collector: CollectorConfig) -> ScheddJobs:
-    """The adapter on ``[collector] pool``, authenticating with the IDTOKEN in ``[collector]
-    token_dir`` (set in the library's configuration: the environment is read only once, when
-    the library loads); raises ConfigError for a constraint that is not a ClassAd expression."""
-    try:
-        classad2.ExprTree(config.constraint)
-    except classad2.ClassAdException as exc:
-        raise ConfigError("jobs.constraint", f"not a ClassAd expression: {exc}") from None
-    if collector.token_dir is not None:
-        htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(collector.token_dir)
-    try:
-        return ScheddJobs(config, collector.pool)
-    except HTCONDOR_ERRORS as exc:
-        raise ConfigError("collector.pool", f"cannot use {collector.pool!r}: {exc}") from None
+def build(
+    config: JobsConfig, collector: CollectorConfig, reader: CondorQueue | None = None
+) -> ScheddJobs:
+    """The adapter editing through ``reader`` (the cycle's shared queue reader, which must
+    cover annotation); without one, a reader of its own on ``[collector] pool``
+    (:func:`~hydrator.adapters.htcondor.condor_queue.build`; raises ConfigError)."""
+    if reader is None:
+        reader = condor_queue.build(collector, config, pool=False, running=False)
+    return ScheddJobs(config, reader)

@@ -1,4 +1,5 @@
-"""Job ads -> pool jobs for the matchmaking-quality metrics: invalid names counted, logged once."""
+"""Job ads (as the queue read translates them) -> pool jobs for the matchmaking-quality
+metrics: invalid names counted, logged once."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import htcondor2
 import pytest
 
 from hydrator.adapters.htcondor import condor_queue
-from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe
+from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe, JobQuery
 from hydrator.domain import DatasetId, Site
 
 
 def job(required: object, status: int = 2, host: str = "slot1@vm") -> classad2.ClassAd:
-    return classad2.ClassAd({"RequiredDatasets": required, "JobStatus": status, "RemoteHost": host})
+    ad = {"RequiredDatasets": required, "JobStatus": status, "RemoteHost": host}
+    return classad2.ClassAd({"ClusterId": 1, "ProcId": 0, **ad})
 
 
 def test_invalid_names_are_counted_logged_once_and_skipped(
@@ -25,7 +27,8 @@ def test_invalid_names_are_counted_logged_once_and_skipped(
         job('ska:ok, "quoted"', status=1),
     ]
     for _ in range(2):
-        jobs = probe.pool_jobs(ads, {"slot1@vm": Site("SITE_A")})
+        queued = map(JobQuery(pool=True, running=True, jobs=None).job, ads)  # as read
+        jobs = probe.pool_jobs(queued, {"slot1@vm": Site("SITE_A")})
     assert [(sorted(map(str, j.required)), j.running, j.site) for j in jobs] == [
         (["ska:ok"], True, "SITE_A"),
         (["ska:ok"], False, None),
