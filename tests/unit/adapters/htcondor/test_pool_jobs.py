@@ -49,8 +49,9 @@ def test_a_job_cannot_make_long_or_endless_log_lines(
     only so many distinct names are remembered and logged per process."""
     monkeypatch.setattr(condor_queue, "MAX_WARNED_NAMES", 3)
     probe = CondorPoolProbe(htcondor2.Collector("127.0.0.1:1"), "GLIDEIN_Site")  # never queried
-    probe.pool_jobs([job(["ska:" + "x" * 10_000 + " y"])], {})
+    read = JobQuery(pool=True, running=True, jobs=None).job  # as the queue read makes them
+    probe.pool_jobs([read(job(["ska:" + "x" * 10_000 + " y"]))], {})
     (line,) = [r.getMessage() for r in caplog.records]
     assert len(line) < 300 and "(10006 characters)" in line
-    probe.pool_jobs([job([f"bad name {i}" for i in range(10)])], {})
+    probe.pool_jobs([read(job([f"bad name {i}" for i in range(10)]))], {})
     assert len(caplog.records) == 3 and probe.invalid_last_query == 10
