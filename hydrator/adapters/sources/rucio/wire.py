@@ -8,6 +8,14 @@ session, token and headers: :meth:`RucioWire.get`) but their bodies are handed b
 parsed by :mod:`.listing`, instead of rucio-clients' ``json.loads`` per line with a date-parsing
 hook, which was most of a fetch at a million rows. The other calls use rucio-clients' methods.
 
+Bounds (issue 26, items 3 and 4): a fetch ends by itself within ``deadline_s``
+(:meth:`RucioWire.begin`): every call's timeout is at most the time left, no call or retry
+starts after it, and the shared deadline watchdog (:mod:`hydrator.adapters.sources._deadline`,
+mounted on rucio-clients' session, also for its token request) cuts a read still under way
+at it, so a server trickling its headers or body does not keep the fetch's thread. The
+listings read here are bounded per answer (``max_answer_bytes``) and per line
+(``max_line_bytes``) as they stream in; over a cap, the source fails naming the RSE.
+
 Tests make it hermetic through ``client_factory`` (a callable returning an object with the
 rucio-clients ``Client`` attributes and methods used here), never by setting private attributes.
 
@@ -18,6 +26,8 @@ Errors (all translated here, never classified by message text)::
     CannotAuthenticate, NoAuthInformation, AccessDenied, HTTP 401/403,
     TLS (SSLError), a bad client configuration, other Rucio errors        -> PermanentSourceError
     InvalidRSEExpression from list_rses    -> InvalidExpression (a PermanentSourceError)
+    any error once the fetch's deadline passed                           -> TransientSourceError
+    a listing over max_answer_bytes or max_line_bytes (not retried)      -> PermanentSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
 ``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
@@ -283,9 +293,11 @@ class RucioWire:
         of ``max_line_bytes``; :class:`_TooLarge` once the answer passes ``max_answer_bytes``
         or a line ``max_line_bytes``, :class:`DeadlinePassed` at the fetch's deadline.
 
-        Exact and cheap: a block is no longer than the line cap, so a line over it spans
+        Exact and cheap: a block is asked no longer than the line cap, so a line over it spans
         blocks, and only the line running across a block's start or end is measured (one
-        ``find`` and one ``rfind`` a block, in C). Memory: at most the cap plus a block."""
+        ``find`` and one ``rfind`` a block, in C); a longer block (urllib3 may hand on more
+        once it decompressed) has its inner lines measured too. Memory: at most the cap plus
+        a block."""
         most, line_most, run = self.config.max_answer_bytes, self.config.max_line_bytes, self.run
         size = running = 0  # the answer's bytes; those of its last, unfinished line
         for block in response.iter_content(min(READ_BYTES, line_most)):
@@ -293,10 +305,12 @@ class RucioWire:
             end = block.rfind(b"\n")
             if end < 0:
                 running += len(block)
-            elif running + block.find(b"\n") > line_most:
-                running = line_most + 1
             else:
-                running = len(block) - end - 1
+                first = block.find(b"\n")
+                longest = running + first
+                if len(block) > line_most:
+                    longest = max(longest, *map(len, block[first:end].split(b"\n")))
+                running = len(block) - end - 1 if longest <= line_most else line_most + 1
             if size > most:
                 raise _TooLarge(f"{what}: answer larger than max_answer_bytes = {most}")
             if running > line_most:
@@ -509,7 +523,7 @@ class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type
 
     @property
     def session(self) -> requests.Session:
-        session: requests.Session = self.__dict__["_hydrator_session"]
+        session: requests.Session = self._hydrator_session
         return session
 
     @session.setter
@@ -517,7 +531,7 @@ class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type
         adapter = _RucioAdapter(pool_maxsize=2)  # one call at a time
         session.mount("https://", adapter)
         session.mount("http://", adapter)
-        self.__dict__["_hydrator_session"] = session
+        self._hydrator_session = session
 
 
 def _read_secret(path: Path | None, key: str) -> str:
