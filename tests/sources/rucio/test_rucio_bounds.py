@@ -141,11 +141,35 @@ def test_an_answer_over_its_cap_fails_naming_the_rse(
         with pytest.raises(PermanentSourceError) as raised:
             source.fetch(now())
         assert str(raised.value) == (
-            f"rucio: list_datasets_per_rse: RSE {rse}: answer larger than max_answer_bytes = 4096"
+            f"rucio: list_datasets_per_rse: answer from /replicas/rse/{rse} larger than "
+            "max_answer_bytes = 4096"
         )
         assert source.calls_last_fetch["list_datasets_per_rse"] == 1  # not retried
         source.config = config
         assert source.fetch(now()).replicas == good.replicas
+    finally:
+        source.close()
+
+
+def test_rucio_clients_own_calls_are_capped_too(
+    rucio_admin: RucioAdmin, rucio_server: RucioServer
+) -> None:
+    """The answers rucio-clients reads itself (here ``list_rse_attributes``: 6 attributes of
+    200 characters) have the same cap, on the adapter mounted on its session."""
+    tag = unique("m").lower()
+    padding = {f"pad{i}": "x" * 200 for i in range(6)}
+    rse = rucio_admin.rse(f"SITE-{tag}", attributes={"fed": tag, **padding})
+    config = source_config(rucio_server, rse_expression=f"fed={tag}")
+    source = RucioSource(config.model_copy(update={"max_answer_bytes": 1024}), {})
+    try:
+        with pytest.raises(PermanentSourceError) as raised:
+            source.fetch(now())
+        assert str(raised.value) == (
+            f"rucio: list_rse_attributes: answer from /rses/{rse}/attr/ larger than "
+            "max_answer_bytes = 1024"
+        )
+        source.config = config
+        assert source.fetch(now()).sites == {f"SITE-{tag}"}
     finally:
         source.close()
 
@@ -165,7 +189,7 @@ def test_a_line_over_its_cap_fails_naming_the_rse(
         assert str(raised.value) == (
             f"rucio: list_datasets_per_rse: RSE {rse}: a line longer than max_line_bytes = 400"
         )
-        source.config = config.model_copy(update={"max_line_bytes": 600})
+        source.config = config  # (not 600: the rules listing is the server's, other tests')
         assert len(source.fetch(now()).replicas) == 4
     finally:
         source.close()

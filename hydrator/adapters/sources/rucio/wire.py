@@ -290,18 +290,17 @@ class RucioWire:
 
     def _chunks(self, response: requests.Response, what: str) -> Iterator[bytes]:
         """The streamed answer's bytes as they arrive, in blocks of at most ``READ_BYTES`` and
-        of ``max_line_bytes``; :class:`_TooLarge` once the answer passes ``max_answer_bytes``
-        or a line ``max_line_bytes``, :class:`DeadlinePassed` at the fetch's deadline.
+        of ``max_line_bytes``; :class:`_TooLarge` once a line passes ``max_line_bytes`` (the
+        answer's cap is the adapter's: :class:`_CappedBody`), :class:`DeadlinePassed` at the
+        fetch's deadline.
 
         Exact and cheap: a block is asked no longer than the line cap, so a line over it spans
         blocks, and only the line running across a block's start or end is measured (one
         ``find`` and one ``rfind`` a block, in C); a longer block (urllib3 may hand on more
-        once it decompressed) has its inner lines measured too. Memory: at most the cap plus
-        a block."""
-        most, line_most, run = self.config.max_answer_bytes, self.config.max_line_bytes, self.run
-        size = running = 0  # the answer's bytes; those of its last, unfinished line
+        once it decompressed) has its inner lines measured too."""
+        line_most, run = self.config.max_line_bytes, self.run
+        running = 0  # the bytes of the answer's last, unfinished line
         for block in response.iter_content(min(READ_BYTES, line_most)):
-            size += len(block)
             end = block.rfind(b"\n")
             if end < 0:
                 running += len(block)
@@ -311,8 +310,6 @@ class RucioWire:
                 if len(block) > line_most:
                     longest = max(longest, *map(len, block[first:end].split(b"\n")))
                 running = len(block) - end - 1 if longest <= line_most else line_most + 1
-            if size > most:
-                raise _TooLarge(f"{what}: answer larger than max_answer_bytes = {most}")
             if running > line_most:
                 raise _TooLarge(f"{what}: a line longer than max_line_bytes = {line_most}")
             if run.passed():
@@ -452,7 +449,10 @@ class RucioWire:
         client_class = type(
             "HydratorRucioClient",
             (_WatchedClient,),
-            {"TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_"},
+            {
+                "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
+                "MAX_ANSWER_BYTES": staticmethod(lambda: self.config.max_answer_bytes),
+            },
         )
         if cfg.auth_type != "oidc":
             return client_class(**kwargs)
@@ -506,20 +506,51 @@ class RucioWire:
 class _RucioAdapter(WatchedAdapter):
     """The deadline's adapter (:mod:`.._deadline`) for rucio-clients' session: besides the
     wait for headers, the connection of each answer is watched while its body is read (until
-    the call's end: :meth:`Run.let_go`), so that the deadline also cuts a trickling body."""
+    the call's end: :meth:`Run.let_go`), so that the deadline also cuts a trickling body; and
+    every answer's body (token requests and rucio-clients' own calls too) is read up to
+    ``max_bytes()`` bytes, after decompression (:class:`_CappedBody`)."""
+
+    def __init__(self, max_bytes: Callable[[], int]) -> None:
+        super().__init__(pool_maxsize=2)  # one call at a time
+        self._max_bytes = max_bytes
 
     def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
         response = super().send(request, *args, **kwargs)
         run, connection = current(), getattr(response.raw, "connection", None)
         if run is not None and connection is not None:
             run.hold(connection)
+        response.raw = _CappedBody(response.raw, self._max_bytes(), request.path_url)
         return response
+
+
+class _CappedBody:
+    """urllib3's response as requests reads it (``stream``, which ``iter_content`` and
+    ``content`` use), raising :class:`_TooLarge` past ``most`` bytes; all else delegated."""
+
+    def __init__(self, raw: Any, most: int, path: str) -> None:
+        self._raw, self._most, self._path = raw, most, path
+
+    def stream(self, amt: int, decode_content: bool | None = None) -> Iterator[bytes]:
+        size = 0
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            size += len(chunk)
+            if size > self._most:
+                path = self._path[:200]
+                raise _TooLarge(f"answer from {path} larger than max_answer_bytes = {self._most}")
+            yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type hints
     """rucio-clients' ``Client`` whose ``session`` gets the deadline's adapter mounted
     (``requests.Session.mount``) whenever rucio-clients sets it: in its constructor, before
-    the token request, and again when it replaces the session after an error."""
+    the token request, and again when it replaces the session after an error.
+    ``MAX_ANSWER_BYTES`` (set by the subclass :meth:`RucioWire._make_client` makes) gives the
+    answer cap's current value."""
+
+    MAX_ANSWER_BYTES: Callable[[], int] = staticmethod(lambda: 1 << 62)
 
     @property
     def session(self) -> requests.Session:
@@ -528,7 +559,7 @@ class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type
 
     @session.setter
     def session(self, session: requests.Session) -> None:
-        adapter = _RucioAdapter(pool_maxsize=2)  # one call at a time
+        adapter = _RucioAdapter(self.MAX_ANSWER_BYTES)
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         self._hydrator_session = session
