@@ -330,6 +330,15 @@ class RucioSourceConfig(_SourceBase):
     fetch takes longer (millions of replicas)."""
     events: RucioEventsConfig = RucioEventsConfig()
     """The event stream (``[sources.events]``); off by default."""
+    max_answer_bytes: int = Field(512 * 1024 * 1024, ge=1024)
+    """Largest answer body read (one RSE's summary table, the rules in one state, a token or
+    RSE answer, ...), bytes, after decompression; a larger one fails the source, naming the
+    request (its last good answer is kept). The default holds ~1.3M summary rows (~410 bytes
+    each) at one RSE: 25x an RSE's share at 10M replicas over 200 RSEs (benchmarks/RESULTS.md)."""
+    max_line_bytes: int = Field(1024 * 1024, ge=256)
+    """Longest line (one JSON record) of a listing, bytes; a longer one fails the source
+    likewise. Rucio's records are ~0.4 kB. Set below 1 MiB, listings are read in blocks of
+    this size (slower)."""
 
     @field_validator("scopes")
     @classmethod

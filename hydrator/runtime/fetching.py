@@ -11,8 +11,10 @@ the others. Python cannot stop a thread, so an abandoned fetch runs on; its resu
 ignored, and the source is not fetched again until it ends (an adapter is not safe to fetch
 twice at once), each cycle meanwhile failing it at once with that reason.
 
-Adapters that can end their own work at the deadline do (the DMAPI source closes its
-connections); this is the bound for those that cannot (rucio-clients' requests).
+Adapters that can end their own work at the deadline do (the DMAPI and Rucio sources cut
+their connections); this is the bound for those that cannot, or do not in time. At shutdown
+a source whose fetch still runs is not closed, unless it has an ``abandon`` method that ends
+that fetch without blocking (the Rucio source's: its private token directory goes too).
 """
 
 from __future__ import annotations

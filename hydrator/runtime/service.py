@@ -559,6 +559,10 @@ class Service:
     def close(self) -> None:
         busy = set(self.busy_sources())  # closing under a running fetch could block on it
         closers = [(s.name, s.close) for s in self.sources if s.name not in busy]
+        for source in self.sources:  # ... unless its optional ``abandon`` ends it, not blocking
+            abandon = getattr(source, "abandon", None)
+            if source.name in busy and callable(abandon):
+                closers.append((source.name, abandon))
         closers += [(p.name, p.close) for p in self.publishers]
         if self.annotator is not None:
             closers.append(("job annotator", self.annotator.close))

@@ -18,10 +18,8 @@ together keep it (all on requests' and urllib3's public extension points, no HTT
 here): each request's timeout is at most the time left; a body is read one socket read at a
 time (``read1``), the deadline checked between reads (:class:`_BoundedAdapter`); and
 :meth:`Run.expire`, a timer at the deadline, shuts down the socket of every connection still
-waiting for its headers (urllib3's connection classes, subclassed to register themselves
-while a run is current: :class:`_WatchedHTTPConnection`), which ends that read at once in the
-thread that is blocked in it. Closing the session would not: a connection in use is not in
-its pool.
+waiting for its headers, which ends that read at once in the thread that is blocked in it
+(the run and the watched connections are in :mod:`._deadline`, shared with the Rucio source).
 
 Errors (``raise ... from`` the ``requests`` exception)::
 
@@ -36,17 +34,11 @@ error messages pass :func:`hydrator.redact.redact` before they go into an error.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
-import math
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -54,12 +46,16 @@ import requests
 import urllib3
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.requests_client import OAuth2Session
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.response import HTTPResponse
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
+from hydrator.adapters.sources._deadline import (
+    DeadlinePassed,
+    Run,
+    WatchedAdapter,
+    current,
+    current_run,
+)
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import redact
 
@@ -72,74 +68,6 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # RFC 9110 §10.2.3: Retry-After on 503 and 429
 CHUNK_BYTES = 64 * 1024  # at most this much per socket read of a body
 UNLIMITED_BYTES = 1 << 62
-
-
-@dataclass
-class Run:
-    """State shared by the requests of one fetch: a request counter, an abort flag and the
-    fetch's deadline (``time.monotonic()`` seconds; infinite: none).
-
-    Setting ``abort`` makes every pending retry wait end at once with TransientSourceError,
-    so a fetch that already failed does not keep retrying in other threads. :meth:`expire`
-    (called by :meth:`watchdog` at the deadline) sets it and unblocks every read still
-    waiting for headers.
-    """
-
-    abort: threading.Event = field(default_factory=threading.Event)
-    deadline: float = math.inf
-    expired: bool = False
-    _calls: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _waiting: set[HTTPConnection] = field(default_factory=set)
-
-    def count(self) -> None:
-        with self._lock:
-            self._calls += 1
-
-    @property
-    def calls(self) -> int:
-        with self._lock:
-            return self._calls
-
-    def left_s(self) -> float:
-        """Seconds until the deadline (negative once passed)."""
-        return self.deadline - time.monotonic()
-
-    @contextmanager
-    def watchdog(self) -> Iterator[None]:
-        """Within the block, :meth:`expire` runs at the deadline (in a timer thread)."""
-        if math.isinf(self.deadline):
-            yield
-            return
-        timer = threading.Timer(max(0.0, self.left_s()), self.expire)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
-
-    def expire(self) -> None:
-        """The deadline passed: abort, and shut down the socket of every connection waiting
-        for its answer's headers, which ends the blocked read with an error at once."""
-        with self._lock:
-            self.expired = True
-            waiting = list(self._waiting)
-        self.abort.set()
-        for conn in waiting:
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):  # closed meanwhile
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def waiting(self, conn: HTTPConnection, waits: bool) -> None:
-        with self._lock:
-            if waits:
-                self._waiting.add(conn)
-            else:
-                self._waiting.discard(conn)
-        if waits and self.expired:
-            self.expire()
 
 
 @dataclass(frozen=True)
@@ -155,62 +83,15 @@ class Answer:
         return json.loads(self.content)
 
 
-_current = threading.local()  # .run: the Run of the request this thread is sending
-
-
-@contextmanager
-def _current_run(run: Run) -> Iterator[None]:
-    _current.run = run
-    try:
-        yield
-    finally:
-        _current.run = None
-
-
-def _watched(conn: HTTPConnection, getresponse: Callable[[], HTTPResponse]) -> HTTPResponse:
-    """``getresponse()`` (status line and headers) with ``conn`` registered with the
-    :class:`Run` current in this thread, if any, so that :meth:`Run.expire` can shut its
-    socket down (see the module docstring)."""
-    run: Run | None = getattr(_current, "run", None)
-    if run is None:
-        return getresponse()
-    run.waiting(conn, True)
-    try:
-        return getresponse()
-    finally:
-        run.waiting(conn, False)
-
-
-class _WatchedHTTPConnection(HTTPConnection):
-    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3 itself
-        return _watched(self, super().getresponse)
-
-
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3 itself
-        return _watched(self, super().getresponse)
-
-
-class _WatchedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
 class AnswerTooLarge(requests.RequestException):
     """The answer's body is larger than ``max_answer_bytes``."""
 
 
-class DeadlinePassed(requests.RequestException):
-    """The fetch's deadline passed while this request was under way."""
-
-
-class _BoundedAdapter(HTTPAdapter):
-    """requests' transport adapter, with urllib3 pools of :class:`_WatchedConnection` and
-    bodies read within the current run's deadline and at most ``max_bytes`` (after
-    decompression): a 62 MB answer took a cycle to 4 GB resident (issue 26, item 4).
+class _BoundedAdapter(WatchedAdapter):
+    """requests' transport adapter, with urllib3 pools of watched connections
+    (:mod:`._deadline`) and bodies read within the current run's deadline and at most
+    ``max_bytes`` (after decompression): a 62 MB answer took a cycle to 4 GB resident (issue
+    26, item 4).
 
     The body is read here, one socket read at a time, and handed to requests as the
     response's ``raw`` file, which requests then reads as usual (``Response.content``).
@@ -218,20 +99,12 @@ class _BoundedAdapter(HTTPAdapter):
 
     def __init__(self, max_bytes: int, pool_maxsize: int = 8) -> None:
         self.max_bytes = max_bytes
-        super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, max_retries=0)
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        # urllib3: "Locally set the pool classes ... so other PoolManagers can override them"
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": _WatchedHTTPPool,
-            "https": _WatchedHTTPSPool,
-        }
+        super().__init__(pool_maxsize)
 
     def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
         response = super().send(request, *args, **kwargs)
         raw = response.raw
-        run: Run | None = getattr(_current, "run", None)
+        run = current()
         try:
             body = self._read(raw, run)
         finally:
@@ -321,7 +194,7 @@ class HttpClient:
             timeout = self.timeout(run, label)
             run.count()
             try:
-                with _current_run(run):
+                with current_run(run):
                     resp = self.session.request(method, url, headers=headers, timeout=timeout)
             except requests.RequestException as exc:
                 raise self.request_error(exc, label, n, run) from exc
@@ -359,7 +232,7 @@ class HttpClient:
                     "access_token_response", partial(self._token_answer, label=label, n=n)
                 )
                 try:
-                    with _current_run(run):
+                    with current_run(run):
                         token = oauth.fetch_token(
                             token_url, grant_type="client_credentials", **form
                         )

@@ -105,36 +105,46 @@ def test_default_expression_rse_type_disk_excludes_tape(
     assert federation.did("on_tape") not in datasets
 
 
-def test_replicating_becomes_complete(
-    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin
-) -> None:
-    scope, a1, b1 = federation.scope, federation.rses["a1"], federation.rses["b1"]
+def own_two_sites(admin: RucioAdmin) -> tuple[str, dict[str, str], dict[str, str]]:
+    """For a test that changes data: a scope, RSEs a1 and b1 and their sites A and B of its
+    own (selected by ``fed=<tag>``), so that the shared federation, which other tests compare
+    whole with what they publish, never gets its datasets."""
+    tag = unique("o").lower()
+    sites = {"A": f"SITE-A-{tag}", "B": f"SITE-B-{tag}"}
+    rses = {
+        role: admin.rse(sites[role[0].upper()], attributes={"fed": tag}) for role in ("a1", "b1")
+    }
+    return admin.scope(), rses, {**sites, "expression": f"fed={tag}"}
+
+
+def test_replicating_becomes_complete(make_source: MakeSource, rucio_admin: RucioAdmin) -> None:
+    scope, rses, sites = own_two_sites(rucio_admin)
+    a1, b1 = rses["a1"], rses["b1"]
     name = rucio_admin.dataset(scope, 2, at=[a1])
     rucio_admin.rule(scope, name, a1)
     rucio_admin.rule(scope, name, b1)
-    key = (federation.sites["B"], f"{scope}:{name}")
-    source = make_source()
+    key = (sites["B"], f"{scope}:{name}")
+    source = make_source(sites={}, rse_expression=sites["expression"])
     assert view(source.fetch(now()))[key] == ("replicating", 0.0)
     rucio_admin.set_file_states(b1, scope, rucio_admin.files(scope, name), "A")
     assert view(source.fetch(now()))[key] == ("available", 1.0)
 
 
-def test_removed_replica_leaves_the_site(
-    make_source: MakeSource, federation: Federation, rucio_admin: RucioAdmin
-) -> None:
-    scope, a1, b1 = federation.scope, federation.rses["a1"], federation.rses["b1"]
+def test_removed_replica_leaves_the_site(make_source: MakeSource, rucio_admin: RucioAdmin) -> None:
+    scope, rses, sites = own_two_sites(rucio_admin)
+    a1, b1 = rses["a1"], rses["b1"]
     name = rucio_admin.dataset(scope, 2, at=[a1, b1])
     rucio_admin.rule(scope, name, a1)
     rule_b = rucio_admin.rule(scope, name, b1)
     rucio_admin.server.run_abacus()
     did = f"{scope}:{name}"
-    source = make_source()
+    source = make_source(sites={}, rse_expression=sites["expression"])
     before = view(source.fetch(now()))
-    assert before[(federation.sites["B"], did)] == ("available", 1.0)
+    assert before[(sites["B"], did)] == ("available", 1.0)
     rucio_admin.remove_rule_now(rule_b, b1)
     after = view(source.fetch(now()))
-    assert (federation.sites["B"], did) not in after
-    assert after[(federation.sites["A"], did)] == ("available", 1.0)
+    assert (sites["B"], did) not in after
+    assert after[(sites["A"], did)] == ("available", 1.0)
 
 
 def test_server_down_is_transient_then_recovers(

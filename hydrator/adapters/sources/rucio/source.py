@@ -173,8 +173,11 @@ class RucioSource:
         return self.config.name
 
     def close(self) -> None:
-        """Drop the client and remove the private token directory."""
+        """Drop the client and remove the private token directory; safe (and not blocking)
+        while a fetch runs, which it cuts short (:meth:`.wire.RucioWire.close`)."""
         self.wire.close()
+
+    abandon = close  # the daemon stops while a fetch runs: see Service.close
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -183,9 +186,10 @@ class RucioSource:
 
         Incremental (see the module docstring): only lines new since the last fetch are parsed
         and only the pairs they touch are settled again. A fetch that fails half way forgets
-        what the source kept, so the next one reads everything as a first fetch does.
+        what the source kept, so the next one reads everything as a first fetch does. It
+        ends by itself within ``deadline_s`` (TransientSourceError: :meth:`.wire.RucioWire.begin`).
         """
-        self.wire.begin()
+        self.wire.begin(self.config.deadline_s)
         self._deep.begin()
         book = self._book
         self._held_ids = held_ids(book, context.previous.get(self.name))
@@ -213,6 +217,7 @@ class RucioSource:
             self.deep_checks_reused_last_fetch = self._deep.reused
             self.deep_checks_skipped_last_fetch = self._deep.skipped
             self._held_ids = {}
+            self.wire.end()
         return Snapshot.of(
             self.name,
             book.replicas,

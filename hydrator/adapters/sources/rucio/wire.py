@@ -8,6 +8,14 @@ session, token and headers: :meth:`RucioWire.get`) but their bodies are handed b
 parsed by :mod:`.listing`, instead of rucio-clients' ``json.loads`` per line with a date-parsing
 hook, which was most of a fetch at a million rows. The other calls use rucio-clients' methods.
 
+Bounds (issue 26, items 3 and 4): a fetch ends by itself within ``deadline_s``
+(:meth:`RucioWire.begin`): every call's timeout is at most the time left, no call or retry
+starts after it, and the shared deadline watchdog (:mod:`hydrator.adapters.sources._deadline`,
+mounted on rucio-clients' session, also for its token request) cuts a read still under way
+at it, so a server trickling its headers or body does not keep the fetch's thread. The
+listings read here are bounded per answer (``max_answer_bytes``) and per line
+(``max_line_bytes``) as they stream in; over a cap, the source fails naming the RSE.
+
 Tests make it hermetic through ``client_factory`` (a callable returning an object with the
 rucio-clients ``Client`` attributes and methods used here), never by setting private attributes.
 
@@ -18,6 +26,8 @@ Errors (all translated here, never classified by message text)::
     CannotAuthenticate, NoAuthInformation, AccessDenied, HTTP 401/403,
     TLS (SSLError), a bad client configuration, other Rucio errors        -> PermanentSourceError
     InvalidRSEExpression from list_rses    -> InvalidExpression (a PermanentSourceError)
+    any error once the fetch's deadline passed                           -> TransientSourceError
+    a listing over max_answer_bytes or max_line_bytes (not retried)      -> PermanentSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
 ``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -44,7 +55,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +67,13 @@ from rucio.common import exception as rucio_exc
 from rucio.common.utils import build_url
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
+from hydrator.adapters.sources._deadline import (
+    DeadlinePassed,
+    Run,
+    WatchedAdapter,
+    current,
+    current_run,
+)
 from hydrator.adapters.sources.rucio.listing import line_blocks
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId
@@ -86,6 +104,10 @@ _CLIENT_CONFIG_ERRORS: tuple[type[Exception], ...] = (
 
 class _TokenRejected(Exception):
     """Raised by the response hook when the server refuses the OIDC bearer token (HTTP 401)."""
+
+
+class _TooLarge(Exception):
+    """An answer over ``max_answer_bytes``, or one of its lines over ``max_line_bytes``."""
 
 
 _CALL_ERRORS: tuple[type[Exception], ...] = (
@@ -128,21 +150,46 @@ class RucioWire:
         self._last_status: int | None = None
         self._retry_after_s: float | None = None
         self._token_seen: str | None = None
+        self.run = Run()  # the current fetch's (see begin)
+        self._watchdog = ExitStack()
+        self._closed = False
 
-    def begin(self) -> None:
-        """Start counting the calls of a new fetch."""
+    def begin(self, deadline_s: float = math.inf) -> None:
+        """Start counting the calls of a new fetch, which must end within ``deadline_s``
+        seconds from now: every call's timeout is at most the time left, no call starts
+        after it, and at it (a timer) the reads still under way are cut (:mod:`._deadline`).
+        :meth:`end` must follow."""
         self.calls = Counter()
+        self.run = Run(deadline=time.monotonic() + deadline_s)
+        self._watchdog.enter_context(self.run.watchdog())
+
+    def end(self) -> None:
+        """The fetch :meth:`begin` started has ended (stop its timer). After :meth:`close`
+        (the daemon stopped while this fetch ran on), remove the token directory again:
+        rucio-clients may have re-created it meanwhile."""
+        self._watchdog.close()
+        if self._closed:
+            self._remove_token_dir()
 
     def forget_client(self) -> None:
         """Build the client again at the next call (a password file is re-read then)."""
         self._client = None
 
     def close(self) -> None:
-        """Drop the client and remove the private token directory."""
+        """Drop the client and remove the private token directory; no client is built again.
+
+        Safe while a fetch runs (the daemon stopping with this source's fetch abandoned):
+        that fetch's reads are cut at once (:meth:`Run.expire`), and its end removes the
+        directory again (:meth:`end`), so none is left in the temporary directory."""
+        self._closed = True
+        self.run.expire()
         self._client = None
-        if self._token_dir is not None:
-            shutil.rmtree(self._token_dir, ignore_errors=True)
-            self._token_dir = None
+        self._remove_token_dir()
+
+    def _remove_token_dir(self) -> None:
+        token_dir, self._token_dir = self._token_dir, None
+        if token_dir is not None:
+            shutil.rmtree(token_dir, ignore_errors=True)
 
     # -- the calls a fetch makes -------------------------------------------------------
 
@@ -166,7 +213,7 @@ class RucioWire:
     def summary(self, rse: str) -> bytes:
         """``list_datasets_per_rse(rse)``: the RSE's dataset summary table, JSON lines."""
         path = f"{_REPLICAS}/rse/{quote(rse, safe='')}"
-        return self.call("list_datasets_per_rse", partial(self._body, path))
+        return self.call("list_datasets_per_rse", partial(self._body, path, f"RSE {rse}"))
 
     def rules(self, state: str, read: Callable[[Iterator[list[bytes]]], T]) -> T:
         """``read`` applied to the rules in state ``state`` (one-letter code) as they stream
@@ -175,7 +222,7 @@ class RucioWire:
 
         def stream() -> T:
             with self.get(f"{_RULES}/", {"state": state}, stream=True) as response:
-                return read(line_blocks(response.iter_content(chunk_size=READ_BYTES)))
+                return read(line_blocks(self._chunks(response, f"rules in state {state}")))
 
         return self.call("list_replication_rules", stream)
 
@@ -185,7 +232,8 @@ class RucioWire:
         path = f"{_REPLICAS}/{quote_plus(dataset.scope)}/{quote_plus(dataset.name)}/datasets"
 
         def lines() -> T:
-            return parse(list(filter(None, self._body(path, {"deep": "True"}).splitlines())))
+            body = self._body(path, f"dataset {dataset}", {"deep": "True"})
+            return parse(list(filter(None, body.splitlines())))
 
         return self.call("list_dataset_replicas", lines)
 
@@ -234,33 +282,101 @@ class RucioWire:
             raise rucio_exc.RucioException(f"HTTP {response.status_code} from {path}")
         return response
 
-    def _body(self, path: str, params: dict[str, str] | None = None) -> bytes:
-        """A listing's whole answer, read in blocks of ``READ_BYTES`` (``Response.content``
-        reads 10 kB at a time: about 1.5x the CPU for the 340 MB of a million rows)."""
+    def _body(self, path: str, what: str, params: dict[str, str] | None = None) -> bytes:
+        """A listing's whole answer (``what`` names it in errors), read in blocks of
+        ``READ_BYTES`` (``Response.content`` reads 10 kB at a time: about 1.5x the CPU for the
+        340 MB of a million rows) and bounded by :meth:`_chunks`."""
         with self.get(path, params, stream=True) as response:
-            return b"".join(response.iter_content(READ_BYTES))
+            return b"".join(self._chunks(response, what))
+
+    def _chunks(self, response: requests.Response, what: str) -> Iterator[bytes]:
+        """The streamed answer's bytes as they arrive, in blocks of at most ``READ_BYTES`` and
+        of ``max_line_bytes``; :class:`_TooLarge` once a line passes ``max_line_bytes`` (the
+        answer's cap is the adapter's: :class:`_CappedBody`), :class:`DeadlinePassed` at the
+        fetch's deadline.
+
+        Exact and cheap: a block is asked no longer than the line cap, so a line over it spans
+        blocks, and only the line running across a block's start or end is measured (one
+        ``find`` and one ``rfind`` a block, in C); a longer block (urllib3 may hand on more
+        once it decompressed) has its inner lines measured too."""
+        line_most, run = self.config.max_line_bytes, self.run
+        running = 0  # the bytes of the answer's last, unfinished line
+        for block in response.iter_content(min(READ_BYTES, line_most)):
+            end = block.rfind(b"\n")
+            if end < 0:
+                running += len(block)
+            else:
+                first = block.find(b"\n")
+                longest = running + first
+                if len(block) > line_most:
+                    longest = max(longest, *map(len, block[first:end].split(b"\n")))
+                running = len(block) - end - 1 if longest <= line_most else line_most + 1
+            if running > line_most:
+                raise _TooLarge(f"{what}: a line longer than max_line_bytes = {line_most}")
+            if run.passed():
+                raise DeadlinePassed("the fetch's deadline passed while reading the answer")
+            yield block
 
     # -- calls, retries, errors ----------------------------------------------------------
 
     def call(self, method: str, fn: Callable[[], T]) -> T:
-        """Run one API call with bounded retries on transient errors; translate all errors."""
+        """Run one API call with bounded retries on transient errors; translate all errors.
+
+        Within the fetch's deadline (:meth:`begin`): no attempt starts after it, each one's
+        timeout is at most the time left, no backoff waits past it, and the reads of an
+        attempt under way at it are cut (its connections watched while it runs)."""
+        run = self.run
 
         def attempt(n: int) -> T:
+            self._check_deadline(method)
             self.calls[method] += 1
             self._last_status = self._retry_after_s = None
             self._watch(self._client)
             try:
-                return fn()
-            except _CALL_ERRORS as exc:
-                raise self._translate(method, exc) from exc
+                with current_run(run):
+                    result = fn()
+                self._check_deadline(method)  # a read cut at the deadline may look complete
+                return result
+            except SourceError:
+                raise
+            except Exception as exc:
+                self._check_deadline(method)
+                if isinstance(exc, _TooLarge):
+                    raise PermanentSourceError(f"rucio: {method}: {exc}") from exc
+                if isinstance(exc, _CALL_ERRORS):
+                    raise self._translate(method, exc) from exc
+                raise
             finally:
+                run.let_go()
                 self._note_token(self._client)
 
         cfg = self.config
         policy = RetryPolicy(
             cfg.max_attempts, cfg.backoff_s, max_retry_after_s=cfg.max_retry_after_s
         )
-        return call_with_retries(attempt, policy, logger=log, sleep=self._sleep)
+        return call_with_retries(
+            attempt,
+            policy,
+            logger=log,
+            sleep=lambda s: self._sleep(min(s, max(0.0, run.left_s()))),
+            abort=run.abort,
+        )
+
+    def _check_deadline(self, method: str) -> None:
+        """Raise once the fetch's deadline passed; else set the client's timeout (seconds,
+        for connect and each read) to at most the time left."""
+        if self.run.passed():
+            self.run.abort.set()  # no retry either
+            raise TransientSourceError(
+                f"rucio: {method}: the fetch's deadline passed "
+                f"(deadline_s = {self.config.deadline_s:g} s); abandoned"
+            )
+        if self._client is not None:
+            self._client.timeout = self._timeout_s()
+
+    def _timeout_s(self) -> float:
+        """One request's timeout: ``timeout_s``, or the time left before the deadline."""
+        return min(self.config.timeout_s, max(self.run.left_s(), 0.001))
 
     def _translate(self, method: str, exc: Exception) -> SourceError:
         """The hydrator's error for a library exception, by its class and HTTP status."""
@@ -296,6 +412,8 @@ class RucioWire:
         a restart.
         """
         if self._client is None:
+            if self._closed:
+                raise TransientSourceError("rucio: the source is closed (the daemon is stopping)")
             client = self.call("connect", self._factory)
             client.request_retries = 0  # one immediate resend inside rucio-clients; ours follow
             self._client = client
@@ -315,10 +433,11 @@ class RucioWire:
         ``TOKEN_PATH_PREFIX`` class constant (a private token directory, not the shared
         ``/tmp/.rucio_<user>``), WLCG token discovery (``BEARER_TOKEN_FILE``) for OIDC, and the
         ``session`` attribute, whose ``requests`` response hook (:meth:`_on_response`) records
-        each answer's status and stops at a rejected bearer token.
+        each answer's status and stops at a rejected bearer token, and on which the fetch's
+        deadline adapter is mounted (:class:`_WatchedClient`, from the token request on).
         """
         cfg = self.config
-        kwargs: dict[str, Any] = {"timeout": cfg.timeout_s}
+        kwargs: dict[str, Any] = {"timeout": self._timeout_s()}
         for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
             if getattr(cfg, key) is not None:
                 kwargs[key] = getattr(cfg, key)
@@ -329,7 +448,12 @@ class RucioWire:
         if self._token_dir is None:
             self._token_dir = Path(tempfile.mkdtemp(prefix="hydrator-rucio-"))
         client_class = type(
-            "HydratorRucioClient", (Client,), {"TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_"}
+            "HydratorRucioClient",
+            (_WatchedClient,),
+            {
+                "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
+                "MAX_ANSWER_BYTES": staticmethod(lambda: self.config.max_answer_bytes),
+            },
         )
         if cfg.auth_type != "oidc":
             return client_class(**kwargs)
@@ -378,6 +502,68 @@ class RucioWire:
         if cfg.auth_type == "x509_proxy":
             return {"client_proxy": _path(cfg.client_proxy)}
         return {}
+
+
+class _RucioAdapter(WatchedAdapter):
+    """The deadline's adapter (:mod:`.._deadline`) for rucio-clients' session: besides the
+    wait for headers, the connection of each answer is watched while its body is read (until
+    the call's end: :meth:`Run.let_go`), so that the deadline also cuts a trickling body; and
+    every answer's body (token requests and rucio-clients' own calls too) is read up to
+    ``max_bytes()`` bytes, after decompression (:class:`_CappedBody`)."""
+
+    def __init__(self, max_bytes: Callable[[], int]) -> None:
+        super().__init__(pool_maxsize=2)  # one call at a time
+        self._max_bytes = max_bytes
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        response = super().send(request, *args, **kwargs)
+        run, connection = current(), getattr(response.raw, "connection", None)
+        if run is not None and connection is not None:
+            run.hold(connection)
+        response.raw = _CappedBody(response.raw, self._max_bytes(), request.path_url)
+        return response
+
+
+class _CappedBody:
+    """urllib3's response as requests reads it (``stream``, which ``iter_content`` and
+    ``content`` use), raising :class:`_TooLarge` past ``most`` bytes; all else delegated."""
+
+    def __init__(self, raw: Any, most: int, path: str) -> None:
+        self._raw, self._most, self._path = raw, most, path
+
+    def stream(self, amt: int, decode_content: bool | None = None) -> Iterator[bytes]:
+        size = 0
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            size += len(chunk)
+            if size > self._most:
+                path = self._path[:200]
+                raise _TooLarge(f"answer from {path} larger than max_answer_bytes = {self._most}")
+            yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type hints
+    """rucio-clients' ``Client`` whose ``session`` gets the deadline's adapter mounted
+    (``requests.Session.mount``) whenever rucio-clients sets it: in its constructor, before
+    the token request, and again when it replaces the session after an error.
+    ``MAX_ANSWER_BYTES`` (set by the subclass :meth:`RucioWire._make_client` makes) gives the
+    answer cap's current value."""
+
+    MAX_ANSWER_BYTES: Callable[[], int] = staticmethod(lambda: 1 << 62)
+
+    @property
+    def session(self) -> requests.Session:
+        session: requests.Session = self._hydrator_session
+        return session
+
+    @session.setter
+    def session(self, session: requests.Session) -> None:
+        adapter = _RucioAdapter(self.MAX_ANSWER_BYTES)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        self._hydrator_session = session
 
 
 def _read_secret(path: Path | None, key: str) -> str:
