@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -150,12 +151,19 @@ class EventCycles:
             self.listener.start()
 
     def stop(self) -> None:
+        """Stop the listener and the worker; the listener's gauges of this source are
+        removed (a reload that turns events off leaves no "connected" nor an alerting
+        "disconnected since"; a listener started again sets them anew)."""
         if self.listener is not None:
             self.listener.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(30)
+        self.subscribed.clear()
+        for gauge in (self.metrics.events_connected, self.metrics.events_disconnected_since):
+            with contextlib.suppress(KeyError):
+                gauge.remove(self._label)
 
     def status(self) -> ListenerStatus:
         return self.listener.status() if self.listener is not None else ListenerStatus()
