@@ -7,14 +7,17 @@ stream explains a change seen within seconds).
 
 * **Latency**: ``--changes`` times, a dataset whose rule has ``notify = "Y"`` gets its files
   AVAILABLE through the public API (the conveyor's part: the server queues ``datasetlock_ok``
-  and ``rule_ok``); timed from just before that call to the dataset in the daemon's
-  ``/v1/sites/<site>`` (polled every 50 ms). The collector path is measured by
-  ``tests/events/test_events_pool.py`` (the pool is shared); here ``latency_*`` is the HTTP ad.
+  and ``rule_ok``); timed from just before that call to the dataset in slot1's
+  ``AvailableDatasets`` in the real pool's collector (``latency_*``; the shared pool is taken
+  through tests/support/pool.py's lock for this phase only; ``--no-pool``: HTTP only) and in
+  the daemon's ``/v1/sites/<site>`` (``http_latency_*``), both polled every 50 ms.
 * **Catalogue load**: bytes a targeted read costs (the exact listing ``read_datasets`` makes,
   measured here) and event reads per change (``hydrator_event_reads_total``), against a full
   read at 1M replicas (480 bytes a replica of answers, benchmarks/RESULTS.md), at 0.1 %
   churn an hour: polling every 60 s vs events with a full read every 30 min.
-* **Chaos**: datasets completed at the site with no message of the server's own; the benchmark
+* **Chaos**: first hermes is stopped for 20 s while rules go OK (their messages wait in the
+  server's ``messages`` table), then started again: they must reach the ad by event cycles.
+  Then datasets completed at the site with no message of the server's own; the benchmark
   publishes ``transfer-done`` for them in hermes' format with 10 % dropped, 20 % duplicated,
   all shuffled, plus forged ones naming datasets that are not there, restarts the broker
   half way, and stops the daemon while the rest queue on its durable subscription. After the
@@ -404,7 +407,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ("latencies_s", "latency", "collector slot ad"),
         ("http_latencies_s", "http_latency", "HTTP ad"),
     )
-    for key, prefix, label in curves:
+    for row, (key, prefix, label) in enumerate(curves):
         if key not in results:
             continue
         lags = sorted(results[key])
@@ -414,10 +417,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
             at = results[f"{prefix}_{q}_s"]
             ax.axvline(at, linestyle="--", color="grey", linewidth=0.8)
             ax.annotate(
-                f" {label} {q} {at:.2f} s",
-                (at, 0.05 if q == "p50" else 0.55),
+                f"{label} {q} {at:.2f} s",
+                (at, 0.15 + 0.1 * row + (0.4 if q == "p99" else 0.0)),
                 xycoords=("data", "axes fraction"),
-                rotation=90,
+                xytext=(4, 0),
+                textcoords="offset points",
                 fontsize=7,
             )
     ax.legend(loc="lower right", fontsize=7)
