@@ -7,14 +7,17 @@ stream explains a change seen within seconds).
 
 * **Latency**: ``--changes`` times, a dataset whose rule has ``notify = "Y"`` gets its files
   AVAILABLE through the public API (the conveyor's part: the server queues ``datasetlock_ok``
-  and ``rule_ok``); timed from just before that call to the dataset in the daemon's
-  ``/v1/sites/<site>`` (polled every 50 ms). The collector path is measured by
-  ``tests/events/test_events_pool.py`` (the pool is shared); here ``latency_*`` is the HTTP ad.
+  and ``rule_ok``); timed from just before that call to the dataset in slot1's
+  ``AvailableDatasets`` in the real pool's collector (``latency_*``; the shared pool is taken
+  through tests/support/pool.py's lock for this phase only; ``--no-pool``: HTTP only) and in
+  the daemon's ``/v1/sites/<site>`` (``http_latency_*``), both polled every 50 ms.
 * **Catalogue load**: bytes a targeted read costs (the exact listing ``read_datasets`` makes,
   measured here) and event reads per change (``hydrator_event_reads_total``), against a full
   read at 1M replicas (480 bytes a replica of answers, benchmarks/RESULTS.md), at 0.1 %
   churn an hour: polling every 60 s vs events with a full read every 30 min.
-* **Chaos**: datasets completed at the site with no message of the server's own; the benchmark
+* **Chaos**: first hermes is stopped for 20 s while rules go OK (their messages wait in the
+  server's ``messages`` table), then started again: they must reach the ad by event cycles.
+  Then datasets completed at the site with no message of the server's own; the benchmark
   publishes ``transfer-done`` for them in hermes' format with 10 % dropped, 20 % duplicated,
   all shuffled, plus forged ones naming datasets that are not there, restarts the broker
   half way, and stops the daemon while the rest queue on its durable subscription. After the
@@ -34,6 +37,7 @@ import os
 import platform
 import random
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -41,7 +45,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +58,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.activemq import Broker, running_broker  # noqa: E402
 from tests.support.hermes import EventDaemon, Hermes, running_event_daemon  # noqa: E402
+from tests.support.pool import SLOT_SITES, Pool, running_pool  # noqa: E402
 from tests.support.rucio_server import RucioAdmin, make_server, unique  # noqa: E402
 
 REPLICA_ANSWER_BYTES = 480  # a full read's answers per replica at 1M (benchmarks/RESULTS.md)
@@ -116,9 +121,20 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def latency(admin: RucioAdmin, daemon: EventDaemon, changes: int) -> dict[str, Any]:
-    """One change at a time, timed from the catalogue change to the HTTP ad."""
-    lags: list[float] = []
+def slot_available(pool: Pool, slot: str = "slot1") -> set[str]:
+    """The datasets in ``slot``'s ``AvailableDatasets`` as the collector has them now."""
+    ads = [ad for ad in pool.slot_ads(["AvailableDatasets"]) if ad["Name"].startswith(slot + "@")]
+    value = ads[0].get("AvailableDatasets") if ads else None
+    return {str(d) for d in value} if value is not None else set()
+
+
+def latency(
+    admin: RucioAdmin, daemon: EventDaemon, changes: int, pool: Pool | None
+) -> dict[str, Any]:
+    """One change at a time, timed from the catalogue change to the HTTP ad and (with a
+    pool) to slot1's ad in the collector, both polled every POLL_S."""
+    http: list[float] = []
+    slots: list[float] = []
     missed = 0
     for i in range(changes):
         name = retried(admin.dataset, daemon.scope, 2, at=[daemon.src])
@@ -127,26 +143,38 @@ def latency(admin: RucioAdmin, daemon: EventDaemon, changes: int) -> dict[str, A
         did = f"{daemon.scope}:{name}"
         t0 = time.monotonic()
         retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
+        seen: dict[str, float] = {}
 
-        def seen(did: str = did) -> bool:
-            return did in available(daemon)
+        def both(did: str = did, seen: dict[str, float] = seen, t0: float = t0) -> bool:
+            if "http" not in seen and did in available(daemon):
+                seen["http"] = time.monotonic() - t0
+            if pool is not None and "slot" not in seen and did in slot_available(pool):
+                seen["slot"] = time.monotonic() - t0
+            return "http" in seen and (pool is None or "slot" in seen)
 
-        if wait(seen, 60) is None:
+        if wait(both, 60) is None:
             missed += 1
-        else:
-            lags.append(time.monotonic() - t0)
-        if (i + 1) % 10 == 0:
-            print(f"  {i + 1}/{changes} changes, p50 so far {statistics.median(lags):.2f} s")
-    return {
+        http += [seen["http"]] if "http" in seen else []
+        slots += [seen["slot"]] if "slot" in seen else []
+        if (i + 1) % 10 == 0 and http:
+            print(f"  {i + 1}/{changes} changes, HTTP p50 so far {statistics.median(http):.2f} s")
+    results: dict[str, Any] = {
         "changes": changes,
         "missed": missed,
-        "latency_p50_s": percentile(lags, 0.5),
-        "latency_p99_s": percentile(lags, 0.99),
-        "latency_max_s": max(lags),
-        "http_latency_p50_s": percentile(lags, 0.5),
-        "http_latency_p99_s": percentile(lags, 0.99),
-        "latencies_s": lags,
+        "http_latency_p50_s": percentile(http, 0.5),
+        "http_latency_p99_s": percentile(http, 0.99),
+        "http_latency_max_s": max(http),
+        "http_latencies_s": http,
     }
+    if slots:
+        results |= {
+            "latency_p50_s": percentile(slots, 0.5),
+            "latency_p99_s": percentile(slots, 0.99),
+            "latency_max_s": max(slots),
+            "latencies_s": slots,
+            "latency_path": "catalogue change to slot1's AvailableDatasets in the collector",
+        }
+    return results
 
 
 def load(admin: RucioAdmin, daemon: EventDaemon, changes: int) -> dict[str, Any]:
@@ -226,9 +254,57 @@ def watching(daemon: EventDaemon, forged: set[str]) -> Iterator[list[str]]:
         thread.join()
 
 
-def chaos(
-    admin: RucioAdmin, daemon: EventDaemon, broker: Broker, count: int, rng: random.Random
+def queued_messages(admin: RucioAdmin) -> int:
+    """Rows in the server's ``messages`` table (what hermes has not sent yet)."""
+    with closing(sqlite3.connect(admin.server.dir / "rucio.db", timeout=30)) as db:
+        (count,) = db.execute("SELECT count(*) FROM messages").fetchone()
+    return int(count)
+
+
+def hermes_away(
+    admin: RucioAdmin, daemon: EventDaemon, hermes: Hermes, count: int, away_s: float = 20.0
 ) -> dict[str, Any]:
+    """Hermes stopped for ``away_s`` while ``count`` rules go OK: their ``datasetlock_ok`` and
+    ``rule_ok`` wait in the server's ``messages`` table; hermes restarts and sends them. Returns
+    what was queued and how many reached the HTTP ad by an event cycle (no full read is due:
+    interval_s is 600) within 60 s of the restart."""
+    hermes.stop()
+    stopped = time.monotonic()
+    made: set[str] = set()
+    for _ in range(count):
+        name = retried(admin.dataset, daemon.scope, 2, at=[daemon.src])
+        retried(admin.rule, daemon.scope, name, daemon.dst, notify="Y")
+        files = retried(admin.files, daemon.scope, name)
+        retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
+        made.add(f"{daemon.scope}:{name}")
+    time.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
+    queued = queued_messages(admin)
+    early = made & available(daemon)  # none: nothing told the daemon yet
+    full_reads = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
+    restarted = time.monotonic()
+    hermes.start(sleep_time_s=1)
+    took = wait(lambda: made <= available(daemon), 60)
+    after = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
+    return {
+        "chaos_hermes_away_s": restarted - stopped,
+        "chaos_hermes_away_changes": count,
+        "chaos_hermes_queued_messages": queued,
+        "chaos_hermes_published_while_away": len(early),
+        "chaos_hermes_delivered": len(made & available(daemon)),
+        "chaos_hermes_delivery_s": took,
+        "chaos_hermes_full_reads_meanwhile": after - full_reads,
+    }
+
+
+def chaos(
+    admin: RucioAdmin,
+    daemon: EventDaemon,
+    broker: Broker,
+    hermes: Hermes,
+    count: int,
+    rng: random.Random,
+) -> dict[str, Any]:
+    away = hermes_away(admin, daemon, hermes, max(1, count // 5))
     real = [retried(admin.dataset, daemon.scope, 1, at=[daemon.dst]) for _ in range(count)]
     for name in real:
         retried(admin.rule, daemon.scope, name, daemon.dst)  # complete, no message of its own
@@ -255,7 +331,7 @@ def chaos(
         ours = {d for d in available(daemon) if d.startswith(f"{daemon.scope}:")}
     fresh = fresh_read(daemon)
     divergent = ours ^ fresh
-    return {
+    return away | {
         "chaos_datasets": count,
         "chaos_messages": len(messages),
         "chaos_dropped": dropped,
@@ -282,6 +358,43 @@ def fresh_read(daemon: EventDaemon) -> set[str]:
     return {d for d in sites.get(daemon.site, {}).get("available", [])}
 
 
+def measure_latency(
+    admin: RucioAdmin, broker: Broker, work: Path, changes: int, with_pool: bool
+) -> dict[str, Any]:
+    """Latency and load with a daemon of its own; with the pool (taken through its lock for
+    this phase only, slot1's site) its collector merges are timed too, and invalidated after."""
+    with ExitStack() as stack:
+        pool: Pool | None = None
+        extra, site = "", f"SITE-BENCH-{unique('b')}"
+        if with_pool:
+            tokens = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            print("taking the HTCondor test pool (waits for its lock)")
+            pool = stack.enter_context(running_pool(tokens))
+            stack.callback(invalidate_locality_ads, pool)
+            site = SLOT_SITES["slot1"]
+            extra = (
+                f'\n[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
+                f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\nmerge_min_interval_s = 0\n'
+            )
+        (work / "latency").mkdir()
+        daemon = stack.enter_context(
+            running_event_daemon(admin, broker, work / "latency", site, extra, debounce_s=1.0)
+        )
+        wait(lambda: daemon.metric('hydrator_events_listener_connected{source="rucio"} 1.0'), 30)
+        results = latency(admin, daemon, changes, pool)
+        results.update(load(admin, daemon, changes))
+        return results
+
+
+def invalidate_locality_ads(pool: Pool) -> None:
+    """Take the daemon's merges out of the shared pool's collector."""
+    import classad2
+
+    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
+    invalidate["Requirements"] = classad2.ExprTree('MyType == "DataLocality"')
+    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     """The latencies' distribution (sorted, with p50 and p99) as a PNG."""
     import matplotlib
@@ -289,22 +402,35 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lags = sorted(results["latencies_s"])
-    shares = [(i + 1) / len(lags) for i in range(len(lags))]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(lags, shares, drawstyle="steps-post")
-    for key, label in (("latency_p50_s", "p50"), ("latency_p99_s", "p99")):
-        ax.axvline(results[key], linestyle="--", color="grey")
-        ax.annotate(
-            f" {label} {results[key]:.2f} s",
-            (results[key], 0.5),
-            xycoords=("data", "axes fraction"),
-            rotation=90,
-        )
-    ax.set_xlabel("catalogue change to the HTTP ad (s)")
+    curves = (
+        ("latencies_s", "latency", "collector slot ad"),
+        ("http_latencies_s", "http_latency", "HTTP ad"),
+    )
+    for row, (key, prefix, label) in enumerate(curves):
+        if key not in results:
+            continue
+        lags = sorted(results[key])
+        shares = [(i + 1) / len(lags) for i in range(len(lags))]
+        ax.plot(lags, shares, drawstyle="steps-post", label=label)
+        for q in ("p50", "p99"):
+            at = results[f"{prefix}_{q}_s"]
+            ax.axvline(at, linestyle="--", color="grey", linewidth=0.8)
+            ax.annotate(
+                f"{label} {q} {at:.2f} s",
+                (at, 0.15 + 0.1 * row + (0.4 if q == "p99" else 0.0)),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, 0),
+                textcoords="offset points",
+                fontsize=7,
+            )
+    ax.legend(loc="lower right", fontsize=7)
+    ax.set_xlabel("catalogue change to the ad (s)")
     ax.set_ylabel("share of changes")
     cpu = results["machine_before"]["cpu_model"]
-    ax.set_title(f"{len(lags)} changes, Rucio + hermes + ActiveMQ + hydrator ({cpu})", fontsize=8)
+    ax.set_title(
+        f"{results['changes']} changes, Rucio + hermes + ActiveMQ + hydrator ({cpu})", fontsize=8
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -317,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=None, help="a PNG of the latencies")
     parser.add_argument("--from-json", type=Path, default=None, help="only plot that result")
     parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument(
+        "--no-pool", action="store_true", help="latency to the HTTP ad only (no collector)"
+    )
     args = parser.parse_args(argv)
     if args.from_json is not None:
         if args.plot is not None:
@@ -336,20 +465,20 @@ def main(argv: list[str] | None = None) -> int:
         hermes.start(sleep_time_s=1)
         stack.callback(hermes.stop)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        print(f"latency over {args.changes} changes")
+        results.update(measure_latency(admin, broker, work, args.changes, not args.no_pool))
+        (work / "chaos").mkdir()
         site = f"SITE-BENCH-{unique('b')}"
         daemon = stack.enter_context(
-            running_event_daemon(admin, broker, work, site, debounce_s=1.0)
+            running_event_daemon(admin, broker, work / "chaos", site, debounce_s=1.0)
         )
         wait(lambda: daemon.metric('hydrator_events_listener_connected{source="rucio"} 1.0'), 30)
-        print(f"latency over {args.changes} changes")
-        results.update(latency(admin, daemon, args.changes))
-        results.update(load(admin, daemon, args.changes))
         print("idle CPU over 30 s")
         results["idle_cpu_share"] = idle_cpu(daemon)
         print(f"chaos over {args.chaos} datasets")
-        results.update(chaos(admin, daemon, broker, args.chaos, random.Random(args.seed)))
+        results.update(chaos(admin, daemon, broker, hermes, args.chaos, random.Random(args.seed)))
     results["machine_after"] = machine()
-    shown = {k: v for k, v in results.items() if k != "latencies_s"}
+    shown = {k: v for k, v in results.items() if not k.endswith("latencies_s")}
     print(json.dumps(shown, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

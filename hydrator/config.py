@@ -247,6 +247,10 @@ class RucioEventsConfig(_Model):
     disconnected or silent; once at start-up and after every reconnect."""
     silence_s: PositiveSeconds = 600.0
     """No message for this long counts as a silent stream: poll at [daemon] interval_s."""
+    max_parent_lookups_per_cycle: int = Field(20, ge=0)
+    """``deletion-done`` names a file, no dataset: an event cycle looks up the datasets of at
+    most this many such files (``list_parent_dids``, one call each) and re-reads them; the
+    others (and all with 0) wait for the next full read."""
 
     @field_validator("brokers")
     @classmethod

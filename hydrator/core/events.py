@@ -9,7 +9,9 @@ read. Mapping (:func:`hint_of`):
 
 * ``transfer-done`` / ``transfer-failed``: the payload's rule dataset (``datasetScope``,
   ``dataset``); a file with no dataset marks the source for the next full read.
-* ``deletion-done``: scope, name, rse of a *file*, no dataset: marks the next full read.
+* ``deletion-done``: scope, name, rse of a *file*, no dataset: the file, whose parent datasets
+  an event cycle looks up (at most ``max_parent_lookups_per_cycle``, :class:`Batch`); without
+  a file, or over the bound, it marks the next full read.
 * ``datasetlock_ok`` (the dataset complete at an RSE), ``rule_ok``, ``rule_progress``
   (the rule's DID), ``erase``, ``close``, ``open``, ``incomplete`` (the DID itself).
 * Anything else (``transfer-queued``, ``create_dts``, ``register_cnt``, e-mails ...) says
@@ -28,6 +30,7 @@ from collections.abc import Collection, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from hydrator.domain import (
     DatasetId,
@@ -40,6 +43,7 @@ from hydrator.domain import (
     State,
 )
 
+K = TypeVar("K")
 TRANSFER_TYPES = frozenset({"transfer-done", "transfer-failed"})
 DATASET_TYPES = frozenset(
     {"datasetlock_ok", "rule_ok", "rule_progress", "erase", "close", "open", "incomplete"}
@@ -106,6 +110,7 @@ class Hint:
 
     datasets: frozenset[DatasetId] = frozenset()
     reconcile: bool = False
+    files: frozenset[tuple[str, str]] = frozenset()  # (scope, name): look up their datasets
 
 
 def hint_of(event: RucioEvent) -> Hint | Ignored:
@@ -120,7 +125,9 @@ def hint_of(event: RucioEvent) -> Hint | Ignored:
             return Ignored.MALFORMED
         return Hint(frozenset({event.dataset}))
     if kind in RECONCILE_TYPES:
-        return Hint(reconcile=True)
+        # a deletion names a file: look up its datasets (or, without one, the full read)
+        file = event.file
+        return Hint(files=frozenset({file})) if file is not None else Hint(reconcile=True)
     return Ignored.IRRELEVANT
 
 
@@ -155,11 +162,12 @@ class Triage:
         if started is not None and created is not None and created < started - OUT_OF_DATE_MARGIN:
             return Ignored.OUT_OF_DATE
         hint = hint_of(event)
-        if isinstance(hint, Hint) and self.scopes and hint.datasets:
+        if isinstance(hint, Hint) and self.scopes and (hint.datasets or hint.files):
             kept = frozenset(d for d in hint.datasets if d.scope in self.scopes)
-            if not kept:
+            files = frozenset(f for f in hint.files if f[0] in self.scopes)
+            if not kept and not files:
                 return Ignored.OUT_OF_SCOPE
-            hint = replace(hint, datasets=kept)
+            hint = replace(hint, datasets=kept, files=files)
         return hint
 
 
@@ -174,17 +182,37 @@ class Batch:
     datasets: dict[DatasetId, datetime | None] = field(default_factory=dict)
     reconcile: bool = False
     overflow: int = 0
+    file_capacity: int = 0  # files held for a parent lookup at most; beyond: reconcile
+    files: dict[tuple[str, str], datetime | None] = field(default_factory=dict)
 
     def add(self, hint: Hint, created_at: datetime | None) -> None:
         self.reconcile |= hint.reconcile
-        for dataset in hint.datasets:
-            if dataset in self.datasets:
+        self._hold(self.files, hint.files, self.file_capacity, created_at)
+        self._hold(self.datasets, hint.datasets, self.capacity, created_at)
+
+    def _hold(
+        self,
+        held: dict[K, datetime | None],
+        keys: Iterable[K],
+        capacity: int,
+        created_at: datetime | None,
+    ) -> None:
+        """Add ``keys`` not held yet to ``held`` up to ``capacity``; beyond, reconcile."""
+        for key in keys:
+            if key in held:
                 continue
-            if len(self.datasets) >= self.capacity:
+            if len(held) >= capacity:
                 self.overflow += 1
                 self.reconcile = True
                 continue
-            self.datasets[dataset] = created_at
+            held[key] = created_at
+
+    def take_files(self) -> tuple[list[tuple[str, str]], list[datetime]]:
+        """The files whose datasets to look up now and their messages' ``created_at``
+        (at most ``file_capacity``: the rest marked ``reconcile`` when added); emptied."""
+        files, times = list(self.files), [t for t in self.files.values() if t is not None]
+        self.files = {}
+        return files, times
 
     def take(self, limit: int) -> tuple[list[DatasetId], list[datetime], bool]:
         """Up to ``limit`` datasets to read now (oldest hints first), the ``created_at`` of
@@ -198,7 +226,7 @@ class Batch:
         return now, times, reconcile
 
     def __bool__(self) -> bool:
-        return bool(self.datasets) or self.reconcile
+        return bool(self.datasets) or bool(self.files) or self.reconcile
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -46,7 +47,7 @@ from hydrator.core.events import (
 )
 from hydrator.core.plan import plan_cycle
 from hydrator.domain import DatasetId, Plan, Replica, Snapshot, State
-from hydrator.errors import ConfigError, TransientSourceError
+from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 
@@ -71,6 +72,15 @@ class TargetedReads(Protocol):
         ...
 
 
+@runtime_checkable
+class ParentLookups(Protocol):
+    """A source that can name the datasets a file belongs to (``list_parent_dids``)."""
+
+    def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
+        """The datasets that contain the (scope, name) ``files``, or raise a SourceError."""
+        ...
+
+
 class EventCycles:
     """One event-driven source: sink, worker and full-read gate (see the module docstring).
     ``clock`` gives monotonic seconds, ``utcnow`` the wall clock for lags."""
@@ -91,11 +101,14 @@ class EventCycles:
         self._clock, self._utcnow = clock, utcnow
         self._lock = threading.Lock()
         self._triage = Triage(scopes=frozenset(scopes))
-        self._batch = Batch(config.max_pending_datasets)
+        self._batch = Batch(
+            config.max_pending_datasets, file_capacity=config.max_parent_lookups_per_cycle
+        )
         self._first_hint: float | None = None
         self._marked = False  # a full read must cover what no event cycle read
         self._last_full_read: float | None = None
         self._full_read_calls = 0
+        self._read_last_cycle = 0  # datasets the last event cycle re-read
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -118,7 +131,7 @@ class EventCycles:
                 return
             self._batch.add(verdict, event.created_at)
             self._marked |= verdict.reconcile  # nothing to re-read: the next full read
-            if verdict.datasets and self._first_hint is None:
+            if (verdict.datasets or verdict.files) and self._first_hint is None:
                 self._first_hint = self._clock()
         self.metrics.events_applied.labels(self._label, label).inc()
         self._wake.set()
@@ -150,12 +163,19 @@ class EventCycles:
             self.listener.start()
 
     def stop(self) -> None:
+        """Stop the listener and the worker; the listener's gauges of this source are
+        removed (a reload that turns events off leaves no "connected" nor an alerting
+        "disconnected since"; a listener started again sets them anew)."""
         if self.listener is not None:
             self.listener.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(30)
+        self.subscribed.clear()
+        for gauge in (self.metrics.events_connected, self.metrics.events_disconnected_since):
+            with contextlib.suppress(KeyError):
+                gauge.remove(self._label)
 
     def status(self) -> ListenerStatus:
         return self.listener.status() if self.listener is not None else ListenerStatus()
@@ -223,16 +243,19 @@ class EventCycles:
     def event_cycle(self) -> CycleReport | None:
         """Re-read the batch's datasets and publish; None when there was nothing to read."""
         with self._lock:
+            files, file_created = self._batch.take_files()
             datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
             self._marked |= marked
             self._first_hint = None
-        if not datasets:
+        if not datasets and not files:
             return None
-        report = self.service.run_cycle(planner=partial(self._plan, datasets))
+        created += file_created
+        self._read_last_cycle = 0
+        report = self.service.run_cycle(planner=partial(self._plan, datasets, files))
         self.metrics.event_cycles.labels(self._label, report.outcome).inc()
         if report.outcome in ("ok", "degraded"):
-            self.metrics.event_reads.labels(self._label).inc(len(datasets))
-            saved = max(0, self._full_read_calls - len(datasets))
+            self.metrics.event_reads.labels(self._label).inc(self._read_last_cycle)
+            saved = max(0, self._full_read_calls - self._read_last_cycle - len(files))
             self.metrics.event_reads_saved.labels(self._label).inc(saved)
             published = self._utcnow()
             for lag in lag_seconds(created, published):
@@ -244,19 +267,29 @@ class EventCycles:
         log.info(
             "event cycle %s: %d dataset(s) re-read, %s in %.2f s",
             self._label,
-            len(datasets),
+            self._read_last_cycle,
             report.outcome,
             report.duration_s,
         )
         return report
 
-    def _plan(self, datasets: Sequence[DatasetId], state: State, context: FetchContext) -> Plan:
-        """The event cycle's decision: this source's last answer with ``datasets`` read
-        again, every other source as it stands; the sources' read times kept."""
+    def _plan(
+        self,
+        datasets: Sequence[DatasetId],
+        files: Sequence[tuple[str, str]],
+        state: State,
+        context: FetchContext,
+    ) -> Plan:
+        """The event cycle's decision: this source's last answer with ``datasets`` (and the
+        datasets ``files`` belong to) read again, every other source as it stands; the
+        sources' read times kept."""
         name = self._label
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
+        if files:
+            datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
+        self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
         read = list(self.source.read_datasets(datasets, context))
         replicas = reread(held.replicas, datasets, read)
         sites = held.sites | {r.site for r in read}
@@ -266,6 +299,22 @@ class EventCycles:
         outcomes[name] = patched(held, replicas, sites)
         plan = plan_cycle(state, outcomes, context.now, self.service.policy, context.drains)
         return keep_read_times(plan, state)
+
+    def _parents(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
+        """The datasets ``files`` belong to (:class:`ParentLookups`); when the source cannot
+        say, finds none, or the lookup fails, the next full read covers them (marked)."""
+        try:
+            if isinstance(self.source, ParentLookups):
+                found = self.source.parent_datasets(files)
+                if found:
+                    return found
+        except SourceError as exc:
+            log.warning(
+                "events %s: parent lookup failed, left to the full read: %s", self._label, exc
+            )
+        with self._lock:
+            self._marked = True
+        return []
 
 
 class FullReadGate:

@@ -172,12 +172,13 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
     assert daemon.full_reads() == 1
 
 
-def test_a_deletion_without_a_dataset_marks_a_full_read_at_the_normal_interval(
+def test_a_deletion_whose_file_has_no_dataset_marks_a_full_read_at_the_normal_interval(
     daemon: Daemon, running_activemq: Broker
 ) -> None:
     """``deletion-done`` (published by the test in hermes' format: the reaper of the test
-    server deletes no real file) names a file, no dataset: no event cycle, and the next
-    scheduled run reads everything once ``interval_s`` has passed."""
+    server deletes no real file) names a file, no dataset; this file is unknown to the
+    catalogue (its parent lookup fails): nothing is re-read, and the next scheduled run reads
+    everything once ``interval_s`` has passed."""
     running_activemq.publish_as_hermes(
         [
             {
@@ -192,6 +193,14 @@ def test_a_deletion_without_a_dataset_marks_a_full_read_at_the_normal_interval(
         "the deletion counted", lambda: daemon.sample("hydrator_events_applied_total", **labels), 30
     )
     cycles = daemon.gate.cycles[0]
+    wait_for(
+        "the event cycle of its parent lookup",
+        lambda: sum(
+            daemon.sample("hydrator_event_cycles_total", source="rucio", outcome=outcome)
+            for outcome in ("ok", "degraded", "failed")
+        ),
+        30,
+    )
     assert not cycles.full_read_due()  # within interval_s of the start-up read
     cycles.policy = type(cycles.policy)(0.0, 1800.0, 600.0)  # as if interval_s had passed
     assert cycles.full_read_due()
@@ -223,3 +232,43 @@ def test_a_reconnect_reads_everything_once(
     assert daemon.origin() == "full_read"
     assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 1
     assert not cycles.full_read_due()
+
+
+def test_a_deletion_done_re_reads_the_dataset_of_its_file_in_an_event_cycle(
+    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+) -> None:
+    """A dataset's replicas at the site are deleted for real (its rule removed: judge-cleaner,
+    reaper, abacus; its files stay at another RSE). The ``deletion-done`` of one of its files
+    is published by the test in hermes' format (the reaper here deletes from no real storage
+    and its messages are not sent): it names the file and the RSE, no dataset. The event
+    cycle looks up the file's dataset (``list_parent_dids``) and re-reads it: the site's ad
+    drops it without a full read, and nothing is left marked for one."""
+    # files at the source RSE too: Rucio detaches a file from its dataset with its last replica
+    name = rucio_admin.dataset(daemon.scope, 2, at=[daemon.dst, daemon.src])
+    rule = rucio_admin.rule(daemon.scope, name, daemon.dst)
+    did = f"{daemon.scope}:{name}"
+    first, _second = rucio_admin.files(daemon.scope, name)
+    cycles = daemon.gate.cycles[0]
+    cycles.full_read()  # the dataset published by a full read
+    assert did in daemon.lists()[0]
+    rucio_admin.remove_rule_now(rule, daemon.dst)  # the replicas at the site go
+    assert did in daemon.lists()[0]  # no message yet, no read: still published
+    running_activemq.publish_as_hermes(
+        [
+            {
+                "event_type": "deletion-done",
+                "payload": {"scope": daemon.scope, "name": first, "rse": daemon.dst},
+                "created_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
+            }
+        ]
+    )
+
+    def gone() -> bool:
+        available, replicating = daemon.lists()
+        return did not in available + replicating
+
+    wait_for("the dataset re-read and dropped from the site", gone, 30)
+    assert daemon.full_reads() == 2  # the fixture's and the one above: no other
+    assert daemon.origin() == "event"
+    assert daemon.sample("hydrator_event_reads_total", source="rucio") >= 1
+    assert not cycles.full_read_due()  # the deletion was settled, not marked

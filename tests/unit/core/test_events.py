@@ -37,7 +37,11 @@ DS2 = DatasetId("ska", "obs2")
         (RucioEvent("transfer-failed", dataset=DS), Hint(frozenset({DS}))),
         # a file moved, its dataset not in the message: the next full read covers it
         (RucioEvent("transfer-done", file=("ska", "f1")), Hint(reconcile=True)),
-        (RucioEvent("deletion-done", file=("ska", "f1"), rse="R1"), Hint(reconcile=True)),
+        (
+            RucioEvent("deletion-done", file=("ska", "f1"), rse="R1"),
+            Hint(files=frozenset({("ska", "f1")})),  # its datasets looked up
+        ),
+        (RucioEvent("deletion-done", rse="R1"), Hint(reconcile=True)),  # no file named
         (RucioEvent("datasetlock_ok", dataset=DS, rse="R1"), Hint(frozenset({DS}))),
         (RucioEvent("rule_ok", dataset=DS), Hint(frozenset({DS}))),
         (RucioEvent("rule_progress", dataset=DS), Hint(frozenset({DS}))),
@@ -84,6 +88,30 @@ def test_batch_is_bounded_and_marks_the_rest_for_the_next_full_read() -> None:
     assert not batch
     batch.add(Hint(frozenset({DS})), None)
     assert batch.take(limit=5) == ([DS], [], False)
+
+
+def test_files_for_a_parent_lookup_are_bounded_and_the_rest_marked() -> None:
+    batch = Batch(capacity=5, file_capacity=1)
+    batch.add(Hint(files=frozenset({("ska", "f1")})), t(1))
+    batch.add(Hint(files=frozenset({("ska", "f1")})), t(2))  # the same file: held once
+    assert batch.take_files() == ([("ska", "f1")], [t(1)])
+    assert not batch
+    batch.add(Hint(files=frozenset({("ska", "f2")})), t(3))
+    batch.add(Hint(files=frozenset({("ska", "f3")})), t(4))  # over the bound
+    assert batch.take_files() == ([("ska", "f2")], [t(3)])
+    assert batch.take(limit=5) == ([], [], True)  # f3 waits for the full read
+    none = Batch(capacity=5)  # max_parent_lookups_per_cycle = 0: every deletion marks
+    none.add(Hint(files=frozenset({("ska", "f1")})), t(1))
+    assert none.take_files() == ([], [])
+    assert none.take(limit=5) == ([], [], True)
+
+
+def test_a_deletion_out_of_the_sources_scopes_is_dropped() -> None:
+    triage = Triage(scopes=frozenset({"ska"}))
+    kept = RucioEvent("deletion-done", file=("ska", "f1"), rse="R1")
+    other = RucioEvent("deletion-done", file=("atlas", "f1"), rse="R1")
+    assert triage.judge(kept) == Hint(files=frozenset({("ska", "f1")}))
+    assert triage.judge(other) is Ignored.OUT_OF_SCOPE
 
 
 POLICY = ReconcilePolicy(interval_s=60, reconcile_interval_s=1800, silence_s=600)

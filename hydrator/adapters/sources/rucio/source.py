@@ -90,7 +90,7 @@ from hydrator.adapters.sources.rucio.listing import (
 )
 from hydrator.adapters.sources.rucio.rules import apply_rules, read_rules
 from hydrator.adapters.sources.rucio.sites import SiteMap
-from hydrator.adapters.sources.rucio.targeted import read_datasets
+from hydrator.adapters.sources.rucio.targeted import parent_datasets, read_datasets
 from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.presence import Wait, says_complete, settled, towards
@@ -238,6 +238,12 @@ class RucioSource:
             return read_datasets(self._deep, self._book, datasets)
         finally:
             self.calls_last_read = dict(self.wire.calls)
+
+    def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
+        """The datasets that contain ``files`` (scope, name), for an event cycle after a
+        ``deletion-done`` (:func:`.targeted.parent_datasets`)."""
+        self.wire.refresh()
+        return parent_datasets(self.wire, files)
 
     # -- summaries -----------------------------------------------------------------------
 

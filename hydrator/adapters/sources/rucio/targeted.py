@@ -4,17 +4,23 @@ datasets, through the deep checks' path (:meth:`.deep.DeepChecks.exact_outcomes`
 at several RSEs), at every site the last full read mapped, with the rules' transfers as that
 read left them.
 
+A ``deletion-done`` names a file, not its dataset: :func:`parent_datasets` asks
+``list_parent_dids`` which datasets contain it (one call per file, at most
+``MAX_PARENTS_PER_FILE`` kept), for the event cycle to re-read them.
+
 The book is read, never changed: the next full read settles from its own answers (the
 published state equals a full read after it, whatever the events said).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from hydrator.adapters.sources.rucio.book import Book, Cycle, Dataset
 from hydrator.adapters.sources.rucio.deep import DeepChecks
-from hydrator.domain import DatasetId, Replica
+from hydrator.adapters.sources.rucio.wire import RucioWire
+from hydrator.domain import DatasetId, InvalidNameError, Replica
 from hydrator.errors import TransientSourceError
 
 
@@ -32,3 +38,31 @@ def read_datasets(deep: DeepChecks, book: Book, datasets: Sequence[DatasetId]) -
             if replica is not None:
                 found.append(replica)
     return found
+
+
+MAX_PARENTS_PER_FILE = 100
+"""Datasets kept per file from ``list_parent_dids`` (a file in more is an odd catalogue: the
+rest are left to the full read)."""
+
+log = logging.getLogger("hydrator.adapters.sources.rucio")
+
+
+def parent_datasets(wire: RucioWire, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
+    """The datasets that directly contain each (scope, name) of ``files`` (containers and
+    records that are not a valid dataset name are skipped); raises a SourceError."""
+    found: dict[DatasetId, None] = {}
+    for scope, name in files:
+        kept = 0
+        for record in wire.parent_dids(scope, name):
+            if kept >= MAX_PARENTS_PER_FILE:
+                log.warning("rucio: %s:%s is in more than %d datasets", scope, name, kept)
+                break
+            if not isinstance(record, dict) or str(record.get("type", "")).upper() != "DATASET":
+                continue
+            try:
+                found[DatasetId(str(record["scope"]), str(record["name"]))] = None
+            except (KeyError, InvalidNameError):
+                log.warning("rucio: a parent of %s:%s is not a valid dataset name", scope, name)
+                continue
+            kept += 1
+    return list(found)

@@ -246,6 +246,14 @@ class RucioWire:
             "list_replicas", partial(_as_list, client.list_replicas, [did], all_states=True)
         )
 
+    def parent_dids(self, scope: str, name: str) -> list[Any]:
+        """``list_parent_dids(scope, name)``: the DIDs that directly contain it (untrusted
+        dicts with ``scope``, ``name``, ``type``)."""
+        client = self.connected()
+        return self.call(
+            "list_parent_dids", partial(_as_list, client.list_parent_dids, scope, name)
+        )
+
     # -- requests --------------------------------------------------------------------------
 
     def get(

@@ -1,0 +1,79 @@
+"""The Rucio source's parent lookup for ``deletion-done`` (``list_parent_dids`` through the
+wire): datasets only, names checked, a bounded number per file, errors translated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+
+from hydrator.adapters.sources.rucio.source import RucioSource
+from hydrator.adapters.sources.rucio.targeted import MAX_PARENTS_PER_FILE
+from hydrator.config import RucioSourceConfig
+from hydrator.domain import DatasetId
+from hydrator.errors import TransientSourceError
+
+
+class Session:
+    hooks: dict[str, list[Any]]
+
+    def __init__(self) -> None:
+        self.hooks = {"response": []}
+
+
+class Client:
+    """The rucio-clients ``Client`` attributes the wire reads, and ``list_parent_dids``."""
+
+    host = "http://rucio.invalid"
+    auth_token = "token"
+    vo = account = user_agent = script_id = None
+    timeout = 5.0
+    ca_cert = None
+
+    def __init__(self, parents: dict[tuple[str, str], list[Any]]) -> None:
+        self.parents = parents
+        self.session = Session()
+        self.asked: list[tuple[str, str]] = []
+
+    def list_parent_dids(self, scope: str, name: str) -> list[Any]:
+        self.asked.append((scope, name))
+        if (scope, name) not in self.parents:
+            raise requests.ConnectionError("scripted outage")
+        return self.parents[(scope, name)]
+
+
+def source(client: Client) -> RucioSource:
+    config = RucioSourceConfig(type="rucio", rse_expression="all", max_attempts=1)
+    return RucioSource(config, {}, sleep=lambda _: None, client_factory=lambda: client)
+
+
+def test_the_datasets_that_contain_the_files_are_named_once() -> None:
+    client = Client(
+        {
+            ("ska", "f1"): [
+                {"scope": "ska", "name": "obs1", "type": "DATASET"},
+                {"scope": "ska", "name": "all_obs", "type": "CONTAINER"},  # not a dataset
+                {"scope": "ska", "name": "bad name", "type": "DATASET"},  # invalid: skipped
+                "not a record",
+            ],
+            ("ska", "f2"): [{"scope": "ska", "name": "obs1", "type": "DATASET"}],
+        }
+    )
+    found = source(client).parent_datasets([("ska", "f1"), ("ska", "f2")])
+    assert found == [DatasetId("ska", "obs1")]
+    assert client.asked == [("ska", "f1"), ("ska", "f2")]  # one call a file
+
+
+def test_a_file_in_very_many_datasets_is_bounded() -> None:
+    many = [
+        {"scope": "ska", "name": f"obs{i}", "type": "DATASET"}
+        for i in range(MAX_PARENTS_PER_FILE + 5)
+    ]
+    found = source(Client({("ska", "f1"): many})).parent_datasets([("ska", "f1")])
+    assert len(found) == MAX_PARENTS_PER_FILE
+
+
+def test_a_failed_lookup_raises_a_source_error() -> None:
+    with pytest.raises(TransientSourceError):
+        source(Client({})).parent_datasets([("ska", "f1")])
