@@ -5,6 +5,10 @@ the value itself) and return that value; once ``timeout_s`` seconds (monotonic) 
 without it, raise ``AssertionError`` naming ``what`` and the last value seen. Exceptions of the
 types in ``ignore`` (e.g. a server not listening yet) count as a value that is not done; any
 other exception propagates at once. The probe runs at least once, also with ``timeout_s = 0``.
+
+Tests poll because most effects are not acknowledged: e.g. the collector may answer a query (in
+a forked worker) before it has read every ad of the connection a publish just closed, so what a
+publish sent is visible a moment later, not at once.
 """
 
 from __future__ import annotations
