@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_daemon import free_port
 from tests.support.fake_dmapi import FakeSrcnet
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
