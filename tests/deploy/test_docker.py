@@ -12,7 +12,6 @@ import fnmatch
 import http.server
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -22,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import DEPLOY, REPO, venv_command
+from tests.deploy.healthcheck import HEALTHCHECK, run_healthcheck
+from tests.support.ports import free_port
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 CONSTRAINTS = DEPLOY / "docker" / "constraints.txt"
-HEALTHCHECK = DEPLOY / "docker" / "healthcheck.py"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -128,12 +128,6 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def http_status() -> Iterator[tuple[str, list[int]]]:
     """A loopback server answering GET /healthz with the status in the returned list."""
@@ -158,13 +152,6 @@ def http_status() -> Iterator[tuple[str, list[int]]]:
         server.server_close()
 
 
-def run_healthcheck(url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-I", str(HEALTHCHECK)], env={"HYDRATOR_HEALTHCHECK_URL": url},
-        capture_output=True, text=True, check=False, timeout=30,
-    )
-
-
 def test_healthcheck_follows_the_healthz_status(http_status: tuple[str, list[int]]) -> None:
     url, status = http_status
     assert run_healthcheck(url).returncode == 0
@@ -175,6 +162,6 @@ def test_healthcheck_follows_the_healthz_status(http_status: tuple[str, list[int
 
 
 def test_healthcheck_fails_when_nothing_listens() -> None:
-    result = run_healthcheck(f"http://127.0.0.1:{_free_port()}/healthz")
+    result = run_healthcheck(f"http://127.0.0.1:{free_port()}/healthz")
     assert result.returncode == 1
     assert "unhealthy" in result.stderr

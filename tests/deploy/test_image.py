@@ -32,8 +32,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes
-from tests.deploy.test_daemon import _status as status
-from tests.deploy.test_docker import HEALTHCHECK
+from tests.deploy.healthcheck import HEALTHCHECK, status
 
 pytestmark = pytest.mark.image
 

@@ -10,7 +10,6 @@ wrote to stdout and stderr (appended to ``daemon.log`` in its directory, across 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +19,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.ports import free_port
+from tests.support.process import die_with_parent, stop
 from tests.support.wait import wait_for
-
-
-def die_with_parent() -> list[str]:
-    """A command prefix that sends SIGTERM to the command when its parent dies (none without
-    ``setpriv``)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
 
 
 class Daemon:
@@ -82,16 +75,7 @@ class Daemon:
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s`` seconds; the exit code (None: not started)."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return proc.returncode
+        return None if proc is None else stop(proc, timeout_s)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.prometheus import stop
+from tests.support.ports import free_port
+from tests.support.process import stop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,12 +50,6 @@ def squid_binary() -> str:
     """The squid binary, installed with ``scripts/squid`` (apt-get) if missing."""
     subprocess.run([str(REPO / "scripts" / "squid")], check=True)  # quick when installed
     return shutil.which("squid") or "/usr/sbin/squid"  # sbin is not on every PATH
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
