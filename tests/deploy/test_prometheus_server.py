@@ -60,7 +60,7 @@ def test_prometheus_scrapes_the_daemons_metrics(scraped: tuple[Daemon, Prometheu
 
     first = wait_for(
         "a cycle counted",
-        lambda: prom.value('sum(hydrator_cycles_total{outcome="ok"})'),
+        lambda: prom.value('sum(hydrator_cycles_total{outcome="ok"})') or 0.0,
         timeout_s=20.0,
         ignore=(requests.RequestException,),
     )
@@ -88,7 +88,7 @@ def test_a_data_change_reaches_prometheus(scraped: tuple[Daemon, PrometheusServe
     added = 'sum(hydrator_changes_total{kind="added"})'
     before = wait_for(
         "changes counted",
-        lambda: prom.value(added),
+        lambda: prom.value(added) or 0.0,
         timeout_s=20.0,
         ignore=(requests.RequestException,),
     )
@@ -120,13 +120,17 @@ def test_shipped_alert_rules_load_and_evaluate_healthy(
 ) -> None:
     _, prom = scraped
 
-    def evaluated() -> list[dict[str, object]] | None:
-        rules = prom.rules()
-        done = rules and all(r["health"] != "unknown" and r.get("lastEvaluation") for r in rules)
-        return rules if done else None
+    def evaluated(rules: list[dict[str, object]]) -> bool:
+        return bool(rules) and all(
+            r["health"] != "unknown" and r.get("lastEvaluation") for r in rules
+        )
 
     rules = wait_for(
-        "rules evaluated", evaluated, timeout_s=20.0, ignore=(requests.RequestException,)
+        "rules evaluated",
+        prom.rules,
+        done=evaluated,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
     )
     alerts = {r["name"] for r in rules if r["type"] == "alerting"}
     assert "HydratorDown" in alerts and "HydratorDataLocalityRatioFalling" in alerts

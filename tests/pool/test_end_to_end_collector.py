@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import classad2
 import htcondor2
 import pytest
 import requests
@@ -23,6 +22,7 @@ from tests.support.static_inventory import (
     CYCLE_S,
     INVENTORY,
     TRANSIENT,
+    invalidate_site_ads,
     start_publishing,
     write_inventory,
 )
@@ -41,12 +41,6 @@ def publishing_daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
     yield d
     d.stop()
     invalidate_site_ads(condor_pool)
-
-
-def invalidate_site_ads(pool: Pool) -> None:
-    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
-    invalidate["Requirements"] = classad2.ExprTree(SITE_ADS)
-    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
 
 
 def site_ads(pool: Pool) -> set[str]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import classad2
 import htcondor2
 import requests
 
@@ -61,6 +62,14 @@ def start_publishing(daemon: Daemon, pool: Pool, merge_min_interval_s: int = 0) 
         f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\n'
         f"merge_min_interval_s = {merge_min_interval_s}\n",
     )
+
+
+def invalidate_site_ads(pool: Pool) -> None:
+    """Remove every site ad (``MyType == "DataLocality"``) from the pool's collector, as a
+    test's cleanup after a publishing daemon."""
+    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
+    invalidate["Requirements"] = classad2.ExprTree('MyType == "DataLocality"')
+    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
 
 
 def expressions(*datasets: str, generic: bool = False) -> str:
