@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,10 +67,6 @@ class Running:
         return mark
 
 
-def until(what: str, check: Callable[[], bool]) -> None:
-    wait_for(what, check, timeout_s=20.0, ignore=(requests.RequestException,))
-
-
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Running]:
     (tmp_path / "first.toml").write_text('[storage.A]\nsite = "SITE_A"\navailable = ["ska:a"]\n')
@@ -79,7 +75,12 @@ def daemon(tmp_path: Path) -> Iterator[Running]:
         (tmp_path / "hydrator.toml").write_text(ONE_SOURCE.format(port=process.port))
         process.start(tmp_path / "hydrator.toml", ready_timeout_s=20.0)
         running = Running(process)
-        until("SITE_A served", lambda: running.status("SITE_A") == 200)
+        wait_for(
+            "SITE_A served",
+            lambda: running.status("SITE_A") == 200,
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
         yield running
 
 
@@ -88,7 +89,12 @@ def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Runnin
     assert daemon.status("SITE_B") == 404
 
     mark = daemon.hup(config.replace("interval_s = 1", "interval_s = 0"))
-    until("reload refused", lambda: "reload refused" in daemon.log()[mark:])
+    wait_for(
+        "reload refused",
+        lambda: "reload refused" in daemon.log()[mark:],
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     time.sleep(2.5)  # two cycles of the running configuration
     refused = [line for line in daemon.log()[mark:].splitlines() if "reload" in line]
     assert len(refused) == 2, refused  # "received SIGHUP", then the one refusal
@@ -100,13 +106,28 @@ def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Runnin
 
     # valid TOML and keys, but no service can be built from it: refused after the build
     mark = daemon.hup(config + SECOND_SOURCE + '[classad]\nadvertise = "demand"\n')
-    until("reload refused", lambda: "reload refused" in daemon.log()[mark:])
+    wait_for(
+        "reload refused",
+        lambda: "reload refused" in daemon.log()[mark:],
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert "classad.advertise" in daemon.log()[mark:]
-    until("SITE_A served", lambda: daemon.status("SITE_A") == 200)
+    wait_for(
+        "SITE_A served",
+        lambda: daemon.status("SITE_A") == 200,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert daemon.status("SITE_B") == 404 and daemon.proc.poll() is None
 
     mark = daemon.hup(config + SECOND_SOURCE)
-    until("SITE_B served", lambda: daemon.status("SITE_B") == 200)
+    wait_for(
+        "SITE_B served",
+        lambda: daemon.status("SITE_B") == 200,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert "reloaded: 2 source(s)" in daemon.log()[mark:]
     assert '"ska:b"' in requests.get(f"{daemon.base}/v1/sites/SITE_B/classad", timeout=5).text
     assert daemon.status("SITE_A") == 200
