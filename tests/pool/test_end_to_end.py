@@ -51,6 +51,17 @@ def available_by_slot(pool: Pool) -> dict[str, list[str] | None]:
     return {str(ad["Name"]).split("@")[0]: ad.get("AvailableDatasets") for ad in ads}
 
 
+def wait_lists(what: str, pool: Pool, want: dict[str, list[str]], timeout_s: float) -> None:
+    """Until the static slots' AvailableDatasets are ``want`` (see :func:`available_by_slot`)."""
+    wait_for(
+        what,
+        lambda: available_by_slot(pool),
+        done=lambda got: got == want,
+        timeout_s=timeout_s,
+        ignore=TRANSIENT,
+    )
+
+
 def expected_by_slot(inventory: dict[str, list[str]]) -> dict[str, list[str]]:
     by_site = {SITES[e]: sorted(names) for e, names in inventory.items()}
     return {slot: by_site.get(site, []) for slot, site in SLOT_SITES.items()}
@@ -67,13 +78,7 @@ def job(*datasets: str, generic: bool = False) -> str:
 def test_hook_puts_each_sites_lists_into_that_sites_slots(hooked_pool: Pool) -> None:
     want = expected_by_slot(INVENTORY)
     started = time.monotonic()
-    wait_for(
-        "hook attributes",
-        lambda: available_by_slot(hooked_pool),
-        done=lambda got: got == want,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
+    wait_lists("hook attributes", hooked_pool, want, timeout_s=30.0)
     took = time.monotonic() - started
     print(f"site lists in the slot ads {took:.1f}s after installing the hook")
 
@@ -93,13 +98,7 @@ def test_hook_puts_each_sites_lists_into_that_sites_slots(hooked_pool: Pool) -> 
 def test_jobs_run_only_where_their_data_is(hooked_pool: Pool) -> None:
     pool = hooked_pool
     want = expected_by_slot(INVENTORY)
-    wait_for(
-        "hook attributes",
-        lambda: available_by_slot(pool),
-        done=lambda got: got == want,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
+    wait_lists("hook attributes", pool, want, timeout_s=30.0)
     at_b = pool.submit(job("ska:obs_2"))
     at_c = pool.submit(job("ska:obs_3", "ska:skymodel_v3"))
     # the same test driven by the job's own RequiredDatasets (stringListSubsetMatch)
@@ -123,13 +122,7 @@ def test_attributes_and_jobs_follow_a_data_change(hooked_pool: Pool, daemon: Dae
     try:
         started = time.monotonic()
         want = expected_by_slot(changed)
-        wait_for(
-            "changed lists",
-            lambda: available_by_slot(pool),
-            done=lambda got: got == want,
-            timeout_s=20.0,
-            ignore=TRANSIENT,
-        )
+        wait_lists("changed lists", pool, want, timeout_s=20.0)
         took = time.monotonic() - started
         print(f"data change reached the slot ads in {took:.1f}s")
         assert took < CYCLE_S + HOOK_PERIOD_S + 5  # one cycle + one hook period + updates
@@ -138,37 +131,19 @@ def test_attributes_and_jobs_follow_a_data_change(hooked_pool: Pool, daemon: Dae
     finally:
         write_inventory(daemon.directory, INVENTORY)
     want = expected_by_slot(INVENTORY)
-    wait_for(
-        "lists restored",
-        lambda: available_by_slot(pool),
-        done=lambda got: got == want,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
+    wait_lists("lists restored", pool, want, timeout_s=30.0)
 
 
 def test_hydrator_stopped_slots_keep_their_last_values(hooked_pool: Pool, daemon: Daemon) -> None:
     pool = hooked_pool
     want = expected_by_slot(INVENTORY)
-    wait_for(
-        "hook attributes",
-        lambda: available_by_slot(pool),
-        done=lambda got: got == want,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
+    wait_lists("hook attributes", pool, want, timeout_s=30.0)
     daemon.stop()
     try:
         time.sleep(2 * HOOK_PERIOD_S + 1)  # the hook has failed to fetch at least twice
         assert available_by_slot(pool) == want
         restart_startd(pool)  # even a new startd gets them back, from the hook's disk copy
-        wait_for(
-            "values from the hook's copy",
-            lambda: available_by_slot(pool),
-            done=lambda got: got == want,
-            timeout_s=20.0,
-            ignore=TRANSIENT,
-        )
+        wait_lists("values from the hook's copy", pool, want, timeout_s=20.0)
         at_b = pool.submit(job("ska:skymodel_v3", "ska:obs_2"))
         assert pool.job_site(pool.wait_for_job_state(at_b, [COMPLETED])) == "SITE_B"
     finally:
