@@ -33,9 +33,7 @@ STOP_TIMEOUT_S = 10.0
 
 
 @pytest.fixture
-def daemon(
-    tmp_path: Path, systemd_analyze: str
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def daemon(tmp_path: Path, systemd_analyze: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A sandboxed ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
     sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
     port = free_port()
@@ -45,7 +43,8 @@ def daemon(
     config.write_text(demo.replace("127.0.0.1:9620", f"127.0.0.1:{port}"))
     process = subprocess.Popen(
         [venv_command("hydrator"), "run", "--config", str(config)],
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("wb"),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "log").open("wb"),
         preexec_fn=sandbox,  # noqa: PLW1509 (the child runs no threads before exec)
     )
     base = f"http://127.0.0.1:{port}"
@@ -79,8 +78,12 @@ def test_alert_rules_use_metrics_the_daemon_exports(
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
         exposition = response.read().decode()
     # the ones a static-source daemon without a collector has after one cycle
-    for name in ("hydrator_last_successful_cycle_timestamp_seconds", "hydrator_cycles_total",
-                 "hydrator_source_staleness_seconds", "hydrator_invalid_records_total"):
+    for name in (
+        "hydrator_last_successful_cycle_timestamp_seconds",
+        "hydrator_cycles_total",
+        "hydrator_source_staleness_seconds",
+        "hydrator_invalid_records_total",
+    ):
         assert f"\n{name}" in exposition, name
 
 

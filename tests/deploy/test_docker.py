@@ -50,7 +50,9 @@ def final_stage() -> list[tuple[str, str]]:
 def test_hadolint_is_clean() -> None:
     result = subprocess.run(
         [venv_command("hadolint"), "--no-color", str(DOCKERFILE)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -68,10 +70,9 @@ def test_final_stage_runs_hydrator_as_non_root() -> None:
     assert values["EXPOSE"] == "9620"
     assert "HYDRATOR_CONFIG=/etc/hydrator/hydrator.toml" in values["ENV"]
     healthcheck = values["HEALTHCHECK"]
-    command = json.loads(healthcheck[healthcheck.index("CMD") + 3:])
+    command = json.loads(healthcheck[healthcheck.index("CMD") + 3 :])
     assert command == ["python3", "/usr/local/bin/hydrator-healthcheck"]
-    assert ("COPY", f"{HEALTHCHECK.relative_to(REPO)} /usr/local/bin/hydrator-healthcheck") \
-        in stage
+    assert ("COPY", f"{HEALTHCHECK.relative_to(REPO)} /usr/local/bin/hydrator-healthcheck") in stage
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
@@ -82,15 +83,20 @@ def _ignored(path: str, patterns: list[str]) -> bool:
     for line in patterns:
         negate = line.startswith("!")
         pattern = line.removeprefix("!").rstrip("/")
-        if any(fnmatch.fnmatchcase(p, pattern.removeprefix("**/")) or
-               fnmatch.fnmatchcase(p, pattern) for p in prefixes):
+        if any(
+            fnmatch.fnmatchcase(p, pattern.removeprefix("**/")) or fnmatch.fnmatchcase(p, pattern)
+            for p in prefixes
+        ):
             ignored = not negate
     return ignored
 
 
 def test_every_copied_file_exists_and_is_in_the_build_context() -> None:
-    patterns = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     sources = []
     for keyword, rest in instructions():
         if keyword == "COPY" and not rest.startswith("--from"):
@@ -107,9 +113,24 @@ def test_constraints_pin_exactly_what_pip_install_resolves(tmp_path: Path) -> No
     # Resolves against the package index (PyPI), as `docker build` would, without installing.
     report = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-         "--report", str(report), "--constraint", str(CONSTRAINTS), str(REPO)],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--constraint",
+            str(CONSTRAINTS),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     resolved = {
@@ -118,7 +139,8 @@ def test_constraints_pin_exactly_what_pip_install_resolves(tmp_path: Path) -> No
     }
     assert resolved.pop("hydrator")
     pinned = dict(
-        line.split("==") for line in CONSTRAINTS.read_text().splitlines()
+        line.split("==")
+        for line in CONSTRAINTS.read_text().splitlines()
         if line and not line.startswith("#")
     )
     assert resolved == pinned
