@@ -315,7 +315,7 @@ def collector_options(merge_min_interval_s: float | None) -> dict[str, Any]:
     return {"merge_min_interval_s": merge_min_interval_s}
 
 
-class Daemon:
+class TimedService:
     """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the collector
     at :class:`PoolStub` and the HTTP endpoint writing its files (no server child)."""
 
@@ -425,7 +425,7 @@ def _instrumented(args: argparse.Namespace) -> tuple[Clock, PoolStub, Config]:
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
     clock, pool, cfg = _instrumented(args)
     t0 = time.perf_counter()
-    daemon = Daemon(cfg, clock, pool)
+    daemon = TimedService(cfg, clock, pool)
     startup_empty = time.perf_counter() - t0
     clock.take()
     first = record(clock, daemon.cycle(), daemon.service)
@@ -460,7 +460,7 @@ def step_restart(args: argparse.Namespace) -> dict[str, Any]:
     clock, pool, cfg = _instrumented(args)
     with clock.phase("startup"):
         t0 = time.perf_counter()
-        daemon = Daemon(cfg, clock, pool)
+        daemon = TimedService(cfg, clock, pool)
         startup = time.perf_counter() - t0
     rss_after_startup = rss_mib()
     clock.take()

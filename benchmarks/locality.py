@@ -77,7 +77,7 @@ from benchmarks.run import machine
 from hydrator.config import ClassAdConfig
 from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
-from tests.pool.test_end_to_end import Daemon, free_port, install_hook, remove_hook, wait_for
+from tests.support.daemon import Daemon
 from tests.support.pool import (
     EDITOR_IDENTITY,
     IDLE,
@@ -86,6 +86,9 @@ from tests.support.pool import (
     Pool,
     running_pool,
 )
+from tests.support.pool_hook import install_hook, remove_hook
+from tests.support.static_inventory import TRANSIENT, start_static
+from tests.support.wait import wait_for
 
 HERE = Path(__file__).parent
 REPO = HERE.parent
@@ -344,7 +347,7 @@ class Experiment:
         """Daemon and hooks up, initial data in every slot ad; everything undone afterwards."""
         self.set_data(INITIAL)
         try:
-            self.daemon.start()
+            start_static(self.daemon)
             install_hook(self.pool, self.daemon.url, SITES)
             self.wait_for_ads()
             yield
@@ -373,7 +376,7 @@ class Experiment:
             }
             return all(seen.get(slot) == self.inventory[site] for slot, site in SLOT_SITES.items())
 
-        wait_for("slot ads show the inventory", current, timeout_s)
+        wait_for("slot ads show the inventory", current, timeout_s=timeout_s, ignore=TRANSIENT)
 
     def set_glideins(self, on: frozenset[str] | None) -> None:
         """Glideins on exactly these slots (None: all): ``SLOTn_GlideinOn`` + startd reconfig."""
@@ -397,7 +400,7 @@ class Experiment:
             free = all(ad.get("State") == "Unclaimed" for ad in ads)
             return free and len(ads) == len(SLOT_SITES) and on == want
 
-        wait_for("slots unclaimed, glideins as set", quiet, timeout_s)
+        wait_for("slots unclaimed, glideins as set", quiet, timeout_s=timeout_s, ignore=TRANSIENT)
 
     def restart_daemon(self, annotate: bool) -> None:
         extra = ""
@@ -405,7 +408,7 @@ class Experiment:
             tokens = self.pool.token_dir_for(EDITOR_IDENTITY, self.daemon.directory / "editor")
             extra = annotation_config(self.pool, tokens)
         self.daemon.stop()
-        self.daemon.start(extra)
+        start_static(self.daemon, extra)
         self.annotating = annotate
 
     def run(self, scenario: Scenario) -> dict[str, Any]:
@@ -537,7 +540,8 @@ class Experiment:
             )
             return len(ads) >= total
 
-        wait_for(f"cluster {run.cluster} in the history", complete, 60.0)
+        what = f"cluster {run.cluster} in the history"
+        wait_for(what, complete, timeout_s=60.0, ignore=TRANSIENT)
         return sorted((_record(ad) for ad in ads), key=lambda j: j.proc)
 
     def times(self, run: Run) -> dict[str, Any]:
@@ -637,7 +641,7 @@ def run_experiment(only: Sequence[str] = ()) -> dict[str, Any]:
         work = Path(tmp)
         with pool_layout(work / "layout.conf"), running_pool(work / "token") as pool:
             version = pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0]
-            experiment = Experiment(pool, Daemon(work, free_port()))
+            experiment = Experiment(pool, Daemon(work))
             with experiment.running():
                 results = []
                 for scenario in scenarios(expr):

@@ -47,6 +47,7 @@ from deploy.grafana.render import Prometheus, load_dashboard, render  # noqa: E4
 from tests.support.pool import SUBMIT_USER, Pool, running_pool  # noqa: E402
 from tests.support.prometheus import (  # noqa: E402
     RULES,
+    demo_inventory,
     running_demo_daemon,
     running_prometheus,
 )
@@ -209,7 +210,7 @@ def main() -> None:
                 start = time.time()
                 try:
                     with hooks_fetching(f"http://{daemon.target}"):
-                        scenario(daemon.inventory, pool, jobs, args.minutes * 60)
+                        scenario(demo_inventory(daemon), pool, jobs, args.minutes * 60)
                     end = time.time()
                     prometheus = Prometheus(prom.url, SCRAPE_S)
                     render(load_dashboard(), prometheus, start, end, args.out)

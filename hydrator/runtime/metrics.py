@@ -244,8 +244,7 @@ class Metrics:
     )
     local_ratio = _gauge(
         "jobs_running_data_local_ratio",
-        "Share of running data-bound jobs whose site holds "
-        "all their datasets (NaN when none run).",
+        "Share of running data-bound jobs whose site holds all their datasets (NaN when none run).",
     )
     jobs_idle = _gauge(
         "jobs_idle_data_bound",

@@ -60,8 +60,17 @@ def venv_command(name: str) -> str:
 
 def quantity_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity (``64Mi``, ``1Gi``, ``512M``, ``1000``) in bytes."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
-             "G": 10**9, "T": 10**12, "": 1}
+    units = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "k": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+        "": 1,
+    }
     match = re.fullmatch(r"(\d+)([KMGT]i|[kMGT]|)", quantity)
     assert match, f"unsupported quantity {quantity!r}"
     return int(match[1]) * units[match[2]]
@@ -88,9 +97,19 @@ def servicemonitor_validator() -> list[str]:
         prefix.mkdir(parents=True, exist_ok=True)
         (prefix / "package.json").write_text('{"private": true, "type": "module"}\n')
         result = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-             PROMETHEUS_OPERATOR_MODELS],
-            check=False, capture_output=True, text=True, timeout=300,
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(prefix),
+                PROMETHEUS_OPERATOR_MODELS,
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if result.returncode != 0:
             raise RuntimeError(f"npm install failed:\n{result.stdout}{result.stderr}")

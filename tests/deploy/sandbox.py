@@ -83,13 +83,14 @@ def preexec(syscalls: set[str], families: list[int]) -> Callable[[], None]:
         try:
             rules.add_rule(seccomp.ALLOW, name)
         except OSError as exc:  # a name this architecture lacks (arm_fadvise64_64...): skipped
-            if exc.errno != errno.EINVAL:                                 # by systemd as well
+            if exc.errno != errno.EINVAL:  # by systemd as well
                 raise
     if "socket" in syscalls:
         denied = [f for f in range(64) if f not in families]
         for family in denied:
-            rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket",
-                           seccomp.Arg(0, seccomp.EQ, family))
+            rules.add_rule(
+                seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, family)
+            )
         for family in families:
             rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import DEPLOY, REPO, venv_command
+from tests.deploy.healthcheck import run_healthcheck, status
 from tests.deploy.sandbox import address_families, allowed_syscalls, preexec
-from tests.deploy.test_docker import run_healthcheck
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -32,42 +32,25 @@ STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 @pytest.fixture
-def daemon(
-    tmp_path: Path, systemd_analyze: str
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def daemon(tmp_path: Path, systemd_analyze: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A sandboxed ``hydrator run`` on a copy of the demo; yields (base URL, process)."""
     sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
-    port = _free_port()
+    port = free_port()
     shutil.copy2(REPO / "config" / "demo-inventory.toml", tmp_path)  # old mtime: settled
     demo = (REPO / "config" / "demo.toml").read_text()
     config = tmp_path / "hydrator.toml"
     config.write_text(demo.replace("127.0.0.1:9620", f"127.0.0.1:{port}"))
     process = subprocess.Popen(
         [venv_command("hydrator"), "run", "--config", str(config)],
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("wb"),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "log").open("wb"),
         preexec_fn=sandbox,  # noqa: PLW1509 (the child runs no threads before exec)
     )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while _status(f"{base}/readyz") != 200:
+        while status(f"{base}/readyz") != 200:
             if process.poll() is not None or time.monotonic() > deadline:
                 log = (tmp_path / "log").read_text()
                 pytest.fail(f"daemon not ready (exit {process.poll()}):\n{log}")
@@ -95,8 +78,12 @@ def test_alert_rules_use_metrics_the_daemon_exports(
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
         exposition = response.read().decode()
     # the ones a static-source daemon without a collector has after one cycle
-    for name in ("hydrator_last_successful_cycle_timestamp_seconds", "hydrator_cycles_total",
-                 "hydrator_source_staleness_seconds", "hydrator_invalid_records_total"):
+    for name in (
+        "hydrator_last_successful_cycle_timestamp_seconds",
+        "hydrator_cycles_total",
+        "hydrator_source_staleness_seconds",
+        "hydrator_invalid_records_total",
+    ):
         assert f"\n{name}" in exposition, name
 
 

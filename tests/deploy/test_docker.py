@@ -12,7 +12,6 @@ import fnmatch
 import http.server
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -22,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import DEPLOY, REPO, venv_command
+from tests.deploy.healthcheck import HEALTHCHECK, run_healthcheck
+from tests.support.ports import free_port
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 CONSTRAINTS = DEPLOY / "docker" / "constraints.txt"
-HEALTHCHECK = DEPLOY / "docker" / "healthcheck.py"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -50,7 +50,9 @@ def final_stage() -> list[tuple[str, str]]:
 def test_hadolint_is_clean() -> None:
     result = subprocess.run(
         [venv_command("hadolint"), "--no-color", str(DOCKERFILE)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -68,10 +70,9 @@ def test_final_stage_runs_hydrator_as_non_root() -> None:
     assert values["EXPOSE"] == "9620"
     assert "HYDRATOR_CONFIG=/etc/hydrator/hydrator.toml" in values["ENV"]
     healthcheck = values["HEALTHCHECK"]
-    command = json.loads(healthcheck[healthcheck.index("CMD") + 3:])
+    command = json.loads(healthcheck[healthcheck.index("CMD") + 3 :])
     assert command == ["python3", "/usr/local/bin/hydrator-healthcheck"]
-    assert ("COPY", f"{HEALTHCHECK.relative_to(REPO)} /usr/local/bin/hydrator-healthcheck") \
-        in stage
+    assert ("COPY", f"{HEALTHCHECK.relative_to(REPO)} /usr/local/bin/hydrator-healthcheck") in stage
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
@@ -82,15 +83,20 @@ def _ignored(path: str, patterns: list[str]) -> bool:
     for line in patterns:
         negate = line.startswith("!")
         pattern = line.removeprefix("!").rstrip("/")
-        if any(fnmatch.fnmatchcase(p, pattern.removeprefix("**/")) or
-               fnmatch.fnmatchcase(p, pattern) for p in prefixes):
+        if any(
+            fnmatch.fnmatchcase(p, pattern.removeprefix("**/")) or fnmatch.fnmatchcase(p, pattern)
+            for p in prefixes
+        ):
             ignored = not negate
     return ignored
 
 
 def test_every_copied_file_exists_and_is_in_the_build_context() -> None:
-    patterns = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     sources = []
     for keyword, rest in instructions():
         if keyword == "COPY" and not rest.startswith("--from"):
@@ -107,9 +113,24 @@ def test_constraints_pin_exactly_what_pip_install_resolves(tmp_path: Path) -> No
     # Resolves against the package index (PyPI), as `docker build` would, without installing.
     report = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-         "--report", str(report), "--constraint", str(CONSTRAINTS), str(REPO)],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--constraint",
+            str(CONSTRAINTS),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     resolved = {
@@ -118,7 +139,8 @@ def test_constraints_pin_exactly_what_pip_install_resolves(tmp_path: Path) -> No
     }
     assert resolved.pop("hydrator")
     pinned = dict(
-        line.split("==") for line in CONSTRAINTS.read_text().splitlines()
+        line.split("==")
+        for line in CONSTRAINTS.read_text().splitlines()
         if line and not line.startswith("#")
     )
     assert resolved == pinned
@@ -126,12 +148,6 @@ def test_constraints_pin_exactly_what_pip_install_resolves(tmp_path: Path) -> No
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -158,13 +174,6 @@ def http_status() -> Iterator[tuple[str, list[int]]]:
         server.server_close()
 
 
-def run_healthcheck(url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-I", str(HEALTHCHECK)], env={"HYDRATOR_HEALTHCHECK_URL": url},
-        capture_output=True, text=True, check=False, timeout=30,
-    )
-
-
 def test_healthcheck_follows_the_healthz_status(http_status: tuple[str, list[int]]) -> None:
     url, status = http_status
     assert run_healthcheck(url).returncode == 0
@@ -175,6 +184,6 @@ def test_healthcheck_follows_the_healthz_status(http_status: tuple[str, list[int
 
 
 def test_healthcheck_fails_when_nothing_listens() -> None:
-    result = run_healthcheck(f"http://127.0.0.1:{_free_port()}/healthz")
+    result = run_healthcheck(f"http://127.0.0.1:{free_port()}/healthz")
     assert result.returncode == 1
     assert "unhealthy" in result.stderr

@@ -32,8 +32,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes
-from tests.deploy.test_daemon import _status as status
-from tests.deploy.test_docker import HEALTHCHECK
+from tests.deploy.healthcheck import HEALTHCHECK, status
 
 pytestmark = pytest.mark.image
 
@@ -52,8 +51,9 @@ def podman(
     *args: str, timeout: float = 60.0, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run one podman command; raise with its stderr when ``check`` and it fails."""
-    result = subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout,
-                            check=False)
+    result = subprocess.run(
+        [*PODMAN, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"podman {' '.join(args)}: exit {result.returncode}\n{result.stderr}")
     return result
@@ -88,30 +88,45 @@ class PodSpec:
         mounts = {m["mountPath"]: (m, volumes[m["name"]]) for m in container["volumeMounts"]}
         config = next(p for p, (m, v) in mounts.items() if "configMap" in v and m["readOnly"])
         state = next(p for p, (_, v) in mounts.items() if "persistentVolumeClaim" in v)
-        scratch = {p: quantity_bytes(v["emptyDir"]["sizeLimit"])
-                   for p, (_, v) in mounts.items() if "emptyDir" in v}
+        scratch = {
+            p: quantity_bytes(v["emptyDir"]["sizeLimit"])
+            for p, (_, v) in mounts.items()
+            if "emptyDir" in v
+        }
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         liveness, readiness = container["livenessProbe"], container["readinessProbe"]
         assert ports[liveness["httpGet"]["port"]] == ports[readiness["httpGet"]["port"]]
         security = container["securityContext"]
         return cls(
-            user=pod["securityContext"]["runAsUser"], group=pod["securityContext"]["runAsGroup"],
+            user=pod["securityContext"]["runAsUser"],
+            group=pod["securityContext"]["runAsGroup"],
             fs_group=pod["securityContext"]["fsGroup"],
             read_only_root=security["readOnlyRootFilesystem"],
             no_new_privileges=not security["allowPrivilegeEscalation"],
             drop_all_capabilities=security["capabilities"]["drop"] == ["ALL"],
-            config_mount=config, state_mount=state, scratch_mounts=scratch,
+            config_mount=config,
+            state_mount=state,
+            scratch_mounts=scratch,
             memory_limit_bytes=quantity_bytes(container["resources"]["limits"]["memory"]),
             port=ports[readiness["httpGet"]["port"]],
-            liveness_path=liveness["httpGet"]["path"], readiness_path=readiness["httpGet"]["path"],
-            args=container["args"], env={e["name"]: e["value"] for e in container["env"]},
+            liveness_path=liveness["httpGet"]["path"],
+            readiness_path=readiness["httpGet"]["path"],
+            args=container["args"],
+            env={e["name"]: e["value"] for e in container["env"]},
             termination_grace_s=pod["terminationGracePeriodSeconds"],
         )
 
     def run_options(self) -> list[str]:
         """``podman run`` options that reproduce the pod's container (volumes apart)."""
-        options = ["--user", f"{self.user}:{self.group}", "--memory", str(self.memory_limit_bytes),
-                   "--publish", f"127.0.0.1::{self.port}", *ULIMITS]
+        options = [
+            "--user",
+            f"{self.user}:{self.group}",
+            "--memory",
+            str(self.memory_limit_bytes),
+            "--publish",
+            f"127.0.0.1::{self.port}",
+            *ULIMITS,
+        ]
         if self.read_only_root:
             options += ["--read-only", "--read-only-tmpfs=false"]
         for path, size in self.scratch_mounts.items():
@@ -132,8 +147,9 @@ SPEC = PodSpec.load()
 def image() -> str:
     """The image's id: ``scripts/image`` builds it, or finds it current in a second (the id,
     not the tag, so a later build elsewhere on the machine does not change it under the tests)."""
-    result = subprocess.run([str(REPO / "scripts" / "image")], capture_output=True, text=True,
-                            timeout=1800, check=False)
+    result = subprocess.run(
+        [str(REPO / "scripts" / "image")], capture_output=True, text=True, timeout=1800, check=False
+    )
     if result.returncode != 0:
         raise RuntimeError(f"scripts/image failed:\n{result.stderr[-4000:]}")
     reference = result.stdout.split()[-1]
@@ -147,8 +163,10 @@ def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tomllib.loads(K8S_CONFIG.read_text())
     directory = tmp_path_factory.mktemp("config")
     demo = (REPO / "config" / "demo.toml").read_text()
-    for old, new in (('"127.0.0.1:9620"', base["http"]["listen"]),
-                     ('"demo-state.sqlite"', base["daemon"]["state_path"])):
+    for old, new in (
+        ('"127.0.0.1:9620"', base["http"]["listen"]),
+        ('"demo-state.sqlite"', base["daemon"]["state_path"]),
+    ):
         assert old in demo, f"config/demo.toml no longer has {old}"
         demo = demo.replace(old, json.dumps(new))
     (directory / "hydrator.toml").write_text(demo)
@@ -179,9 +197,15 @@ class Pod:
 
     def options(self, name: str) -> list[str]:
         self.names.append(name)
-        return ["--name", name, *SPEC.run_options(),
-                "--volume", f"{self.config_dir}:{SPEC.config_mount}:ro",
-                "--volume", f"{self.volume}:{SPEC.state_mount}"]
+        return [
+            "--name",
+            name,
+            *SPEC.run_options(),
+            "--volume",
+            f"{self.config_dir}:{SPEC.config_mount}:ro",
+            "--volume",
+            f"{self.volume}:{SPEC.state_mount}",
+        ]
 
     def start(self) -> Container:
         """A detached container; returns once its readiness probe path answers 200."""
@@ -264,7 +288,9 @@ def test_image_is_what_the_manifest_expects(image: str) -> None:
     assert config["StopSignal"] == "SIGTERM"
     # the HEALTHCHECK (kept: scripts/image builds in docker format) probes the liveness path
     assert inspected["Healthcheck"]["Test"] == [
-        "CMD", "python3", "/usr/local/bin/hydrator-healthcheck"
+        "CMD",
+        "python3",
+        "/usr/local/bin/hydrator-healthcheck",
     ]
     default_url = re.search(r'DEFAULT_URL = "([^"]+)"', HEALTHCHECK.read_text())
     assert default_url and default_url[1] == f"http://127.0.0.1:{SPEC.port}{SPEC.liveness_path}"
@@ -276,9 +302,11 @@ def test_container_serves_the_demo_read_only_as_the_manifest_user(pod: Pod) -> N
     sites = get_json(f"{container.base_url}/v1/sites")["sites"]
     assert [site["site"] for site in sites] == DEMO_SITES
     assert status(container.base_url + SPEC.liveness_path) == 200
-    ids = exec_in(container.name, "id", "-u", "-n").stdout.strip(), \
-        exec_in(container.name, "id", "-u").stdout.strip(), \
-        exec_in(container.name, "id", "-g").stdout.strip()
+    ids = (
+        exec_in(container.name, "id", "-u", "-n").stdout.strip(),
+        exec_in(container.name, "id", "-u").stdout.strip(),
+        exec_in(container.name, "id", "-g").stdout.strip(),
+    )
     assert ids == ("hydrator", str(SPEC.user), str(SPEC.group))  # the image's own account
     users = podman("top", container.name, "user", "args").stdout.splitlines()[1:]
     assert users and all(line.split()[0] == "hydrator" for line in users), users
@@ -305,8 +333,9 @@ def test_image_healthcheck_follows_healthz(pod: Pod) -> None:
     # Stop the HTTP server process (the daemon's child): /healthz no longer answers, as when
     # the server is wedged; the image's own HEALTHCHECK command must say so.
     top = podman("top", container.name, "hpid", "args").stdout.splitlines()
-    (server_pid,) = [int(line.split()[0]) for line in top
-                     if "hydrator.adapters.http.server" in line]
+    (server_pid,) = [
+        int(line.split()[0]) for line in top if "hydrator.adapters.http.server" in line
+    ]
     os.kill(server_pid, signal.SIGSTOP)
     try:
         unhealthy = podman("healthcheck", "run", container.name, check=False)

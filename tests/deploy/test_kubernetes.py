@@ -36,7 +36,9 @@ KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 def rendered() -> list[dict[str, Any]]:
     result = subprocess.run(
         [venv_command("kubectl"), "kustomize", str(BASE)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -56,10 +58,17 @@ def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_renders_every_expected_kind(rendered: list[dict[str, Any]]) -> None:
     kinds = sorted(doc["kind"] for doc in rendered)
-    assert kinds == sorted([
-        "ConfigMap", "Deployment", "PersistentVolumeClaim", "PodDisruptionBudget", "Service",
-        "ServiceAccount", "ServiceMonitor",
-    ])
+    assert kinds == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor",
+        ]
+    )
     # secrets are referenced, never shipped
     assert "Secret" not in kinds
 
@@ -87,8 +96,11 @@ def test_servicemonitor_validates_against_the_crd_schema(
     broken["metadata"]["name"] = "broken"
     broken["spec"]["endpoints"][0]["interval"] = "thirty seconds"
     result = subprocess.run(
-        servicemonitor_validator, input=json.dumps([monitor, broken]),
-        capture_output=True, text=True, check=False,
+        servicemonitor_validator,
+        input=json.dumps([monitor, broken]),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     lines = result.stdout.splitlines()
     assert lines[0] == "ok hydrator", result.stdout + result.stderr
@@ -136,8 +148,10 @@ def test_single_replica_recreates_on_its_rwo_volume(rendered: list[dict[str, Any
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "state", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} \
-        in volumes
+    assert {
+        "name": "state",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    } in volumes
 
 
 def test_pdb_never_blocks_drains_of_the_single_pod(rendered: list[dict[str, Any]]) -> None:
@@ -149,8 +163,9 @@ def test_pdb_never_blocks_drains_of_the_single_pod(rendered: list[dict[str, Any]
 
 def _mounts(rendered: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """mountPath -> the volume mounted there."""
-    volumes = {v["name"]: v for v in _one(rendered, "Deployment")["spec"]["template"]["spec"]
-               ["volumes"]}
+    volumes = {
+        v["name"]: v for v in _one(rendered, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    }
     return {m["mountPath"]: volumes[m["name"]] for m in _container(rendered)["volumeMounts"]}
 
 
@@ -162,14 +177,16 @@ def _volume_at(mounts: dict[str, dict[str, Any]], path: Path) -> dict[str, Any]:
 
 
 def test_configmap_is_a_valid_config_using_the_mounted_volumes(
-    rendered: list[dict[str, Any]]
+    rendered: list[dict[str, Any]],
 ) -> None:
     configmap, container = _one(rendered, "ConfigMap"), _container(rendered)
     raw = configmap["data"]["hydrator.toml"]
     config = parse_config(tomllib.loads(raw), base_dir=Path("/etc/hydrator"))
     mounts = _mounts(rendered)
-    assert _volume_at(mounts, Path("/etc/hydrator/hydrator.toml"))["configMap"]["name"] == \
-        configmap["metadata"]["name"]
+    assert (
+        _volume_at(mounts, Path("/etc/hydrator/hydrator.toml"))["configMap"]["name"]
+        == configmap["metadata"]["name"]
+    )
     assert container["args"] == ["run", "--config", "/etc/hydrator/hydrator.toml"]
     assert "persistentVolumeClaim" in _volume_at(mounts, config.daemon.state_path)
     assert config.http.host == "0.0.0.0"  # reachable by the Service and the probes
@@ -193,7 +210,7 @@ def test_service_targets_the_container_port(rendered: list[dict[str, Any]]) -> N
 
 
 def test_memory_limit_covers_the_measured_peak_at_the_documented_scale(
-    rendered: list[dict[str, Any]]
+    rendered: list[dict[str, Any]],
 ) -> None:
     assert "about a million replicas" in (BASE / "README.md").read_text()
     results = json.loads((BENCHMARKS / "cycle_results.json").read_text())

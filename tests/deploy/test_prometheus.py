@@ -18,21 +18,35 @@ RULES = PROMETHEUS / "hydrator.rules.yml"
 # What the daemon exports (runtime/metrics.py and the matchmaking-quality metrics of issue 5);
 # histograms also expose _bucket/_sum/_count.
 EXPORTED = {
-    "hydrator_cycle_duration_seconds", "hydrator_cycles_total",
-    "hydrator_last_successful_cycle_timestamp_seconds", "hydrator_source_requests_total",
-    "hydrator_source_errors_total", "hydrator_source_fetch_duration_seconds",
-    "hydrator_source_staleness_seconds", "hydrator_source_stale",
-    "hydrator_source_last_success_timestamp_seconds", "hydrator_datasets",
-    "hydrator_changes_total", "hydrator_invalid_records_total",
-    "hydrator_unmapped_storage_elements", "hydrator_collector_updates_total",
-    "hydrator_classad_size_bytes", "hydrator_jobs_running_data_local_ratio",
-    "hydrator_jobs_running", "hydrator_jobs_idle_data_bound",
-    "hydrator_sites_unclaimed_slots_with_data", "hydrator_http_front_restarts_total",
-    "hydrator_http_requests_total", "hydrator_http_connections",
-    "hydrator_source_invalid_records", "hydrator_datasets_unadvertised",
-    "hydrator_state_rejected_rows", "hydrator_job_schedd_failures_total",
+    "hydrator_cycle_duration_seconds",
+    "hydrator_cycles_total",
+    "hydrator_last_successful_cycle_timestamp_seconds",
+    "hydrator_source_requests_total",
+    "hydrator_source_errors_total",
+    "hydrator_source_fetch_duration_seconds",
+    "hydrator_source_staleness_seconds",
+    "hydrator_source_stale",
+    "hydrator_source_last_success_timestamp_seconds",
+    "hydrator_datasets",
+    "hydrator_changes_total",
+    "hydrator_invalid_records_total",
+    "hydrator_unmapped_storage_elements",
+    "hydrator_collector_updates_total",
+    "hydrator_classad_size_bytes",
+    "hydrator_jobs_running_data_local_ratio",
+    "hydrator_jobs_running",
+    "hydrator_jobs_idle_data_bound",
+    "hydrator_sites_unclaimed_slots_with_data",
+    "hydrator_http_front_restarts_total",
+    "hydrator_http_requests_total",
+    "hydrator_http_connections",
+    "hydrator_source_invalid_records",
+    "hydrator_datasets_unadvertised",
+    "hydrator_state_rejected_rows",
+    "hydrator_job_schedd_failures_total",
     "hydrator_site_held",
-    "hydrator_storage_available", "hydrator_storage_unavailable_wanted_datasets",
+    "hydrator_storage_available",
+    "hydrator_storage_unavailable_wanted_datasets",
     "hydrator_drains",
     "hydrator_events_listener_connected",
 }
@@ -68,7 +82,10 @@ def test_rule_unit_tests_can_fail(promtool: str, tmp_path: Path) -> None:
     (tmp_path / "hydrator.rules.test.yml").write_text(tests)
     result = subprocess.run(
         [promtool, "test", "rules", "hydrator.rules.test.yml"],
-        capture_output=True, text=True, cwd=tmp_path, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
     )
     assert result.returncode != 0
     assert "HydratorSourceStale" in result.stdout + result.stderr
@@ -78,8 +95,12 @@ def test_every_alert_is_unit_tested_and_uses_exported_metrics() -> None:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     tests = yaml.safe_load((PROMETHEUS / "hydrator.rules.test.yml").read_text())["tests"]
-    tested = {case["alertname"] for test in tests for case in test["alert_rule_test"]
-              if case["exp_alerts"]}
+    tested = {
+        case["alertname"]
+        for test in tests
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
     assert {rule["alert"] for rule in rules} == tested
     for rule in rules:
         names = set(re.findall(r"\bhydrator_[a-z_]+", rule["expr"]))

@@ -8,15 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
+from tests.support.daemon import Daemon
 from tests.support.prometheus import (
     RULES,
-    Daemon,
     PrometheusServer,
+    demo_inventory,
     running_demo_daemon,
     running_prometheus,
-    wait_for,
 )
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,19 +37,38 @@ def scraped(
 
 def test_prometheus_scrapes_the_daemons_metrics(scraped: tuple[Daemon, PrometheusServer]) -> None:
     _, prom = scraped
-    wait_for("target up", lambda: prom.value('up{job="hydrator"}') == 1.0)
+    wait_for(
+        "target up",
+        lambda: prom.value('up{job="hydrator"}'),
+        done=lambda got: got == 1.0,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     available = 'hydrator_datasets{job="hydrator",site="SRCNET_CH",state="available"}'
-    assert wait_for("SRCNET_CH datasets", lambda: prom.value(available)) == 3.0
+    assert (
+        wait_for(
+            "SRCNET_CH datasets",
+            lambda: prom.value(available),
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
+        == 3.0
+    )
     assert prom.value('hydrator_datasets{site="SRCNET_UK",state="replicating"}') == 1.0
     assert prom.value('hydrator_datasets{site="SRCNET_ES",state="stuck"}') == 1.0
     assert prom.value('hydrator_source_stale{source="demo"}') == 0.0
 
     first = wait_for(
-        "a cycle counted", lambda: prom.value('sum(hydrator_cycles_total{outcome="ok"})')
+        "a cycle counted",
+        lambda: prom.value('sum(hydrator_cycles_total{outcome="ok"})') or 0.0,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
     )
     wait_for(
         "cycles increasing",
         lambda: (prom.value('sum(hydrator_cycles_total{outcome="ok"})') or 0) > first,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
     )
     assert prom.value('sum(hydrator_cycles_total{outcome="failed"})') == 0.0
 
@@ -55,17 +76,42 @@ def test_prometheus_scrapes_the_daemons_metrics(scraped: tuple[Daemon, Prometheu
 def test_a_data_change_reaches_prometheus(scraped: tuple[Daemon, PrometheusServer]) -> None:
     daemon, prom = scraped
     query = 'hydrator_datasets{site="SRCNET_ES",state="available"}'
-    assert wait_for("SRCNET_ES before", lambda: prom.value(query)) == 1.0
+    assert (
+        wait_for(
+            "SRCNET_ES before",
+            lambda: prom.value(query),
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
+        == 1.0
+    )
     added = 'sum(hydrator_changes_total{kind="added"})'
-    before = wait_for("changes counted", lambda: prom.value(added))
-    text = daemon.inventory.read_text()
-    daemon.inventory.write_text(
+    before = wait_for(
+        "changes counted",
+        lambda: prom.value(added) or 0.0,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
+    inventory = demo_inventory(daemon)
+    text = inventory.read_text()
+    inventory.write_text(
         text.replace(
             'available = ["ska:skymodel_v3"]', 'available = ["ska:skymodel_v3", "ska:obs_9"]'
         )
     )
-    wait_for("SRCNET_ES after", lambda: prom.value(query) == 2.0)
-    wait_for("added change", lambda: (prom.value(added) or 0) > before)
+    wait_for(
+        "SRCNET_ES after",
+        lambda: prom.value(query),
+        done=lambda got: got == 2.0,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
+    wait_for(
+        "added change",
+        lambda: (prom.value(added) or 0) > before,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert prom.value(added) == before + 1
 
 
@@ -74,12 +120,18 @@ def test_shipped_alert_rules_load_and_evaluate_healthy(
 ) -> None:
     _, prom = scraped
 
-    def evaluated() -> list[dict[str, object]] | None:
-        rules = prom.rules()
-        done = rules and all(r["health"] != "unknown" and r.get("lastEvaluation") for r in rules)
-        return rules if done else None
+    def evaluated(rules: list[dict[str, object]]) -> bool:
+        return bool(rules) and all(
+            r["health"] != "unknown" and r.get("lastEvaluation") for r in rules
+        )
 
-    rules = wait_for("rules evaluated", evaluated)
+    rules = wait_for(
+        "rules evaluated",
+        prom.rules,
+        done=evaluated,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     alerts = {r["name"] for r in rules if r["type"] == "alerting"}
     assert "HydratorDown" in alerts and "HydratorDataLocalityRatioFalling" in alerts
     assert len(rules) == Path(RULES).read_text().count("- alert:")
@@ -94,7 +146,12 @@ def test_dashboard_renders_from_prometheus(
     from deploy.grafana.render import Prometheus, fetch, load_dashboard, render
 
     _, prom = scraped
-    wait_for("two scrapes", lambda: (prom.value("count_over_time(up[1m])") or 0) >= 2)
+    wait_for(
+        "two scrapes",
+        lambda: (prom.value("count_over_time(up[1m])") or 0) >= 2,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     dashboard = load_dashboard()
     source = Prometheus(prom.url, scrape_interval_s=1.0)
     now = time.time()

@@ -35,7 +35,10 @@ def _verify(systemd_analyze: str, unit_text: str, workdir: Path) -> str:
     unit.write_text(unit_text.replace(INSTALLED_BINARY, str(stub)))
     result = subprocess.run(
         [systemd_analyze, "verify", "--man=no", str(unit)],
-        capture_output=True, text=True, cwd=workdir, check=False,
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        check=False,
     )
     return f"rc={result.returncode}\n{result.stdout}{result.stderr}".strip()
 
@@ -55,16 +58,28 @@ def test_verify_check_catches_a_misspelt_directive(systemd_analyze: str, tmp_pat
 def test_unit_runs_as_dedicated_user_with_hardening() -> None:
     service = unit_settings(UNIT)
     expected = {
-        "Type": "exec", "User": "hydrator", "StateDirectory": "hydrator",
-        "ConfigurationDirectory": "hydrator", "ProtectSystem": "strict", "ProtectHome": "yes",
-        "PrivateTmp": "yes", "NoNewPrivileges": "yes", "CapabilityBoundingSet": "",
-        "MemoryDenyWriteExecute": "yes", "Restart": "on-failure", "KillSignal": "SIGTERM",
+        "Type": "exec",
+        "User": "hydrator",
+        "StateDirectory": "hydrator",
+        "ConfigurationDirectory": "hydrator",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "CapabilityBoundingSet": "",
+        "MemoryDenyWriteExecute": "yes",
+        "Restart": "on-failure",
+        "KillSignal": "SIGTERM",
     }
     for key, value in expected.items():
         assert service.get(key) == [value], key
     assert service["SystemCallFilter"][0] == "@system-service"
     assert set(service["RestrictAddressFamilies"][0].split()) <= {
-        "AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"}
+        "AF_INET",
+        "AF_INET6",
+        "AF_UNIX",
+        "AF_NETLINK",
+    }
     credentials = service["LoadCredential"]
     assert any(v.startswith("hydrator:/etc/hydrator/credentials") for v in credentials)
     assert "TimeoutStopSec" in service
@@ -75,7 +90,9 @@ def test_unit_runs_as_dedicated_user_with_hardening() -> None:
 def test_security_exposure_is_low(systemd_analyze: str) -> None:
     result = subprocess.run(
         [systemd_analyze, "security", "--offline=true", "--no-pager", str(UNIT)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     match = re.search(r"Overall exposure level for hydrator\.service: ([0-9.]+)", result.stdout)
     assert match, result.stdout + result.stderr
@@ -87,7 +104,9 @@ def test_sysusers_creates_the_hydrator_user(systemd_analyze: str, tmp_path: Path
     (tmp_path / "etc").mkdir()
     sysusers = subprocess.run(
         ["systemd-sysusers", f"--root={tmp_path}", str(SYSUSERS)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert sysusers.returncode == 0, sysusers.stderr
     passwd = (tmp_path / "etc" / "passwd").read_text()
@@ -97,14 +116,14 @@ def test_sysusers_creates_the_hydrator_user(systemd_analyze: str, tmp_path: Path
     assert entry.endswith(":/var/lib/hydrator:/usr/sbin/nologin")
 
 
-def test_tmpfiles_creates_private_secret_directories(
-    systemd_analyze: str, tmp_path: Path
-) -> None:
+def test_tmpfiles_creates_private_secret_directories(systemd_analyze: str, tmp_path: Path) -> None:
     (tmp_path / "etc").mkdir()
     subprocess.run(["systemd-sysusers", f"--root={tmp_path}", str(SYSUSERS)], check=True)
     result = subprocess.run(
         ["systemd-tmpfiles", f"--root={tmp_path}", "--create", str(TMPFILES)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     credentials = tmp_path / "etc" / "hydrator" / "credentials"
@@ -168,8 +187,12 @@ def test_unit_sandbox_denies_what_the_unit_denies(systemd_analyze: str, tmp_path
     # Guards test_daemon.py, which runs the daemon in this sandbox: it must not be a no-op.
     sandbox = preexec(allowed_syscalls(systemd_analyze, UNIT), address_families(UNIT))
     result = subprocess.run(
-        [sys.executable, "-c", SANDBOX_PROBE], preexec_fn=sandbox,
-        capture_output=True, text=True, check=False, cwd=tmp_path,
+        [sys.executable, "-c", SANDBOX_PROBE],
+        preexec_fn=sandbox,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
     )
     assert result.stdout.split() == ["allowed", "EAFNOSUPPORT", "EPERM", "EPERM"], result.stderr
 

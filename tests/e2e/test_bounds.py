@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_daemon import free_port, wait_for
 from tests.support.fake_dmapi import FakeSrcnet
+from tests.support.ports import free_port
 from tests.support.trickle import TrickleServer, trickling
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -140,14 +141,24 @@ def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        wait_for(lambda: "ska:obs_1" in classad(base), timeout_s=20)
+        wait_for(
+            "SRCNET_CH lists ska:obs_1",
+            lambda: classad(base),
+            done=lambda text: "ska:obs_1" in text,
+            timeout_s=20.0,
+        )
         inventory = tmp_path / "inventory.toml"
         inventory.write_text(INVENTORY.replace('["ska:obs_1"]', '["ska:obs_1", "ska:obs_2"]'))
         t0 = time.monotonic()
         # a cycle is at most deadline_s + 1 s grace (the sources are fetched side by side)
         # and the next starts at once (interval_s = 2 s is shorter): the change is out within
         # two cycles, ~8 s (a margin for a loaded machine; it used to wait for ever)
-        wait_for(lambda: "ska:obs_2" in classad(base), timeout_s=15)
+        wait_for(
+            "SRCNET_CH lists ska:obs_2",
+            lambda: classad(base),
+            done=lambda text: "ska:obs_2" in text,
+            timeout_s=15.0,
+        )
         assert time.monotonic() - t0 < 12
         time.sleep(1)  # let a cycle be under way, waiting for the trickling sources
         t0 = time.monotonic()
@@ -187,7 +198,13 @@ def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200, 20)
+        wait_for(
+            "ready",
+            lambda: requests.get(f"{base}/readyz", timeout=2).status_code,
+            done=lambda status: status == 200,
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
         assert time.monotonic() - t0 < 2 + 8, "settle_s = 2, plus start-up (not interval_s = 60)"
         assert "ska:obs_1" in classad(base)
     finally:

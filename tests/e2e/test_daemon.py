@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,48 +14,27 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.daemon import Daemon
+from tests.support.wait import wait_for
+
 REPO = Path(__file__).parents[2]
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(predicate: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():  # type: ignore[operator]
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
-    """The demo config, copied so the test can edit its inventory, on a free port."""
+def demo(tmp_path: Path) -> Iterator[Daemon]:
+    """The demo config, copied so the test can edit its inventory, on a free port; ready."""
     for name in ("demo.toml", "demo-inventory.toml"):
         shutil.copy2(REPO / "config" / name, tmp_path / name)  # keeps the old mtime
-    port = free_port()
+    daemon = Daemon(tmp_path)
     text = (tmp_path / "demo.toml").read_text()
-    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
+    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "{daemon.target}"')
     text = text.replace("interval_s = 10", "interval_s = 1")
     text = text.replace("updated_resolution_s = 60", "updated_resolution_s = 86400")
     (tmp_path / "demo.toml").write_text(text)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "demo.toml")],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    yield f"http://127.0.0.1:{port}", tmp_path, proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    with daemon:
+        daemon.start(tmp_path / "demo.toml", ready_timeout_s=20.0)
+        yield daemon
 
 
 def children(pid: int) -> list[int]:
@@ -85,11 +62,9 @@ def classad(base: str, site: str) -> requests.Response:
     return requests.get(f"{base}/v1/sites/{site}/classad", timeout=5)
 
 
-def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
-    demo: tuple[str, Path, subprocess.Popen[bytes]],
-) -> None:
-    base, config_dir, proc = demo
-    wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
+def test_daemon_serves_follows_the_inventory_and_stops_cleanly(demo: Daemon) -> None:
+    base, config_dir, proc = demo.url, demo.directory, demo.proc
+    assert proc is not None
 
     first = classad(base, "SRCNET_ES")
     assert first.status_code == 200
@@ -108,7 +83,13 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
             'available = ["ska:skymodel_v3"]', 'available = ["ska:skymodel_v3", "ska:obs_9999"]'
         )
     )
-    wait_for(lambda: "ska:obs_9999" in classad(base, "SRCNET_ES").text, timeout_s=10)
+    wait_for(
+        "SRCNET_ES lists ska:obs_9999",
+        lambda: classad(base, "SRCNET_ES").text,
+        done=lambda text: "ska:obs_9999" in text,
+        timeout_s=10.0,
+        ignore=(requests.RequestException,),
+    )
     changed = requests.get(
         f"{base}/v1/sites/SRCNET_ES/classad", headers={"If-None-Match": tag}, timeout=5
     )
@@ -116,26 +97,22 @@ def test_daemon_serves_follows_the_inventory_and_stops_cleanly(
     assert classad(base, "NO_SUCH_SITE").status_code == 404
 
     (front,) = children(proc.pid)  # the HTTP server (hydrator.adapters.http.server)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
+    assert demo.stop(timeout_s=20.0) == 0  # SIGTERM
     assert gone(front)
-    assert proc.stderr is not None
-    log = proc.stderr.read().decode()
+    log = demo.output()
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
 
 
-def test_a_killed_daemon_leaves_no_http_server_or_files_behind(
-    demo: tuple[str, Path, subprocess.Popen[bytes]],
-) -> None:
-    base, _, proc = demo
-    wait_for(lambda: requests.get(f"{base}/readyz", timeout=2).status_code == 200)
+def test_a_killed_daemon_leaves_no_http_server_or_files_behind(demo: Daemon) -> None:
+    base, proc = demo.url, demo.proc
+    assert proc is not None
     (front,) = children(proc.pid)
     args = Path(f"/proc/{front}/cmdline").read_bytes().split(b"\0")
     served = Path(args[args.index(b"--dir") + 1].decode())
     assert (served / "status.json").exists()
     proc.kill()  # no chance to stop the server: it sees its stdin close
     proc.wait()
-    wait_for(lambda: gone(front), timeout_s=5)
+    wait_for(f"HTTP server {front} gone", lambda: gone(front), timeout_s=5.0)
     assert not served.exists(), "the served files are removed with the server"
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz", timeout=2)

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.prometheus import Daemon, running_demo_daemon, wait_for
+from tests.support.daemon import Daemon
+from tests.support.prometheus import running_demo_daemon
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +46,12 @@ def storage(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_path: Path) -> None:
     with running_demo_daemon(tmp_path) as daemon:
-        uk = wait_for("UK lists its data", lambda: site(daemon, "SRCNET_UK")["available"])
+        uk = wait_for(
+            "UK lists its data",
+            lambda: site(daemon, "SRCNET_UK")["available"],
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
         assert "lofar:L654321_SB001" in uk  # only on UK_SCRATCH
         assert "ska:obs_1234" in uk  # on UK_DISK
 
@@ -56,11 +63,13 @@ def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_pat
         done = hydrator(daemon, "drain", "SRCNET_CH", "--until", "2h", "--reason", "cooling")
         assert done.returncode == 0, done.stderr
 
-        def drained() -> dict[str, Any] | None:
-            doc = site(daemon, "SRCNET_UK")
-            return doc if "lofar:L654321_SB001" not in doc["available"] else None
-
-        doc = wait_for("UK_SCRATCH's data leaves SRCNET_UK", drained, timeout_s=10)
+        doc = wait_for(
+            "UK_SCRATCH's data leaves SRCNET_UK",
+            lambda: site(daemon, "SRCNET_UK"),
+            done=lambda doc: "lofar:L654321_SB001" not in doc["available"],
+            timeout_s=10.0,
+            ignore=(requests.RequestException,),
+        )
         assert "ska:obs_1234" in doc["available"], "what UK_DISK holds stays"
         scratch = storage(doc, "UK_SCRATCH")
         assert (scratch["available"], scratch["reason"]) == (
@@ -74,7 +83,12 @@ def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_pat
             'DataLocalityUnavailable = "storage UK_SCRATCH: drained by the operator: disk swap"'
             in ad
         )
-        ch = wait_for("SRCNET_CH lists nothing", lambda: site(daemon, "SRCNET_CH")["unavailable"])
+        ch = wait_for(
+            "SRCNET_CH lists nothing",
+            lambda: site(daemon, "SRCNET_CH")["unavailable"],
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
         assert ch[0].startswith("site SRCNET_CH: drained by the operator until ")
         assert site(daemon, "SRCNET_CH")["available"] == []
         es = site(daemon, "SRCNET_ES")
@@ -88,6 +102,8 @@ def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_pat
                     daemon, 'hydrator_storage_available{site="SRCNET_UK",storage="UK_SCRATCH"} 0.0'
                 )
             ),
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
         )
         shown = hydrator(daemon, "show", "SRCNET_UK")  # a reader beside the running daemon
         assert shown.returncode == 0, shown.stderr
@@ -106,16 +122,24 @@ def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_pat
         wait_for(
             "UK_SCRATCH's data back at SRCNET_UK",
             lambda: "lofar:L654321_SB001" in site(daemon, "SRCNET_UK")["available"],
-            timeout_s=10,
+            timeout_s=10.0,
+            ignore=(requests.RequestException,),
         )
         assert site(daemon, "SRCNET_UK")["unavailable"] == []
         assert site(daemon, "SRCNET_CH")["available"] == [], "the other drain stays"
         assert hydrator(daemon, "undrain", "SRCNET_CH").returncode == 0
-        wait_for("SRCNET_CH back", lambda: site(daemon, "SRCNET_CH")["available"], timeout_s=10)
+        wait_for(
+            "SRCNET_CH back",
+            lambda: site(daemon, "SRCNET_CH")["available"],
+            timeout_s=10.0,
+            ignore=(requests.RequestException,),
+        )
         wait_for(
             "no drain metric left",
             lambda: (
                 "hydrator_drains{"
                 not in requests.get(f"http://{daemon.target}/metrics", timeout=5).text
             ),
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
         )

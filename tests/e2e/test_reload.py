@@ -4,18 +4,17 @@ problem while the daemon keeps serving; it stops cleanly afterwards."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.support.squid import free_port
+from tests.support.daemon import Daemon
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,31 +42,26 @@ settle_s = 0
 """
 
 
-def until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
-
 class Running:
-    def __init__(self, tmp: Path, proc: subprocess.Popen[bytes], base: str) -> None:
-        self.tmp, self.proc, self.base = tmp, proc, base
+    """The daemon and the reload steps of these tests."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon, self.base = daemon, daemon.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        assert self.daemon.proc is not None
+        return self.daemon.proc
 
     def log(self) -> str:
-        return (self.tmp / "stderr.log").read_text()
+        return self.daemon.output()
 
     def status(self, site: str) -> int:
         return requests.get(f"{self.base}/v1/sites/{site}/classad", timeout=5).status_code
 
     def hup(self, config: str) -> int:
         """Write ``config``, send SIGHUP; the log's length before (to read what follows)."""
-        (self.tmp / "hydrator.toml").write_text(config)
+        (self.daemon.directory / "hydrator.toml").write_text(config)
         mark = len(self.log())
         self.proc.send_signal(signal.SIGHUP)
         return mark
@@ -75,25 +69,19 @@ class Running:
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Running]:
-    port = free_port()
     (tmp_path / "first.toml").write_text('[storage.A]\nsite = "SITE_A"\navailable = ["ska:a"]\n')
     (tmp_path / "second.toml").write_text('[storage.B]\nsite = "SITE_B"\navailable = ["ska:b"]\n')
-    config = ONE_SOURCE.format(port=port)
-    (tmp_path / "hydrator.toml").write_text(config)
-    with open(tmp_path / "stderr.log", "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "hydrator.toml")],
-            stderr=stderr,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    with Daemon(tmp_path) as process:
+        (tmp_path / "hydrator.toml").write_text(ONE_SOURCE.format(port=process.port))
+        process.start(tmp_path / "hydrator.toml", ready_timeout_s=20.0)
+        running = Running(process)
+        wait_for(
+            "SITE_A served",
+            lambda: running.status("SITE_A") == 200,
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
         )
-    running = Running(tmp_path, proc, f"http://127.0.0.1:{port}")
-    try:
-        until(lambda: running.status("SITE_A") == 200)
         yield running
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Running) -> None:
@@ -101,7 +89,12 @@ def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Runnin
     assert daemon.status("SITE_B") == 404
 
     mark = daemon.hup(config.replace("interval_s = 1", "interval_s = 0"))
-    until(lambda: "reload refused" in daemon.log()[mark:])
+    wait_for(
+        "reload refused",
+        lambda: "reload refused" in daemon.log()[mark:],
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     time.sleep(2.5)  # two cycles of the running configuration
     refused = [line for line in daemon.log()[mark:].splitlines() if "reload" in line]
     assert len(refused) == 2, refused  # "received SIGHUP", then the one refusal
@@ -113,13 +106,28 @@ def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Runnin
 
     # valid TOML and keys, but no service can be built from it: refused after the build
     mark = daemon.hup(config + SECOND_SOURCE + '[classad]\nadvertise = "demand"\n')
-    until(lambda: "reload refused" in daemon.log()[mark:])
+    wait_for(
+        "reload refused",
+        lambda: "reload refused" in daemon.log()[mark:],
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert "classad.advertise" in daemon.log()[mark:]
-    until(lambda: daemon.status("SITE_A") == 200)
+    wait_for(
+        "SITE_A served",
+        lambda: daemon.status("SITE_A") == 200,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert daemon.status("SITE_B") == 404 and daemon.proc.poll() is None
 
     mark = daemon.hup(config + SECOND_SOURCE)
-    until(lambda: daemon.status("SITE_B") == 200)
+    wait_for(
+        "SITE_B served",
+        lambda: daemon.status("SITE_B") == 200,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
     assert "reloaded: 2 source(s)" in daemon.log()[mark:]
     assert '"ska:b"' in requests.get(f"{daemon.base}/v1/sites/SITE_B/classad", timeout=5).text
     assert daemon.status("SITE_A") == 200

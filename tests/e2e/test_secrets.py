@@ -20,15 +20,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.e2e.test_daemon import free_port
 from tests.support.fake_dmapi import FakeSrcnet
+from tests.support.ports import free_port
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -182,14 +182,20 @@ def test_the_running_daemon_serves_and_logs_no_secret(tmp_path: Path, fake: Fake
 
 def wait_for_sources(base: str) -> dict[str, object]:
     """``/v1/sites`` once it reports every source with a reason (after the first cycle)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            doc: dict[str, object] = requests.get(f"{base}/v1/sites", timeout=2).json()
-        except requests.RequestException:
-            doc = {}
+
+    def sites() -> dict[str, object]:
+        doc: dict[str, object] = requests.get(f"{base}/v1/sites", timeout=2).json()
+        return doc
+
+    def every_source(doc: dict[str, object]) -> bool:
         sources = doc.get("sources")
-        if isinstance(sources, list) and len(sources) == 5:
-            return doc
-        time.sleep(0.2)
-    raise AssertionError("the daemon never reported its sources")
+        return isinstance(sources, list) and len(sources) == 5
+
+    return wait_for(
+        "the daemon reports its five sources",
+        sites,
+        done=every_source,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+        interval_s=0.2,
+    )

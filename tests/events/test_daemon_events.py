@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
+import requests
 
 from tests.support.hermes import EventDaemon, Hermes
-from tests.support.prometheus import wait_for
 from tests.support.rucio_server import RucioAdmin
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq, pytest.mark.slow]
 
@@ -26,7 +27,9 @@ def test_the_daemon_follows_the_stream_between_full_reads(
     def published() -> bool:
         return did in running.get(f"/v1/sites/{running.site}")["available"]
 
-    wait_for("the dataset in the HTTP ad", published, 30)
+    wait_for(
+        "the dataset in the HTTP ad", published, timeout_s=30.0, ignore=(requests.RequestException,)
+    )
     took = time.monotonic() - sent
     (entry,) = [s for s in running.get("/v1/sites")["sites"] if s["site"] == running.site]
     assert entry["origin"] == "event"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site
@@ -26,14 +27,14 @@ from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.activemq import DESTINATION, Broker
 from tests.support.hermes import Hermes
-from tests.support.prometheus import wait_for
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq]
 
 
 @dataclass
-class Daemon:
+class EventService:
     service: Service
     gate: FullReadGate
     site: str
@@ -86,7 +87,7 @@ def daemon(
     rucio_admin: RucioAdmin,
     running_activemq: Broker,
     tmp_path: Path,
-) -> Iterator[Daemon]:
+) -> Iterator[EventService]:
     tag = unique("ev").lower()
     site, attrs = f"SITE-EV-{tag}", {"fed": tag}
     dst = rucio_admin.rse(site, attributes=attrs)
@@ -96,8 +97,13 @@ def daemon(
     gate = start_events(config, service)
     assert gate is not None
     try:
-        made = Daemon(service, gate, site, dst, src, rucio_admin.scope())
-        wait_for("subscribed", lambda: gate.cycles[0].status().connected, 30)
+        made = EventService(service, gate, site, dst, src, rucio_admin.scope())
+        wait_for(
+            "subscribed",
+            lambda: gate.cycles[0].status().connected,
+            timeout_s=30.0,
+            ignore=(requests.RequestException,),
+        )
         gate()  # the start-up full read (the scheduler's first run)
         assert made.full_reads() == 1
         yield made
@@ -107,7 +113,7 @@ def daemon(
 
 
 def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
-    daemon: Daemon, rucio_admin: RucioAdmin, hermes: Hermes
+    daemon: EventService, rucio_admin: RucioAdmin, hermes: Hermes
 ) -> None:
     name = rucio_admin.dataset(daemon.scope, 2, at=[daemon.src])
     rule = rucio_admin.rule(daemon.scope, name, daemon.dst, notify="Y")
@@ -122,7 +128,12 @@ def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
     assert rucio_admin.rule_info(rule)["state"] == "OK"
     sent = time.monotonic()
     hermes.run_once()  # the server's datasetlock_ok and rule_ok go to the broker
-    wait_for("the dataset in the site's ad", lambda: did in daemon.lists()[0], 30)
+    wait_for(
+        "the dataset in the site's ad",
+        lambda: did in daemon.lists()[0],
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     took = time.monotonic() - sent
     assert daemon.full_reads() == 1  # no full read: an event cycle read that dataset alone
     assert daemon.origin() == "event"
@@ -135,7 +146,7 @@ def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
 
 
 def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishing(
-    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+    daemon: EventService, rucio_admin: RucioAdmin, running_activemq: Broker
 ) -> None:
     """Messages published by the test in hermes' exact format (``transfer-done`` needs FTS).
     One names a dataset that is really complete at the site: it is published. One names a
@@ -165,7 +176,8 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
     wait_for(
         "the complete dataset published",
         lambda: f"{daemon.scope}:{there}" in daemon.lists()[0],
-        30,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
     )
     available, replicating = daemon.lists()
     assert f"{daemon.scope}:{absent}" not in available + replicating
@@ -173,7 +185,7 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
 
 
 def test_a_deletion_whose_file_has_no_dataset_marks_a_full_read_at_the_normal_interval(
-    daemon: Daemon, running_activemq: Broker
+    daemon: EventService, running_activemq: Broker
 ) -> None:
     """``deletion-done`` (published by the test in hermes' format: the reaper of the test
     server deletes no real file) names a file, no dataset; this file is unknown to the
@@ -190,7 +202,10 @@ def test_a_deletion_whose_file_has_no_dataset_marks_a_full_read_at_the_normal_in
     )
     labels = {"source": "rucio", "type": "deletion-done"}
     wait_for(
-        "the deletion counted", lambda: daemon.sample("hydrator_events_applied_total", **labels), 30
+        "the deletion counted",
+        lambda: daemon.sample("hydrator_events_applied_total", **labels),
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
     )
     cycles = daemon.gate.cycles[0]
     wait_for(
@@ -199,7 +214,8 @@ def test_a_deletion_whose_file_has_no_dataset_marks_a_full_read_at_the_normal_in
             daemon.sample("hydrator_event_cycles_total", source="rucio", outcome=outcome)
             for outcome in ("ok", "degraded", "failed")
         ),
-        30,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
     )
     assert not cycles.full_read_due()  # within interval_s of the start-up read
     cycles.policy = type(cycles.policy)(0.0, 1800.0, 600.0)  # as if interval_s had passed
@@ -210,14 +226,19 @@ def test_a_deletion_whose_file_has_no_dataset_marks_a_full_read_at_the_normal_in
 
 
 def test_a_reconnect_reads_everything_once(
-    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+    daemon: EventService, rucio_admin: RucioAdmin, running_activemq: Broker
 ) -> None:
     """While the broker is away, a change happens that no message will tell (its messages
     were lost with the broker, or it had none: a replica added without a transfer). After the
     listener subscribes again, one full read publishes it; the stream is followed again."""
     cycles = daemon.gate.cycles[0]
     running_activemq.stop()
-    wait_for("disconnected", lambda: not cycles.status().connected, 30)
+    wait_for(
+        "disconnected",
+        lambda: not cycles.status().connected,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     assert daemon.sample("hydrator_events_listener_connected", source="rucio") == 0
     daemon.gate()  # disconnected, but within interval_s of the last read: not due yet
     assert daemon.full_reads() == 1
@@ -226,7 +247,10 @@ def test_a_reconnect_reads_everything_once(
     running_activemq.start()
     did = f"{daemon.scope}:{silent}"
     wait_for(
-        "the silent change, by the reconnect's full read", lambda: did in daemon.lists()[0], 60
+        "the silent change, by the reconnect's full read",
+        lambda: did in daemon.lists()[0],
+        timeout_s=60.0,
+        ignore=(requests.RequestException,),
     )
     assert daemon.full_reads() == 2
     assert daemon.origin() == "full_read"
@@ -235,7 +259,7 @@ def test_a_reconnect_reads_everything_once(
 
 
 def test_a_deletion_done_re_reads_the_dataset_of_its_file_in_an_event_cycle(
-    daemon: Daemon, rucio_admin: RucioAdmin, running_activemq: Broker
+    daemon: EventService, rucio_admin: RucioAdmin, running_activemq: Broker
 ) -> None:
     """A dataset's replicas at the site are deleted for real (its rule removed: judge-cleaner,
     reaper, abacus; its files stay at another RSE). The ``deletion-done`` of one of its files
@@ -267,7 +291,12 @@ def test_a_deletion_done_re_reads_the_dataset_of_its_file_in_an_event_cycle(
         available, replicating = daemon.lists()
         return did not in available + replicating
 
-    wait_for("the dataset re-read and dropped from the site", gone, 30)
+    wait_for(
+        "the dataset re-read and dropped from the site",
+        gone,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     assert daemon.full_reads() == 2  # the fixture's and the one above: no other
     assert daemon.origin() == "event"
     assert daemon.sample("hydrator_event_reads_total", source="rucio") >= 1

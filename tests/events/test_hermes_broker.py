@@ -9,12 +9,13 @@ import threading
 from typing import Any
 
 import pytest
+import requests
 import stomp
 
 from tests.support.activemq import DESTINATION, Broker
 from tests.support.hermes import Hermes
-from tests.support.prometheus import wait_for
 from tests.support.rucio_server import RucioAdmin, unique
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq]
 
@@ -87,8 +88,18 @@ def test_hermes_delivers_the_servers_rule_events_to_a_durable_subscriber(
     hermes.run_once()
     conn = durable(activemq_broker, client_id, inbox)
     try:
-        (lock_ok,) = wait_for("datasetlock_ok", lambda: inbox.of("datasetlock_ok", name), 15)
-        (rule_ok,) = wait_for("rule_ok", lambda: inbox.of("rule_ok", name), 15)
+        (lock_ok,) = wait_for(
+            "datasetlock_ok",
+            lambda: inbox.of("datasetlock_ok", name),
+            timeout_s=15.0,
+            ignore=(requests.RequestException,),
+        )
+        (rule_ok,) = wait_for(
+            "rule_ok",
+            lambda: inbox.of("rule_ok", name),
+            timeout_s=15.0,
+            ignore=(requests.RequestException,),
+        )
     finally:
         conn.disconnect()
     assert lock_ok["payload"]["scope"] == scope
@@ -114,7 +125,12 @@ def test_the_subscriber_may_not_write_the_topic(activemq_broker: Broker) -> None
     conn.set_listener("errors", Errors())
     try:
         conn.send(destination=DESTINATION, body="{}", headers={"receipt": "w"})
-        wait_for("the broker's refusal", lambda: errors, 10)
+        wait_for(
+            "the broker's refusal",
+            lambda: errors,
+            timeout_s=10.0,
+            ignore=(requests.RequestException,),
+        )
     finally:
         if conn.is_connected():
             conn.disconnect()

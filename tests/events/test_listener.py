@@ -14,14 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from hydrator.adapters.events.stomp_listener import StompListener
 from hydrator.config import RucioEventsConfig
 from hydrator.core.events import Ignored, RucioEvent
 from hydrator.domain import DatasetId
 from tests.support.activemq import DESTINATION, Broker
-from tests.support.prometheus import wait_for
 from tests.support.rucio_server import unique
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.activemq
 
@@ -72,7 +73,12 @@ def listening(running_activemq: Broker) -> Iterator[tuple[StompListener, Sink]]:
     listener = StompListener(config(running_activemq), "rucio", sink)
     listener.start()
     try:
-        wait_for("subscribed", lambda: listener.status().connected, 30)
+        wait_for(
+            "subscribed",
+            lambda: listener.status().connected,
+            timeout_s=30.0,
+            ignore=(requests.RequestException,),
+        )
         yield listener, sink
     finally:
         listener.stop()
@@ -101,7 +107,12 @@ def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
 ) -> None:
     listener, sink = listening
     running_activemq.publish_as_hermes([transfer_done("ska", "f1", "obs1")])
-    (event,) = wait_for("the transfer-done", lambda: list(sink.events), 15)
+    (event,) = wait_for(
+        "the transfer-done",
+        lambda: list(sink.events),
+        timeout_s=15.0,
+        ignore=(requests.RequestException,),
+    )
     assert event.event_type == "transfer-done"
     assert event.dataset == DatasetId("ska", "obs1")
     assert event.file == ("ska", "f1")
@@ -125,7 +136,13 @@ def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
             )
     finally:
         conn.disconnect()
-    dropped = wait_for("three dropped", lambda: len(sink.dropped) == 3 and sink.dropped, 15)
+    dropped = wait_for(
+        "three dropped",
+        lambda: list(sink.dropped),
+        done=lambda got: len(got) == 3,
+        timeout_s=15.0,
+        ignore=(requests.RequestException,),
+    )
     assert dropped == [
         ("transfer-done", Ignored.MALFORMED),
         ("other", Ignored.MALFORMED),
@@ -140,14 +157,24 @@ def test_messages_sent_while_away_arrive_on_return(running_activemq: Broker) -> 
     first = Sink()
     listener = StompListener(settings, "rucio", first)
     listener.start()
-    wait_for("subscribed", lambda: listener.status().connected, 30)
+    wait_for(
+        "subscribed",
+        lambda: listener.status().connected,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     listener.stop()
     running_activemq.publish_as_hermes([transfer_done("ska", "f3", "obs3")])
     again = Sink()
     listener = StompListener(settings, "rucio", again)
     listener.start()
     try:
-        (event,) = wait_for("the queued message", lambda: list(again.events), 30)
+        (event,) = wait_for(
+            "the queued message",
+            lambda: list(again.events),
+            timeout_s=30.0,
+            ignore=(requests.RequestException,),
+        )
     finally:
         listener.stop()
     assert event.dataset == DatasetId("ska", "obs3")
@@ -162,12 +189,27 @@ def test_a_broker_restart_is_one_lost_and_one_subscribed_line(
     listener, sink = listening
     caplog.set_level(logging.INFO, logger="hydrator.adapters.events.stomp_listener")
     running_activemq.stop()
-    wait_for("disconnected", lambda: not listener.status().connected, 30)
+    wait_for(
+        "disconnected",
+        lambda: not listener.status().connected,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     threading.Event().wait(3)  # a few reconnect rounds against a closed port
     running_activemq.start()
-    wait_for("subscribed again", lambda: listener.status().connected, 60)
+    wait_for(
+        "subscribed again",
+        lambda: listener.status().connected,
+        timeout_s=60.0,
+        ignore=(requests.RequestException,),
+    )
     running_activemq.publish_as_hermes([transfer_done("ska", "f4", "obs4")])
-    wait_for("a message after the restart", lambda: list(sink.events), 15)
+    wait_for(
+        "a message after the restart",
+        lambda: list(sink.events),
+        timeout_s=15.0,
+        ignore=(requests.RequestException,),
+    )
     assert sink.states == [True, False, True]
     lines = [r.getMessage() for r in caplog.records]
     assert sum("lost the broker connection" in m for m in lines) == 1
@@ -187,7 +229,8 @@ def test_a_wrong_password_is_one_line_naming_the_broker(
         wait_for(
             "the warning",
             lambda: any("cannot subscribe" in r.getMessage() for r in caplog.records),
-            30,
+            timeout_s=30.0,
+            ignore=(requests.RequestException,),
         )
         threading.Event().wait(3)  # more rounds, refused again: nothing more is logged
         assert not listener.status().connected

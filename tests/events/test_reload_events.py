@@ -14,10 +14,11 @@ import subprocess
 import time
 
 import pytest
+import requests
 
 from tests.support.hermes import EventDaemon, Hermes
-from tests.support.prometheus import wait_for
 from tests.support.rucio_server import RucioAdmin
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq, pytest.mark.slow]
 
@@ -44,21 +45,39 @@ def reload(daemon: EventDaemon, old: str, new: str, count: int) -> None:
     daemon.config.write_text(text.replace(old, new))
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGHUP)
-    wait_for("reloaded", lambda: daemon.log.read_text().count("reloaded: ") == count, 60)
+    wait_for(
+        "reloaded",
+        lambda: daemon.log.read_text().count("reloaded: "),
+        done=lambda got: got == count,
+        timeout_s=60.0,
+        ignore=(requests.RequestException,),
+    )
 
 
 def test_a_reload_keeps_following_the_stream_and_one_without_events_disconnects(
     running: EventDaemon, rucio_admin: RucioAdmin, hermes: Hermes
 ) -> None:
     running.wait_subscribed()
-    wait_for("the start-up full read", lambda: running.value(FULL_READS) == 1, 60)
+    wait_for(
+        "the start-up full read",
+        lambda: running.value(FULL_READS),
+        done=lambda got: got == 1,
+        timeout_s=60.0,
+        ignore=(requests.RequestException,),
+    )
     assert running.proc is not None
     pid, port = running.proc.pid, hermes.broker.port
     assert broker_connections(pid, port) == 1
 
     reload(running, "timeout_s = 5", "timeout_s = 6", 1)
     running.wait_subscribed()  # the new service's listener (the old one's gauge is gone)
-    wait_for("the reload's first full read", lambda: running.value(FULL_READS) == 2, 60)
+    wait_for(
+        "the reload's first full read",
+        lambda: running.value(FULL_READS),
+        done=lambda got: got == 2,
+        timeout_s=60.0,
+        ignore=(requests.RequestException,),
+    )
     assert broker_connections(pid, port) == 1  # the old listener's connection is closed
 
     did = running.lock_ok(rucio_admin)
@@ -68,7 +87,12 @@ def test_a_reload_keeps_following_the_stream_and_one_without_events_disconnects(
     def published() -> bool:
         return did in running.get(f"/v1/sites/{running.site}")["available"]
 
-    wait_for("the dataset in the HTTP ad after the reload", published, 30)
+    wait_for(
+        "the dataset in the HTTP ad after the reload",
+        published,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     took = time.monotonic() - sent
     (entry,) = [s for s in running.get("/v1/sites")["sites"] if s["site"] == running.site]
     assert entry["origin"] == "event"
@@ -77,7 +101,13 @@ def test_a_reload_keeps_following_the_stream_and_one_without_events_disconnects(
     assert took < 15, took
 
     reload(running, "[sources.events]\nenabled = true", "[sources.events]\nenabled = false", 2)
-    wait_for("no STOMP connection left", lambda: broker_connections(pid, port) == 0, 30)
+    wait_for(
+        "no STOMP connection left",
+        lambda: broker_connections(pid, port),
+        done=lambda got: got == 0,
+        timeout_s=30.0,
+        ignore=(requests.RequestException,),
+    )
     assert not running.metric(CONNECTED)  # no "connected" series for an alert
     assert did in running.get(f"/v1/sites/{running.site}")["available"]  # still served
     running.proc.send_signal(signal.SIGTERM)

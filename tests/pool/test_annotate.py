@@ -13,10 +13,11 @@ import pytest
 import requests
 
 from tests.pool.annotating import INVENTORY, Annotating, annotated, jobs_of, submit_idle
-from tests.pool.test_end_to_end import INVENTORY as E2E_INVENTORY
-from tests.pool.test_end_to_end import Daemon, free_port, wait_for
-from tests.pool.test_locality import scraped_value
+from tests.support.daemon import Daemon
 from tests.support.pool import EDITOR_IDENTITY, HELD, IDLE, RUNNING, Pool
+from tests.support.static_inventory import INVENTORY as E2E_INVENTORY
+from tests.support.static_inventory import TRANSIENT, start_static, write_inventory
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.pool
 
@@ -188,8 +189,8 @@ def daemon_jobs_config(pool: Pool, token_dir: Path) -> str:
 @pytest.fixture
 def daemon_dir(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
     condor_pool.remove_all_jobs()
-    d = Daemon(tmp_path, free_port())
-    d.write_inventory(E2E_INVENTORY)
+    d = Daemon(tmp_path)
+    write_inventory(d.directory, E2E_INVENTORY)
     yield d
     d.stop()
     condor_pool.remove_all_jobs()
@@ -202,10 +203,16 @@ def test_demand_endpoint_and_metric_count_idle_jobs_per_site(
     for required, count in (('{"ska:obs_1"}', 2), ('{"ska:skymodel_v3"}', 1), (NOWHERE, 1)):
         last = submit_idle(condor_pool, required, count)
     condor_pool.wait_for_job_state(last, [IDLE])
-    d.start(daemon_jobs_config(condor_pool, editor_token))
+    start_static(d, daemon_jobs_config(condor_pool, editor_token))
 
     url = f"{d.url}/v1/demand"
-    wait_for("demand", lambda: requests.get(url, timeout=5).json()["jobs"] == 4)
+    wait_for(
+        "demand",
+        lambda: requests.get(url, timeout=5).json()["jobs"],
+        done=lambda got: got == 4,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
     answer = requests.get(url, timeout=5)
     assert answer.json()["sites"] == {
         "SITE_A": {"complete": 2, "partial": 0},
@@ -217,8 +224,8 @@ def test_demand_endpoint_and_metric_count_idle_jobs_per_site(
     again = requests.get(url, headers={"If-None-Match": etag}, timeout=5)
     assert (again.status_code, again.content) == (304, b"")
     at_a = ("hydrator_jobs_idle_data_bound_at_site", {"site": "SITE_A", "locality": "complete"})
-    assert scraped_value(d.url, at_a[0], **at_a[1]) == 2
-    assert scraped_value(d.url, "hydrator_jobs_idle_data_nowhere") == 1
+    assert d.metric(at_a[0], **at_a[1]) == 2
+    assert d.metric("hydrator_jobs_idle_data_nowhere") == 1
 
 
 def test_an_identity_without_edit_rights_is_refused_counted_and_ads_still_served(
@@ -230,14 +237,19 @@ def test_an_identity_without_edit_rights_is_refused_counted_and_ads_still_served
     cluster = submit_idle(condor_pool, '{"ska:obs_1"}')
     condor_pool.wait_for_job_state(cluster, [IDLE])
     intruder = condor_pool.token_dir_for("intruder", tmp_path_factory.mktemp("intruder"))
-    d.start(daemon_jobs_config(condor_pool, intruder))
+    start_static(d, daemon_jobs_config(condor_pool, intruder))
 
     refused = "hydrator_job_schedd_failures_total"
-    wait_for("3 refusals", lambda: (scraped_value(d.url, refused, reason="refused") or 0) >= 3)
+    wait_for(
+        "3 refusals",
+        lambda: (d.metric(refused, reason="refused") or 0) >= 3,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
 
     assert requests.get(f"{d.url}/v1/sites/SITE_A/classad", timeout=5).ok
     assert requests.get(f"{d.url}/v1/demand", timeout=5).json()["jobs"] == 1  # reads still work
-    assert scraped_value(d.url, "hydrator_job_edits_total", outcome="ok") == 0
+    assert d.metric("hydrator_job_edits_total", outcome="ok") == 0
     assert annotated(jobs_of(condor_pool, [cluster])[0]) == (None, None)
     name = condor_pool.schedd_name()
     log = (d.directory / "daemon.log").read_text()
@@ -252,20 +264,38 @@ def test_a_stopped_schedd_keeps_its_jobs_in_the_demand_until_it_is_back(
     d, pool = daemon_dir, condor_pool
     cluster = submit_idle(pool, '{"ska:obs_1"}', count=2)
     pool.wait_for_job_state(cluster, [IDLE])
-    d.start(daemon_jobs_config(pool, editor_token))
+    start_static(d, daemon_jobs_config(pool, editor_token))
     url = f"{d.url}/v1/demand"
-    wait_for("demand", lambda: requests.get(url, timeout=5).json()["jobs"] == 2)
+    wait_for(
+        "demand",
+        lambda: requests.get(url, timeout=5).json()["jobs"],
+        done=lambda got: got == 2,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
     name = pool.schedd_name()
 
     pool.daemon_off("schedd")
     try:
-        wait_for("stale", lambda: requests.get(url, timeout=5).json()["stale_schedds"] == [name])
+        wait_for(
+            "stale",
+            lambda: requests.get(url, timeout=5).json()["stale_schedds"],
+            done=lambda got: got == [name],
+            timeout_s=30.0,
+            ignore=TRANSIENT,
+        )
         doc = requests.get(url, timeout=5).json()
         assert (doc["jobs"], doc["sites"]["SITE_A"]["complete"]) == (2, 2)  # not "no jobs"
         unavailable = "hydrator_job_schedd_failures_total"
-        assert (scraped_value(d.url, unavailable, reason="unavailable") or 0) >= 1
+        assert (d.metric(unavailable, reason="unavailable") or 0) >= 1
         assert requests.get(f"{d.url}/v1/sites/SITE_A/classad", timeout=5).ok
     finally:
         pool.daemon_on("schedd")
-    wait_for("fresh again", lambda: requests.get(url, timeout=5).json()["stale_schedds"] == [], 60)
+    wait_for(
+        "fresh again",
+        lambda: requests.get(url, timeout=5).json()["stale_schedds"],
+        done=lambda got: got == [],
+        timeout_s=60.0,
+        ignore=TRANSIENT,
+    )
     assert f"schedd {name}: job annotation works again" in (d.directory / "daemon.log").read_text()

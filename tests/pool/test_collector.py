@@ -30,7 +30,8 @@ from hydrator.core.render import site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from tests.pool.views import views
-from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool, eventually
+from tests.support.pool import IDLE, RUNNING, SLOT_SITES, Pool
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.pool
 
@@ -122,7 +123,12 @@ def merged(pool: Pool) -> dict[str, list[str] | None]:
 
 def landed(pool: Pool, sites: dict[Site, SiteView]) -> dict[str, tuple[dict[str, object], ...]]:
     """:func:`carried` once every slot carries its site's attributes (a publish landed)."""
-    slots = eventually(lambda: carried(pool, sites), lambda s: all(h == w for h, w in s.values()))
+    slots = wait_for(
+        "every slot carries its site's attributes",
+        lambda: carried(pool, sites),
+        done=lambda s: all(h == w for h, w in s.values()),
+        timeout_s=10.0,
+    )
     for name, (has, want) in slots.items():
         assert has == want, name
     return slots
@@ -137,13 +143,15 @@ def test_site_ads_and_every_slot_carry_the_site_lists(
     def lists() -> dict[str, list[str]]:
         return {name: list(ad["AvailableDatasets"]) for name, ad in site_ads(pool).items()}
 
-    assert eventually(lists, CONTENT.__eq__) == CONTENT
+    assert wait_for("site ads' lists", lists, done=CONTENT.__eq__, timeout_s=10.0) == CONTENT
     shown = pool.run_in_chroot(
         ["condor_status", "-any", "-constraint", 'MyType == "DataLocality"', "-af", "Name"]
     ).stdout.split()
     assert sorted(shown) == sorted(CONTENT)
 
-    slots = eventually(lambda: merged(pool), lambda s: all(s.values()))
+    slots = wait_for(
+        "every slot merged", lambda: merged(pool), done=lambda s: all(s.values()), timeout_s=10.0
+    )
     assert dynamic_slot in slots  # slot4_1@host, carved out of the partitionable slot4
     for name, available in slots.items():
         site = SLOT_SITES[name.split("@")[0].split("_")[0]]
@@ -196,7 +204,9 @@ def test_refresh_of_an_unchanged_site_moves_updated_and_keeps_its_lists(
     pool.advertise(
         [classad2.ClassAd({"Name": one, "AvailableDatasets": ["ska:other"]})], "MERGE_STARTD_AD"
     )
-    assert eventually(lambda: merged(pool)[one], ["ska:other"].__eq__) == ["ska:other"]
+    assert wait_for(
+        "the foreign merge", lambda: merged(pool)[one], done=["ska:other"].__eq__, timeout_s=10.0
+    ) == ["ska:other"]
     sites = views(content)
     report = publisher.publish(sites, frozenset(), _now())
 
@@ -206,7 +216,9 @@ def test_refresh_of_an_unchanged_site_moves_updated_and_keeps_its_lists(
             for has, want in slots.values()
         )
 
-    slots = eventually(lambda: carried(pool, sites), refreshed)
+    slots = wait_for(
+        "every slot refreshed", lambda: carried(pool, sites), done=refreshed, timeout_s=10.0
+    )
     assert report.sent == {"site_ad": 3, "merge": len(slots)}
     for name, (has, want) in slots.items():
         assert has[ATTRS.updated_attribute] == want[ATTRS.updated_attribute] != before_s, name
@@ -269,7 +281,10 @@ def test_slots_wiped_by_the_startd_update_are_re_merged(
     def digest() -> object:
         return carried(pool, sites)[one][0][ATTRS.digest_attribute]
 
-    assert eventually(digest, "outdated".__eq__) == "outdated"
+    assert (
+        wait_for("the outdated digest", digest, done="outdated".__eq__, timeout_s=10.0)
+        == "outdated"
+    )
     assert publisher.publish(sites, frozenset(), _now()).sent == {"merge": 1}
 
     wiped = wipe_merges(pool)
@@ -319,7 +334,10 @@ def test_interval_defers_a_changed_slot_until_it_has_passed(
     def site_a() -> list[str]:
         return list(site_ads(pool)["SITE_A"]["AvailableDatasets"])
 
-    assert eventually(site_a, after["SITE_A"].__eq__) == after["SITE_A"]
+    assert (
+        wait_for("SITE_A's site ad list", site_a, done=after["SITE_A"].__eq__, timeout_s=10.0)
+        == after["SITE_A"]
+    )
     assert slot_lists(pool, "slot1@") == (before["SITE_A"], int(t0.timestamp()))
 
     almost = publish_at(pool, after, t0 + timedelta(seconds=INTERVAL_S - 1))
@@ -328,7 +346,15 @@ def test_interval_defers_a_changed_slot_until_it_has_passed(
     report = publish_at(pool, after, due)
     assert (report.sent, report.deferred) == ({"merge": 1}, 0)
     merged_due = (after["SITE_A"], int(due.timestamp()))
-    assert eventually(lambda: slot_lists(pool, "slot1@"), merged_due.__eq__) == merged_due
+    assert (
+        wait_for(
+            "slot1 merged at the due time",
+            lambda: slot_lists(pool, "slot1@"),
+            done=merged_due.__eq__,
+            timeout_s=10.0,
+        )
+        == merged_due
+    )
 
 
 def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: str) -> None:
@@ -348,7 +374,12 @@ def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: s
     assert dynamic_slot in wiped
     # the startd is slow again (600 s), so what was merged is still there
     want = {name: after[slot_site(name)] for name in wiped}
-    assert eventually(lambda: merged(pool), want.__eq__) == want
+    assert (
+        wait_for(
+            "the wiped slots merged again", lambda: merged(pool), done=want.__eq__, timeout_s=10.0
+        )
+        == want
+    )
 
 
 def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_slot: str) -> None:
@@ -396,12 +427,25 @@ def wait_for_rejection(pool: Pool, cluster: int, timeout_s: float = 60.0) -> cla
 
 def test_removed_site_ad_is_invalidated(slow_updates: Pool, publisher: CollectorPublisher) -> None:
     publisher.publish(views(CONTENT), frozenset(), _now())
-    assert eventually(lambda: sorted(site_ads(slow_updates)), [*CONTENT].__eq__) == [*CONTENT]
+    assert wait_for(
+        "every site ad",
+        lambda: sorted(site_ads(slow_updates)),
+        done=[*CONTENT].__eq__,
+        timeout_s=10.0,
+    ) == [*CONTENT]
     without_b = {k: v for k, v in CONTENT.items() if k != "SITE_B"}
     report = publisher.publish(views(without_b), frozenset({Site("SITE_B")}), _now())
     assert report.sent.get("invalidate") == 1
     left = ["SITE_A", "SITE_C"]
-    assert eventually(lambda: sorted(site_ads(slow_updates)), left.__eq__) == left
+    assert (
+        wait_for(
+            "SITE_B's site ad invalidated",
+            lambda: sorted(site_ads(slow_updates)),
+            done=left.__eq__,
+            timeout_s=10.0,
+        )
+        == left
+    )
 
 
 def test_publish_without_token_is_refused(slow_updates: Pool) -> None:

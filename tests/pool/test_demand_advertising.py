@@ -15,7 +15,8 @@ from hydrator.config import parse_config
 from hydrator.domain import Site
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
-from tests.support.pool import IDLE, NEVER_MATCHING, Pool, eventually
+from tests.support.pool import IDLE, NEVER_MATCHING, Pool
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.pool
 
@@ -90,7 +91,7 @@ def test_ads_carry_the_most_demanded_datasets_within_the_budget(
         )
         return [list(ad["AvailableDatasets"]) for ad in site_ad]
 
-    assert eventually(site_b, [want].__eq__) == [want]
+    assert wait_for("SITE_B's site ad lists", site_b, done=[want].__eq__, timeout_s=10.0) == [want]
 
     deadline = time.monotonic() + 30
     while True:  # the startd's own updates wipe merges; each cycle re-merges the wiped slots

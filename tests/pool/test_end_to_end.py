@@ -6,123 +6,33 @@ The hook runs once per site (tests/support/pool_hook.py).
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
-import htcondor2
 import pytest
-import requests
 
+from tests.support.daemon import Daemon
 from tests.support.pool import COMPLETED, IDLE, SLOT_SITES, Pool
 from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook, restart_startd
+from tests.support.static_inventory import (
+    CYCLE_S,
+    INVENTORY,
+    SITES,
+    TRANSIENT,
+    expressions,
+    start_static,
+    write_inventory,
+)
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
-CYCLE_S = 1
-INVENTORY = {
-    "A_DISK": ["ska:obs_1"],
-    "B_DISK": ["ska:obs_2", "ska:skymodel_v3"],
-    "C_DISK": ["ska:obs_3", "ska:skymodel_v3"],
-}
-SITES = {"A_DISK": "SITE_A", "B_DISK": "SITE_B", "C_DISK": "SITE_C"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, predicate: Callable[[], bool], timeout_s: float = 30.0) -> float:
-    """Seconds until ``predicate()`` held; AssertionError naming ``what`` after ``timeout_s``."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        try:
-            if predicate():
-                return time.monotonic() - started
-        except (requests.RequestException, htcondor2.HTCondorException):
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout_s}s")
-
-
-@dataclass
-class Daemon:
-    """``hydrator run`` on a static inventory, as a subprocess."""
-
-    directory: Path
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def write_inventory(self, inventory: dict[str, list[str]]) -> None:
-        text = "".join(
-            f"[storage.{e}]\navailable = {names!r}\n\n" for e, names in inventory.items()
-        )
-        path = self.directory / "inventory.toml"
-        path.with_suffix(".tmp").write_text(text.replace("'", '"'))
-        path.with_suffix(".tmp").replace(path)  # the daemon never reads half a file
-
-    def write_config(self, extra: str = "") -> Path:
-        sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
-        config = self.directory / "hydrator.toml"
-        config.write_text(
-            f'[daemon]\ninterval_s = {CYCLE_S}\njitter_s = 0\nstate_path = "state.sqlite"\n\n'
-            f'[http]\nlisten = "127.0.0.1:{self.port}"\nmax_age_s = 1\n\n'
-            '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
-            "settle_s = 0\n\n"  # write_inventory renames a complete file into place
-            f"[sites]\n{sites}\n[classad]\nupdated_resolution_s = 1\n\n{extra}"
-        )
-        return config
-
-    def start_publishing(self, pool: Pool, merge_min_interval_s: int = 0) -> None:
-        """Start with the collector publisher on ``pool`` (refresh slow enough for tests;
-        changed slots re-merged every cycle unless ``merge_min_interval_s`` is given)."""
-        self.start(
-            f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
-            f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\n'
-            f"merge_min_interval_s = {merge_min_interval_s}\n"
-        )
-
-    def start(self, extra_config: str = "") -> None:
-        config = self.write_config(extra_config)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.directory / "daemon.log", "ab"),  # noqa: SIM115
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        wait_for("daemon ready", lambda: requests.get(f"{self.url}/readyz", timeout=2).ok)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("hydrator"), free_port())
-    d.write_inventory(INVENTORY)
-    d.start()
+    d = Daemon(tmp_path_factory.mktemp("hydrator"))
+    write_inventory(d.directory, INVENTORY)
+    start_static(d)
     yield d
     d.stop()
 
@@ -141,19 +51,20 @@ def available_by_slot(pool: Pool) -> dict[str, list[str] | None]:
     return {str(ad["Name"]).split("@")[0]: ad.get("AvailableDatasets") for ad in ads}
 
 
+def wait_lists(what: str, pool: Pool, want: dict[str, list[str]], timeout_s: float) -> None:
+    """Until the static slots' AvailableDatasets are ``want`` (see :func:`available_by_slot`)."""
+    wait_for(
+        what,
+        lambda: available_by_slot(pool),
+        done=lambda got: got == want,
+        timeout_s=timeout_s,
+        ignore=TRANSIENT,
+    )
+
+
 def expected_by_slot(inventory: dict[str, list[str]]) -> dict[str, list[str]]:
     by_site = {SITES[e]: sorted(names) for e, names in inventory.items()}
     return {slot: by_site.get(site, []) for slot, site in SLOT_SITES.items()}
-
-
-def expressions(*datasets: str, generic: bool = False) -> str:
-    """The submit lines ``hydrator expr`` prints (RequiredDatasets, requirements, rank)."""
-    return subprocess.run(
-        [sys.executable, "-m", "hydrator", "expr", *datasets, *(["--generic"] if generic else [])],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
 
 
 def job(*datasets: str, generic: bool = False) -> str:
@@ -166,7 +77,9 @@ def job(*datasets: str, generic: bool = False) -> str:
 
 def test_hook_puts_each_sites_lists_into_that_sites_slots(hooked_pool: Pool) -> None:
     want = expected_by_slot(INVENTORY)
-    took = wait_for("hook attributes", lambda: available_by_slot(hooked_pool) == want)
+    started = time.monotonic()
+    wait_lists("hook attributes", hooked_pool, want, timeout_s=30.0)
+    took = time.monotonic() - started
     print(f"site lists in the slot ads {took:.1f}s after installing the hook")
 
     def every_slot_has_its_site() -> bool:  # dynamic slots too, also one left by an earlier job
@@ -177,12 +90,15 @@ def test_hook_puts_each_sites_lists_into_that_sites_slots(hooked_pool: Pool) -> 
             for ad in ads
         )
 
-    wait_for("every slot's DataLocalitySite", every_slot_has_its_site)
+    wait_for(
+        "every slot's DataLocalitySite", every_slot_has_its_site, timeout_s=30.0, ignore=TRANSIENT
+    )
 
 
 def test_jobs_run_only_where_their_data_is(hooked_pool: Pool) -> None:
     pool = hooked_pool
-    wait_for("hook attributes", lambda: available_by_slot(pool) == expected_by_slot(INVENTORY))
+    want = expected_by_slot(INVENTORY)
+    wait_lists("hook attributes", pool, want, timeout_s=30.0)
     at_b = pool.submit(job("ska:obs_2"))
     at_c = pool.submit(job("ska:obs_3", "ska:skymodel_v3"))
     # the same test driven by the job's own RequiredDatasets (stringListSubsetMatch)
@@ -202,31 +118,33 @@ def test_jobs_run_only_where_their_data_is(hooked_pool: Pool) -> None:
 def test_attributes_and_jobs_follow_a_data_change(hooked_pool: Pool, daemon: Daemon) -> None:
     pool = hooked_pool
     changed = dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"])
-    daemon.write_inventory(changed)
+    write_inventory(daemon.directory, changed)
     try:
-        took = wait_for(
-            "changed lists", lambda: available_by_slot(pool) == expected_by_slot(changed), 20
-        )
+        started = time.monotonic()
+        want = expected_by_slot(changed)
+        wait_lists("changed lists", pool, want, timeout_s=20.0)
+        took = time.monotonic() - started
         print(f"data change reached the slot ads in {took:.1f}s")
         assert took < CYCLE_S + HOOK_PERIOD_S + 5  # one cycle + one hook period + updates
         new = pool.submit(job("ska:obs_new"))
         assert pool.job_site(pool.wait_for_job_state(new, [COMPLETED])) == "SITE_A"
     finally:
-        daemon.write_inventory(INVENTORY)
-    wait_for("lists restored", lambda: available_by_slot(pool) == expected_by_slot(INVENTORY))
+        write_inventory(daemon.directory, INVENTORY)
+    want = expected_by_slot(INVENTORY)
+    wait_lists("lists restored", pool, want, timeout_s=30.0)
 
 
 def test_hydrator_stopped_slots_keep_their_last_values(hooked_pool: Pool, daemon: Daemon) -> None:
     pool = hooked_pool
     want = expected_by_slot(INVENTORY)
-    wait_for("hook attributes", lambda: available_by_slot(pool) == want)
+    wait_lists("hook attributes", pool, want, timeout_s=30.0)
     daemon.stop()
     try:
         time.sleep(2 * HOOK_PERIOD_S + 1)  # the hook has failed to fetch at least twice
         assert available_by_slot(pool) == want
         restart_startd(pool)  # even a new startd gets them back, from the hook's disk copy
-        wait_for("values from the hook's copy", lambda: available_by_slot(pool) == want, 20)
+        wait_lists("values from the hook's copy", pool, want, timeout_s=20.0)
         at_b = pool.submit(job("ska:skymodel_v3", "ska:obs_2"))
         assert pool.job_site(pool.wait_for_job_state(at_b, [COMPLETED])) == "SITE_B"
     finally:
-        daemon.start()
+        start_static(daemon)

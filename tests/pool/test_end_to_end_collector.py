@@ -12,13 +12,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import classad2
 import htcondor2
 import pytest
 import requests
 
-from tests.pool.test_end_to_end import CYCLE_S, INVENTORY, Daemon, free_port, wait_for
+from tests.support.daemon import Daemon
 from tests.support.pool import SLOT_SITES, Pool
+from tests.support.static_inventory import (
+    CYCLE_S,
+    INVENTORY,
+    TRANSIENT,
+    invalidate_site_ads,
+    start_publishing,
+    write_inventory,
+)
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 
@@ -27,18 +35,12 @@ SITE_ADS = 'MyType == "DataLocality"'
 
 @pytest.fixture
 def publishing_daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(tmp_path, free_port())
-    d.write_inventory(INVENTORY)
-    d.start_publishing(condor_pool)
+    d = Daemon(tmp_path)
+    write_inventory(d.directory, INVENTORY)
+    start_publishing(d, condor_pool)
     yield d
     d.stop()
     invalidate_site_ads(condor_pool)
-
-
-def invalidate_site_ads(pool: Pool) -> None:
-    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
-    invalidate["Requirements"] = classad2.ExprTree(SITE_ADS)
-    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
 
 
 def site_ads(pool: Pool) -> set[str]:
@@ -58,10 +60,32 @@ def test_merged_attributes_follow_a_data_change_within_a_cycle(
 ) -> None:
     pool = condor_pool
     assert SLOT_SITES["slot1"] == "SITE_A"
-    wait_for("site ads", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"})
-    wait_for("merged lists", lambda: slot1_available(pool) == ["ska:obs_1"])
-    publishing_daemon.write_inventory(dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
-    took = wait_for("changed lists", lambda: slot1_available(pool) == ["ska:obs_1", "ska:obs_new"])
+    wait_for(
+        "site ads",
+        lambda: site_ads(pool),
+        done=lambda got: got == {"SITE_A", "SITE_B", "SITE_C"},
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    wait_for(
+        "merged lists",
+        lambda: slot1_available(pool),
+        done=lambda got: got == ["ska:obs_1"],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    write_inventory(
+        publishing_daemon.directory, dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"])
+    )
+    started = time.monotonic()
+    wait_for(
+        "changed lists",
+        lambda: slot1_available(pool),
+        done=lambda got: got == ["ska:obs_1", "ska:obs_new"],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    took = time.monotonic() - started
     print(f"data change merged into the slot ad in {took:.1f}s")
     assert took < 2 * CYCLE_S + 3
 
@@ -73,19 +97,27 @@ def test_with_the_default_interval_a_change_reaches_the_slot_with_its_startds_up
     is not re-merged for the change, but its startd's next update wipes it and the next cycle
     merges it at once, so the change arrives within UPDATE_INTERVAL and a cycle."""
     pool = condor_pool
-    d = Daemon(tmp_path, free_port())
-    d.write_inventory(INVENTORY)
-    d.start_publishing(pool, merge_min_interval_s=300)
+    d = Daemon(tmp_path)
+    write_inventory(d.directory, INVENTORY)
+    start_publishing(d, pool, merge_min_interval_s=300)
     try:
-        wait_for("merged lists", lambda: slot1_available(pool) == ["ska:obs_1"])
-        d.write_inventory(dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
+        wait_for(
+            "merged lists",
+            lambda: slot1_available(pool),
+            done=lambda got: got == ["ska:obs_1"],
+            timeout_s=30.0,
+            ignore=TRANSIENT,
+        )
+        write_inventory(d.directory, dict(INVENTORY, A_DISK=["ska:obs_1", "ska:obs_new"]))
         seen_deferred: list[float] = []
 
         def changed() -> bool:
             seen_deferred.append(deferred_merges(d.url))
             return slot1_available(pool) == ["ska:obs_1", "ska:obs_new"]
 
-        took = wait_for("changed lists", changed)
+        started = time.monotonic()
+        wait_for("changed lists", changed, timeout_s=30.0, ignore=TRANSIENT)
+        took = time.monotonic() - started
         print(f"data change merged into the slot ad in {took:.1f}s")
         assert took < 5 + 2 * CYCLE_S + 3
         # while SITE_A's slots waited for their startd's update, the daemon said so
@@ -107,7 +139,13 @@ def test_collector_outage_does_not_stop_the_daemon(
     condor_pool: Pool, publishing_daemon: Daemon
 ) -> None:
     pool, d = condor_pool, publishing_daemon
-    wait_for("site ads", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"})
+    wait_for(
+        "site ads",
+        lambda: site_ads(pool),
+        done=lambda got: got == {"SITE_A", "SITE_B", "SITE_C"},
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
     pool.daemon_off("collector")
     try:
         time.sleep(3 * CYCLE_S + 1)  # a few cycles fail to publish
@@ -116,6 +154,18 @@ def test_collector_outage_does_not_stop_the_daemon(
         assert requests.get(f"{d.url}/v1/sites/SITE_A/classad", timeout=5).ok
     finally:
         pool.daemon_on("collector")
-    wait_for("site ads again", lambda: site_ads(pool) == {"SITE_A", "SITE_B", "SITE_C"}, 60)
+    wait_for(
+        "site ads again",
+        lambda: site_ads(pool),
+        done=lambda got: got == {"SITE_A", "SITE_B", "SITE_C"},
+        timeout_s=60.0,
+        ignore=TRANSIENT,
+    )
     pool.wait_for_slots("true", count=4, timeout_s=60)
-    wait_for("merged again", lambda: slot1_available(pool) == ["ska:obs_1"], 30)
+    wait_for(
+        "merged again",
+        lambda: slot1_available(pool),
+        done=lambda got: got == ["ska:obs_1"],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )

@@ -17,14 +17,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import load_config
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
-from tests.pool.test_end_to_end import INVENTORY, Daemon, expressions, free_port, wait_for
+from tests.support.daemon import Daemon
 from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool
+from tests.support.static_inventory import (
+    INVENTORY,
+    TRANSIENT,
+    expressions,
+    start_publishing,
+    write_inventory,
+)
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 
@@ -34,9 +40,9 @@ SLEEP = "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /
 
 @pytest.fixture
 def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(tmp_path, free_port())
-    d.write_inventory(INVENTORY)
-    d.start_publishing(condor_pool)
+    d = Daemon(tmp_path)
+    write_inventory(d.directory, INVENTORY)
+    start_publishing(d, condor_pool)
     yield d
     d.stop()
 
@@ -74,19 +80,6 @@ def sample(svc: Service, name: str, **labels: str) -> float | None:
     return svc.metrics.registry.get_sample_value(name, labels)
 
 
-def scraped(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = requests.get(f"{url}/metrics", timeout=5).text
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def scraped_value(url: str, name: str, **labels: str) -> float | None:
-    return scraped(url).get((name, frozenset(labels.items())))
-
-
 def test_local_remote_and_nowhere_jobs_are_counted(
     condor_pool: Pool, daemon: Daemon, service: Service, jobs: list[int]
 ) -> None:
@@ -110,7 +103,10 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     assert sample(service, "hydrator_jobs_idle_data_bound", reason="missed_locality") == 0
     wait_for(
         "daemon's /metrics: ratio 1.0",
-        lambda: scraped_value(daemon.url, "hydrator_jobs_running_data_local_ratio") == 1.0,
+        lambda: daemon.metric("hydrator_jobs_running_data_local_ratio"),
+        done=lambda got: got == 1.0,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
 
     # obs_2 is at SITE_B only; pinned to SITE_C (its second slot is free) it runs remote
@@ -124,9 +120,12 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     assert ratio is not None and math.isclose(ratio, 2 / 3)
     wait_for(
         "daemon's /metrics: one remote job",
-        lambda: scraped_value(daemon.url, "hydrator_jobs_running", locality="remote") == 1,
+        lambda: daemon.metric("hydrator_jobs_running", locality="remote"),
+        done=lambda got: got == 1,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
-    metrics = scraped(daemon.url)
+    metrics = daemon.metrics()
     assert math.isclose(metrics[("hydrator_jobs_running_data_local_ratio", frozenset())], 2 / 3)
     nowhere = ("hydrator_jobs_idle_data_bound", frozenset({("reason", "nowhere")}))
     assert metrics[nowhere] == 1

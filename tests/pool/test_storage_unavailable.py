@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ import pytest
 import requests
 
 from tests.pool.annotating import annotated, jobs_of, submit_idle
-from tests.pool.test_end_to_end import Daemon, free_port, wait_for
-from tests.pool.test_end_to_end_collector import invalidate_site_ads
+from tests.support.daemon import Daemon
 from tests.support.pool import IDLE, SLOT_SITES, Pool
+from tests.support.static_inventory import TRANSIENT, invalidate_site_ads, start_static
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 
@@ -72,7 +74,7 @@ def hydrator(d: Daemon, *args: str) -> None:
 @pytest.fixture
 def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
     condor_pool.remove_all_jobs()
-    d = Daemon(tmp_path, free_port())
+    d = Daemon(tmp_path)
     write(d)
     yield d
     d.stop()
@@ -87,10 +89,11 @@ def test_unavailable_storage_leaves_slot_ads_job_annotation_and_demand(
     assert SLOT_SITES["slot1"] == "SITE_A" and SLOT_SITES["slot2"] == "SITE_B"
     job = submit_idle(pool, '{"ska:obs_s"}')
     pool.wait_for_job_state(job, [IDLE])
-    d.start(
+    start_static(
+        d,
         f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
         f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\nmerge_min_interval_s = 0\n\n'
-        "[jobs]\nannotate = true\n"
+        "[jobs]\nannotate = true\n",
     )
     demand = f"{d.url}/v1/demand"
 
@@ -100,36 +103,77 @@ def test_unavailable_storage_leaves_slot_ads_job_annotation_and_demand(
 
     wait_for(
         "SITE_A's slot lists A_SCRATCH's dataset",
-        lambda: slot(pool, "slot1") == {"available": ["ska:obs_1", "ska:obs_s"], "unavailable": ""},
+        lambda: slot(pool, "slot1"),
+        done=lambda got: got == {"available": ["ska:obs_1", "ska:obs_s"], "unavailable": ""},
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
-    wait_for("the job sent to SITE_A", lambda: annotated(jobs_of(pool, [job])[0])[0] == ["SITE_A"])
-    wait_for("demand at SITE_A", lambda: at_a().get("complete") == 1)
+    wait_for(
+        "the job sent to SITE_A",
+        lambda: annotated(jobs_of(pool, [job])[0])[0],
+        done=lambda got: got == ["SITE_A"],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    wait_for(
+        "demand at SITE_A",
+        lambda: at_a().get("complete"),
+        done=lambda got: got == 1,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
 
     hydrator(d, "drain", "SITE_A", "--storage", "A_SCRATCH", "--reason", "disk swap")
-    took = wait_for(
+    started = time.monotonic()
+    wait_for(
         "A_SCRATCH's dataset out of the slot ad, with the reason",
-        lambda: slot(pool, "slot1") == {"available": ["ska:obs_1"], "unavailable": DRAINED},
+        lambda: slot(pool, "slot1"),
+        done=lambda got: got == {"available": ["ska:obs_1"], "unavailable": DRAINED},
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
+    took = time.monotonic() - started
     print(f"drain reached the slot ad in {took:.1f}s")
-    wait_for("the job no longer sent there", lambda: annotated(jobs_of(pool, [job])[0])[0] == [])
-    wait_for("no demand at SITE_A", lambda: at_a().get("complete") == 0)
+    wait_for(
+        "the job no longer sent there",
+        lambda: annotated(jobs_of(pool, [job])[0])[0],
+        done=lambda got: got == [],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    wait_for(
+        "no demand at SITE_A",
+        lambda: at_a().get("complete"),
+        done=lambda got: got == 0,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
     assert requests.get(demand, timeout=5).json()["nowhere"] == 1
     assert slot(pool, "slot2") == {"available": ["ska:obs_2"], "unavailable": ""}
 
     hydrator(d, "undrain", "SITE_A", "--storage", "A_SCRATCH")
     wait_for(
         "back, and the reason cleared in the slot ad",
-        lambda: slot(pool, "slot1") == {"available": ["ska:obs_1", "ska:obs_s"], "unavailable": ""},
+        lambda: slot(pool, "slot1"),
+        done=lambda got: got == {"available": ["ska:obs_1", "ska:obs_s"], "unavailable": ""},
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
     wait_for(
-        "the job sent to SITE_A again", lambda: annotated(jobs_of(pool, [job])[0])[0] == ["SITE_A"]
+        "the job sent to SITE_A again",
+        lambda: annotated(jobs_of(pool, [job])[0])[0],
+        done=lambda got: got == ["SITE_A"],
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )
 
     write(d, 'unavailable = "controller replaced"\n')  # the catalogue says so
     wait_for(
         "B_DISK's data out of SITE_B's slot",
-        lambda: (
-            slot(pool, "slot2")
-            == {"available": [], "unavailable": "storage B_DISK: controller replaced"}
+        lambda: slot(pool, "slot2"),
+        done=lambda got: (
+            got == {"available": [], "unavailable": "storage B_DISK: controller replaced"}
         ),
+        timeout_s=30.0,
+        ignore=TRANSIENT,
     )

@@ -38,7 +38,8 @@ from typing import Any
 import pytest
 import stomp
 
-from tests.support.prometheus import die_with_parent, free_port
+from tests.support.ports import free_port
+from tests.support.process import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 JAR = Path("/usr/share/activemq/bin/activemq.jar")

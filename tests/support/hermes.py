@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,10 @@ from typing import Any
 import requests
 
 from tests.support.activemq import DESTINATION, Broker
-from tests.support.prometheus import die_with_parent, free_port, stop, wait_for
+from tests.support.daemon import Daemon
+from tests.support.process import die_with_parent, stop
 from tests.support.rucio_server import RucioAdmin, RucioServer, unique
+from tests.support.wait import wait_for
 
 HERMES_CFG = """
 
@@ -153,36 +154,42 @@ class EventDaemon:
     """A ``hydrator run`` with events on (:meth:`start`, :meth:`stop`; the same state,
     port and durable subscription each time), and the RSEs it reads."""
 
-    base: str
+    process: Daemon
     config: Path
-    log: Path
     site: str
     dst: str
     src: str
     scope: str
-    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return self.process.url
+
+    @property
+    def log(self) -> Path:
+        return self.process.log
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process.proc
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "hydrator", "run", "--config", str(self.config)]
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [*die_with_parent(), *command],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        wait_for("ready", lambda: requests.get(self.base + "/readyz", timeout=2).ok, 60)
+        self.process.start(self.config, ready_timeout_s=60.0)
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            stop(proc)
+        self.process.stop()
 
     def get(self, path: str) -> Any:
         return requests.get(self.base + path, timeout=5).json()
 
     def wait_subscribed(self) -> None:
         connected = 'hydrator_events_listener_connected{source="rucio"} 1.0'
-        wait_for("subscribed", lambda: self.metric(connected), 30)
+        wait_for(
+            "subscribed",
+            lambda: self.metric(connected),
+            timeout_s=30.0,
+            ignore=(requests.RequestException,),
+        )
 
     def lock_ok(self, admin: RucioAdmin) -> str:
         """A dataset of two files at ``src`` with a ``notify="Y"`` rule towards ``dst``, whose
@@ -220,12 +227,12 @@ def running_event_daemon(
     tag = unique("d").lower()
     attrs = {"fed": tag}
     dst, src = admin.rse(site, attributes=attrs), admin.rse(f"SRC-{tag}", attributes=attrs)
-    port = free_port()
+    process = Daemon(directory)
     config = directory / "hydrator.toml"
     config.write_text(
         CONFIG.format(
             dir=directory,
-            port=port,
+            port=process.port,
             url=server.url,
             username=server.username,
             password_file=server.password_file,
@@ -238,9 +245,7 @@ def running_event_daemon(
         )
         + extra_config
     )
-    made = EventDaemon(
-        f"http://127.0.0.1:{port}", config, directory / "daemon.log", site, dst, src, admin.scope()
-    )
+    made = EventDaemon(process, config, site, dst, src, admin.scope())
     try:
         made.start()
         yield made

@@ -28,10 +28,9 @@ import fcntl
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import classad2
 import htcondor2
@@ -65,20 +64,6 @@ JOB_STATES = {
     COMPLETED: "completed",
     HELD: "held",
 }
-
-
-T = TypeVar("T")
-
-
-def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 10.0) -> T:
-    """``read()`` as soon as ``done`` holds for it, else its last value after ``timeout_s``
-    (for the assertion that follows to show). An update is not acknowledged: the collector may
-    answer a query (in a forked worker) before it has read every ad of the connection that a
-    publish just closed, so what a publish sent is visible a moment later, not at once."""
-    deadline = time.monotonic() + timeout_s
-    while not done(value := read()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return value
 
 
 class PoolError(RuntimeError):

@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.support.pool import SLOT_SITES, Pool, eventually
+from tests.support.pool import SLOT_SITES, Pool
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HOOK = REPO / "deploy" / "condor" / "hydrator-classad-hook"
@@ -63,5 +64,10 @@ def restart_startd(pool: Pool) -> None:
     pool.run_in_chroot(["condor_restart", "-daemon", "startd"])
     time.sleep(2)
     static = 'SlotType != "Dynamic"'
-    ads = eventually(lambda: pool.slot_ads(constraint=static), lambda a: len(a) == 4, 30)
+    ads = wait_for(
+        "the startd's four static slots",
+        lambda: pool.slot_ads(constraint=static),
+        done=lambda a: len(a) == 4,
+        timeout_s=30.0,
+    )
     assert len(ads) == 4, f"startd back with {len(ads)} slots"

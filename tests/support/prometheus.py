@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,13 @@ from typing import Any
 import requests
 import yaml
 
+from tests.support.daemon import Daemon
+from tests.support.ports import free_port
+from tests.support.process import die_with_parent, stop
+from tests.support.wait import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "hydrator.rules.yml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def die_with_parent() -> list[str]:
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
 
 
 def ensure_prometheus() -> str:
@@ -51,30 +43,6 @@ def ensure_prometheus() -> str:
     if found is None:
         raise RuntimeError("prometheus is missing after installing the Debian package")
     return found
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    """The first truthy ``predicate()``; AssertionError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except requests.RequestException:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout_s}s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass(frozen=True)
@@ -153,28 +121,21 @@ def running_prometheus(
     )
     server = PrometheusServer(f"http://127.0.0.1:{port}")
     try:
-        wait_for("prometheus ready", lambda: requests.get(f"{server.url}/-/ready", timeout=2).ok)
+        wait_for(
+            "prometheus ready",
+            lambda: requests.get(f"{server.url}/-/ready", timeout=2).ok,
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
         yield server
     finally:
         stop(proc)
         log.close()
 
 
-@dataclass
-class Daemon:
-    """``hydrator run`` on a copy of ``config/demo.toml``; edit ``inventory`` while it runs."""
-
-    directory: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def inventory(self) -> Path:
-        return self.directory / "demo-inventory.toml"
+def demo_inventory(daemon: Daemon) -> Path:
+    """The inventory file of a :func:`running_demo_daemon`: edit it while the daemon runs."""
+    return daemon.directory / "demo-inventory.toml"
 
 
 @contextlib.contextmanager
@@ -186,28 +147,16 @@ def running_demo_daemon(
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("demo.toml", "demo-inventory.toml"):
         shutil.copy2(REPO / "config" / name, directory / name)
-    port = free_port()
+    daemon = Daemon(directory)
     config = directory / "demo.toml"
     text = config.read_text()
-    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "127.0.0.1:{port}"')
+    text = text.replace('listen = "127.0.0.1:9620"', f'listen = "{daemon.target}"')
     text = text.replace("interval_s = 10", f"interval_s = {interval_s}")
     config.write_text(text + extra_config)
     inventory = directory / "demo-inventory.toml"
     inventory.write_text(inventory.read_text() + extra_inventory)
     settled = time.time() - 60  # as if written a minute ago: past the static source's settle_s
     os.utime(inventory, (settled, settled))
-    log = (directory / "daemon.log").open("ab")
-    proc = subprocess.Popen(
-        [*die_with_parent(), sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-        stdout=log,
-        stderr=log,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    daemon = Daemon(directory, port, proc)
-    try:
-        url = f"http://{daemon.target}/readyz"
-        wait_for("hydrator ready", lambda: requests.get(url, timeout=2).ok)
+    with daemon:
+        daemon.start(config, ready_timeout_s=20.0)
         yield daemon
-    finally:
-        stop(proc)
-        log.close()

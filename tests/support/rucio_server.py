@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +44,8 @@ import pytest
 import requests
 
 from hydrator.config import RucioSourceConfig
+from tests.support.ports import free_port
+from tests.support.process import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 RUCIO_VERSION = "41.5.1"
@@ -64,20 +65,6 @@ def ensure_venv() -> Path:
         text=True,
     )
     return Path(out.stdout.strip().splitlines()[-1])
-
-
-def _die_with_parent() -> list[str]:
-    """A command prefix that sends the server SIGTERM when the test process dies (even by
-    SIGKILL), so a killed pytest leaves no server behind (``setpriv --pdeathsig``, util-linux)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 ALEMBIC_INI = """\
@@ -232,7 +219,7 @@ class RucioServer:
         log = (self.dir / "log" / "server.log").open("ab")
         self.process = subprocess.Popen(
             [
-                *_die_with_parent(),
+                *die_with_parent(),
                 self.python,
                 "-m",
                 "flask",

@@ -15,12 +15,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.prometheus import stop
+from tests.support.ports import free_port
+from tests.support.process import stop
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,12 +50,6 @@ def squid_binary() -> str:
     """The squid binary, installed with ``scripts/squid`` (apt-get) if missing."""
     subprocess.run([str(REPO / "scripts" / "squid")], check=True)  # quick when installed
     return shutil.which("squid") or "/usr/sbin/squid"  # sbin is not on every PATH
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -103,13 +98,16 @@ def running_squid() -> Iterator[Squid]:
 
 
 def _wait_listening(squid: Squid, proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Until squid accepts a connection on its port; RuntimeError with its log's tail if it
+    exits first, AssertionError after ``timeout_s`` seconds."""
+
+    def listening() -> bool:
         if proc.poll() is not None:
             log = squid.directory / "cache.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"squid exited with status {proc.returncode}:\n{tail}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", squid.port), 1):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"squid did not listen on 127.0.0.1:{squid.port} in {timeout_s:.0f} s")
+        with socket.create_connection(("127.0.0.1", squid.port), 1):
+            return True
+
+    what = f"squid listening on 127.0.0.1:{squid.port}"
+    wait_for(what, listening, timeout_s=timeout_s, ignore=(OSError,), interval_s=0.1)

@@ -992,4 +992,3 @@ def stated_storages(path: Path) -> set[tuple[str, str]]:
             if isinstance(item, dict):
                 out.add((str(item.get("site")), str(item.get("storage"))))
     return out
-

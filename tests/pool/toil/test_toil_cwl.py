@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pool import Pool, eventually
+from tests.support.daemon import Daemon
+from tests.support.pool import Pool
 from tests.support.pool_hook import install_hook, remove_hook, restart_startd
 from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     RucioAdmin,
@@ -32,6 +32,7 @@ from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     unique,
 )
 from tests.support.toil import ToilOnPool, ToilRun, toil_on_pool
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.pool, pytest.mark.rucio, pytest.mark.toil]
 
@@ -87,12 +88,6 @@ def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:  # noqa: F
     return d
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def publishing(
     condor_pool: Pool,
@@ -104,30 +99,24 @@ def publishing(
     execute-node hook, which puts each site's lists into its slots durably. (Collector merges
     are wiped by every startd update until the next cycle; on this pool the startd's 5 s updates
     and the negotiator's 5 s cycles fell into step and a strict job waited 55 s for a match.)"""
-    directory = tmp_path_factory.mktemp("hydrator")
-    port = _free_port()
+    daemon = Daemon(tmp_path_factory.mktemp("hydrator"))
+    directory = daemon.directory
     config = directory / "hydrator.toml"
     config.write_text(
         f'[daemon]\ninterval_s = 1\njitter_s = 0\nstate_path = "{directory}/state.sqlite"\n\n'
-        f'[http]\nlisten = "127.0.0.1:{port}"\nmax_age_s = 1\n\n'
+        f'[http]\nlisten = "{daemon.target}"\nmax_age_s = 1\n\n'
         '[[sources]]\ntype = "rucio"\nname = "rucio"\n'
         f'rucio_host = "{rucio_server.url}"\nauth_host = "{rucio_server.url}"\n'
         f'account = "root"\nauth_type = "userpass"\nusername = "{rucio_server.username}"\n'
         f'password_file = "{rucio_server.password_file}"\nrse_expression = "fed={data.tag}"\n\n'
         "[classad]\nupdated_resolution_s = 1\n"
     )
-    with open(directory / "daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+    daemon.start(config, ready_timeout_s=60.0)
     try:
-        install_hook(condor_pool, f"http://127.0.0.1:{port}", SITES)
+        install_hook(condor_pool, daemon.url, SITES)
         yield condor_pool
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        daemon.stop()
         remove_hook(condor_pool)
         restart_startd(condor_pool)  # drop the hook's attributes from the slot ads
 
@@ -146,7 +135,12 @@ def sites_holding(pool: Pool, did: str) -> set[str]:
 
 
 def wait_published(pool: Pool, did: str, sites: set[str]) -> None:
-    seen = eventually(lambda: sites_holding(pool, did), lambda s: s == sites, timeout_s=60)
+    seen = wait_for(
+        "sites advertising the dataset",
+        lambda: sites_holding(pool, did),
+        done=lambda s: s == sites,
+        timeout_s=60.0,
+    )
     assert seen == sites, f"{did} advertised at {seen}, expected {sites}"
 
 

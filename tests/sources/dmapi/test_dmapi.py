@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tests.support.fake_dmapi import (
     site,
     storage,
 )
+from tests.support.ports import free_port
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CTX = FetchContext(now=NOW)
@@ -500,9 +500,7 @@ def test_one_dataset_failing_fails_the_whole_fetch(
 
 
 def test_connection_refused_is_transient(make_source: MakeSource) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()  # nothing listens there any more
     dead = f"http://127.0.0.1:{closed_port}/api/v1"
     source = make_source(
         datasets=DATASETS, base_url=dead, token_url=f"{dead}/token", site_capabilities_url=None

@@ -26,6 +26,7 @@ from hydrator.core.jobs import (
 from hydrator.domain import Site, SiteView, merge_replicas, site_contents
 from hydrator.errors import PublishError
 from tests.unit.factories import rep, t
+from tests.unit.fakes import Scripted
 
 S = Site
 # A holds x and y; B holds x, part of y; C receives y; D holds nothing
@@ -156,30 +157,6 @@ def test_state_epoch_is_the_oldest_site_refresh() -> None:
     }
     assert state_epoch(views, 5) == int(t(0).timestamp())
     assert state_epoch(VIEWS, 5) == 5
-
-
-class Scripted:
-    """A QueueAdapter answering from a script: reads per cycle, schedds that refuse edits."""
-
-    def __init__(self) -> None:
-        self.reads: list[list[ScheddQueue | ScheddFailure] | PublishError] = []
-        self.refuse: set[str] = set()
-        self.applied: list[GroupEdit] = []
-
-    def read(self) -> list[ScheddQueue | ScheddFailure]:
-        step = self.reads.pop(0)
-        if isinstance(step, PublishError):
-            raise step
-        return step
-
-    def apply(self, edit: GroupEdit) -> int:
-        if edit.schedd in self.refuse:
-            raise PublishError("may not change attributes for jobs they do not own")
-        self.applied.append(edit)
-        return len(edit.calls)
-
-    def close(self) -> None:
-        pass
 
 
 def test_annotator_cycle_counts_and_a_no_change_cycle_edits_nothing() -> None:

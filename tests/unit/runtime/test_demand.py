@@ -16,7 +16,7 @@ from hydrator.errors import ConfigError
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.report import cycle_json
 from hydrator.runtime.wiring import build_service
-from tests.unit.core.test_jobs import Scripted
+from tests.unit.fakes import Scripted
 
 INVENTORY = (
     '[storage.A]\nsite = "SITE_A"\navailable = ["ska:x", "ska:y"]\n\n'

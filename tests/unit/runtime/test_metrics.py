@@ -71,9 +71,7 @@ EXPECTED = {
 def test_every_metric_is_exported_with_its_name_type_and_labels() -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    attributes = [
-        v for v in vars(metrics).values() if isinstance(v, Counter | Gauge | Histogram)
-    ]
+    attributes = [v for v in vars(metrics).values() if isinstance(v, Counter | Gauge | Histogram)]
     for metric in attributes:  # one series each, so that the export shows its label names
         _, labels = EXPECTED[metric.describe()[0].name]
         if labels:

@@ -55,7 +55,11 @@ def test_a_static_only_setup_imports_neither_rucio_nor_htcondor2(tmp_path: Path)
     stay unloaded (their imports cost seconds and read HTCondor's configuration)."""
     done = subprocess.run(
         [sys.executable, "-c", STATIC_ONLY, str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "neither"
