@@ -15,5 +15,6 @@ arguments:
     site=`sed -n 's/^GLIDEIN_Site = "\(.*\)"$/\1/p' "$_CONDOR_MACHINE_AD"`
     cluster=`sed -n 's/^ClusterId = //p' "$_CONDOR_JOB_AD"`
     echo "$1 $site $cluster"
+    sleep 6  # a calibration takes a while: the scatter's jobs overlap, so rank-only must spill
   - where
   - $(inputs.label)
