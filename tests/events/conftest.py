@@ -13,11 +13,9 @@ from tests.support.activemq import (  # noqa: F401
     running_activemq,
 )
 from tests.support.hermes import EventDaemon, Hermes, running_event_daemon
-from tests.support.rucio_server import (  # noqa: F401
+from tests.support.rucio_server import (
     RucioAdmin,
     RucioServer,
-    rucio_admin,
-    rucio_server,
     unique,
 )
 
@@ -44,8 +42,8 @@ def daemon_extra_config() -> str:
 
 @pytest.fixture()
 def running(
-    rucio_server: RucioServer,  # noqa: F811
-    rucio_admin: RucioAdmin,  # noqa: F811
+    rucio_server: RucioServer,
+    rucio_admin: RucioAdmin,
     running_activemq: Broker,  # noqa: F811
     tmp_path: Path,
     daemon_site: str,

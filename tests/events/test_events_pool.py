@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.support.hermes import EventDaemon, Hermes
-from tests.support.pool import SLOT_SITES, Pool, condor_pool  # noqa: F401
+from tests.support.pool import SLOT_SITES, Pool
 from tests.support.rucio_server import RucioAdmin
 from tests.support.wait import wait_for
 
@@ -27,7 +27,7 @@ def daemon_site() -> str:
 
 
 @pytest.fixture()
-def daemon_extra_config(condor_pool: Pool) -> Iterator[str]:  # noqa: F811
+def daemon_extra_config(condor_pool: Pool) -> Iterator[str]:
     yield (
         f'\n[collector]\nenabled = true\npool = "{condor_pool.collector_address}"\n'
         f'token_dir = "{condor_pool.token_dir}"\nrefresh_s = 600\nmerge_min_interval_s = 0\n'
@@ -47,7 +47,7 @@ def test_a_lock_ok_reaches_the_slot_ads_through_the_stream(
     running: EventDaemon,
     rucio_admin: RucioAdmin,
     hermes: Hermes,
-    condor_pool: Pool,  # noqa: F811
+    condor_pool: Pool,
 ) -> None:
     running.wait_subscribed()
     did = running.lock_ok(rucio_admin)

@@ -1,3 +1,2 @@
-"""Fixtures for tests on the real HTCondor pool (``tests/support/pool.py``)."""
-
-from tests.support.pool import condor_pool  # noqa: F401  (session fixture)
+"""Tests on the real HTCondor pool: the ``condor_pool`` session fixture is defined once for
+the whole run in ``tests/conftest.py`` (``tests/support/pool.py``)."""

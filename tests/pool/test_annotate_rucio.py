@@ -9,13 +9,7 @@ import pytest
 
 from tests.pool.annotating import Annotating, annotated, jobs_of, submit_idle
 from tests.support.pool import EDITOR_IDENTITY, IDLE, Pool
-from tests.support.rucio_server import (  # noqa: F401  (fixtures)
-    RucioAdmin,
-    RucioServer,
-    rucio_admin,
-    rucio_server,
-    unique,
-)
+from tests.support.rucio_server import RucioAdmin, RucioServer, unique
 
 pytestmark = [pytest.mark.pool, pytest.mark.rucio]
 
@@ -31,8 +25,8 @@ def rucio_source(server: RucioServer, expression: str) -> str:
 
 def test_jobs_follow_a_dataset_moved_between_sites_in_rucio(
     condor_pool: Pool,
-    rucio_server: RucioServer,  # noqa: F811
-    rucio_admin: RucioAdmin,  # noqa: F811
+    rucio_server: RucioServer,
+    rucio_admin: RucioAdmin,
     tmp_path: Path,
 ) -> None:
     admin, pool = rucio_admin, condor_pool

@@ -24,13 +24,7 @@ import pytest
 from tests.support.daemon import Daemon
 from tests.support.pool import Pool
 from tests.support.pool_hook import install_hook, remove_hook, restart_startd
-from tests.support.rucio_server import (  # noqa: F401  (fixtures)
-    RucioAdmin,
-    RucioServer,
-    rucio_admin,
-    rucio_server,
-    unique,
-)
+from tests.support.rucio_server import RucioAdmin, RucioServer, unique
 from tests.support.toil import ToilOnPool, ToilRun, toil_on_pool
 from tests.support.wait import wait_for
 
@@ -76,7 +70,7 @@ class Data:
 
 
 @pytest.fixture(scope="module")
-def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:  # noqa: F811
+def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:
     """Every test's datasets, placed at once (one abacus run: each costs seconds):
     ``obs`` at SITE_C, ``sky`` at SITE_A and SITE_C, ``obs_b`` at SITE_B (one slot)."""
     tag = unique("t").lower()
@@ -91,7 +85,7 @@ def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:  # noqa: F
 @pytest.fixture(scope="module")
 def publishing(
     condor_pool: Pool,
-    rucio_server: RucioServer,  # noqa: F811
+    rucio_server: RucioServer,
     data: Data,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Pool]:

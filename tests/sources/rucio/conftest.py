@@ -14,22 +14,20 @@ from tests.support.rucio_server import (  # noqa: F401  (fixtures)
     RucioAdmin,
     RucioServer,
     build_federation,
-    rucio_admin,
-    rucio_server,
     running_rucio,
     source_config,
 )
 
 
 @pytest.fixture(scope="session")
-def federation(rucio_admin: RucioAdmin) -> Federation:  # noqa: F811
+def federation(rucio_admin: RucioAdmin) -> Federation:
     """The shared read-only federation; tests that change data make their own datasets."""
     return build_federation(rucio_admin)
 
 
 @pytest.fixture()
 def make_source(
-    rucio_server: RucioServer,  # noqa: F811
+    rucio_server: RucioServer,
     federation: Federation,
 ) -> Iterator[Callable[..., RucioSource]]:
     """Build sources on the federation (closed after the test); keywords override the config."""
