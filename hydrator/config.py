@@ -330,6 +330,14 @@ class RucioSourceConfig(_SourceBase):
     fetch takes longer (millions of replicas)."""
     events: RucioEventsConfig = RucioEventsConfig()
     """The event stream (``[sources.events]``); off by default."""
+    bad_replicas_max: int = Field(1000, ge=0)
+    """Replicas read per fetch from each of Rucio's bad-replica listings (``BAD`` and
+    ``TEMPORARY_UNAVAILABLE``, one request each); the datasets holding them are checked exactly
+    at their RSEs' sites every fetch they stay listed, whatever the summary says. More listed
+    than this: the rest waits (a warning). 0: the listings are not read."""
+    bad_parent_lookups_max: int = Field(100, ge=0)
+    """``list_parent_dids`` calls per fetch to find the datasets of newly listed bad replicas
+    (answers kept while the file stays listed); the rest is looked up in later fetches."""
 
     @field_validator("scopes")
     @classmethod
