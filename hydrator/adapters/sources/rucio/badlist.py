@@ -62,6 +62,7 @@ class BadReplicas:
         if limit > 0:
             for state in STATES:
                 listed |= self._listing(wire, state, limit, cycle)
+        listed = {key for key in listed if key[2] in cycle.sites}  # RSEs that count only
         self.listed = len(listed)
         self._look_up(wire, {(scope, name) for scope, name, _ in listed})
         forced = forced_pairs(listed, self.parents, book.datasets, cycle.sites)
@@ -70,8 +71,8 @@ class BadReplicas:
         book.forced = forced
 
     def _listing(self, wire: RucioWire, state: str, limit: int, cycle: Cycle) -> set[BadKey]:
-        """The (scope, name, RSE) of the replicas listed in ``state``, up to ``limit``; a
-        malformed record is counted invalid."""
+        """The (scope, name, RSE) of the replicas listed in ``state``, up to ``limit`` (at
+        every RSE: the listing takes one RSE or all); a malformed record is counted invalid."""
         records = wire.bad_replicas(state, limit + 1)
         if len(records) > limit:
             log.warning(

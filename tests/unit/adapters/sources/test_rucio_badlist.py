@@ -101,16 +101,17 @@ def test_the_reader_is_bounded_keeps_parents_and_counts_malformed_records(
     d1 = dataset("d1")
     book = Book(datasets={("ska", "d1"): d1})
     bad = [{"scope": "ska", "name": f"f{i}", "rse": "X_DISK"} for i in range(3)]
+    bad.append({"scope": "ska", "name": "elsewhere", "rse": "OTHER"})  # never looked up
     wire = Wire(
         {"B": [*bad, "junk", {"scope": 1}], "T": []},
         {f"f{i}": [{"scope": "ska", "name": "d1", "type": "DATASET"}] for i in range(3)},
     )
-    reader = BadReplicas(config(bad_replicas_max=4, bad_parent_lookups_max=2))
+    reader = BadReplicas(config(bad_replicas_max=5, bad_parent_lookups_max=2))
     scratch, dirty = cycle(), Dirty()
     with caplog.at_level(logging.WARNING):
         reader.read(wire, book, scratch, dirty)  # type: ignore[arg-type]
-    assert ("bad", ("B", 5)) in wire.calls and ("bad", ("T", 5)) in wire.calls
-    assert "more than bad_replicas_max=4 replicas listed in state B" in caplog.text
+    assert ("bad", ("B", 6)) in wire.calls and ("bad", ("T", 6)) in wire.calls
+    assert "more than bad_replicas_max=5 replicas listed in state B" in caplog.text
     assert scratch.invalid == 1, "the one malformed record read (the other is past the limit)"
     assert [c for c in wire.calls if c[0] == "parents"] == [("parents", "f0"), ("parents", "f1")]
     assert reader.unresolved == 1 and book.forced == {X: {d1}} and dirty.pairs == {X: {d1}}
