@@ -12,7 +12,12 @@ imports ``rucio`` and ``requests``):
    the wait for the server's bytes overlapping the parse: :func:`read_ahead`);
 3. ``list_replication_rules`` for the REPLICATING and STUCK rules, and ``list_rses(expr)`` for
    their expressions (:mod:`.rules`);
-4. for at most ``deep_check_limit`` datasets, one exact listing each, none for a dataset whose
+4. ``GET /replicas/bad/states`` for the BAD and the TEMPORARY_UNAVAILABLE replicas (two
+   requests, up to ``bad_replicas_max`` records each), and ``list_parent_dids`` for each newly
+   listed file (up to ``bad_parent_lookups_max``): the datasets they name are checked exactly
+   at those RSEs' sites while listed, as the summary rows say complete meanwhile
+   (:mod:`.badlist`);
+5. for at most ``deep_check_limit`` datasets, one exact listing each, none for a dataset whose
    last check still stands (:mod:`.deep`).
 
 So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
