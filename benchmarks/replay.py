@@ -439,14 +439,19 @@ class Catalogue:
 
     def bad(self, limit: int) -> bytes:
         """``GET /replicas/bad/states?state=B``: ``bad_replicas`` (at most ``limit``) BAD
-        records, the first file of the first complete one-RSE holdings in key order. Minimal:
-        the per-dataset answers still say complete (what is measured is the cost)."""
+        records, the first file of the first complete one-RSE holding of as many datasets, in
+        key order. Minimal: the per-dataset answers still say complete (what is measured is
+        the cost)."""
         out: list[str] = []
+        seen: set[int] = set()
         n_sites = self.fed.scale.sites
         for key in self.holdings.ordered():
             if len(out) >= min(limit, self.bad_replicas):
                 break
             dataset, site = divmod(key, n_sites)
+            if dataset in seen:
+                continue
+            seen.add(dataset)
             code = self.holdings.get(key)
             if code is None or decode(code)[0] != AVAILABLE:
                 continue
