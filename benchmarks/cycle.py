@@ -44,6 +44,11 @@ startds re-advertise before each cycle: ``interval_s / UPDATE_INTERVAL``, 0.2 fo
 HTCondor's default 300 s); without it, with ``S`` above a few minutes no slot is re-merged
 after the first cycle, with 0 every slot is, each churn cycle.
 
+``--bad-replicas N`` has the replay list N BAD replicas (files of complete holdings) and
+answer their parents: the cost of the checks they force (issue 24 item 2); each cycle's
+record holds the source's calls by method (``calls``, summarised for the last cycle of each
+kind).
+
 Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
 ``hydrator`` package of the checkout ``DIR`` while the harness and the replay stay this
 checkout's (the run stops if a step imported another ``hydrator``; ``code`` in the JSON is
@@ -361,6 +366,9 @@ def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
     out["fetch_parse_cpu"] = phases.get("fetch_parse_cpu", 0.0)
     out |= {k: v for k, v in phases.items() if k.endswith("_peak_mib")}  # each phase's own
     out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
+    out["calls"] = {
+        k: v for s in service.sources for k, v in getattr(s, "calls_last_fetch", {}).items()
+    }
     out["rss_mib"] = rss_mib()
     out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
     return out
@@ -496,9 +504,11 @@ def replay_cache_mib(args: argparse.Namespace) -> int:
 class ReplayServer:
     """:mod:`benchmarks.replay` in a child process (its memory and CPU are not the daemon's)."""
 
-    def __init__(self, replicas: int, seed: int, cache_mib: int | None = None) -> None:
+    def __init__(
+        self, replicas: int, seed: int, cache_mib: int | None = None, bad_replicas: int = 0
+    ) -> None:
         command = [sys.executable, "-m", "benchmarks.replay", "--replicas", str(replicas)]
-        command += ["--seed", str(seed)]
+        command += ["--seed", str(seed), "--bad-replicas", str(bad_replicas)]
         if cache_mib is not None:
             command += ["--cache-mib", str(cache_mib)]
         self.proc = subprocess.Popen(
@@ -682,6 +692,11 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
                 "nochange": median(idle, "fetch_parse_cpu"),
             },
             "cycles": len(churned),
+            "calls": {
+                "first": daemon["first"]["calls"],
+                "churn": churned[-1]["calls"],
+                "nochange": idle[-1]["calls"],
+            },
         }
     out["phase_peaks_mib"] = phase_peaks(daemon, restart)
     if "failed" not in restart:
@@ -751,6 +766,10 @@ def main() -> None:
         "before each churn and no-change cycle: interval_s / UPDATE_INTERVAL, e.g. 0.2 for a "
         "60 s cycle and HTCondor's default 300 s (default 0: not modelled)",
     )  # fmt: skip
+    parser.add_argument(
+        "--bad-replicas", type=int, default=0,
+        help="BAD replicas the replay lists (issue 24 item 2: the checks they force)",
+    )  # fmt: skip
     parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -772,7 +791,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The replay server, then both steps against it; the summary with the machine, the code
     measured and the replay's own cost (not part of ``peak_rss_mib``)."""
     before = machine()
-    server = ReplayServer(args.replicas, args.seed, replay_cache_mib(args))
+    server = ReplayServer(args.replicas, args.seed, replay_cache_mib(args), args.bad_replicas)
     try:
         replay_start = server.stats()
         with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
@@ -792,6 +811,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **collector_options(args.merge_min_interval_s)
     ).merge_min_interval_s
     summary["startd_updates"] = args.startd_updates
+    summary["bad_replicas"] = args.bad_replicas
     summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
     summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
     summary["machine"] = before

@@ -165,6 +165,7 @@ class Catalogue:
         self.cached_bytes = 0
         self.served_bytes = self.generated_bytes = 0
         self.generate_s = 0.0  # building the federation (set by whoever built it)
+        self.bad_replicas = 0  # BAD replicas listed (``--bad-replicas``)
 
     def placements(self, dataset: int, site: int, code: int) -> list[tuple[str, int, int, str]]:
         """(RSE, files, available files, row state) of one holding: one row, or two for a
@@ -436,6 +437,34 @@ class Catalogue:
             lines.append(json.dumps(record) + "\n")
         return "".join(lines).encode()
 
+    def bad(self, limit: int) -> bytes:
+        """``GET /replicas/bad/states?state=B``: ``bad_replicas`` (at most ``limit``) BAD
+        records, the first file of the first complete one-RSE holding of as many datasets, in
+        key order. Minimal: the per-dataset answers still say complete (what is measured is
+        the cost)."""
+        out: list[str] = []
+        seen: set[int] = set()
+        n_sites = self.fed.scale.sites
+        for key in self.holdings.ordered():
+            if len(out) >= min(limit, self.bad_replicas):
+                break
+            dataset, site = divmod(key, n_sites)
+            if dataset in seen:
+                continue
+            seen.add(dataset)
+            code = self.holdings.get(key)
+            if code is None or decode(code)[0] != AVAILABLE:
+                continue
+            placed = self.placements(dataset, site, code)
+            if len(placed) == 1:
+                rse = placed[0][0]
+                scope = SCOPES[dataset % len(SCOPES)]
+                record = {"scope": scope, "name": f"obs_{dataset:07d}.f000", "rse": rse,
+                          "rse_id": self.rse_ids[rse], "state": "BAD",
+                          "created_at": DATE, "updated_at": DATE}  # fmt: skip
+                out.append(json.dumps(record) + "\n")
+        return "".join(out).encode()
+
 
 def make_app(catalogue: Catalogue) -> web.Application:
     """The routes ``rucio-clients`` uses for the source's calls, plus ``/_bench/churn`` and
@@ -498,6 +527,16 @@ def make_app(catalogue: Catalogue) -> web.Application:
         body: Any = await request.json()
         return stream(b"".join(catalogue.files(d["scope"], d["name"]) for d in body["dids"]))
 
+    async def bad(request: web.Request) -> web.Response:
+        if request.query.get("state") != "B":
+            return stream(b"")
+        return stream(catalogue.bad(int(request.query.get("limit", "0"))))
+
+    async def parents(request: web.Request) -> web.Response:
+        scope, name = request.match_info["scope"], request.match_info["name"]
+        record = {"scope": scope, "name": name.split(".")[0], "type": "DATASET"}
+        return stream((json.dumps(record) + "\n").encode())
+
     async def churn(request: web.Request) -> web.Response:
         return web.json_response(vars(catalogue.churn()))
 
@@ -512,6 +551,8 @@ def make_app(catalogue: Catalogue) -> web.Application:
     app.router.add_get("/rules/", rules)
     app.router.add_get("/replicas/{scope}/{name}/datasets", deep)
     app.router.add_post("/replicas/list", listed)
+    app.router.add_get("/replicas/bad/states", bad)
+    app.router.add_get("/dids/{scope}/{name}/parents", parents)
     app.router.add_post("/_bench/churn", churn)
     app.router.add_get("/_bench/stats", stats)
     return app
@@ -565,11 +606,13 @@ def main() -> None:
         "--sweep", type=int, metavar="CYCLES",
         help="no server: make every bulk answer CYCLES times (churning between) and print costs",
     )  # fmt: skip
+    parser.add_argument("--bad-replicas", type=int, default=0, help="BAD replicas listed")
     args = parser.parse_args()
     t0 = time.perf_counter()
     fed = Federation(Scale(args.replicas), args.seed, CompactHoldings(Scale(args.replicas).sites))
     catalogue = Catalogue(fed, args.cache_mib * 2**20)
     catalogue.generate_s = time.perf_counter() - t0
+    catalogue.bad_replicas = args.bad_replicas
     if args.sweep:
         print(json.dumps({"generate_s": catalogue.generate_s} | catalogue.stats()), flush=True)
         sweep(catalogue, args.sweep)

@@ -343,6 +343,14 @@ class RucioSourceConfig(_SourceBase):
     """Longest line (one JSON record) of a listing, bytes; a longer one fails the source
     likewise. Rucio's records are ~0.4 kB. Set below 1 MiB, listings are read in blocks of
     this size (slower)."""
+    bad_replicas_max: int = Field(1000, ge=0)
+    """Replicas read per fetch from each of Rucio's bad-replica listings (``BAD`` and
+    ``TEMPORARY_UNAVAILABLE``, one request each); the datasets holding them are checked exactly
+    at their RSEs' sites every fetch they stay listed, whatever the summary says. More listed
+    than this: the rest waits (a warning). 0: the listings are not read."""
+    bad_parent_lookups_max: int = Field(100, ge=0)
+    """``list_parent_dids`` calls per fetch to find the datasets of newly listed bad replicas
+    (answers kept while the file stays listed); the rest is looked up in later fetches."""
 
     @field_validator("scopes")
     @classmethod

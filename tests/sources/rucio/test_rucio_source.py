@@ -278,6 +278,7 @@ def test_calls_grow_with_rses_not_datasets(
         "list_rses": 2,  # the expression, and every RSE's availability_read (issue 24)
         "list_datasets_per_rse": 3,
         "list_replication_rules": 2,
+        "list_bad_replicas_status": 2,  # BAD and TEMPORARY_UNAVAILABLE (issue 24 item 2)
     }
     assert source.deep_checks_last_fetch == 0
 

@@ -151,6 +151,7 @@ class Book:
     answer: dict[Site, dict[Dataset, Replica]] = field(default_factory=dict)
     replicas: AbstractSet[Replica] = frozenset()
     order: list[Dataset] | None = None  # ``pending`` by deep-check order, while it stands
+    forced: dict[Site, set[Dataset]] = field(default_factory=dict)  # :func:`forced_pairs`
 
     def moving_to(self, dataset: Dataset, site: Site) -> SiteTransfer | None:
         """The rules' transfer of ``dataset`` towards ``site``, if any."""
@@ -405,6 +406,44 @@ def forget_unlisted(book: Book, dirty: Dirty) -> None:
     for dataset in dirty.datasets:
         if not dataset.at and book.datasets.get(dataset.key) is dataset:
             del book.datasets[dataset.key]
+
+
+BadKey = tuple[str, str, str]  # (scope, name, RSE) of a file replica a bad listing names
+Key = tuple[str, str]  # (scope, name) of a DID
+
+
+def forced_pairs(
+    listed: Iterable[BadKey],
+    parents: Mapping[Key, tuple[Key, ...]],
+    datasets: Mapping[Key, Dataset],
+    sites: Mapping[str, Site],
+) -> dict[Site, set[Dataset]]:
+    """Site -> the datasets to check exactly there, whatever their summary rows say: each
+    known dataset (``datasets``: those with summary rows) holding a ``listed`` file (by
+    ``parents``: file -> its datasets; a file not looked up yet counts for none) at a mapped
+    RSE (``sites``) of the site. Rucio's summary row keeps saying complete for a BAD replica
+    until the necromancer has run, for a TEMPORARY_UNAVAILABLE one always (FACTS.md)."""
+    out: dict[Site, set[Dataset]] = {}
+    for scope, name, rse in listed:
+        site = sites.get(rse)
+        if site is None:
+            continue
+        for key in parents.get((scope, name), ()):
+            dataset = datasets.get(key)
+            if dataset is not None:
+                out.setdefault(site, set()).add(dataset)
+    return out
+
+
+def changed_pairs(
+    new: Mapping[Site, set[Dataset]], old: Mapping[Site, set[Dataset]]
+) -> Iterator[tuple[Site, Dataset]]:
+    """The pairs forced in only one of ``new`` and ``old``: those settled again this fetch (a
+    pair that stays forced keeps its pending check; one that left is settled once more from
+    its rows, its check dropped)."""
+    for site in new.keys() | old.keys():
+        for dataset in new.get(site, set()) ^ old.get(site, set()):
+            yield site, dataset
 
 
 class HeldWhileDown:

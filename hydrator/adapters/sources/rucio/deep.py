@@ -196,8 +196,10 @@ def _counts(row: DeepLine) -> Counts:
 
 
 def deep_order(book: Book, wanted: Mapping[DatasetId, int], limit: int) -> list[Dataset]:
-    """The first ``limit`` pending datasets: most wanted first, then those no rule's locks
-    vouch for at a pending site, then by scope and name. The order without demand is kept
+    """The first ``limit`` pending datasets: those with a bad or unavailable replica listed
+    (:attr:`~.book.Book.forced`: their rows may say complete wrongly), most wanted next,
+    then those no rule's locks vouch for at a pending site, then by scope and name. The
+    order without demand is kept
     in the book until a pair is settled again (only that can change ``pending`` or a pending
     pair's rules), so a fetch in which nothing changed sorts only the wanted datasets."""
     if book.order is None:
@@ -207,8 +209,11 @@ def deep_order(book: Book, wanted: Mapping[DatasetId, int], limit: int) -> list[
         found = book.datasets.get((did.scope, did.name))
         if count > 0 and found is not None and found in book.pending:
             demand[found] = count
-    head = sorted(demand, key=lambda d: (-demand[d], *_order_key(book, d)))
-    rest = (d for d in book.order if d not in demand)
+    forced = {d for held in book.forced.values() for d in held if d in book.pending}
+    head = sorted(forced, key=partial(_order_key, book))
+    head += sorted(demand.keys() - forced, key=lambda d: (-demand[d], *_order_key(book, d)))
+    first = forced | demand.keys()
+    rest = (d for d in book.order if d not in first)
     return head[:limit] + list(islice(rest, max(0, limit - len(head))))
 
 

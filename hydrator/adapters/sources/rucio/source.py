@@ -12,7 +12,12 @@ imports ``rucio`` and ``requests``):
    the wait for the server's bytes overlapping the parse: :func:`read_ahead`);
 3. ``list_replication_rules`` for the REPLICATING and STUCK rules, and ``list_rses(expr)`` for
    their expressions (:mod:`.rules`);
-4. for at most ``deep_check_limit`` datasets, one exact listing each, none for a dataset whose
+4. ``GET /replicas/bad/states`` for the BAD and the TEMPORARY_UNAVAILABLE replicas (two
+   requests, up to ``bad_replicas_max`` records each), and ``list_parent_dids`` for each newly
+   listed file (up to ``bad_parent_lookups_max``): the datasets they name are checked exactly
+   at those RSEs' sites while listed, as the summary rows say complete meanwhile
+   (:mod:`.badlist`);
+5. for at most ``deep_check_limit`` datasets, one exact listing each, none for a dataset whose
    last check still stands (:mod:`.deep`).
 
 So the number of calls grows with the number of RSEs (and distinct rule expressions, and the
@@ -57,6 +62,7 @@ from typing import TypeVar, cast
 
 from hydrator.adapters.sources import FetchContext, OnceLog
 from hydrator.adapters.sources.rucio.answer import Plain, Reuse, complete, held_ids, record
+from hydrator.adapters.sources.rucio.badlist import BadReplicas
 from hydrator.adapters.sources.rucio.book import (
     FIRST,
     Book,
@@ -137,6 +143,7 @@ class RucioSource:
         self.wire = RucioWire(config, sleep=sleep, client_factory=client_factory)
         self._sites = SiteMap(config, self.site_overrides)
         self._deep = DeepChecks(config, self.wire)
+        self._bad = BadReplicas(config)  # bad and unavailable replicas (issue 24 item 2)
         self._bulk_share = bulk_share
         self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
         self._book = Book()  # what the last fetch learned (the incremental design)
@@ -157,6 +164,7 @@ class RucioSource:
     def config(self, config: RucioSourceConfig) -> None:
         """A new configuration, used from the next fetch on."""
         self._config = self.wire.config = self._sites.config = self._deep.config = config
+        self._bad.config = config
 
     @property
     def deferred_last_fetch(self) -> int:
@@ -203,6 +211,7 @@ class RucioSource:
             self._read_summaries(book, cycle, dirty)
             read_rules(self.wire, book, cycle, dirty)
             apply_rules(self.wire, book, cycle, dirty)
+            self._bad.read(self.wire, book, cycle, dirty)
             settled = self._settle(book, cycle, dirty, context)
             record(book, settled, Reuse.of(book, context.previous.get(self.name)))
             forget_unlisted(book, dirty)
@@ -366,6 +375,9 @@ class RucioSource:
         exempt: dict[Site, set[Dataset]] | None = None  # (for plainly_complete)
         while dirty.pairs or dirty.filled:
             site, datasets = dirty.pop()
+            forced = book.forced.get(site)
+            if forced:
+                _force(book, site, datasets, forced, waiting)
             rses = site_rses.get(site, ())
             tables = [book.listings[rse].values for rse in rses]
             if len(datasets) * self._bulk_share >= sum(map(len, tables)):
@@ -378,6 +390,25 @@ class RucioSource:
         # once more at most, not once per outcome
         checked = self._deep.run(book, cycle, waiting, context.now, context.wanted)
         yield from sorted(checked, key=FIRST)
+
+
+def _force(
+    book: Book,
+    site: Site,
+    datasets: set[Dataset],
+    forced: set[Dataset],
+    waiting: dict[Dataset, set[Site]],
+) -> None:
+    """Take the ``forced`` ones (a bad or unavailable replica of theirs is listed at the
+    site: :mod:`.badlist`) out of ``datasets`` and make them pending at ``site``: the deep
+    checks count them exactly, whatever their summary rows say."""
+    held = datasets & forced
+    datasets -= held
+    for dataset in held:
+        pending = book.pending.get(dataset, ())
+        if site not in pending:
+            book.pending[dataset] = (*pending, site)
+        waiting.setdefault(dataset, set()).add(site)
 
 
 def _settle_site(

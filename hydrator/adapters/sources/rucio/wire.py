@@ -246,9 +246,25 @@ class RucioWire:
             "list_replicas", partial(_as_list, client.list_replicas, [did], all_states=True)
         )
 
+    def bad_replicas(self, state: str, limit: int) -> list[Any]:
+        """``GET /replicas/bad/states``: up to ``limit`` untrusted records (``scope``,
+        ``name``, ``rse``, ...) of the bad-replicas table in ``state`` (one-letter code: ``B``
+        bad, ``T`` temporarily unavailable). rucio-clients 41 has no method for it; the
+        server's ``list_bad_replicas_status`` answers JSON lines, in no particular order."""
+        params = {"state": state, "limit": str(limit)}
+
+        def records() -> list[Any]:
+            return [
+                json.loads(line)
+                for line in self._body(f"{_REPLICAS}/bad/states", params).splitlines()
+                if line
+            ]
+
+        return self.call("list_bad_replicas_status", records)
+
     def parent_dids(self, scope: str, name: str) -> list[Any]:
-        """``list_parent_dids(scope, name)``: the DIDs that directly contain it (untrusted
-        dicts with ``scope``, ``name``, ``type``)."""
+        """``list_parent_dids(scope, name)``: the untrusted records (``scope``, ``name``,
+        ``type``) of the collections a file is attached to."""
         client = self.connected()
         return self.call(
             "list_parent_dids", partial(_as_list, client.list_parent_dids, scope, name)

@@ -134,6 +134,8 @@ class Session:
             assert parse_qs(parsed.query) == {"deep": ["True"]}
             _, _, scope, name, _ = map(unquote_plus, parsed.path.split("/"))
             body = "".join(json.dumps(r) + "\n" for r in self.world.deep(scope, name)).encode()
+        elif parsed.path == "/replicas/bad/states":  # no bad or unavailable replica
+            body = b""
         else:
             body = self.world.rule_listing(parse_qs(parsed.query)["state"][0])
         response = requests.Response()
