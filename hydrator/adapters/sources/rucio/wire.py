@@ -254,11 +254,8 @@ class RucioWire:
         params = {"state": state, "limit": str(limit)}
 
         def records() -> list[Any]:
-            return [
-                json.loads(line)
-                for line in self._body(f"{_REPLICAS}/bad/states", params).splitlines()
-                if line
-            ]
+            body = self._body(f"{_REPLICAS}/bad/states", f"bad replicas ({state})", params)
+            return [_json_or_none(line) for line in body.splitlines() if line]
 
         return self.call("list_bad_replicas_status", records)
 
@@ -640,3 +637,12 @@ def _line(exc: Exception) -> str:
     """The first line of a library error, redacted (it may quote a header or a URL)."""
     text = str(exc).strip().splitlines()
     return redact(text[0])[:200] if text else type(exc).__name__
+
+
+def _json_or_none(line: bytes) -> Any:
+    """One JSON line of an answer, or None where it is not JSON (the caller counts it as a
+    malformed record instead of failing the whole listing)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
