@@ -234,6 +234,24 @@ def test_max_bytes_is_configurable_and_refuses_a_larger_answer_loudly(
     assert run_hook(url, tmp_path / "cache").stdout.startswith('AvailableDatasets = { "ska:obs_1"')
 
 
+def test_an_answer_of_exactly_max_bytes_keeps_a_usable_copy(
+    server: tuple[str, Answer], tmp_path: Path
+) -> None:
+    """An ad cut to fit is as large as the limit allows; the copy of it (without the end line,
+    with the unavailable line the hook adds when the answer has none) is still printed."""
+    url, answer = server
+    base = GOOD.replace('DataLocalityUnavailable = ""\n', "")
+    pad = 2000 - len(base.encode()) + len('"ska:obs_9"') - len('"ska:"')
+    answer.body = base.replace('"ska:obs_9"', f'"ska:{"x" * pad}"')
+    assert len(answer.body.encode()) == 2000
+    first = run_hook(url, tmp_path / "cache", "--max-bytes", "2000")
+    assert first.returncode == 0 and first.stdout.endswith("- update:true\n"), first.stderr
+    answer.status = 503  # the daemon is away: the copy must do
+    again = run_hook(url, tmp_path / "cache", "--max-bytes", "2000")
+    assert again.returncode == 0 and "refused" not in again.stderr, again.stderr
+    assert again.stdout == first.stdout.removesuffix("- update:true\n") + "-\n"
+
+
 def test_the_hook_and_the_daemon_default_to_the_same_size_limit() -> None:
     """[classad] max_ad_bytes and the hook's --max-bytes must agree (docs/security.md)."""
     from hydrator.config import ClassAdConfig
