@@ -47,12 +47,15 @@ MAX_REASON_CHARS = 200
 """A reason is cut to this many characters: it goes into every slot ad of its site."""
 MAX_REASONS_CHARS = 1000
 """The site's whole ``DataLocalityUnavailable`` value is cut to this many characters."""
-_UNSAFE = re.compile(r"[^\x20-\x7e]|[\"\\]")  # what could break a ClassAd string or a log line
+_UNSAFE = re.compile(r"[^\x20-\x7e]|[\"\\$]")
+"""What could break a ClassAd string or a log line, or make the execute-node hook refuse the
+answer: control and non-ASCII characters, quote, backslash, and ``$`` (HTCondor expands
+``$(...)`` in config, so the hook refuses any value holding one)."""
 
 
 def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` from a catalogue or an operator made safe for an ad: printable ASCII, no quote
-    or backslash (each replaced by a space), runs of spaces folded, cut to ``limit``."""
+    """``text`` from a catalogue or an operator made safe for an ad: printable ASCII, no quote,
+    backslash or ``$`` (each replaced by a space), runs of spaces folded, cut to ``limit``."""
     cleaned = " ".join(_UNSAFE.sub(" ", text).split())
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 3] + "..."
 
