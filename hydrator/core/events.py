@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -40,6 +40,7 @@ from hydrator.domain import (
     Site,
     Snapshot,
     SourceState,
+    SourceStatus,
     State,
 )
 
@@ -303,24 +304,62 @@ def patched(
 
 
 def keep_read_times(plan: Plan, previous: State) -> Plan:
-    """``plan`` (an event cycle's) with every source's ``last_success``/``last_attempt`` as
-    ``previous`` had them: an event cycle read a few datasets, not a source, so a site's
-    ``updated`` time (everything in its ad confirmed at or after it) stays that of the last
-    full read."""
+    """``plan`` (an event cycle's) with every source's read times, failure and guard state as
+    ``previous`` had them (:func:`_kept`): an event cycle read a few datasets, not a source,
+    so a site's ``updated`` time (everything in its ad confirmed at or after it) stays that
+    of the last full read, a failing source stays stale with its error, and the shrink
+    guards count full reads only (an event cycle neither advances nor resets them). The site
+    views keep the plan's storage elements and reasons, stamped again."""
     sources: dict[str, SourceState] = {}
     for name, after in plan.state.sources.items():
         before = previous.sources.get(name)
-        if before is None:
-            sources[name] = after
-            continue
-        kept = replace(after, last_success=before.last_success, last_attempt=before.last_attempt)
-        sources[name] = kept.inherit_index(after)
+        sources[name] = after if before is None else _kept(after, before)
     state = State(sources=sources).inherit_derived(plan.state)
-    statuses = tuple(
-        replace(s, last_success=sources[s.name].last_success) if s.name in sources else s
-        for s in plan.sources
+    statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
+    updated = state.site_updated
+    sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}
+    return replace(plan, state=state, sources=statuses, sites=sites)
+
+
+def _kept(after: SourceState, before: SourceState) -> SourceState:
+    """``after`` (this event cycle's) with ``before``'s read times, guard counts and, unless
+    this cycle held the answer back itself, its staleness and error."""
+    held_now = after.stale  # the source guard held this cycle's answer (the re-read source)
+    kept = replace(
+        after,
+        last_success=before.last_success,
+        last_attempt=before.last_attempt,
+        stale=held_now or before.stale,
+        error=after.error if held_now else before.error,
+        held_cycles=before.held_cycles,
+        held_sites=before.held_sites,
     )
-    return replace(plan, state=state, sources=statuses, sites=state.stamped_views())
+    return kept.inherit_index(after)
+
+
+def _kept_status(
+    status: SourceStatus, before: SourceState | None, sources: Mapping[str, SourceState]
+) -> SourceStatus:
+    """``status`` as of the source's last full read: not fresh with its reason while it is
+    stale; the sites its guard holds still named."""
+    if before is None or status.name not in sources:
+        return status
+    held = dict(status.held_sites)
+    for site, cycle in before.held_sites.items():
+        held.setdefault(
+            site,
+            f"site {site}: answer of source {status.name} held back at the last full read "
+            f"(cycle {cycle})",
+        )
+    fresh = status.fresh and not before.stale
+    reason = status.reason if status.reason is not None or fresh else before.error
+    return replace(
+        status,
+        fresh=fresh,
+        reason=reason,
+        held_sites=held,
+        last_success=sources[status.name].last_success,
+    )
 
 
 def lag_seconds(created: Iterable[datetime], published: datetime) -> list[float]:

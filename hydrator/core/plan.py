@@ -23,9 +23,11 @@ No I/O, no clock, no globals. The rules it enforces:
 * A site is known while any source covers it; its ``updated`` time is the oldest last success
   of the sources covering it (:attr:`~hydrator.domain.State.site_updated`).
 * Storage stated unavailable (:mod:`hydrator.core.storage`): a source leaves out what it
-  holds, and the shrink guard does not count the sites of such storage (the drop is
-  explained, so it takes effect at once); a drained site's view lists nothing. The site views
-  carry their storage elements and the reasons (:func:`~hydrator.core.storage.with_storage`).
+  holds, and the shrink guards do not count what it held last time (that drop is explained,
+  so it takes effect at once; the rest of its site is guarded as ever, by the site's count
+  where the element's is known, and by each available element's count); a drained site's
+  view lists nothing. The site views carry their storage elements and the reasons
+  (:func:`~hydrator.core.storage.with_storage`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from functools import reduce
 from itertools import chain, filterfalse, islice
 from operator import attrgetter
 
-from hydrator.core.storage import Drain, count_outside, exempt_sites, with_storage
+from hydrator.core.storage import (
+    Drain,
+    count_outside,
+    explained_entries,
+    unavailable_storages,
+    with_storage,
+)
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -162,12 +170,14 @@ def _advance_source(
         after.inherit_index(before)
         kind = "permanent_error" if outcome.permanent else "transient_error"
         return after, _status(after, kind, reason=outcome.error), SourceDelta()
+    explained = explained_entries(before.storages, before.elements, outcome.storages)
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
-    exempt = exempt_sites(outcome.storages) if held else frozenset()
-    if exempt:  # the drop at sites with storage stated unavailable is explained
+    if held and explained:  # what storage newly stated unavailable held is explained
+        unknown = frozenset(site for site, n in explained.items() if n is None)
+        known = sum(n for n in explained.values() if n is not None)
         held = _suspicious_drop(
-            count_outside(before.replicas, exempt),
-            count_outside(outcome.replicas, exempt),
+            count_outside(before.replicas, unknown) - known,
+            count_outside(outcome.replicas, unknown),
             policy,
         )
     accept_after = policy.accept_drop_after_cycles
@@ -186,7 +196,7 @@ def _advance_source(
         ).inherit_index(before)
         return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
-    guard = _guard_sites(before, outcome, delta, policy)
+    guard = _guard_sites(before, outcome, delta, policy, explained)
     delta = guard.delta
     moved = bool(delta.added or delta.removed)
     after = SourceState(
@@ -225,14 +235,19 @@ class _Guarded:
 
 
 def _guard_sites(
-    before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
+    before: SourceState,
+    outcome: Snapshot,
+    delta: SourceDelta,
+    policy: Policy,
+    explained: Mapping[Site, int | None],
 ) -> _Guarded:
     """The site guard (module doc) on an answer the source guard let through: the sites it
     holds keep ``before``'s replicas (and storage element counts), and leave ``delta``. Costs
     O(delta + elements) per cycle, plus one count of ``before``'s replicas per site the first
     time a site loses enough to be a candidate (then carried on, O(sites + delta) a cycle),
-    and one copy of the answer in a cycle that holds a site."""
-    found = _shrunken_sites(before, outcome, delta, policy)
+    and one copy of the answer in a cycle that holds a site. ``explained``: per site, the
+    entries storage stated unavailable explains (:func:`explained_entries`)."""
+    found = _shrunken_sites(before, outcome, delta, policy, explained)
     accept_after = policy.accept_drop_after_cycles
     held: dict[Site, int] = {}
     reasons: dict[Site, str] = {}
@@ -264,27 +279,31 @@ def _guard_sites(
 
 
 def _shrunken_sites(
-    before: SourceState, outcome: Snapshot, delta: SourceDelta, policy: Policy
+    before: SourceState,
+    outcome: Snapshot,
+    delta: SourceDelta,
+    policy: Policy,
+    explained: Mapping[Site, int | None],
 ) -> dict[Site, str]:
     """Site -> how it shrank, for each site whose drop the site guard holds (before the count
-    of cycles decides): the site's own entries (:func:`_suspicious_sites`), else one of its
-    storage elements' (where the source reports them) at a site that lost entries. A site
-    with storage the source states unavailable is never held: its drop is explained."""
+    of cycles decides): the site's own entries (:func:`_suspicious_sites`; less those that
+    storage stated unavailable explains, and not at all where that is not known), else one of
+    its available storage elements' (where the source reports them) at a site that lost
+    entries. Only the entries of unavailable storage are explained, not the whole site's."""
     if not delta.removed:
         return {}
-    explained = exempt_sites(outcome.storages)  # storage stated unavailable: leaves at once
     found = {
         s: f"{new} entries against {old} last time"
-        for s, (old, new) in _suspicious_sites(before, delta, policy).items()
-        if s not in explained
+        for s, (old, new) in _suspicious_sites(before, delta, policy, explained).items()
     }
-    touched = frozenset(map(_site_of, delta.removed)) - explained
+    touched = frozenset(map(_site_of, delta.removed))
+    down = unavailable_storages(outcome.storages)  # their entries leave at once
     now = outcome.elements
     for element, (site, old) in sorted(before.elements.items()):
         if site in found or site not in touched or site in policy.accept_site_drops:
             continue
         new = now[element].entries if element in now else 0
-        if _shrank(old, new, policy):
+        if element not in down and _shrank(old, new, policy):
             found[site] = f"storage element {element}: {new} entries against {old} last time"
     return found
 
@@ -297,24 +316,34 @@ def _shrank(old: int, new: int, policy: Policy) -> bool:
 
 
 def _suspicious_sites(
-    before: SourceState, delta: SourceDelta, policy: Policy
+    before: SourceState,
+    delta: SourceDelta,
+    policy: Policy,
+    explained: Mapping[Site, int | None],
 ) -> dict[Site, tuple[int, int]]:
-    """Site -> (entries before, entries now) of each site whose own entries shrank enough
-    (:func:`_shrank`), from ``delta``; ``before``'s site counts are read only when a site
-    lost enough to be a candidate (built then, carried on after)."""
+    """Site -> (entries before on storage still available, entries now) of each site whose
+    own entries shrank enough (:func:`_shrank`), from ``delta``, the ``explained`` entries
+    (storage stated unavailable) not counted as lost; a site whose explained entries are not
+    known is not judged here. ``before``'s site counts are read only when a site lost enough
+    to be a candidate (built then, carried on after)."""
     lost = Counter(map(_site_of, delta.removed))
     lost.subtract(Counter(map(_site_of, delta.added)))
     floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
     accepted = policy.accept_site_drops
-    candidates = {s for s, n in lost.items() if n > 0 and n >= floor and s not in accepted}
+    candidates = {
+        s
+        for s, n in lost.items()
+        if n > 0 and n >= floor and s not in accepted and explained.get(s, 0) is not None
+    }
     if not candidates:
         return {}
     was = before.site_counts
     found: dict[Site, tuple[int, int]] = {}
     for site in candidates:
         old = was.get(site, 0)
-        if _shrank(old, old - lost[site], policy):
-            found[site] = (old, old - lost[site])
+        base = old - (explained.get(site) or 0)
+        if _shrank(base, old - lost[site], policy):
+            found[site] = (base, old - lost[site])
     return found
 
 

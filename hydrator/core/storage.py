@@ -19,7 +19,8 @@ An unavailable storage element contributes nothing to its site's presence: a sou
 site's replica from its *available* storage elements only (:func:`present_at`), so a dataset
 held only there leaves the site's lists while one also complete at another storage element of
 the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard does not hold
-such an answer back (:func:`exempt_sites`: the drop is explained), and a drained site
+what such storage held back (:func:`explained_entries`: that part of the drop is explained,
+not the rest of the site's), and a drained site
 advertises nothing (:func:`with_storage`).
 """
 
@@ -35,6 +36,7 @@ from functools import reduce
 
 from hydrator.domain import (
     DatasetId,
+    ElementCount,
     Replica,
     Site,
     SiteView,
@@ -47,12 +49,15 @@ MAX_REASON_CHARS = 200
 """A reason is cut to this many characters: it goes into every slot ad of its site."""
 MAX_REASONS_CHARS = 1000
 """The site's whole ``DataLocalityUnavailable`` value is cut to this many characters."""
-_UNSAFE = re.compile(r"[^\x20-\x7e]|[\"\\]")  # what could break a ClassAd string or a log line
+_UNSAFE = re.compile(r"[^\x20-\x7e]|[\"\\$]")
+"""What could break a ClassAd string or a log line, or make the execute-node hook refuse the
+answer: control and non-ASCII characters, quote, backslash, and ``$`` (HTCondor expands
+``$(...)`` in config, so the hook refuses any value holding one)."""
 
 
 def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` from a catalogue or an operator made safe for an ad: printable ASCII, no quote
-    or backslash (each replaced by a space), runs of spaces folded, cut to ``limit``."""
+    """``text`` from a catalogue or an operator made safe for an ad: printable ASCII, no quote,
+    backslash or ``$`` (each replaced by a space), runs of spaces folded, cut to ``limit``."""
     cleaned = " ".join(_UNSAFE.sub(" ", text).split())
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 3] + "..."
 
@@ -167,10 +172,29 @@ def present_at(
     return reduce(combine, kept) if kept else None
 
 
-def exempt_sites(statuses: Iterable[StorageStatus]) -> frozenset[Site]:
-    """Sites with a storage element stated unavailable: an answer's drop there is explained,
-    so the shrink guard does not count those sites."""
-    return frozenset(s.site for s in statuses if not s.available)
+def explained_entries(
+    before: Iterable[StorageStatus],
+    counts: Mapping[str, ElementCount],
+    now: Iterable[StorageStatus],
+) -> dict[Site, int | None]:
+    """Site -> how many of a source's previous entries there the storage elements stated
+    unavailable ``now`` (and available ``before``) explain leaving: the entries each reported
+    in the previous answer (``counts``: :attr:`~hydrator.domain.SourceState.elements`; 0 for
+    one it did not report). None where that is not known (a source that reports no
+    per-element counts). An element unavailable before already held nothing of the previous
+    answer, so it explains nothing; a site with none newly unavailable is not listed."""
+    was_down = unavailable_storages(before)
+    explained: dict[Site, int | None] = {}
+    for status in now:
+        if status.available or status.storage in was_down:
+            continue
+        site, count = status.site, counts.get(status.storage)
+        prior = explained.get(site, 0)
+        if not counts or prior is None:
+            explained[site] = None
+        else:
+            explained[site] = prior + (count.entries if count is not None else 0)
+    return explained
 
 
 def count_outside(replicas: Collection[Replica], sites: AbstractSet[Site]) -> int:

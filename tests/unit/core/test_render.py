@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import classad2
 import htcondor2  # noqa: F401  (registers stringList* functions)
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.render import CRON_UPDATE_LINE, render_cron, site_classad
-from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, content_digest
+from hydrator.core.storage import Drain, with_storage
+from hydrator.domain import (
+    DatasetId,
+    InvalidNameError,
+    Site,
+    SiteView,
+    StorageStatus,
+    content_digest,
+)
 
 ATTRS = ClassAdConfig()
 EXPECTED_ATTRS = {
@@ -154,3 +164,45 @@ def test_the_ad_says_why_storage_cannot_serve() -> None:
     ad = parse_old(render_cron(said, ClassAdConfig(unavailable_attribute="StorageDown")))
     assert ad["StorageDown"] == "RSE X_DISK: availability_read false; RSE Y: x n"
     assert list(ad["AvailableDatasets"]) == ["ska:a"]
+
+
+HOOK_INT = re.compile(r"-?[0-9]{1,19}")
+HOOK_STR = r'"[^"\\]*"'
+HOOK_LIST = re.compile(r"\{ *(" + HOOK_STR + r" *(, *" + HOOK_STR + r" *)*)?\}")
+
+
+def hook_refusal(text: str) -> str | None:
+    """Why deploy/condor/hydrator-classad-hook would refuse ``text`` (its per-line value
+    checks, LC_ALL=C), or None."""
+    for line in text.splitlines():
+        if line == CRON_UPDATE_LINE:
+            continue
+        if any(not " " <= c <= "~" for c in line):
+            return f"a line with a control or non-ASCII character: {line!r}"
+        found = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*) = (.*)", line)
+        if found is None:
+            return f"bad line {line!r}"
+        value = found.group(2)
+        if not any(p.fullmatch(value) for p in (HOOK_INT, re.compile(HOOK_STR), HOOK_LIST)):
+            return f"bad value {value!r}"
+        if "$" in value:
+            return f"value holds $: {value!r}"
+    return None
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["move to $SCRATCH", "$(HOME) and $ENV(X)", 'say "no"\\ here', "tab\there\x7f\x00", "café ☕"],
+)
+def test_no_storage_reason_makes_the_hook_refuse_the_answer(reason: str) -> None:
+    """A drain (or catalogue) reason with ``$`` (HTCondor expands ``$(...)``), a quote, a
+    backslash, a control or non-ASCII character: the rendered answer still passes every
+    value check of the execute-node hook, so the site's hooks keep accepting it."""
+    site = Site("SITE_A")
+    view = view_of([DatasetId("ska", "a")], [])
+    drain = Drain(site, "X_DISK", reason, since=NOW)
+    status = StorageStatus(site, "X_DISK", available=False, reason=drain.text)
+    (shown,) = with_storage({site: view}, [status], [drain], NOW).values()
+    text = render_cron(shown, ATTRS)
+    assert hook_refusal(text) is None, text
+    assert "drained by the operator" in parse_old(text)["DataLocalityUnavailable"]

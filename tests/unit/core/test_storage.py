@@ -3,6 +3,7 @@ a cycle then decides."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -20,7 +21,9 @@ from hydrator.core.storage import (
     with_storage,
 )
 from hydrator.domain import (
+    ElementCount,
     InvalidNameError,
+    Replica,
     Site,
     Snapshot,
     SourceOutcome,
@@ -223,3 +226,73 @@ def test_the_unavailable_attribute_and_digest() -> None:
     assert unavailable_text(()) == ""
     assert unavailable_digest("abc", ()) == "abc", "all available: the digest as before"
     assert unavailable_digest("abc", reasons) != unavailable_digest("abc", reasons[:1])
+
+
+MAIN = [rep("SITE_A", f"a{i}") for i in range(10)]  # SITE_A's main RSE
+SMALL = [rep("SITE_A", f"s{i}") for i in range(2)]  # a small one, to be disabled
+AT_B = [rep("SITE_B", f"b{i}") for i in range(10)]
+GUARDS = Policy(
+    max_drop_fraction=0.5,
+    drop_min_entries=4,
+    accept_drop_after_cycles=3,
+    site_max_drop_fraction=0.5,
+    site_drop_min_entries=4,
+)
+
+
+def by_element(
+    held: dict[str, list[Replica]], down: tuple[str, ...], counted: bool, b: list[Replica]
+) -> Snapshot:
+    """An answer from ``held`` (element -> its replicas at SITE_A) and ``b`` at SITE_B, the
+    ``down`` elements stated unavailable (their replicas left out); ``counted``: with the
+    per-element counts (else unknown, as from Rucio and DMAPI)."""
+    up = {e: rs for e, rs in held.items() if e not in down}
+    statuses = [unavailable("SITE_A", e) if e in down else available("SITE_A", e) for e in held]
+    snapshot = answer(*[r for rs in up.values() for r in rs], *b, storages=tuple(statuses))
+    if not counted:
+        return snapshot
+    elements = {e: ElementCount(A, len(rs)) for e, rs in up.items()}
+    elements["B_DISK"] = ElementCount(Site("SITE_B"), len(b))
+    return replace(snapshot, elements=elements)
+
+
+@pytest.mark.parametrize(
+    ("first_down", "second", "counted", "b_after", "expected"),
+    [
+        # the small RSE goes down: only its entries leave, at once
+        ((), {"MAIN": MAIN, "SMALL": SMALL}, True, AT_B, "published"),
+        # ... and the main one vanishes from the answer too: the site guard holds it
+        ((), {"MAIN": [], "SMALL": SMALL}, True, AT_B, "site held"),
+        # the small RSE was down already (explains nothing now): held, counts known or not
+        (("SMALL",), {"MAIN": [], "SMALL": SMALL}, True, AT_B, "site held"),
+        (("SMALL",), {"MAIN": [], "SMALL": SMALL}, False, AT_B, "site held"),
+        # the site's count looks fine (another RSE holds the same), but MAIN is gone
+        ((), {"MAIN": [], "OTHER": MAIN, "SMALL": SMALL}, True, AT_B, "site held"),
+        # the source guard (little at SITE_B): the down RSE explains its 2 entries, not 10
+        ((), {"MAIN": [], "SMALL": SMALL}, True, AT_B[:2], "source held"),
+        # counts not known and the RSE newly down: the site count cannot tell (published)
+        ((), {"MAIN": [], "SMALL": SMALL}, False, AT_B, "published"),
+    ],
+)
+def test_an_unavailable_element_explains_only_its_own_entries(
+    first_down: tuple[str, ...],
+    second: dict[str, list[Replica]],
+    counted: bool,
+    b_after: list[Replica],
+    expected: str,
+) -> None:
+    """One disabled storage element at a site does not exempt the whole site from the shrink
+    guards: the site losing its main (available) element is still held back."""
+    was = {e: MAIN if e in ("MAIN", "OTHER") else SMALL for e in second}
+    first = by_element(was, first_down, counted, b_after)
+    then = by_element(second, ("SMALL",), counted, b_after)
+    state = plan_cycle(State(), {"r": first}, t(0), GUARDS).state
+    plan = plan_cycle(state, {"r": then}, t(1), GUARDS)
+    status = plan.sources[0]
+    assert status.outcome == ("held" if expected == "source held" else "ok")
+    assert (A in status.held_sites) == (expected == "site held")
+    before = {str(r.dataset) for r in first.replicas if r.site == A}
+    after = {str(r.dataset) for r in then.replicas if r.site == A}
+    assert {str(d) for d in plan.sites[A].available} == (
+        after if expected == "published" else before
+    )
