@@ -287,6 +287,8 @@ class EventCycles:
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
+        if name in self.service.busy_sources():  # it shares the source's book and wire
+            raise TransientSourceError(f"events {name}: its abandoned full read still runs")
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)

@@ -234,3 +234,19 @@ def test_the_first_full_read_waits_for_the_subscription(setup: Any) -> None:
     gate()
     assert catalogue.full_reads == 1
     assert subscribed and catalogue.fetched_at[0] >= subscribed[0]
+
+
+def test_no_event_cycle_while_the_sources_abandoned_full_read_runs(
+    setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event cycle would share the running fetch's book and wire: it fails instead,
+    and what it should have read waits for the next full read."""
+    service, catalogue, cycles, _metrics, now = setup
+    cycles.full_read()
+    monkeypatch.setattr(service, "busy_sources", lambda: ["rucio"])
+    cycles.event(lock_ok("obs1"))
+    report = cycles.event_cycle()
+    assert report is not None and report.outcome == "failed"
+    assert catalogue.targeted == []  # no read made beside the running fetch
+    now[0] += 61
+    assert cycles.full_read_due()
