@@ -321,7 +321,8 @@ class EventCycles:
 
 class FullReadGate:
     """The scheduled job (every ``[daemon] interval_s``) when some source has events: a full
-    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`), or always when
+    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`) or the active
+    drains changed since the last full read (:meth:`Service.drains_changed`), or always when
     a source without events is configured (it is polled at the normal interval: such a daemon
     gains freshness from events, not fewer reads)."""
 
@@ -343,7 +344,8 @@ class FullReadGate:
             for cycles in self.cycles:
                 cycles.subscribed.wait(max(0.0, deadline - time.monotonic()))
             self._subscribe_wait_s = 0.0
-        if not self.poll_all and not any(c.full_read_due() for c in self.cycles):
+        due = self.poll_all or any(c.full_read_due() for c in self.cycles)
+        if not due and not self.service.drains_changed():
             self.service.metrics.full_reads_skipped.inc()
             return
         started = time.monotonic()
