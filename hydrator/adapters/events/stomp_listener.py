@@ -165,6 +165,12 @@ class StompListener:
                 continue
             self._wake.wait()
             self._wake.clear()
+        # A connection made while stop() ran (it read _conn before _connect set it) would
+        # stay, keeping the client-id: this thread closes it (twice is harmless).
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(StompException, OSError):
+                conn.disconnect()
 
     def _connect(self) -> bool:
         """One round over the brokers (stomp-py's backoff); True once subscribed."""
