@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from hydrator.adapters.events import EventListener
 from hydrator.adapters.sources import FetchContext, Source
-from hydrator.config import Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
 from hydrator.core.events import (
     Batch,
     Ignored,
@@ -53,6 +53,7 @@ from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
+STOP_MARGIN_S = 30.0  # beyond the deadlines, for a stopping event cycle to save and publish
 SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
 ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
 
@@ -171,11 +172,21 @@ class EventCycles:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(self._stop_wait_s())
+            if self._thread.is_alive():
+                log.warning("events %s: the event cycle did not end; stopping anyway", self._label)
         self.subscribed.clear()
         for gauge in (self.metrics.events_connected, self.metrics.events_disconnected_since):
             with contextlib.suppress(KeyError):
                 gauge.remove(self._label)
+
+    def _stop_wait_s(self) -> float:
+        """How long :meth:`stop` waits for a running event cycle (seconds): a reload closes
+        the service next. A cycle may wait for a full read, then make its parent lookups and
+        its re-reads, each ending by its source's ``deadline_s``: three of the largest, and
+        :data:`STOP_MARGIN_S` for saving and publishing."""
+        deadlines = [s.deadline_s for s in self.service.config.sources]
+        return 3 * max(deadlines, default=DEFAULT_DEADLINE_S) + STOP_MARGIN_S
 
     def status(self) -> ListenerStatus:
         return self.listener.status() if self.listener is not None else ListenerStatus()
