@@ -275,4 +275,4 @@ def test_a_stop_while_connecting_leaves_no_connection(running_activemq: Broker) 
         )
     finally:
         again.stop()
-        first.stop()  # without the fix: the connection left behind
+        first.stop()
