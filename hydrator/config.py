@@ -573,6 +573,24 @@ class Config(_Model):
                 raise ValueError(f"two sources are named {name!r}; give each a unique name")
         return self
 
+    @model_validator(mode="after")
+    def _unique_client_ids(self) -> Config:
+        """Two sources following events at one broker need two client-ids: it refuses a
+        second connection with one."""
+        seen: dict[str, tuple[int, set[str]]] = {}
+        for index, source in enumerate(self.sources):
+            events = getattr(source, "events", None)
+            if not isinstance(events, RucioEventsConfig) or not events.enabled:
+                continue
+            other = seen.setdefault(events.client_id, (index, set(events.brokers)))
+            if other[0] != index and other[1] & set(events.brokers):
+                raise ValueError(
+                    f"sources[{index}].events.client_id: {events.client_id!r} is also "
+                    f"sources[{other[0]}]'s at the same broker, which refuses the second; "
+                    "give each source its own client_id"
+                )
+        return self
+
 
 def default_config_path() -> Path:
     """``$HYDRATOR_CONFIG``, else ``/etc/hydrator/hydrator.toml``."""

@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from hydrator.adapters.events import EventListener
 from hydrator.adapters.sources import FetchContext, Source
-from hydrator.config import Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
 from hydrator.core.events import (
     Batch,
     Ignored,
@@ -53,6 +53,7 @@ from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
+STOP_MARGIN_S = 30.0  # beyond the deadlines, for a stopping event cycle to save and publish
 SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
 ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
 
@@ -171,11 +172,21 @@ class EventCycles:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(self._stop_wait_s())
+            if self._thread.is_alive():
+                log.warning("events %s: the event cycle did not end; stopping anyway", self._label)
         self.subscribed.clear()
         for gauge in (self.metrics.events_connected, self.metrics.events_disconnected_since):
             with contextlib.suppress(KeyError):
                 gauge.remove(self._label)
+
+    def _stop_wait_s(self) -> float:
+        """How long :meth:`stop` waits for a running event cycle (seconds): a reload closes
+        the service next. A cycle may wait for a full read, then make its parent lookups and
+        its re-reads, each ending by its source's ``deadline_s``: three of the largest, and
+        :data:`STOP_MARGIN_S` for saving and publishing."""
+        deadlines = [s.deadline_s for s in self.service.config.sources]
+        return 3 * max(deadlines, default=DEFAULT_DEADLINE_S) + STOP_MARGIN_S
 
     def status(self) -> ListenerStatus:
         return self.listener.status() if self.listener is not None else ListenerStatus()
@@ -287,6 +298,8 @@ class EventCycles:
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
+        if name in self.service.busy_sources():  # it shares the source's book and wire
+            raise TransientSourceError(f"events {name}: its abandoned full read still runs")
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
@@ -319,7 +332,8 @@ class EventCycles:
 
 class FullReadGate:
     """The scheduled job (every ``[daemon] interval_s``) when some source has events: a full
-    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`), or always when
+    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`) or the active
+    drains changed since the last full read (:meth:`Service.drains_changed`), or always when
     a source without events is configured (it is polled at the normal interval: such a daemon
     gains freshness from events, not fewer reads)."""
 
@@ -341,7 +355,8 @@ class FullReadGate:
             for cycles in self.cycles:
                 cycles.subscribed.wait(max(0.0, deadline - time.monotonic()))
             self._subscribe_wait_s = 0.0
-        if not self.poll_all and not any(c.full_read_due() for c in self.cycles):
+        due = self.poll_all or any(c.full_read_due() for c in self.cycles)
+        if not due and not self.service.drains_changed():
             self.service.metrics.full_reads_skipped.inc()
             return
         started = time.monotonic()

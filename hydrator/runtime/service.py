@@ -206,6 +206,7 @@ class Service:
         self.clock = clock
         self.policy = Policy(**config.safety.model_dump())
         self._drains: Sequence[Drain] = ()  # the operator's, as last read
+        self._drains_read: frozenset[Drain] | None = None  # active in the last full read
         self.advertise_policy = AdvertisePolicy(
             demand_only=config.classad.advertise == "demand",
             max_datasets_per_site=config.classad.max_datasets_per_site,
@@ -323,6 +324,7 @@ class Service:
         if planner is not None:
             plan = planner(self._state, context)
         else:
+            self._drains_read = frozenset(drains)
             outcomes = self._fetch_all(context)
             if self.stop_event.is_set():
                 return CycleReport(started, time.monotonic() - t0, "abandoned")
@@ -373,6 +375,18 @@ class Service:
         active = [d for d in self._drains if d.active(now)]
         self.metrics.set_drains((d.site, d.storage or "") for d in active)
         return active
+
+    def drains_changed(self) -> bool:
+        """The active drains differ from those the last full read applied (a drain or
+        undrain since, or an ``until`` passed): an event cycle would not apply them all
+        (a storage drain needs the source's read of its storage). False when they cannot
+        be read (the last good ones stand)."""
+        try:
+            drains = self.store.drains()
+        except HydratorError:
+            return False
+        now = self.clock()
+        return frozenset(d for d in drains if d.active(now)) != self._drains_read
 
     def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
         """Where each site's data last came from: a full read sets every site, an event

@@ -243,3 +243,36 @@ def test_a_wrong_password_is_one_line_naming_the_broker(
     assert f"127.0.0.1:{running_activemq.port}" in lines[0]
     assert "not-the-password" not in caplog.text
     assert sink.states == []
+
+
+class StoppedWhileConnecting(StompListener):
+    """A listener whose ``stop()`` comes while it subscribes: the stop finds no connection
+    yet (``_conn`` still None), as when the daemon reloads during a connect."""
+
+    def _subscribe(self, conn: Any, generation: int) -> None:
+        super()._subscribe(conn, generation)
+        self._stop.set()  # what stop() does before it reads _conn, which is still None
+        self._wake.set()
+
+
+def test_a_stop_while_connecting_leaves_no_connection(running_activemq: Broker) -> None:
+    """The connection made under a stop is closed by the listener's thread itself: the same
+    client-id can subscribe again (the broker refuses a client-id still connected)."""
+    settings = config(running_activemq)
+    first = StoppedWhileConnecting(settings, "rucio", Sink())
+    first.start()
+    assert first._thread is not None
+    first._thread.join(30)
+    assert not first._thread.is_alive()
+    again = StompListener(settings, "rucio", Sink())
+    again.start()
+    try:
+        wait_for(
+            "subscribed with the same client-id",
+            lambda: again.status().connected,
+            timeout_s=20.0,
+            ignore=(requests.RequestException,),
+        )
+    finally:
+        again.stop()
+        first.stop()

@@ -69,3 +69,37 @@ def test_a_relative_password_file_is_resolved_and_must_exist(tmp_path: Path) -> 
 def test_bad_events_settings_name_the_key(tmp_path: Path, events: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load(tmp_path, events)
+
+
+TWO = """\
+[daemon]
+state_path = "state.sqlite"
+
+[[sources]]
+type = "rucio"
+name = "rucio-a"
+rucio_host = "https://a.example.org"
+
+[sources.events]
+enabled = true
+brokers = ["mq:61613"]
+{first}
+[[sources]]
+type = "rucio"
+name = "rucio-b"
+rucio_host = "https://b.example.org"
+
+[sources.events]
+enabled = true
+brokers = ["mq:61613"]
+"""
+
+
+def test_two_sources_at_one_broker_need_two_client_ids(tmp_path: Path) -> None:
+    path = tmp_path / "hydrator.toml"
+    path.write_text(TWO.format(first=""))  # both the default "hydrator"
+    with pytest.raises(ConfigError, match=r"sources\[1\]\.events\.client_id") as raised:
+        load_config(path)
+    assert len(str(raised.value).splitlines()) == 1
+    path.write_text(TWO.format(first='client_id = "hydrator-a"\n'))
+    assert len(load_config(path).sources) == 2

@@ -142,13 +142,10 @@ class StompListener:
         self._thread.start()
 
     def stop(self) -> None:
-        """Unsubscribe nothing (the durable subscription stays), disconnect, end the thread."""
+        """Unsubscribe nothing (the durable subscription stays), end the thread, which
+        disconnects as it ends (also a connection it was making meanwhile)."""
         self._stop.set()
         self._wake.set()
-        conn = self._conn
-        if conn is not None:
-            with contextlib.suppress(StompException, OSError):
-                conn.disconnect()
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_S)
 
@@ -165,6 +162,13 @@ class StompListener:
                 continue
             self._wake.wait()
             self._wake.clear()
+        # Only this thread disconnects: also a connection it made while stop() ran, which
+        # would otherwise stay and keep the client-id (the broker refuses the next listener).
+        conn = self._conn
+        if conn is not None:
+            # AttributeError: stomp-py's send when the broker closed the socket meanwhile
+            with contextlib.suppress(StompException, OSError, AttributeError):
+                conn.disconnect()
 
     def _connect(self) -> bool:
         """One round over the brokers (stomp-py's backoff); True once subscribed."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from hydrator.adapters.sources import FetchContext
-from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.adapters.state.sqlite import SqliteStateStore, remove_drain, set_drain
 from hydrator.config import RucioEventsConfig, parse_config
 from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
+from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, Snapshot
 from hydrator.errors import TransientSourceError
 from hydrator.runtime.events import EventCycles, FullReadGate
@@ -234,3 +236,47 @@ def test_the_first_full_read_waits_for_the_subscription(setup: Any) -> None:
     gate()
     assert catalogue.full_reads == 1
     assert subscribed and catalogue.fetched_at[0] >= subscribed[0]
+
+
+def test_no_event_cycle_while_the_sources_abandoned_full_read_runs(
+    setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event cycle would share the running fetch's book and wire: it fails instead,
+    and what it should have read waits for the next full read."""
+    service, catalogue, cycles, _metrics, now = setup
+    cycles.full_read()
+    monkeypatch.setattr(service, "busy_sources", lambda: ["rucio"])
+    cycles.event(lock_ok("obs1"))
+    report = cycles.event_cycle()
+    assert report is not None and report.outcome == "failed"
+    assert catalogue.targeted == []  # no read made beside the running fetch
+    now[0] += 61
+    assert cycles.full_read_due()
+
+
+def test_a_drain_or_undrain_runs_a_full_read_at_the_next_gate(setup: Any, tmp_path: Path) -> None:
+    """With events flowing, a drain, an undrain and a drain's ``until`` passing each make
+    the next scheduled gate a full read (not the reconcile interval later)."""
+    service, catalogue, cycles, _metrics, _now = setup
+    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    gate()  # start-up
+    gate()  # events flow, nothing changed: skipped
+    assert catalogue.full_reads == 1
+    state = tmp_path / "s.sqlite"
+    since = datetime.now(UTC)
+    set_drain(state, Drain(Site("A"), "A_DISK", "disk swap", since))
+    gate()
+    assert catalogue.full_reads == 2
+    gate()  # applied: skipped again
+    assert catalogue.full_reads == 2
+    remove_drain(state, Site("A"), "A_DISK")
+    gate()
+    assert catalogue.full_reads == 3
+    set_drain(state, Drain(Site("B"), None, "short", since, since + timedelta(seconds=0.5)))
+    gate()
+    assert catalogue.full_reads == 4
+    time.sleep(0.6)  # its until passes
+    gate()
+    assert catalogue.full_reads == 5
+    gate()
+    assert catalogue.full_reads == 5

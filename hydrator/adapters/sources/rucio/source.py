@@ -240,19 +240,26 @@ class RucioSource:
 
     def read_datasets(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The exact replicas of ``datasets`` at every mapped site, for an event cycle
-        (:mod:`.targeted`); API calls counted in ``calls_last_read``."""
-        self.wire.begin()
+        (:mod:`.targeted`); API calls counted in ``calls_last_read``. Ends within
+        ``deadline_s`` like a full read (:meth:`RucioWire.begin`)."""
+        self.wire.begin(self.config.deadline_s)
         try:
             self.wire.refresh()
             return read_datasets(self._deep, self._book, datasets)
         finally:
             self.calls_last_read = dict(self.wire.calls)
+            self.wire.end()
 
     def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
         """The datasets that contain ``files`` (scope, name), for an event cycle after a
-        ``deletion-done`` (:func:`.targeted.parent_datasets`)."""
-        self.wire.refresh()
-        return parent_datasets(self.wire, files)
+        ``deletion-done`` (:func:`.targeted.parent_datasets`), within ``deadline_s`` from
+        now (its own deadline, not the last read's)."""
+        self.wire.begin(self.config.deadline_s)
+        try:
+            self.wire.refresh()
+            return parent_datasets(self.wire, files)
+        finally:
+            self.wire.end()
 
     # -- summaries -----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ wire): datasets only, names checked, a bounded number per file, errors translate
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -77,3 +78,42 @@ def test_a_file_in_very_many_datasets_is_bounded() -> None:
 def test_a_failed_lookup_raises_a_source_error() -> None:
     with pytest.raises(TransientSourceError):
         source(Client({})).parent_datasets([("ska", "f1")])
+
+
+class SlowClient(Client):
+    """Each lookup takes ``delay_s`` (a server answering slowly)."""
+
+    def __init__(self, parents: dict[tuple[str, str], list[Any]], delay_s: float) -> None:
+        super().__init__(parents)
+        self.delay_s = delay_s
+
+    def list_parent_dids(self, scope: str, name: str) -> list[Any]:
+        time.sleep(self.delay_s)
+        return super().list_parent_dids(scope, name)
+
+
+def timed_source(client: Client, deadline_s: float) -> RucioSource:
+    config = RucioSourceConfig(
+        type="rucio", rse_expression="all", max_attempts=1, deadline_s=deadline_s
+    )
+    return RucioSource(config, {}, sleep=lambda _: None, client_factory=lambda: client)
+
+
+def test_a_lookup_long_after_the_last_read_gets_its_own_deadline() -> None:
+    obs1 = [{"scope": "ska", "name": "obs1", "type": "DATASET"}]
+    src = timed_source(Client({("ska", "f1"): obs1}), deadline_s=0.05)
+    src.wire.begin(src.config.deadline_s)  # a full read, long over
+    src.wire.end()
+    time.sleep(0.1)
+    assert src.parent_datasets([("ska", "f1")]) == [DatasetId("ska", "obs1")]
+
+
+def test_a_slow_lookup_ends_by_the_deadline() -> None:
+    obs1 = [{"scope": "ska", "name": "obs1", "type": "DATASET"}]
+    client = SlowClient({("ska", f"f{i}"): obs1 for i in range(50)}, delay_s=0.05)
+    src = timed_source(client, deadline_s=0.2)
+    started = time.monotonic()
+    with pytest.raises(TransientSourceError, match="deadline"):
+        src.parent_datasets([("ska", f"f{i}") for i in range(50)])
+    assert time.monotonic() - started < 1.0  # not the 2.5 s of 50 lookups
+    assert len(client.asked) < 50
