@@ -135,7 +135,7 @@ def test_an_answer_over_its_cap_fails_naming_the_rse(
     # The cap must let every other answer through: the listing of every RSE (read each fetch
     # for availability_read) grows with what the session's other tests made, so the cap is
     # set above it and the RSE's summary is made larger still (~400 bytes a row).
-    listed = sum(len(json.dumps(r)) + 1 for r in rucio_admin.client.list_rses())
+    listed = sum(len(json.dumps(r, default=str)) + 1 for r in rucio_admin.client.list_rses())
     cap = max(4096, 2 * listed + 4096)
     datasets = cap // 300 + 20
     rse, expression = own_rse(rucio_admin, datasets)
