@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +37,7 @@ import pytest
 import stomp
 
 from tests.support.ports import free_port
-from tests.support.process import die_with_parent
+from tests.support.process import die_with_parent, serve_in_foreground, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 JAR = Path("/usr/share/activemq/bin/activemq.jar")
@@ -178,18 +176,8 @@ class Broker:
     def stop(self) -> None:
         """Stop the JVM and its process group; idempotent. The data directory stays."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if process is not None:
+            stop_group(process, STOP_TIMEOUT_S)
 
     def restart(self) -> None:
         self.stop()
@@ -283,28 +271,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the cleanup below
     ensure_activemq()
     directory = Path(tempfile.mkdtemp(prefix="hydrator-activemq-"))
     broker = Broker(directory, **({"port": args.port} if args.port else {}))
-    try:
-        broker.setup()
-        broker.start()
-        print(
+    return serve_in_foreground(
+        broker,
+        directory,
+        lambda: (
             f"ActiveMQ STOMP at 127.0.0.1:{broker.port}, destination {DESTINATION} "
             f"(started in {broker.start_s:.1f} s)\n"
             f"users: hermes (write) {broker.password_file('hermes')}, "
-            f"hydrator (read) {broker.password_file('hydrator')}\nCtrl-C stops it.",
-            flush=True,
-        )
-        while broker.process is not None and broker.process.poll() is None:
-            time.sleep(1)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        broker.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+            f"hydrator (read) {broker.password_file('hydrator')}"
+        ),
+    )
 
 
 if __name__ == "__main__":

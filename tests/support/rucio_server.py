@@ -28,7 +28,6 @@ import itertools
 import os
 import secrets
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -45,7 +44,7 @@ import requests
 
 from hydrator.config import RucioSourceConfig
 from tests.support.ports import free_port
-from tests.support.process import die_with_parent
+from tests.support.process import die_with_parent, serve_in_foreground, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 RUCIO_VERSION = "41.5.1"
@@ -268,21 +267,8 @@ class RucioServer:
     def stop(self) -> None:
         """Stop the server and everything in its process group; idempotent."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                process.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Children that outlived the leader (none expected) go with the group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if process is not None:
+            stop_group(process, STOP_TIMEOUT_S)
 
     def restart(self) -> None:
         self.stop()
@@ -663,28 +649,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
-    # SIGTERM (e.g. from `timeout`) must run the cleanup below too, or the server is orphaned
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     venv = ensure_venv()
     work = Path(tempfile.mkdtemp(prefix="rucio-serve-"))
     server = RucioServer(venv=venv, dir=work, **({"port": args.port} if args.port else {}))
-    try:
-        server.setup()
-        server.start()
-        print(
+    return serve_in_foreground(
+        server,
+        work,
+        lambda: (
             f"Rucio {RUCIO_VERSION} at {server.url} (started in {server.start_s:.1f} s)\n"
             f"RUCIO_CONFIG={server.config_path}\n"
-            f"root password file: {server.password_file}\nCtrl-C stops it.",
-            flush=True,
-        )
-        while server.process is not None and server.process.poll() is None:
-            time.sleep(1)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+            f"root password file: {server.password_file}"
+        ),
+    )
 
 
 if __name__ == "__main__":
