@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from hydrator.config import load_config
-from hydrator.core.jobs import GroupEdit, QueueAdapter, ScheddFailure, ScheddQueue
-from hydrator.core.queue import QueueReader, QueueSnapshot
+from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
+from hydrator.core.ports import QueueAdapter, QueueReader
+from hydrator.core.queue import QueueSnapshot
 from hydrator.runtime.wiring import build_service
 from tests.support.pool import EDITOR_IDENTITY, NEVER_MATCHING, SLOT_SITES, Pool, running_pool
 

@@ -79,7 +79,7 @@ def worker(config: Path, rounds: int) -> dict[str, Any]:
     """Runs in the old or the new tree (whichever ``hydrator`` PYTHONPATH gives)."""
     import hydrator  # imported here: the worker runs the tree its PYTHONPATH names
     from hydrator.config import load_config
-    from hydrator.runtime.service import collector_paused
+    from hydrator.runtime.memory import collector_paused
     from hydrator.runtime.wiring import build_service
 
     svc = build_service(load_config(config))

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import RucioSourceConfig
+from hydrator.core.ports import FetchContext
 from tests.support.rucio_server import RucioAdmin, RucioServer, make_server, unique
 
 

@@ -36,7 +36,7 @@ from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import State
-from hydrator.runtime.service import collector_paused
+from hydrator.runtime.memory import collector_paused
 
 T = TypeVar("T")
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -79,7 +79,7 @@ def timed(call: Callable[[], T], into: dict[str, object], name: str) -> T:
     """``call()``, its wall-clock and CPU seconds put in ``into`` as ``<name>_s`` and
     ``<name>_cpu_s`` (CPU time says more on a busy machine); run without garbage-collector
     passes as the daemon runs its startup and cycles
-    (:func:`~hydrator.runtime.service.collector_paused`; its one collection afterwards is not
+    (:func:`~hydrator.runtime.memory.collector_paused`; its one collection afterwards is not
     timed)."""
     with collector_paused():
         wall, cpu = time.perf_counter(), time.process_time()

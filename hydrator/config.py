@@ -579,9 +579,9 @@ class Config(_Model):
         second connection with one."""
         seen: dict[str, tuple[int, set[str]]] = {}
         for index, source in enumerate(self.sources):
-            events = getattr(source, "events", None)
-            if not isinstance(events, RucioEventsConfig) or not events.enabled:
+            if not isinstance(source, RucioSourceConfig) or not source.events.enabled:
                 continue
+            events = source.events
             other = seen.setdefault(events.client_id, (index, set(events.brokers)))
             if other[0] != index and other[1] & set(events.brokers):
                 raise ValueError(

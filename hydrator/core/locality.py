@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import DatasetId, Site, SiteView
 
 IDLE_REASONS = ("missed_locality", "waiting_local", "partial_only", "replicating_only", "nowhere")
@@ -40,17 +38,6 @@ class PoolJob:
 class PoolSlot:
     site: Site
     unclaimed: bool
-
-
-class PoolProbe(Protocol):
-    """Reads the pool for matchmaking quality (an adapter over the schedds and the collector)."""
-
-    def jobs_and_slots(
-        self, queue: QueueSnapshot | None = None
-    ) -> tuple[list[PoolJob], list[PoolSlot]]:
-        """Queued data-bound jobs (those of ``queue``, the cycle's shared read; without one, a
-        read of its own) and all slots; raises PublishError if the pool cannot be read."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,11 @@
 Three parts of a cycle look at queued jobs: the **demand** (idle jobs' ``RequiredDatasets``,
 for ``[classad] advertise = "demand"`` and ``datasets_from_queue``), the **matchmaking probe**
 (idle and running data-bound jobs, :mod:`hydrator.core.locality`) and **job annotation**
-(idle jobs matching ``[jobs] constraint``, :mod:`hydrator.core.jobs`). A :class:`QueueReader`
-(the htcondor2 adapter :class:`hydrator.adapters.htcondor.condor_queue.CondorQueue`) asks each
-schedd once per cycle for the union of their jobs and attributes; the cycle hands the
-resulting :class:`QueueSnapshot` to each, and the functions here take out each one's part:
+(idle jobs matching ``[jobs] constraint``, :mod:`hydrator.core.jobs`). A
+:class:`~hydrator.core.ports.QueueReader` (the htcondor2 adapter
+:class:`hydrator.adapters.htcondor.condor_queue.CondorQueue`) asks each schedd once per
+cycle for the union of their jobs and attributes; the cycle hands the resulting
+:class:`QueueSnapshot` to each, and the functions here take out each one's part:
 :func:`idle_demand`, :func:`data_bound_jobs`; the annotation's is
 :func:`hydrator.core.jobs.annotation_reads`.
 
@@ -14,9 +15,6 @@ Failure semantics are those each consumer had with a read of its own: the demand
 count every schedd the collector lists, skip one that cannot be read and fail
 (:class:`~hydrator.errors.PublishError`) when the collector cannot list them or none answers;
 annotation sees each schedd it covers as read or failed (:attr:`ScheddRead.annotate`).
-
-The port :class:`QueueReader` is declared here, beside the value it returns: core has no
-module of ports yet (``QueueAdapter`` is in :mod:`.jobs`, ``PoolProbe`` in :mod:`.locality`).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from hydrator.domain import DatasetId, InvalidNameError
 from hydrator.errors import PublishError
@@ -79,20 +76,6 @@ class QueueSnapshot:
     schedds: tuple[ScheddRead, ...] = ()
     error: str | None = None
     pool: bool = True
-
-
-class QueueReader(Protocol):
-    """Reads every schedd's queue once (an adapter over the collector and the schedds)."""
-
-    @property
-    def pool(self) -> bool:
-        """The reads cover the demand and the probe (else annotation alone)."""
-        ...
-
-    def read(self) -> QueueSnapshot:
-        """This cycle's snapshot; never raises for a schedd or collector that cannot be read
-        (recorded in the snapshot)."""
-        ...
 
 
 @dataclass(frozen=True)

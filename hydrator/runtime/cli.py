@@ -247,14 +247,14 @@ def _described(replica: Replica | None) -> str:
 
 
 def _show(config: Config, site: str | None) -> int:
-    from hydrator.adapters.state.sqlite import SqliteStateStore  # noqa: PLC0415
     from hydrator.runtime.service import render_ads  # noqa: PLC0415
+    from hydrator.runtime.wiring import state_store  # noqa: PLC0415
 
     path = config.daemon.state_path
     if not path.exists():
         print(f"hydrator: no state at {path} yet: run `hydrator once` first", file=sys.stderr)
         return EXIT_FAILED
-    store = SqliteStateStore(path, read_only=True)
+    store = state_store(path, read_only=True)
     try:
         state, drained = store.load(), store.drains()
     finally:

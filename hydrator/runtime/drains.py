@@ -56,10 +56,7 @@ def checked_target(site: str, storage: str | None) -> tuple[Site, str | None]:
 
 def drain(config: Config, site: str, storage: str | None, until: str | None, reason: str) -> str:
     """Save the drain; return the line to print."""
-    from hydrator.adapters.state.sqlite import (  # noqa: PLC0415  (sqlite: CLI only)
-        set_drain,
-        stated_storages,
-    )
+    from hydrator.runtime.wiring import set_drain, stated_storages  # noqa: PLC0415  (CLI only)
 
     now = datetime.now(UTC)
     target, element = checked_target(site, storage)
@@ -82,7 +79,7 @@ def drain(config: Config, site: str, storage: str | None, until: str | None, rea
 
 def undrain(config: Config, site: str, storage: str | None) -> tuple[bool, str]:
     """Remove the drain; ``(removed, line to print)``."""
-    from hydrator.adapters.state.sqlite import remove_drain  # noqa: PLC0415
+    from hydrator.runtime.wiring import remove_drain  # noqa: PLC0415  (CLI only)
 
     target, element = checked_target(site, storage)
     removed = remove_drain(config.daemon.state_path, target, element)

@@ -2,7 +2,7 @@
 
 :class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``:
 
-* the :class:`~hydrator.adapters.events.EventSink` its listener calls (listener threads):
+* the :class:`~hydrator.core.ports.EventSink` its listener calls (listener threads):
   each message is counted, judged (:class:`~hydrator.core.events.Triage`) and its hint added
   to a bounded :class:`~hydrator.core.events.Batch`;
 * a worker thread that runs an *event cycle* at most ``event_debounce_s`` after the first hint
@@ -23,13 +23,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Protocol, runtime_checkable
 
-from hydrator.adapters.events import EventListener
-from hydrator.adapters.sources import FetchContext, Source
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
 from hydrator.core.events import (
     Batch,
@@ -46,7 +43,15 @@ from hydrator.core.events import (
     unchanged,
 )
 from hydrator.core.plan import plan_cycle
-from hydrator.domain import DatasetId, Plan, Replica, Snapshot, State
+from hydrator.core.ports import (
+    CountsCalls,
+    EventListener,
+    FetchContext,
+    ParentLookups,
+    Source,
+    TargetedReads,
+)
+from hydrator.domain import DatasetId, Plan, Snapshot, State
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -56,30 +61,6 @@ log = logging.getLogger(__name__)
 STOP_MARGIN_S = 30.0  # beyond the deadlines, for a stopping event cycle to save and publish
 SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
 ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
-
-
-@runtime_checkable
-class TargetedReads(Protocol):
-    """A source that can re-read given datasets exactly (the Rucio source's deep path)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def read_datasets(
-        self, datasets: Sequence[DatasetId], context: FetchContext
-    ) -> Iterable[Replica]:
-        """This source's replicas of exactly ``datasets`` (a dataset found nowhere has none),
-        or raise a SourceError."""
-        ...
-
-
-@runtime_checkable
-class ParentLookups(Protocol):
-    """A source that can name the datasets a file belongs to (``list_parent_dids``)."""
-
-    def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
-        """The datasets that contain the (scope, name) ``files``, or raise a SourceError."""
-        ...
 
 
 class EventCycles:
@@ -214,12 +195,12 @@ class EventCycles:
         )
         if not fresh or report.outcome not in ("ok", "degraded"):
             return
-        calls = getattr(self.source, "calls_last_fetch", None)
+        calls = self.source.calls_last_fetch if isinstance(self.source, CountsCalls) else None
         with self._lock:
             self._last_full_read = started
             self._triage.full_read_started = report.started
             self._marked = False
-            if isinstance(calls, dict):
+            if isinstance(calls, Mapping):
                 self._full_read_calls = sum(int(n) for n in calls.values())
 
     # -- event cycles (the worker thread) -----------------------------------------------------
@@ -370,18 +351,14 @@ class FullReadGate:
 
 
 def start_events(
-    config: Config, service: Service, listener: ListenerFactory | None = None
+    config: Config, service: Service, listener: ListenerFactory
 ) -> FullReadGate | None:
     """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
     the gate for the scheduler, or None when no source has events. ``listener`` builds a
-    listener (default: the STOMP adapter, imported only here)."""
+    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
     chosen = event_sources(config, service)
     if not chosen:
         return None
-    if listener is None:
-        from hydrator.adapters.events import stomp_listener  # noqa: PLC0415  (lazy)
-
-        listener = stomp_listener.build
     cycles: list[EventCycles] = []
     for source_config, source in chosen:
         if not isinstance(source, TargetedReads):

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hydrator.adapters.sources import Source
+from hydrator.core.ports import Source
 from hydrator.domain import SourceFailure, SourceOutcome
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hydrator.adapters.htcondor import PublishReport
 from hydrator.core.jobs import JobsReport, SiteDemand
+from hydrator.core.ports import PublishReport
 from hydrator.domain import Plan, Site, SiteView, SourceStatus
 
 

@@ -32,6 +32,7 @@ from hydrator.runtime.events import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import event_listener
 
 log = logging.getLogger(__name__)
 # APScheduler's message for a run skipped because the previous one still runs (3.x, in
@@ -164,7 +165,8 @@ class Daemon:
         the scheduled full reads, :func:`~hydrator.runtime.events.start_events`) and the
         scheduler."""
         daemon = self.config.daemon
-        self._gate = start_events(self.config, self.service)  # None: no source follows events
+        # None: no source follows events
+        self._gate = start_events(self.config, self.service, event_listener)
         run = self.service.run_cycle if self._gate is None else self._gate
         self._scheduler = BackgroundScheduler(timezone=UTC)
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)

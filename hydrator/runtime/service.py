@@ -5,14 +5,10 @@ endpoint serves between cycles. Scheduling lives in :mod:`.scheduler`; the decis
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import chain
@@ -20,15 +16,26 @@ from operator import itemgetter
 
 from prometheus_client import CollectorRegistry
 
-from hydrator.adapters.htcondor import Publisher, PublishReport
-from hydrator.adapters.sources import FetchContext, Source
-from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
-from hydrator.core.jobs import Annotator, JobsReport
-from hydrator.core.locality import PoolProbe, locality_report
+from hydrator.core.annotate import Annotator
+from hydrator.core.jobs import JobsReport
+from hydrator.core.locality import locality_report
 from hydrator.core.plan import Policy, plan_cycle
-from hydrator.core.queue import QueueReader, QueueSnapshot, idle_demand
+from hydrator.core.ports import (
+    Abandonable,
+    CountsCalls,
+    DefersChecks,
+    FetchContext,
+    PoolProbe,
+    Publisher,
+    PublishReport,
+    QueueReader,
+    ReusesAnswers,
+    Source,
+    StateStore,
+)
+from hydrator.core.queue import QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain, with_storage
 from hydrator.domain import (
@@ -43,6 +50,7 @@ from hydrator.domain import (
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
+from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
@@ -78,100 +86,6 @@ def render_ads(
         body = render_cron(view, attrs)
         ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
     return ads
-
-
-def _libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _libc()
-FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
-FEW_NEW_OBJECTS = 100_000  # a block that leaves fewer is collected at its end (~50 ms at most)
-
-
-class _Frozen:
-    """About how many tracked objects :func:`collector_paused` froze: counted exactly only at a
-    full collection (``gc.get_freeze_count()`` walks them all: 60 ms at a million replicas),
-    else grown by each block's net new objects. Frozen objects freed later lower a later
-    block's net count; where that count stopped at zero the sum runs high, which errs
-    towards collecting."""
-
-    objects = 0
-
-
-@contextmanager
-def collector_paused(full: bool = False) -> Iterator[None]:
-    """Run the block without garbage-collector passes, then collect its cyclic garbage once and
-    move every surviving object out of the collector's reach (``gc.freeze``).
-
-    The model a daemon holds (a million replicas, their names, the site views) lives for many
-    cycles and holds no reference cycles, yet the collector's passes over it while a cycle
-    allocated cost seconds per cycle and found nothing (issue 15). Frozen objects are still
-    freed by reference counting when a later cycle drops them; the one collection scans only
-    what is not frozen yet (the block's allocations). A cycle of objects that outlived a block
-    and was dropped later is not seen while frozen: with ``full`` (every
-    ``FULL_COLLECTION_EVERY`` cycles) everything is unfrozen and collected once.
-
-    A block that leaves at least ``FEW_NEW_OBJECTS`` new objects the collector tracks, and
-    more than were frozen before it, built most of the model (a startup that loads the state,
-    a first cycle): it is frozen without that collection, which would scan the whole new
-    model (1.6 s at a million replicas) to find a few hundred objects (a first cycle's,
-    ~25 kB: rucio-clients' configuration parsers); its cyclic garbage waits for the next
-    full collection."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        young = gc.get_count()[0]  # net new tracked objects since the last freeze
-        if full:
-            gc.unfreeze()
-            gc.collect()
-        elif young < FEW_NEW_OBJECTS or young <= _Frozen.objects:
-            gc.collect()
-        gc.freeze()
-        _Frozen.objects = gc.get_freeze_count() if full else _Frozen.objects + young
-        release_free_memory()
-
-
-def release_free_memory() -> None:
-    """Give the C allocator's free pages back to the system (glibc ``malloc_trim``; nothing
-    elsewhere). A cycle's transient buffers (answers of megabytes, parsed chunks) are freed in
-    the fetch thread's own malloc arena, which otherwise keeps them: at 100k replicas a third
-    of the process's resident memory (issue 15)."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-M_MMAP_THRESHOLD = -3  # glibc <malloc.h>
-MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial value, kept fixed
-M_ARENA_MAX = -8  # glibc <malloc.h>
-ARENAS = 1  # one malloc arena for every thread (glibc's default: 8 per core)
-
-
-def map_large_blocks() -> None:
-    """Keep glibc's mmap threshold at ``MMAP_THRESHOLD_BYTES`` (``mallopt(M_MMAP_THRESHOLD)``;
-    nothing elsewhere): a block that large which free heap space cannot serve gets a mapping
-    of its own, unmapped when freed, instead of growing the heap.
-
-    By default glibc raises that threshold each time such a block is freed, up to 32 MiB, and
-    the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
-    tables a cycle copies and drops (indexes, sets, answers, lists) then
-    grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
-    the peak RSS by 50-75 MiB (issue 15).
-
-    Also one arena for all threads (``mallopt(M_ARENA_MAX)``, as ``MALLOC_ARENA_MAX=1``
-    does): a source fetches in a thread of its own, whose arena would keep the cycle's freed
-    answers and parse buffers apart from the main one's free space until ``malloc_trim``.
-    Threads here take turns under the GIL, so they gain nothing from arenas of their own. At
-    a million replicas it lowered the peak after a restart by ~30 MiB (issue 15)."""
-    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
-        _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-        _LIBC.mallopt(M_ARENA_MAX, ARENAS)
 
 
 class Service:
@@ -505,20 +419,17 @@ class Service:
         return outcome
 
     def _record_source_counts(self, source: Source) -> None:
-        """Adapters that count their API requests expose ``calls_last_fetch``: an int, or a
-        mapping method -> count (Rucio); those with a per-cycle budget expose
-        ``deferred_last_fetch``, the checks left to later cycles, and those that reuse earlier
-        answers ``reused_last_fetch``. Optional, so none is part of the Source protocol."""
-        deferred = getattr(source, "deferred_last_fetch", None)
-        if isinstance(deferred, int):
-            self.metrics.source_deferred.labels(source.name).set(deferred)
-        reused = getattr(source, "reused_last_fetch", None)
-        if isinstance(reused, int):
-            self.metrics.source_reused.labels(source.name).set(reused)
-        calls = getattr(source, "calls_last_fetch", None)
-        if isinstance(calls, int):
-            calls = {"request": calls}
-        if isinstance(calls, Mapping):
+        """The numbers a source knows after its fetch, for those that have the optional
+        capabilities of :mod:`hydrator.core.ports` (:class:`CountsCalls`: one count, or one
+        per method; :class:`DefersChecks`; :class:`ReusesAnswers`)."""
+        if isinstance(source, DefersChecks):
+            self.metrics.source_deferred.labels(source.name).set(source.deferred_last_fetch)
+        if isinstance(source, ReusesAnswers):
+            self.metrics.source_reused.labels(source.name).set(source.reused_last_fetch)
+        if isinstance(source, CountsCalls):
+            calls = source.calls_last_fetch
+            if isinstance(calls, int):
+                calls = {"request": calls}
             for method, count in calls.items():
                 self.metrics.source_calls.labels(source.name, str(method)).inc(int(count))
 
@@ -573,10 +484,9 @@ class Service:
     def close(self) -> None:
         busy = set(self.busy_sources())  # closing under a running fetch could block on it
         closers = [(s.name, s.close) for s in self.sources if s.name not in busy]
-        for source in self.sources:  # ... unless its optional ``abandon`` ends it, not blocking
-            abandon = getattr(source, "abandon", None)
-            if source.name in busy and callable(abandon):
-                closers.append((source.name, abandon))
+        for source in self.sources:  # ... unless it is Abandonable: that ends it, not blocking
+            if source.name in busy and isinstance(source, Abandonable):
+                closers.append((source.name, source.abandon))
         closers += [(p.name, p.close) for p in self.publishers]
         if self.annotator is not None:
             closers.append(("job annotator", self.annotator.close))

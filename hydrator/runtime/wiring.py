@@ -1,6 +1,8 @@
 """Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`.
 
-Each adapter has one typed factory here, found through a mapping from its configuration type
+The one runtime module that imports ``hydrator.adapters`` (an import-linter contract says
+so): the rest of the runtime sees the ports of :mod:`hydrator.core.ports`. Each adapter has
+one typed factory here, found through a mapping from its configuration type
 (:data:`SOURCE_FACTORIES`); no adapter is found by a string. A factory imports its adapter
 module when called, so a static-only setup never imports rucio-clients or htcondor2.
 """
@@ -10,10 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hydrator.adapters.htcondor import Publisher
-from hydrator.adapters.sources import Source
+from hydrator.adapters.state import sqlite
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
 from hydrator.config import (
     ClassAdConfig,
@@ -21,12 +23,24 @@ from hydrator.config import (
     Config,
     DmapiSourceConfig,
     JobsConfig,
+    RucioEventsConfig,
     RucioSourceConfig,
     SourceConfig,
     StaticSourceConfig,
 )
-from hydrator.core.jobs import AnnotateSettings, Annotator, QueueAdapter
-from hydrator.core.locality import PoolProbe
+from hydrator.core.annotate import Annotator
+from hydrator.core.jobs import AnnotateSettings
+from hydrator.core.ports import (
+    EventListener,
+    EventSink,
+    PoolProbe,
+    Publisher,
+    QueueAdapter,
+    Source,
+    StateStore,
+)
+from hydrator.core.storage import Drain
+from hydrator.domain import Site
 from hydrator.errors import ConfigError, StateError
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
@@ -124,6 +138,33 @@ def build_annotator(config: Config, reader: CondorQueue | None = None) -> Annota
         max_edits=config.jobs.max_edits_per_cycle,
     )
     return Annotator(schedd_queues(config.jobs, config.collector, reader), settings)
+
+
+def state_store(path: Path, *, read_only: bool = False) -> StateStore:
+    """The state file at ``path`` without the writer's lock (``hydrator show`` reads it)."""
+    return SqliteStateStore(path, read_only=read_only)
+
+
+def set_drain(path: Path, drain: Drain) -> None:
+    """Save ``drain`` in the state file at ``path`` (``hydrator drain``); raises StateError."""
+    sqlite.set_drain(path, drain)
+
+
+def remove_drain(path: Path, site: Site, storage: str | None) -> int:
+    """Remove a drain from the state file (``hydrator undrain``): how many (0 or 1)."""
+    return sqlite.remove_drain(path, site, storage)
+
+
+def stated_storages(path: Path) -> set[tuple[str, str]]:
+    """(site, storage element) the sources' last good answers state, from ``path`` alone."""
+    return sqlite.stated_storages(path)
+
+
+def event_listener(config: RucioEventsConfig, source: str, sink: EventSink) -> EventListener:
+    """``[sources.events]``: the STOMP listener (imports stomp-py)."""
+    from hydrator.adapters.events import stomp_listener  # noqa: PLC0415  (lazy)
+
+    return stomp_listener.build(config, source, sink)
 
 
 def build_service(

@@ -24,7 +24,7 @@ from hydrator.domain import Site
 from hydrator.runtime.events import FullReadGate, start_events
 from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import build_service
+from hydrator.runtime.wiring import build_service, event_listener
 from tests.support.activemq import DESTINATION, Broker
 from tests.support.hermes import Hermes
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
@@ -94,7 +94,7 @@ def daemon(
     src = rucio_admin.rse(f"SITE-SRC-{tag}", attributes=attrs)
     config = daemon_config(rucio_server, running_activemq, tmp_path, tag)
     service = build_service(config)
-    gate = start_events(config, service)
+    gate = start_events(config, service, event_listener)
     assert gate is not None
     try:
         made = EventService(service, gate, site, dst, src, rucio_admin.scope())

@@ -18,7 +18,6 @@ import classad2
 import htcondor2
 import pytest
 
-from hydrator.adapters.htcondor import PublishReport
 from hydrator.adapters.htcondor.collector import (
     MERGED_ATTRIBUTE,
     SITE_AD_TYPE,
@@ -26,6 +25,7 @@ from hydrator.adapters.htcondor.collector import (
     build,
 )
 from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.ports import PublishReport
 from hydrator.core.render import site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.static import StaticSource
+from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, InvalidNameError, check_site
 from hydrator.runtime.cli import main
 

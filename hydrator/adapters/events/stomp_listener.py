@@ -33,7 +33,6 @@ import stomp
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from stomp.exception import StompException
 
-from hydrator.adapters.events import EventSink
 from hydrator.config import RucioEventsConfig
 from hydrator.core.events import (
     KNOWN_TYPES,
@@ -44,6 +43,7 @@ from hydrator.core.events import (
     dataset_or_none,
     message_key,
 )
+from hydrator.core.ports import EventSink
 from hydrator.errors import SourceError
 from hydrator.redact import read_secret, redact
 

@@ -63,10 +63,10 @@ from typing import Any, TypeVar
 import classad2
 import htcondor2
 
-from hydrator.adapters.htcondor import PublishReport
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
 from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.ports import PublishReport
 from hydrator.core.render import published_updated, site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError

@@ -6,7 +6,7 @@ Jobs declare their data in ``RequiredDatasets``, a ClassAd list of ``scope:name`
 (``+RequiredDatasets = {"ska:obs_1","ska:obs_2"}``); a comma- or space-separated string is
 accepted too, as some submit tools can only set strings.
 
-:class:`CondorQueue` is the :class:`~hydrator.core.queue.QueueReader`: once per cycle it asks
+:class:`CondorQueue` is the :class:`~hydrator.core.ports.QueueReader`: once per cycle it asks
 each schedd one query for the union of what the demand, the matchmaking probe and job
 annotation need (constraints ORed, projections joined; :mod:`hydrator.core.queue` takes each
 one's part). Whether a job matches ``[jobs] constraint`` is evaluated here, on the job's
@@ -192,7 +192,7 @@ def _own_attributes(refs: Iterable[str]) -> list[str]:
 
 
 class CondorQueue:
-    """:class:`~hydrator.core.queue.QueueReader` over one pool's schedds (see the module doc).
+    """:class:`~hydrator.core.ports.QueueReader` over one pool's schedds (see the module doc).
 
     ``names``: the schedds annotation covers (``[jobs] schedds``; empty: every one)."""
 
@@ -316,7 +316,7 @@ def slot_site(site_of: Mapping[str, Site], slot_name: str) -> Site | None:
 
 
 class CondorPoolProbe:
-    """:class:`~hydrator.core.locality.PoolProbe` over a pool's collector (slots) and the
+    """:class:`~hydrator.core.ports.PoolProbe` over a pool's collector (slots) and the
     cycle's queue snapshot (jobs)."""
 
     def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:

@@ -1,6 +1,7 @@
 """Read and edit idle jobs on the schedds (the one module that edits jobs with htcondor2).
 
-:class:`ScheddJobs` is the :class:`~hydrator.core.jobs.QueueAdapter` of :mod:`hydrator.core.jobs`:
+:class:`ScheddJobs` is the :class:`~hydrator.core.ports.QueueAdapter` of
+:mod:`hydrator.core.annotate`:
 
 * **read**: the annotation's part (:func:`~hydrator.core.jobs.annotation_reads`) of a
   :class:`~hydrator.adapters.htcondor.condor_queue.CondorQueue` read, the one queue read of a

@@ -1,4 +1,5 @@
-"""Catalogue sources: each turns one external system into a :class:`~hydrator.domain.Snapshot`.
+"""Catalogue sources: each turns one external system into a :class:`~hydrator.domain.Snapshot`,
+behind the :class:`~hydrator.core.ports.Source` port.
 
 A source is one adapter module (``static``, ``rucio``, ``dmapi``); only that module imports its
 library. It raises :class:`~hydrator.errors.TransientSourceError` or
@@ -13,53 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Protocol
 
-from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
+from hydrator.domain import InvalidNameError, Site, check_site
 
 MAX_REMEMBERED_PROBLEMS = 10_000
-
-
-@dataclass(frozen=True)
-class FetchContext:
-    """What a source may use in one cycle.
-
-    ``now`` is the cycle's start (UTC). ``wanted`` counts, per dataset, the queued jobs that
-    declare it in ``RequiredDatasets`` (empty when no demand provider is configured).
-    ``previous`` maps a source's name to the replicas of its last good answer as the daemon
-    holds them (loaded from the state after a restart; absent or empty when there are none).
-    Read-only: a source that has no answer of its own to compare with (its first fetch, or the
-    one after a failure) may return these very objects for the pairs whose replica is equal,
-    so that the daemon holds one object per replica instead of a loaded and a fetched one.
-    ``drains`` are the operator's (``hydrator drain``): a source that knows storage elements
-    treats a drained one as unavailable while the drain is active
-    (:func:`hydrator.core.storage.judge`).
-    """
-
-    now: datetime
-    wanted: Mapping[DatasetId, int] = field(default_factory=dict)
-    previous: Mapping[str, AbstractSet[Replica]] = field(default_factory=dict)
-    drains: Sequence[Drain] = ()
-
-
-class Source(Protocol):
-    """A catalogue adapter."""
-
-    @property
-    def name(self) -> str: ...
-
-    def fetch(self, context: FetchContext) -> Snapshot:
-        """Answer for this cycle, or raise a SourceError subclass."""
-        ...
-
-    def close(self) -> None:
-        """Release connections; called once at shutdown."""
-        ...
 
 
 def site_or_none(name: object) -> Site | None:

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
+from hydrator.adapters.sources import OnceLog, site_or_none
 from hydrator.adapters.sources._http import Answer, HttpClient, RetryPolicy, Run
 from hydrator.adapters.sources._site_capabilities import (
     NODES_QUERY,
@@ -79,6 +79,7 @@ from hydrator.adapters.sources._site_capabilities import (
     storage_statements,
 )
 from hydrator.config import DmapiSourceConfig
+from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Statement, judge
 from hydrator.domain import (
     DatasetId,

@@ -43,8 +43,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydrator.adapters.sources import FetchContext, OnceLog, site_or_none
+from hydrator.adapters.sources import OnceLog, site_or_none
 from hydrator.config import StaticSourceConfig
+from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Statement, judge
 from hydrator.domain import (
     STORAGE_PATTERN,

@@ -79,7 +79,7 @@ from datetime import UTC, datetime
 from itertools import chain, filterfalse, islice, repeat
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.core.storage import Drain, clean_text
@@ -146,26 +146,6 @@ _VERSION_TABLES = {
 WHAT_TO_DO = "move it away (keep it to inspect) or start `hydrator run|once --reset-state`"
 
 
-class StateStore(Protocol):
-    def load(self) -> State: ...
-
-    @property
-    def rejected_rows(self) -> Mapping[str, int]:
-        """Rows the last :meth:`load` ignored as invalid, by table (every table listed)."""
-        ...
-
-    def save(self, plan: Plan) -> int:
-        """Persist the plan's state in one transaction (the first-seen time of the pairs it
-        adds: ``plan.now``); return the number of rows written."""
-        ...
-
-    def drains(self) -> list[Drain]:
-        """The operator's drains (``hydrator drain``), read at the start of every cycle."""
-        ...
-
-    def close(self) -> None: ...
-
-
 def _epoch(when: datetime | None) -> float | None:
     return None if when is None else when.timestamp()
 
@@ -221,7 +201,8 @@ def reset_state(path: Path, now: datetime) -> Path | None:
 
 
 class SqliteStateStore:
-    """:class:`StateStore` on a SQLite file; the parent directory must exist and be writable.
+    """:class:`~hydrator.core.ports.StateStore` on a SQLite file; the parent directory must
+    exist and be writable.
 
     ``read_only``: opened with ``mode=ro`` (a missing file loads as an empty state and is not
     created; :meth:`save` raises). ``lock``: the writer's :class:`StateLock`, released by

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources._http import parse_retry_after
+from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.logs import setup_logging
@@ -626,7 +626,7 @@ def test_an_answer_over_max_answer_bytes_fails_the_source(
 CHILD = """
 import json, sys
 from datetime import UTC, datetime
-from hydrator.adapters.sources import FetchContext
+from hydrator.core.ports import FetchContext
 from hydrator.adapters.sources.dmapi import DmapiSource
 from hydrator.config import DmapiSourceConfig
 from hydrator.errors import SourceError

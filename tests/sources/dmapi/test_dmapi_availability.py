@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import requests
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site, Snapshot, State, StorageStatus
 from tests.sources.dmapi.conftest import MakeSource

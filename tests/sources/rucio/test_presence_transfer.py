@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
+from hydrator.core.ports import FetchContext
 from hydrator.domain import ReplicaState, Site, Transfer
 from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service

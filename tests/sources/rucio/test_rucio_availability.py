@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
+from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.runtime.cli import main as cli_main

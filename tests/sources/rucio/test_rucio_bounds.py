@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import RucioSourceConfig, parse_config
+from hydrator.core.ports import FetchContext
 from hydrator.domain import Snapshot
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
 from hydrator.runtime.wiring import build_service

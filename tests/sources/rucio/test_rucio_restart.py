@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
+from hydrator.core.ports import FetchContext
 from hydrator.domain import Replica, ReplicaState, Transfer
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
+from hydrator.core.ports import FetchContext
 from hydrator.domain import ReplicaState, Transfer
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
 

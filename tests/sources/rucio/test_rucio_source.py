@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import RucioSourceConfig
+from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ReplicaState, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from tests.support.rucio_server import (

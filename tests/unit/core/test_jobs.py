@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
+from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import (
     AnnotateSettings,
     Annotation,
-    Annotator,
     GroupEdit,
     JobField,
     QueuedJob,

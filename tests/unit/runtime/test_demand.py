@@ -11,7 +11,8 @@ import pytest
 import requests
 
 from hydrator.config import parse_config
-from hydrator.core.jobs import AnnotateSettings, Annotator, QueuedJob, ScheddFailure, ScheddQueue
+from hydrator.core.annotate import Annotator
+from hydrator.core.jobs import AnnotateSettings, QueuedJob, ScheddFailure, ScheddQueue
 from hydrator.errors import ConfigError
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.report import cycle_json

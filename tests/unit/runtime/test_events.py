@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.state.sqlite import SqliteStateStore, remove_drain, set_drain
 from hydrator.config import RucioEventsConfig, parse_config
 from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
+from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, Snapshot
 from hydrator.errors import TransientSourceError

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.htcondor import PublishReport
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
+from hydrator.core.ports import FetchContext, PublishReport
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
 from hydrator.runtime.service import Service
@@ -409,7 +408,7 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
 
 _MALLOC_PROBE = """
 import ctypes
-from hydrator.runtime.service import map_large_blocks
+from hydrator.runtime.memory import map_large_blocks
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -448,7 +447,7 @@ def test_a_large_block_is_mapped_even_after_a_larger_one_was_freed() -> None:
 
 _ARENA_PROBE = """
 import ctypes, threading
-from hydrator.runtime.service import map_large_blocks
+from hydrator.runtime.memory import map_large_blocks
 
 if MAP:
     map_large_blocks()
@@ -480,7 +479,7 @@ def test_a_fetch_thread_allocates_from_the_main_arena() -> None:
 _COLLECTION_PROBE = """
 import gc
 import weakref
-from hydrator.runtime.service import FEW_NEW_OBJECTS, collector_paused
+from hydrator.runtime.memory import FEW_NEW_OBJECTS, collector_paused
 
 class Node:
     pass

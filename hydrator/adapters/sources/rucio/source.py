@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar, cast
 
-from hydrator.adapters.sources import FetchContext, OnceLog
+from hydrator.adapters.sources import OnceLog
 from hydrator.adapters.sources.rucio.answer import Plain, Reuse, complete, held_ids, record
 from hydrator.adapters.sources.rucio.badlist import BadReplicas
 from hydrator.adapters.sources.rucio.book import (
@@ -99,6 +99,7 @@ from hydrator.adapters.sources.rucio.sites import SiteMap
 from hydrator.adapters.sources.rucio.targeted import parent_datasets, read_datasets
 from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
+from hydrator.core.ports import FetchContext
 from hydrator.core.presence import Wait, says_complete, settled, towards
 from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
 from hydrator.errors import PermanentSourceError

@@ -21,11 +21,11 @@ from urllib.parse import parse_qs, unquote, unquote_plus, urlparse
 import pytest
 import requests
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.adapters.sources.rucio.listing import line_blocks
 from hydrator.adapters.sources.rucio.source import BULK_SHARE
 from hydrator.config import RucioSourceConfig
+from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import TransientSourceError
 

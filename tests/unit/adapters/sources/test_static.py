@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources import FetchContext
 from hydrator.adapters.sources.static import StaticSource
+from hydrator.core.ports import FetchContext
 from hydrator.domain import ReplicaState, Transfer
 from hydrator.errors import PermanentSourceError, TransientSourceError
 
