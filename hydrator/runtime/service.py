@@ -11,13 +11,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from itertools import chain
-from operator import itemgetter
 
 from prometheus_client import CollectorRegistry
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
-from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
+from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
+from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
@@ -128,7 +127,7 @@ class Service:
             stuck=config.classad.advertise_stuck,
         )
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
-        self._advertised: dict[Site, _AdvertiseMemo] = {}  # last cycle's, per site
+        self._advertised: dict[Site, AdvertiseMemo] = {}  # last cycle's, per site
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self._fetches = FetchThreads(self._deadline_s, self.stop_event)
@@ -338,55 +337,36 @@ class Service:
                 advertised[site] = known.stamped(view)
                 continue
             advertised[site] = advertise(view, wanted, policy, size)
-            memo[site] = _AdvertiseMemo(contents[site], view, demand, advertised[site])
+            memo[site] = AdvertiseMemo(contents[site], view, demand, advertised[site])
         for site in memo.keys() - plan.sites.keys():
             del memo[site]
         self._warn_over_size(advertised)
         return advertised
 
     def _ad_size(self, view: SiteView) -> int:
-        """Bytes of ``view``'s ad as the hook gets it, or a bound on the same side of
-        ``max_ad_bytes`` (all :func:`advertise` compares it with): the published body when the
-        lists are unchanged; else bounds from the names over the empty ad (each name costs its
-        length and two quotes, plus at most a comma; so at least ``MIN_NAME_BYTES``, which
-        settles a long list at once); a rendering only between the bounds."""
+        """:func:`~hydrator.core.adsize.ad_size`, or the published body's length when the
+        site's lists are unchanged."""
         old = self.published.ads.get(view.site)
         if old is not None and old.view.digest == view.digest:
             return len(old.body)
-        attrs = self.config.classad
-        empty = replace(view, available=(), partial=(), replicating=())
-        first = itemgetter(0)
-        names = chain(view.available, map(first, view.partial), map(first, view.replicating))
-        count = len(view.available) + len(view.partial) + len(view.replicating)
-        limit = self.advertise_policy.max_ad_bytes
-        if MIN_NAME_BYTES * count > limit:  # too many names to fit, whatever their length
-            return MIN_NAME_BYTES * count
-        # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
-        text = sum(map(len, map(":".join, names))) + 2 * count
-        lower = len(render_cron(empty, attrs).encode("utf-8")) + text
-        upper = lower + count
-        if upper <= limit:
-            return upper
-        if lower > limit:
-            return lower
-        return len(render_cron(view, attrs).encode("utf-8"))
+        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes)
 
     def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
         """One warning when a site's ad starts being cut to fit, one line when it fits again."""
-        over = frozenset(site for site, a in advertised.items() if a.over_size)
+        news = over_size_news(self._over_size, advertised)
         limit = self.advertise_policy.max_ad_bytes
-        for site in sorted(over - self._over_size):
+        for site, left_out in news.started:
             log.warning(
                 "site %s: its ad would exceed [classad] max_ad_bytes = %d; leaving out %d "
                 "dataset(s), least demanded first (hydrator_datasets_unadvertised"
                 '{reason="over_size"}); /v1/sites still lists them all',
                 site,
                 limit,
-                advertised[site].over_size,
+                left_out,
             )
-        for site in sorted(self._over_size - over):
+        for site in news.ended:
             log.info("site %s: its ad fits max_ad_bytes = %d again", site, limit)
-        self._over_size = over
+        self._over_size = news.over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         """Every source fetched at once, each awaited up to its ``deadline_s`` (issue 26):
@@ -496,49 +476,6 @@ class Service:
             except Exception:  # closing is best effort at shutdown; say what failed
                 log.exception("closing %s failed", name)
         self.store.close()
-
-
-class _AdvertiseMemo:
-    """A site's :func:`advertise` answer, reused while its inputs are the same: the same
-    unstamped view object (the core hands on an unchanged site's view as is), the same
-    demand, the same storage statuses and reasons (issue 24), and an ``updated`` time of the
-    same width in the ad (the size checks see the rendered ad). Everything else
-    :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
-    view (the held replicas of its site). Saves
-    re-rendering over-size ads each cycle to find how much fits."""
-
-    __slots__ = ("advertised", "contents", "stamp_width", "stated", "wanted")
-
-    def __init__(
-        self,
-        contents: SiteView,
-        view: SiteView,
-        wanted: dict[DatasetId, int],
-        advertised: Advertised,
-    ) -> None:
-        self.contents = contents  # held, so that an identity test is sound
-        self.stamp_width = _stamp_width(view)
-        self.wanted = wanted
-        self.advertised = advertised
-        self.stated = (view.storages, view.unavailable)  # storage and drains (issue 24)
-
-    def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
-        return (
-            contents is self.contents
-            and _stamp_width(view) == self.stamp_width
-            and wanted == self.wanted
-            and (view.storages, view.unavailable) == self.stated
-        )
-
-    def stamped(self, view: SiteView) -> Advertised:
-        """The remembered answer for the (equal) ``view`` with its ``updated`` time."""
-        known = self.advertised
-        return replace(known, view=replace(known.view, updated=view.updated))
-
-
-def _stamp_width(view: SiteView) -> int:
-    """Characters the ``updated`` time takes in an ad (0: none)."""
-    return 0 if view.updated is None else len(str(int(view.updated.timestamp())))
 
 
 def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:

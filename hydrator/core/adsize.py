@@ -1,0 +1,106 @@
+"""How big a site's ad is, and what is kept of cutting it to size between cycles (pure).
+
+:func:`advertise` (:mod:`.advertise`) cuts a view to ``[classad] max_ad_bytes`` by asking a
+``size`` function; :func:`ad_size` is the one the daemon gives it (cheap bounds from the names,
+a rendering only between them). :class:`AdvertiseMemo` remembers a site's answer while its
+inputs are the same, and :func:`over_size_news` says which sites started or stopped being cut
+(the daemon logs each change once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from itertools import chain
+from operator import itemgetter
+
+from hydrator.config import ClassAdConfig
+from hydrator.core.advertise import MIN_NAME_BYTES, Advertised
+from hydrator.core.render import render_cron
+from hydrator.domain import DatasetId, Site, SiteView
+
+_first = itemgetter(0)
+
+
+def ad_size(view: SiteView, attrs: ClassAdConfig, max_ad_bytes: int) -> int:
+    """Bytes of ``view``'s ad as the hook gets it (:func:`~hydrator.core.render.render_cron`),
+    or a bound on the same side of ``max_ad_bytes`` (all :func:`advertise` compares it with):
+    bounds from the names over the empty ad (each name costs its length and two quotes, plus
+    at most a comma; so at least ``MIN_NAME_BYTES``, which settles a long list at once); a
+    rendering only between the bounds."""
+    count = len(view.available) + len(view.partial) + len(view.replicating)
+    if MIN_NAME_BYTES * count > max_ad_bytes:  # too many names to fit, whatever their length
+        return MIN_NAME_BYTES * count
+    empty = replace(view, available=(), partial=(), replicating=())
+    names = chain(view.available, map(_first, view.partial), map(_first, view.replicating))
+    # len("scope:name") + 2 quotes per name, summed in C (DatasetId is the tuple)
+    text = sum(map(len, map(":".join, names))) + 2 * count
+    lower = len(render_cron(empty, attrs).encode("utf-8")) + text
+    upper = lower + count
+    if upper <= max_ad_bytes:
+        return upper
+    if lower > max_ad_bytes:
+        return lower
+    return len(render_cron(view, attrs).encode("utf-8"))
+
+
+def stamp_width(view: SiteView) -> int:
+    """Characters the ``updated`` time takes in an ad (0: none)."""
+    return 0 if view.updated is None else len(str(int(view.updated.timestamp())))
+
+
+class AdvertiseMemo:
+    """A site's :func:`advertise` answer, reused while its inputs are the same: the same
+    unstamped view object (the core hands on an unchanged site's view as is), the same
+    demand, the same storage statuses and reasons (issue 24), and an ``updated`` time of the
+    same width in the ad (the size checks see the rendered ad). Everything else
+    :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
+    view (the held replicas of its site). Saves re-rendering over-size ads each cycle to find
+    how much fits."""
+
+    __slots__ = ("advertised", "contents", "stamp_width", "stated", "wanted")
+
+    def __init__(
+        self,
+        contents: SiteView,
+        view: SiteView,
+        wanted: dict[DatasetId, int],
+        advertised: Advertised,
+    ) -> None:
+        self.contents = contents  # held, so that an identity test is sound
+        self.stamp_width = stamp_width(view)
+        self.wanted = wanted
+        self.advertised = advertised
+        self.stated = (view.storages, view.unavailable)  # storage and drains (issue 24)
+
+    def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
+        """The remembered answer holds for ``view`` (whose unstamped contents are
+        ``contents``) under the demand ``wanted``."""
+        return (
+            contents is self.contents
+            and stamp_width(view) == self.stamp_width
+            and wanted == self.wanted
+            and (view.storages, view.unavailable) == self.stated
+        )
+
+    def stamped(self, view: SiteView) -> Advertised:
+        """The remembered answer for the (equal) ``view`` with its ``updated`` time."""
+        known = self.advertised
+        return replace(known, view=replace(known.view, updated=view.updated))
+
+
+@dataclass(frozen=True)
+class OverSizeNews:
+    """Sites whose ads are cut to fit now (``over``), those newly cut (``started``, with how
+    many datasets each leaves out) and those that fit again (``ended``), both by name."""
+
+    over: frozenset[Site]
+    started: tuple[tuple[Site, int], ...]
+    ended: tuple[Site, ...]
+
+
+def over_size_news(before: frozenset[Site], advertised: Mapping[Site, Advertised]) -> OverSizeNews:
+    """Compare the sites cut to fit ``before`` with this cycle's ``advertised``."""
+    over = frozenset(site for site, a in advertised.items() if a.over_size)
+    started = tuple((site, advertised[site].over_size) for site in sorted(over - before))
+    return OverSizeNews(over, started, tuple(sorted(before - over)))
