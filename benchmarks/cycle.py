@@ -112,7 +112,7 @@ from hydrator.domain import Snapshot
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import build_source
+from hydrator.runtime.wiring import assemble, build_source
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
@@ -333,7 +333,7 @@ class TimedService:
         source.fetch = timed(clock, "fetch_parse", source.fetch)  # type: ignore[method-assign]
         publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)  # type: ignore[arg-type]
         publisher.publish = timed(clock, "publish", publisher.publish)  # type: ignore[method-assign]
-        self.service = Service(
+        self.service = assemble(
             cfg,
             sources=[source],
             store=store,

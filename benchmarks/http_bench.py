@@ -85,12 +85,12 @@ def serve(db: Path, busy_replicas: int = 0, max_age_s: int = 60) -> None:
     from hydrator.adapters.state.sqlite import SqliteStateStore
     from hydrator.config import Config, HttpConfig
     from hydrator.runtime.http import HttpEndpoint
-    from hydrator.runtime.service import Service
+    from hydrator.runtime.wiring import assemble
 
     config = Config.model_validate(
         {"daemon": {"state_path": db}, "sources": [{"type": "static", "path": "unused.toml"}]}
     )
-    service = Service(config, sources=[], store=SqliteStateStore(db))
+    service = assemble(config, sources=[], store=SqliteStateStore(db))
     http = HttpConfig(listen="127.0.0.1:0", max_age_s=max_age_s)
     endpoint = HttpEndpoint(service, http, wedged_after_s=3600)
     endpoint.start()

@@ -9,10 +9,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-
-from prometheus_client import CollectorRegistry
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
@@ -36,7 +34,7 @@ from hydrator.core.ports import (
 )
 from hydrator.core.queue import QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
-from hydrator.core.storage import Drain, with_storage
+from hydrator.core.storage import Drain
 from hydrator.domain import (
     DatasetId,
     Plan,
@@ -49,7 +47,7 @@ from hydrator.domain import (
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
-from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused, map_large_blocks
+from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
@@ -87,17 +85,32 @@ def render_ads(
     return ads
 
 
+@dataclass(frozen=True)
+class Startup:
+    """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
+    saved state, what it serves before its first cycle, and the operator's drains as read
+    (empty when they could not be; the next cycle reads them again)."""
+
+    state: State
+    published: Published
+    drains: Sequence[Drain] = ()
+
+
 class Service:
-    """Sequences one cycle; owns the stop event and the state between cycles."""
+    """Sequences one cycle; owns the stop event and the state between cycles. Built by
+    :mod:`hydrator.runtime.wiring` (``assemble``), which makes every part it is given."""
 
     def __init__(
         self,
         config: Config,
+        startup: Startup,
         *,
         sources: Sequence[Source],
         store: StateStore,
+        policy: Policy,
+        advertise_policy: AdvertisePolicy,
+        metrics: Metrics,
         publishers: Sequence[Publisher] = (),
-        metrics: Metrics | None = None,
         demand: Demand | None = None,
         probe: PoolProbe | None = None,
         annotator: Annotator | None = None,
@@ -111,36 +124,24 @@ class Service:
         self.sources = list(sources)
         self.store = store
         self.publishers = list(publishers)
-        self.metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
+        self.metrics = metrics
         self.demand = demand
         self.probe = probe
         self.annotator = annotator
         self.queue = queue
         self.clock = clock
-        self.policy = Policy(**config.safety.model_dump())
-        self._drains: Sequence[Drain] = ()  # the operator's, as last read
+        self.policy = policy
+        self.advertise_policy = advertise_policy
+        self._state = startup.state
+        self.published = startup.published
+        self._drains: Sequence[Drain] = startup.drains  # the operator's, as last read
         self._drains_read: frozenset[Drain] | None = None  # active in the last full read
-        self.advertise_policy = AdvertisePolicy(
-            demand_only=config.classad.advertise == "demand",
-            max_datasets_per_site=config.classad.max_datasets_per_site,
-            max_ad_bytes=config.classad.max_ad_bytes,
-            stuck=config.classad.advertise_stuck,
-        )
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._advertised: dict[Site, AdvertiseMemo] = {}  # last cycle's, per site
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self.stop_event = threading.Event()
         self._fetches = FetchThreads(self._deadline_s, self.stop_event)
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
-        map_large_blocks()
-        with collector_paused():
-            self._state = store.load()
-            self.published = Published()  # empty, for _ad_size while the startup views are cut
-            for table, count in store.rejected_rows.items():
-                self.metrics.state_rejected_rows.labels(table).set(count)
-            views = self._startup_views()
-            full = self._state.stamped_views() if views else {}
-            self.published = Published(render_ads(views, config.classad), views=full)
         self._cycles = 0
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
@@ -148,7 +149,8 @@ class Service:
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
-        :attr:`ready` and :attr:`last_cycle_end` say what the cycle did; its errors are logged."""
+        :meth:`readiness` and :attr:`last_cycle_end` say what the cycle did; its errors are
+        logged."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Callable[[], None]) -> None:
@@ -203,23 +205,6 @@ class Service:
                 listener()
             except Exception:  # a listener's bug must not end the daemon's cycles
                 log.exception("after-cycle listener %r failed", listener)
-
-    def _startup_views(self) -> dict[Site, SiteView]:
-        """What to serve from the saved state before the first cycle: nothing in demand mode
-        (the demand is not known yet; hooks keep their last good copy); else the saved views
-        with the saved storage statuses and the drains in effect (a drained site must not
-        be advertised again by a restart)."""
-        if self.advertise_policy.demand_only:
-            return {}
-        policy, size = self.advertise_policy, self._ad_size
-        now = self.clock()
-        views = with_storage(
-            self._state.stamped_views(),
-            [s for name in sorted(self._state.sources) for s in self._state.sources[name].storages],
-            self._read_drains(now),
-            now,
-        )
-        return {s: advertise(v, {}, policy, size).view for s, v in views.items()}
 
     def _cycle(
         self, started: datetime, t0: float, dry_run: bool, planner: Planner | None

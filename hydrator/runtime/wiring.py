@@ -9,11 +9,14 @@ module when called, so a static-only setup never imports rucio-clients or htcond
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
 
 from hydrator.adapters.state import sqlite
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
@@ -28,26 +31,34 @@ from hydrator.config import (
     SourceConfig,
     StaticSourceConfig,
 )
+from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import AnnotateSettings
+from hydrator.core.plan import Policy
 from hydrator.core.ports import (
     EventListener,
     EventSink,
     PoolProbe,
     Publisher,
     QueueAdapter,
+    QueueReader,
     Source,
     StateStore,
 )
+from hydrator.core.startup import startup_views
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
-from hydrator.errors import ConfigError, StateError
+from hydrator.errors import ConfigError, HydratorError, StateError
+from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.service import Service
+from hydrator.runtime.outcome import Published
+from hydrator.runtime.service import Demand, Service, Startup, render_ads, utcnow
 
 if TYPE_CHECKING:
     from hydrator.adapters.htcondor.collector import CollectorPublisher
     from hydrator.adapters.htcondor.condor_queue import CondorQueue
+
+log = logging.getLogger(__name__)
 
 
 def static_source(config: StaticSourceConfig, sites: Mapping[str, str]) -> Source:
@@ -167,6 +178,78 @@ def event_listener(config: RucioEventsConfig, source: str, sink: EventSink) -> E
     return stomp_listener.build(config, source, sink)
 
 
+def assemble(
+    config: Config,
+    *,
+    sources: Sequence[Source],
+    store: StateStore,
+    publishers: Sequence[Publisher] = (),
+    metrics: Metrics | None = None,
+    demand: Demand | None = None,
+    probe: PoolProbe | None = None,
+    annotator: Annotator | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    queue: QueueReader | None = None,
+) -> Service:
+    """A :class:`Service` over the given parts, with its policies from ``config`` and its
+    :class:`Startup` loaded from ``store`` (garbage collection paused and the model frozen
+    after, glibc's allocator tuned first: :mod:`.memory`). ``demand``, when given, answers
+    the demand in place of ``queue``."""
+    metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
+    advertise_policy = AdvertisePolicy(
+        demand_only=config.classad.advertise == "demand",
+        max_datasets_per_site=config.classad.max_datasets_per_site,
+        max_ad_bytes=config.classad.max_ad_bytes,
+        stuck=config.classad.advertise_stuck,
+    )
+    map_large_blocks()
+    with collector_paused():
+        startup = load_startup(config, store, metrics, advertise_policy, clock())
+    return Service(
+        config,
+        startup,
+        sources=sources,
+        store=store,
+        policy=Policy(**config.safety.model_dump()),
+        advertise_policy=advertise_policy,
+        metrics=metrics,
+        publishers=publishers,
+        demand=demand,
+        probe=probe,
+        annotator=annotator,
+        clock=clock,
+        queue=queue,
+    )
+
+
+def load_startup(
+    config: Config,
+    store: StateStore,
+    metrics: Metrics,
+    policy: AdvertisePolicy,
+    now: datetime,
+) -> Startup:
+    """The saved state (its rejected rows counted), the drains (on a failed read none, with
+    a warning: the first cycle reads them again) and the ads served until the first cycle
+    (:func:`~hydrator.core.startup.startup_views`)."""
+    state = store.load()
+    for table, count in store.rejected_rows.items():
+        metrics.state_rejected_rows.labels(table).set(count)
+    drains: Sequence[Drain] = ()
+    if not policy.demand_only:  # only the startup views read them before the first cycle
+        try:
+            drains = store.drains()
+        except HydratorError as exc:
+            log.warning("cannot read the drains, using the previous ones: %s", exc)
+        active = [d for d in drains if d.active(now)]
+        metrics.set_drains((d.site, d.storage or "") for d in active)
+        views = startup_views(state, active, now, policy, config.classad)
+    else:
+        views = {}
+    full = state.stamped_views() if views else {}
+    return Startup(state, Published(render_ads(views, config.classad), views=full), drains)
+
+
 def build_service(
     config: Config,
     metrics: Metrics | None = None,
@@ -216,7 +299,7 @@ def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -
         )
     # the CondorPoolProbe (slots) and the shared queue read feed the matchmaking metrics
     probe = pool_probe if config.collector.locality_metrics else None
-    return Service(
+    return assemble(
         config,
         sources=sources,
         store=store,

@@ -25,6 +25,7 @@ from hydrator.runtime.events import EventCycles, FullReadGate
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import assemble
 from tests.unit.factories import rep
 
 
@@ -93,7 +94,7 @@ def setup(tmp_path: Path) -> Any:
     )
     catalogue = Catalogue(rep("A", "obs1"))
     metrics = Metrics(CollectorRegistry())
-    service = Service(
+    service = assemble(
         config,
         sources=[catalogue],
         store=SqliteStateStore(tmp_path / "s.sqlite"),

@@ -20,6 +20,7 @@ from hydrator.core.ports import FetchContext, PublishReport
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
 from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import assemble
 from tests.unit.factories import t
 
 
@@ -83,7 +84,7 @@ def clock() -> Iterator[object]:
 def make(
     config: Config, sources: list[object], clock: object, publishers: list[object] = ()
 ) -> Service:  # type: ignore[assignment]
-    return Service(
+    return assemble(
         config,
         sources=sources,  # type: ignore[arg-type]
         store=SqliteStateStore(config.daemon.state_path),
@@ -240,7 +241,7 @@ class Probe:
 
 
 def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: object) -> None:
-    service = Service(
+    service = assemble(
         config,
         sources=[Scripted("s", [good(config), good(config)])],  # type: ignore[list-item]
         store=SqliteStateStore(config.daemon.state_path),
@@ -310,7 +311,7 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
         return answer  # type: ignore[return-value]
 
     source = StaticSource("static", tmp_path / "inv.toml", {})
-    service = Service(
+    service = assemble(
         config,
         sources=[source],
         store=SqliteStateStore(config.daemon.state_path),
@@ -326,7 +327,7 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
     assert [str(d) for d in service.published.ads[Site("A")].view.available] == ["ska:x"]
     service.close()
 
-    restarted = Service(
+    restarted = assemble(
         config, sources=[source], store=SqliteStateStore(config.daemon.state_path), demand=demand
     )
     assert restarted.published.ads == {}, "a restart in demand mode waits for the queues"
@@ -368,7 +369,7 @@ def test_an_unchanged_over_size_site_is_cut_again_by_this_cycles_demand_and_time
     big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
     last = DatasetId("ska", f"observation_01999_{'x' * 40}")  # sorts last: cut without demand
     answers: list[dict[DatasetId, int]] = [{}, {}, {last: 3}, {last: 3}]
-    service = Service(
+    service = assemble(
         config,
         sources=[Scripted("s", [big] * 4)],
         store=SqliteStateStore(config.daemon.state_path),

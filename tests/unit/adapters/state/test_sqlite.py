@@ -35,7 +35,7 @@ from hydrator.domain import (
 )
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
-from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import assemble
 from tests.support.state_files import old_state_config
 from tests.unit.factories import by_key, fail, flat, rep, snap, t
 
@@ -206,7 +206,7 @@ def test_invalid_rows_are_counted_and_left_out(
 
 def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
     from hydrator.config import parse_config
-    from hydrator.runtime.service import Service
+    from hydrator.runtime.wiring import assemble
 
     path = tmp_path / "s.sqlite"
     _saved(path)
@@ -216,7 +216,7 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
         {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
         tmp_path,
     )
-    service = Service(config, sources=[], store=SqliteStateStore(path, read_only=True))
+    service = assemble(config, sources=[], store=SqliteStateStore(path, read_only=True))
     sample = service.metrics.registry.get_sample_value
     assert sample("hydrator_state_rejected_rows", {"table": "first_seen"}) == 1
     assert sample("hydrator_state_rejected_rows", {"table": "replicas"}) == 0
@@ -326,7 +326,7 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
         'replicating = { "ska:obs_1400" = 0.25 }', 'partial = { "ska:obs_1400" = 0.5 }'
     )
     inventory.write_text(text)
-    service = Service(
+    service = assemble(
         config,
         sources=[StaticSource("demo", inventory, config.sites)],
         store=SqliteStateStore(config.daemon.state_path),

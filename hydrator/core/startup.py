@@ -1,0 +1,36 @@
+"""What the daemon serves from its saved state before its first cycle (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from functools import partial
+
+from hydrator.config import ClassAdConfig
+from hydrator.core.adsize import ad_size
+from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.storage import Drain, with_storage
+from hydrator.domain import Site, SiteView, State
+
+
+def startup_views(
+    state: State,
+    drains: Iterable[Drain],
+    now: datetime,
+    policy: AdvertisePolicy,
+    attrs: ClassAdConfig,
+) -> dict[Site, SiteView]:
+    """Nothing in demand mode (the demand is not known yet; hooks keep their last good
+    copy); else the saved views with the saved storage statuses and the ``drains`` active at
+    ``now`` (a drained site must not be advertised again by a restart), cut to size as
+    :func:`advertise` cuts them with no demand."""
+    if policy.demand_only:
+        return {}
+    views = with_storage(
+        state.stamped_views(),
+        [s for name in sorted(state.sources) for s in state.sources[name].storages],
+        drains,
+        now,
+    )
+    size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
+    return {s: advertise(v, {}, policy, size).view for s, v in views.items()}
