@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hydrator.adapters.sources._http import parse_retry_after
-from hydrator.core.ports import FetchContext
+from hydrator.core.ports import CountsCalls, DefersChecks, FetchContext
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.logs import setup_logging
@@ -217,6 +217,8 @@ def test_known_datasets_are_relocated_within_the_budget_longest_unchecked_first(
     assert sorted(d for fetch in per_fetch[1:] for d in fetch) == names  # each in turn, once
     assert source.calls_last_fetch == 10
     assert source.deferred_last_fetch == 20  # reported as hydrator_source_deferred_checks
+    # the daemon finds these numbers through the ports' optional capabilities
+    assert isinstance(source, CountsCalls) and isinstance(source, DefersChecks)
 
     fake.add_dataset("ska", "obs_05")  # moved away: seen when its turn comes
     fake.located.clear()

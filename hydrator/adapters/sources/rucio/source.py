@@ -151,7 +151,6 @@ class RucioSource:
         self._held_while_down = HeldWhileDown()  # what unavailable RSEs held (issue 24)
         self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: held_ids
         self.calls_last_fetch: dict[str, int] = {}
-        self.calls_last_read: dict[str, int] = {}  # of the last read_datasets
         self.deep_checks_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
@@ -241,14 +240,13 @@ class RucioSource:
 
     def read_datasets(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The exact replicas of ``datasets`` at every mapped site, for an event cycle
-        (:mod:`.targeted`); API calls counted in ``calls_last_read``. Ends within
-        ``deadline_s`` like a full read (:meth:`RucioWire.begin`)."""
+        (:mod:`.targeted`). Ends within ``deadline_s`` like a full read
+        (:meth:`RucioWire.begin`)."""
         self.wire.begin(self.config.deadline_s)
         try:
             self.wire.refresh()
             return read_datasets(self._deep, self._book, datasets)
         finally:
-            self.calls_last_read = dict(self.wire.calls)
             self.wire.end()
 
     def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:

@@ -25,7 +25,15 @@ from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.adapters.sources.rucio.listing import line_blocks
 from hydrator.adapters.sources.rucio.source import BULK_SHARE
 from hydrator.config import RucioSourceConfig
-from hydrator.core.ports import FetchContext
+from hydrator.core.ports import (
+    Abandonable,
+    CountsCalls,
+    DefersChecks,
+    FetchContext,
+    ParentLookups,
+    ReusesAnswers,
+    TargetedReads,
+)
 from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import TransientSourceError
 
@@ -438,3 +446,12 @@ def test_a_failed_fetch_is_followed_by_one_reusing_the_held_objects() -> None:
     assert after.replicas == held
     assert_kept(Snapshot.of("rucio", held), after)
     assert after.replicas is not held  # one new set of the same objects
+
+
+def test_the_source_has_the_capabilities_the_daemon_finds_it_by() -> None:
+    """Metrics, shutdown and event cycles find these through the ports' protocols
+    (hydrator.core.ports), not by attribute name: a rename here would drop them silently."""
+    source = make_source(World({}, {}, []))
+    for capability in (CountsCalls, DefersChecks, ReusesAnswers, Abandonable):
+        assert isinstance(source, capability), capability.__name__
+    assert isinstance(source, TargetedReads) and isinstance(source, ParentLookups)
