@@ -204,7 +204,7 @@ def assemble(
     )
     map_large_blocks()
     with collector_paused():
-        startup = load_startup(config, store, metrics, advertise_policy, clock())
+        startup = load_startup(config, store, metrics, advertise_policy, clock)
     return Service(
         config,
         startup,
@@ -227,16 +227,17 @@ def load_startup(
     store: StateStore,
     metrics: Metrics,
     policy: AdvertisePolicy,
-    now: datetime,
+    clock: Callable[[], datetime],
 ) -> Startup:
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
-    (:func:`~hydrator.core.startup.startup_views`)."""
+    (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
     state = store.load()
     for table, count in store.rejected_rows.items():
         metrics.state_rejected_rows.labels(table).set(count)
     drains: Sequence[Drain] = ()
     if not policy.demand_only:  # only the startup views read them before the first cycle
+        now = clock()
         try:
             drains = store.drains()
         except HydratorError as exc:
