@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe, query_demand
+from hydrator.adapters.htcondor.condor_queue import CondorPoolProbe, CondorQueue, JobQuery
 from hydrator.core.locality import PoolJob
+from hydrator.core.queue import idle_demand
 from hydrator.domain import DatasetId, Site
 from tests.support.pool import IDLE, NEVER_MATCHING, RUNNING, SLOT_SITES, Pool
 
@@ -33,7 +34,8 @@ def test_idle_jobs_required_datasets_are_counted(condor_pool: Pool, idle_jobs: l
     for cluster in idle_jobs:
         condor_pool.wait_for_job_state(cluster, [IDLE])
 
-    demand = query_demand(condor_pool.collector)
+    # the demand's part of one queue read, as a cycle takes it
+    demand = idle_demand(CondorQueue(condor_pool.collector, JobQuery(True, False, None)).read())
 
     ds = DatasetId.parse
     assert demand.counts == {

@@ -48,8 +48,6 @@ from hydrator.core.queue import (
     QueueSnapshot,
     ScheddRead,
     data_bound_jobs,
-    demand_of_names,
-    idle_demand,
 )
 from hydrator.domain import DatasetId, InvalidNameError, Site, shown
 from hydrator.errors import ConfigError, PublishError
@@ -80,11 +78,6 @@ def required_names(value: Any) -> list[str]:
     if isinstance(value, Iterable):
         return [n if isinstance(n, str) else repr(n) for n in value]
     return [repr(value)]
-
-
-def count_demand(values: Iterable[Any]) -> QueueDemand:
-    """Count idle jobs per dataset from their ``RequiredDatasets`` values (pure)."""
-    return demand_of_names(required_names(v) for v in values)
 
 
 def job_attributes(config: JobsConfig) -> dict[JobField, str]:
@@ -277,14 +270,6 @@ class CondorQueue:
         except HTCONDOR_ERRORS:
             return None
         return ad
-
-
-def query_demand(collector: htcondor2.Collector) -> QueueDemand:
-    """Idle jobs' datasets across every schedd of the pool, in a read of its own."""
-    demand = idle_demand(CondorQueue(collector, JobQuery(True, False, None)).read())
-    if demand.invalid:
-        log.warning("skipped %d invalid dataset names in %s", demand.invalid, REQUIRED_ATTRIBUTE)
-    return demand
 
 
 MAX_WARNED_NAMES = 1000  # distinct invalid names logged per process (jobs are users' input)

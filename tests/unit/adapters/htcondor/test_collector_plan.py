@@ -16,7 +16,8 @@ from hydrator.adapters.htcondor.collector import (
     plan_site_ads,
     slim_merge,
 )
-from hydrator.adapters.htcondor.condor_queue import count_demand, required_names, slot_site
+from hydrator.adapters.htcondor.condor_queue import required_names, slot_site
+from hydrator.core.queue import demand_of_names
 from hydrator.domain import Site
 
 NOW = 1_800_000_000.0
@@ -97,8 +98,9 @@ def test_required_names(value: object, names: list[str]) -> None:
     assert required_names(value) == names
 
 
-def test_count_demand_counts_a_job_once_per_dataset_and_skips_invalid_names() -> None:
-    demand = count_demand([["ska:a", "ska:a", "ska:b"], ["ska:a", "bad name"], 7])
+def test_demand_counts_a_job_once_per_dataset_and_skips_invalid_names() -> None:
+    values = [["ska:a", "ska:a", "ska:b"], ["ska:a", "bad name"], 7]
+    demand = demand_of_names(required_names(v) for v in values)
     assert {str(k): v for k, v in demand.counts.items()} == {"ska:a": 2, "ska:b": 1}
     assert demand.invalid == 2
     assert demand.jobs == 3
