@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pytest
 import yaml
 
