@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.daemon import Daemon
 from tests.support.fake_dmapi import FakeSrcnet
 from tests.support.ports import free_port
 from tests.support.trickle import TrickleServer, trickling
@@ -192,24 +193,10 @@ def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path
     )
     (tmp_path / "inventory.toml").write_text(INVENTORY)  # fresh: younger than settle_s
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "hydrator.toml")],
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(
-            "ready",
-            lambda: requests.get(f"{base}/readyz", timeout=2).status_code,
-            done=lambda status: status == 200,
-            timeout_s=20.0,
-            ignore=(requests.RequestException,),
-        )
+    with Daemon(tmp_path, port) as daemon:
+        daemon.start(tmp_path / "hydrator.toml", ready_timeout_s=20.0)  # /readyz answers 200
         assert time.monotonic() - t0 < 2 + 8, "settle_s = 2, plus start-up (not interval_s = 60)"
-        assert "ska:obs_1" in classad(base)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+        assert "ska:obs_1" in classad(daemon.url)
 
 
 def test_the_unmapped_list_is_bounded_in_once_json(tmp_path: Path, fake: FakeSrcnet) -> None:
