@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -133,15 +132,11 @@ def test_once_ends_at_the_deadline_of_trickling_sources(
 def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
     tmp_path: Path, fake: FakeSrcnet, rucio: TrickleServer
 ) -> None:
-    port = free_port()
-    config = write_config(tmp_path, fake, rucio, port)
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
+    daemon = Daemon(tmp_path)
+    config = write_config(tmp_path, fake, rucio, daemon.port)
+    base = daemon.url
+    with daemon:
+        daemon.start(config, ready=False)  # its trickling sources never answer
         wait_for(
             "SRCNET_CH lists ska:obs_1",
             lambda: classad(base),
@@ -163,15 +158,9 @@ def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
         assert time.monotonic() - t0 < 12
         time.sleep(1)  # let a cycle be under way, waiting for the trickling sources
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+        assert daemon.stop(timeout_s=15) == 0  # SIGTERM (SIGKILL after 15 s)
         assert time.monotonic() - t0 < 10, "SIGTERM took more than 10 s"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    log = proc.stderr.read().decode()
+    log = daemon.output()
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
     assert "no answer within deadline_s = 3 s" in log
 
