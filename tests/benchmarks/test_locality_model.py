@@ -3,6 +3,8 @@ and the simulated GlideinWMS frontend, on made-up observations (no pool)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from benchmarks.locality import (
@@ -157,7 +159,7 @@ def test_scenario_jobs_carry_the_hydrator_expressions() -> None:
 def test_the_documented_match_expr_requests_glideins_only_where_the_data_is() -> None:
     """docs/provisioning.md's match_expr over jobs as the bindings (list) or the XML fallback
     (string) give them; a job not yet annotated or whose data is nowhere requests nothing."""
-    jobs = [
+    jobs: list[dict[str, Any]] = [
         {"RequiredDatasets": ["ska:a"], "DataLocalitySites": ["SITE_A"]},
         {"RequiredDatasets": ["ska:b"], "DataLocalitySites": '{ "SITE_B","SITE_D" }'},
         {"RequiredDatasets": ["ska:b"], "DataLocalitySites": "SITE_B,SITE_D"},

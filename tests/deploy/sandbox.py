@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pyseccomp as seccomp
+import pyseccomp as seccomp  # type: ignore[import-untyped]  # no stubs, no py.typed
 
 PR_SET_NO_NEW_PRIVS, PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 38, 65, 1
 

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pytest
 import yaml
 
@@ -53,7 +53,8 @@ def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     containers = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
-    return containers[0]  # type: ignore[no-any-return]
+    container: dict[str, Any] = containers[0]
+    return container
 
 
 def test_renders_every_expected_kind(rendered: list[dict[str, Any]]) -> None:

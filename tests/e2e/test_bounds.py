@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.daemon import Daemon
 from tests.support.fake_dmapi import FakeSrcnet
 from tests.support.ports import free_port
 from tests.support.trickle import TrickleServer, trickling
@@ -132,15 +132,11 @@ def test_once_ends_at_the_deadline_of_trickling_sources(
 def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
     tmp_path: Path, fake: FakeSrcnet, rucio: TrickleServer
 ) -> None:
-    port = free_port()
-    config = write_config(tmp_path, fake, rucio, port)
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
+    daemon = Daemon(tmp_path)
+    config = write_config(tmp_path, fake, rucio, daemon.port)
+    base = daemon.url
+    with daemon:
+        daemon.start(config, ready=False)  # its trickling sources never answer
         wait_for(
             "SRCNET_CH lists ska:obs_1",
             lambda: classad(base),
@@ -162,15 +158,9 @@ def test_a_trickling_source_delays_no_other_and_sigterm_stops_the_daemon(
         assert time.monotonic() - t0 < 12
         time.sleep(1)  # let a cycle be under way, waiting for the trickling sources
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+        assert daemon.stop(timeout_s=15) == 0  # SIGTERM (SIGKILL after 15 s)
         assert time.monotonic() - t0 < 10, "SIGTERM took more than 10 s"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    log = proc.stderr.read().decode()
+    log = daemon.output()
     assert "received SIGTERM, stopping" in log and "Traceback" not in log
     assert "no answer within deadline_s = 3 s" in log
 
@@ -192,24 +182,10 @@ def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path
     )
     (tmp_path / "inventory.toml").write_text(INVENTORY)  # fresh: younger than settle_s
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(tmp_path / "hydrator.toml")],
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(
-            "ready",
-            lambda: requests.get(f"{base}/readyz", timeout=2).status_code,
-            done=lambda status: status == 200,
-            timeout_s=20.0,
-            ignore=(requests.RequestException,),
-        )
+    with Daemon(tmp_path, port) as daemon:
+        daemon.start(tmp_path / "hydrator.toml", ready_timeout_s=20.0)  # /readyz answers 200
         assert time.monotonic() - t0 < 2 + 8, "settle_s = 2, plus start-up (not interval_s = 60)"
-        assert "ska:obs_1" in classad(base)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+        assert "ska:obs_1" in classad(daemon.url)
 
 
 def test_the_unmapped_list_is_bounded_in_once_json(tmp_path: Path, fake: FakeSrcnet) -> None:

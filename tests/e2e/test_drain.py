@@ -40,8 +40,9 @@ def metric(daemon: Daemon, line: str) -> bool:
 
 
 def storage(doc: dict[str, Any], name: str) -> dict[str, Any]:
-    (found,) = [s for s in doc["storages"] if s["storage"] == name]
-    return found
+    found: list[dict[str, Any]] = [s for s in doc["storages"] if s["storage"] == name]
+    (one,) = found
+    return one
 
 
 def test_drain_and_undrain_a_storage_element_and_a_site_across_a_restart(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.daemon import Daemon
 from tests.support.fake_dmapi import FakeSrcnet
 from tests.support.ports import free_port
 from tests.support.wait import wait_for
@@ -155,28 +155,17 @@ def test_no_output_holds_a_secret(tmp_path: Path, fake: FakeSrcnet) -> None:
 
 
 def test_the_running_daemon_serves_and_logs_no_secret(tmp_path: Path, fake: FakeSrcnet) -> None:
-    port = free_port()
-    config = write_config(tmp_path, fake, port)
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hydrator", "run", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        sites = wait_for_sources(base)
-        metrics = requests.get(f"{base}/metrics", timeout=5).text
+    daemon = Daemon(tmp_path)
+    config = write_config(tmp_path, fake, daemon.port)
+    with daemon:
+        daemon.start(config, ready=False)  # its failing sources never make it ready
+        sites = wait_for_sources(daemon.url)
+        metrics = requests.get(f"{daemon.url}/metrics", timeout=5).text
         assert_clean("/v1/sites", json.dumps(sites))
         assert_clean("/metrics", metrics)
         assert 'hydrator_source_errors_total{kind="permanent",source="dm-file"}' in metrics
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    assert_clean("the daemon's log", proc.stderr.read())
+        assert daemon.stop(timeout_s=20) == 0  # SIGTERM (SIGKILL after 20 s)
+    assert_clean("the daemon's log", daemon.output())
     assert_clean("the state database", state_bytes(tmp_path))
 
 

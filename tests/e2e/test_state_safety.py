@@ -35,10 +35,10 @@ def demo(tmp_path: Path) -> Path:
     return tmp_path / "demo.toml"
 
 
-def hydrator(config: Path, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def hydrator(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "hydrator", args[0], "--config", str(config), *args[1:]]
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=60, cwd=REPO, check=False, **kwargs
+        command, capture_output=True, text=True, timeout=60, cwd=REPO, check=False
     )
 
 
@@ -156,9 +156,9 @@ def test_an_unusable_state_location_is_one_line_and_exit_2(demo: Path) -> None:
     demo.write_text(text)
     demo.parent.chmod(0o555)  # the daemon's user may not create files there
     try:
-        command = [sys.executable, "-m", "hydrator", "once", "--config", str(demo)]
+        argv = [sys.executable, "-m", "hydrator", "once", "--config", str(demo)]
         result = subprocess.run(
-            file_modes_enforced(command), capture_output=True, text=True, cwd=REPO, check=False
+            file_modes_enforced(argv), capture_output=True, text=True, cwd=REPO, check=False
         )
     finally:
         demo.parent.chmod(0o755)

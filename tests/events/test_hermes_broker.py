@@ -20,7 +20,7 @@ from tests.support.wait import wait_for
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq]
 
 
-class Inbox(stomp.ConnectionListener):
+class Inbox(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -48,7 +48,7 @@ def durable(broker: Broker, client_id: str, inbox: Inbox) -> stomp.Connection12:
     )
     receipt = threading.Event()
 
-    class Receipt(stomp.ConnectionListener):
+    class Receipt(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
         def on_receipt(self, frame: Any) -> None:
             receipt.set()
 
@@ -117,7 +117,7 @@ def test_the_subscriber_may_not_write_the_topic(activemq_broker: Broker) -> None
     """The ACL docs/events.md recommends: the hydrator's user only reads."""
     errors: list[str] = []
 
-    class Errors(stomp.ConnectionListener):
+    class Errors(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
         def on_error(self, frame: Any) -> None:
             errors.append(frame.headers.get("message", ""))
 

@@ -416,13 +416,15 @@ def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_s
 
 def wait_for_rejection(pool: Pool, cluster: int, timeout_s: float = 60.0) -> classad2.ClassAd:
     """The job's ad once a negotiation cycle found no slot for it (``LastRejMatchTime``)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        ad = pool.job_ad(cluster, ["LastRejMatchTime"])
-        if ad is not None and ad.get("LastRejMatchTime") is not None:
-            return ad
-        assert time.monotonic() < deadline, f"no negotiation cycle rejected job {cluster}: {ad}"
-        time.sleep(0.5)
+    ad = wait_for(
+        f"a negotiation cycle rejecting job {cluster}",
+        lambda: pool.job_ad(cluster, ["LastRejMatchTime"]),
+        done=lambda ad: ad is not None and ad.get("LastRejMatchTime") is not None,
+        timeout_s=timeout_s,
+        interval_s=0.5,
+    )
+    assert ad is not None
+    return ad
 
 
 def test_removed_site_ad_is_invalidated(slow_updates: Pool, publisher: CollectorPublisher) -> None:

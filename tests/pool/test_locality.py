@@ -89,7 +89,7 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     jobs.append(pool.submit(data_bound("ska:obs_404")))  # held nowhere: stays idle
     for cluster in jobs[:2]:
         pool.wait_for_job_state(cluster, [RUNNING], timeout_s=90)
-    assert [pool.job_site(pool.job_ad(c)) for c in jobs[:2]] == ["SITE_A", "SITE_C"]  # type: ignore[arg-type]
+    assert [pool.job_site(pool.job_ad(c)) for c in jobs[:2]] == ["SITE_A", "SITE_C"]
     pool.wait_for_job_state(jobs[2], [IDLE])
 
     service.run_cycle()

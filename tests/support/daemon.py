@@ -48,9 +48,10 @@ class Daemon:
     def log(self) -> Path:
         return self.directory / "daemon.log"
 
-    def start(self, config: Path, *, ready_timeout_s: float = 30.0) -> None:
+    def start(self, config: Path, *, ready_timeout_s: float = 30.0, ready: bool = True) -> None:
         """Start on ``config`` (cwd: :attr:`directory`) and wait up to ``ready_timeout_s`` seconds
-        for ``/readyz`` to answer 200."""
+        for ``/readyz`` to answer 200; with ``ready=False`` for it to answer at all (a daemon
+        whose sources are meant to fail is never ready)."""
         if self.running():
             raise AssertionError(f"daemon in {self.directory} is already running")
         self.config = config
@@ -65,12 +66,13 @@ class Daemon:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         ignore = (requests.RequestException,)
-        wait_for("daemon ready", self._ready, timeout_s=ready_timeout_s, ignore=ignore)
+        done = (lambda answer: answer.ok) if ready else (lambda answer: True)
+        wait_for("daemon ready", self._readyz, done=done, timeout_s=ready_timeout_s, ignore=ignore)
 
-    def _ready(self) -> bool:
+    def _readyz(self) -> requests.Response:
         if not self.running():
             raise AssertionError(f"daemon exited before it was ready:\n{self.output()[-4000:]}")
-        return requests.get(f"{self.url}/readyz", timeout=2).ok
+        return requests.get(f"{self.url}/readyz", timeout=2)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s`` seconds; the exit code (None: not started)."""

@@ -226,9 +226,8 @@ class FakeSrcnet:
 
     @contextmanager
     def running(self) -> Iterator[FakeSrcnet]:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server = _Server(("127.0.0.1", 0), _Handler, self)
         server.daemon_threads = True
-        server.fake = self  # type: ignore[attr-defined]
         thread = threading.Thread(
             target=server.serve_forever, args=(0.05,), name="fake-srcnet", daemon=True
         )
@@ -334,6 +333,16 @@ class FakeSrcnet:
         return 200
 
 
+class _Server(ThreadingHTTPServer):
+    """The HTTP server of one :class:`FakeSrcnet`, which its handlers answer from."""
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: FakeSrcnet
+    ) -> None:
+        super().__init__(address, handler)
+        self.fake = fake
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as behind a real gateway
     # headers and body go out in two writes; without TCP_NODELAY, Nagle plus the client's
@@ -343,7 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def fake(self) -> FakeSrcnet:
-        return self.server.fake  # type: ignore[attr-defined, no-any-return]
+        server = self.server
+        assert isinstance(server, _Server)
+        return server.fake
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: tests assert on counts, not on logs

@@ -36,6 +36,8 @@ import classad2
 import htcondor2
 import pytest
 
+from tests.support.wait import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "condor-pool"
 CACHE = Path(os.environ.get("HYDRATOR_TEST_CACHE", "/var/cache/hydrator-test"))
@@ -269,15 +271,16 @@ class Pool:
         self, cluster: int, states: Sequence[int], timeout_s: float = 60.0
     ) -> classad2.ClassAd:
         """Wait until job ``cluster.0`` is in one of ``states``; return its ad or raise."""
-        deadline = time.monotonic() + timeout_s
-        ad = None
-        while time.monotonic() < deadline:
-            ad = self.job_ad(cluster)
-            if ad is not None and int(ad["JobStatus"]) in states:
-                return ad
-            time.sleep(0.5)
         wanted = [JOB_STATES.get(s, str(s)) for s in states]
-        raise AssertionError(f"job {cluster} not {wanted} after {timeout_s}s: {ad}")
+        ad = wait_for(
+            f"job {cluster} {wanted}",
+            lambda: self.job_ad(cluster),
+            done=lambda ad: ad is not None and int(ad["JobStatus"]) in states,
+            timeout_s=timeout_s,
+            interval_s=0.5,
+        )
+        assert ad is not None
+        return ad
 
     def job_site(self, ad: classad2.ClassAd) -> str:
         """The site of the slot a job ran or runs on (from RemoteHost/LastRemoteHost)."""
@@ -293,17 +296,14 @@ class Pool:
         """Wait until slot ads matching the constraint ``predicate`` exist (``count`` of them,
         or all slots); return them."""
         want = len(SLOT_SITES) if count is None else count
-        deadline = time.monotonic() + timeout_s
-        ads: list[classad2.ClassAd] = []
-        while time.monotonic() < deadline:
-            try:
-                ads = self.slot_ads(constraint=predicate)
-            except htcondor2.HTCondorException:  # a collector (re)starting
-                ads = []
-            if len(ads) >= want:
-                return ads
-            time.sleep(0.5)
-        raise AssertionError(f"{len(ads)} of {want} slots match {predicate!r} after {timeout_s}s")
+        return wait_for(
+            f"{want} slots matching {predicate!r}",
+            lambda: self.slot_ads(constraint=predicate),
+            done=lambda ads: len(ads) >= want,
+            timeout_s=timeout_s,
+            ignore=(htcondor2.HTCondorException,),  # a collector (re)starting
+            interval_s=0.5,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 

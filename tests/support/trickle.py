@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 class _Trickle(socketserver.BaseRequestHandler):
     def handle(self) -> None:
-        server: TrickleServer = self.server  # type: ignore[assignment]
+        server = self.server
+        assert isinstance(server, TrickleServer)
         self.request.settimeout(10)
         seen = b""
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,8 @@ def test_the_tuple_based_domain_values_are_immutable_without_an_instance_dict(
         value.site = Site("B")  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         value.cache = 1  # type: ignore[attr-defined]
-    copy = type(value)(*value)
+    make: Callable[..., tuple[object, ...]] = type(value)  # each takes its fields positionally
+    copy = make(*value)
     assert copy == value and hash(copy) == hash(value) and copy is not value
 
 

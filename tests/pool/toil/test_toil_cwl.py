@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -151,6 +152,11 @@ def toil_params(*args: str) -> str:
     return words[1].split("=", 1)[1] + "; " + MATCHED_SITE
 
 
+def datasets(row: dict[str, object]) -> list[str]:
+    """The job's RequiredDatasets (classad2 is untyped: a ClassAd list arrives as a list)."""
+    return list(cast("list[str]", row["RequiredDatasets"]))
+
+
 def ran_at(
     toil: ToilOnPool, run: ToilRun, jobs: int = len(DIRECTIONS) + 1
 ) -> list[tuple[str, str, list[str]]]:
@@ -162,10 +168,7 @@ def ran_at(
     for record in run.records:
         assert by_cluster[record.cluster]["MATCH_EXP_MatchedSite"] == record.site, record
     assert all(int(str(r["ExitCode"])) == 0 for r in rows), rows
-    return [
-        (str(r["ToilJobName"]), str(r["MATCH_EXP_MatchedSite"]), list(r["RequiredDatasets"]))
-        for r in rows
-    ]
+    return [(str(r["ToilJobName"]), str(r["MATCH_EXP_MatchedSite"]), datasets(r)) for r in rows]
 
 
 def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
@@ -234,7 +237,7 @@ def test_fallback_waits_for_the_data_then_runs_anywhere(toil: ToilOnPool, data: 
         waited = int(str(row["JobCurrentStartDate"])) - int(str(row["QDate"]))
         assert waited >= FALLBACK_S, row  # not before the bound
         assert int(str(row["ExitCode"])) == 0, row
-        assert list(row["RequiredDatasets"]) == [nowhere], row
+        assert datasets(row) == [nowhere], row
 
 
 PLUGIN_CHECKS = """

@@ -30,6 +30,7 @@ from tests.support.fake_dmapi import (
     storage,
 )
 from tests.support.ports import free_port
+from tests.support.wait import wait_for
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CTX = FetchContext(now=NOW)
@@ -609,9 +610,12 @@ def test_a_trickling_server_fails_the_fetch_at_its_deadline(
     with pytest.raises(TransientSourceError, match=r"deadline_s = 2 s"):
         source.fetch(CTX)
     assert 1.9 <= time.monotonic() - t0 < 3.5
-    deadline = time.monotonic() + 3
-    while srcnet.trickles_ended_by_client == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(
+        "the client ended the trickle",
+        lambda: srcnet.trickles_ended_by_client,
+        timeout_s=3.0,
+        interval_s=0.05,
+    )
     assert srcnet.trickles_ended_by_client == 1, "the trickling connection was left open"
     assert len(source.fetch(CTX).replicas) == 4  # the next fetch is not hindered
 

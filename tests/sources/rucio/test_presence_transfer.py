@@ -268,7 +268,7 @@ def test_over_the_deep_check_limit_the_locks_of_a_rule_show_the_files_present(
         snapshot = source.fetch(FetchContext(now=datetime.now(UTC)))
     finally:
         source.close()
-    found = {(r.site, str(r.dataset)): r for r in snapshot.replicas}[(place.site, did)]
+    found = {(r.site, str(r.dataset)): r for r in snapshot.replicas}[(Site(place.site), did)]
     # the summary rows still say 0/0 (abacus has not run); the x1 rule's two OK locks say
     # more, and its stuck transfer wins over x2's active one
     assert (found.state, found.fraction, found.transfer) == (

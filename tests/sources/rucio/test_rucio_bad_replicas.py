@@ -19,7 +19,7 @@ from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, u
 pytestmark = pytest.mark.rucio
 
 COMPLETE = (ReplicaState.AVAILABLE, 1.0)
-TWO_OF_THREE = (ReplicaState.PARTIAL, pytest.approx(2 / 3))
+TWO_OF_THREE: tuple[ReplicaState, object] = (ReplicaState.PARTIAL, pytest.approx(2 / 3))
 
 
 def held(snapshot: Snapshot, site: str, name: str) -> tuple[ReplicaState, float] | None:

@@ -13,7 +13,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from hydrator.errors import PermanentSourceError, SourceError, TransientSourceEr
 from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
 from tests.support.trickle import TrickleServer, trickling
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.rucio
 
@@ -107,9 +107,7 @@ def test_a_trickling_server_is_cut_at_the_deadline(tmp_path: Path) -> None:
             assert "deadline passed (deadline_s = 2 s)" in str(error)
             assert took < 4
             assert server.counts["requests"] == 1  # no retry after the deadline
-            deadline = time.monotonic() + 3
-            while server.counts["hung_up"] < 1 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_for("a hang-up", lambda: server.counts["hung_up"], timeout_s=3.0, interval_s=0.1)
             assert server.counts["hung_up"] == 1, "the connection was cut, not left open"
         finally:
             source.close()
@@ -222,19 +220,19 @@ def test_a_busy_sources_token_directory_is_removed_at_shutdown(
         service = build_service(config)
         cycle = threading.Thread(target=service.run_cycle, daemon=True)
         cycle.start()
-        wait_until(lambda: server.counts["requests"] == 1)  # the fetch is in its token request
+        wait_for(
+            "the fetch in its token request",
+            lambda: server.counts["requests"] == 1,
+            timeout_s=5.0,
+            interval_s=0.05,
+        )
         assert [p.name[:15] for p in temp.iterdir()] == ["hydrator-rucio-"]
         service.stop_event.set()
         cycle.join(5)
         assert not cycle.is_alive()
         assert service.busy_sources() == ["rucio"]
         service.close()
-        wait_until(lambda: not service.busy_sources())  # the fetch ended (cut at close)
+        wait_for(  # the fetch ended (cut at close)
+            "no busy source", lambda: not service.busy_sources(), timeout_s=5.0, interval_s=0.05
+        )
         assert list(temp.iterdir()) == []
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)

@@ -32,7 +32,7 @@ def service_for(server: RucioServer, federation: Federation, state_dir: Path) ->
 
 
 def published(service: Service) -> dict[tuple[str, str], str]:
-    out = {}
+    out: dict[tuple[str, str], str] = {}
     for site, ad in service.published.ads.items():
         v = ad.view
         out.update({(site, str(d)): "available" for d in v.available})

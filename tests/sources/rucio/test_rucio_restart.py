@@ -5,6 +5,7 @@ loaded and fetched replicas are never both held; what it answers is what a full 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,7 +67,7 @@ def fetch(
 
 
 def assert_kept(
-    held: frozenset[Replica], now: frozenset[Replica] | set[Replica], moved: set[tuple[str, str]]
+    held: AbstractSet[Replica], now: AbstractSet[Replica], moved: set[tuple[str, str]]
 ) -> None:
     """Every replica of ``now`` outside the ``moved`` pairs is ``held``'s very object, the
     others are new objects; at least one kept replica is not a plain complete one."""

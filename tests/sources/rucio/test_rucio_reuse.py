@@ -96,7 +96,7 @@ def test_a_moving_lock_count_lists_its_dataset_again(
         assert checks(source) == (1, 0)
     finally:
         source.close()
-    found = {(r.site, r.dataset.name): r for r in snapshot.replicas}
+    found = {(str(r.site), r.dataset.name): r for r in snapshot.replicas}
     assert found[(f"SITE-S-{tag}", name)].state is ReplicaState.AVAILABLE
     at_x = found[(f"SITE-X-{tag}", name)]
     assert (at_x.state, at_x.fraction, at_x.transfer) == (

@@ -28,9 +28,9 @@ class Script:
         return "ok"
 
 
-def run(script: Script, policy: RetryPolicy, **kwargs: object) -> tuple[str, list[float]]:
+def run(script: Script, policy: RetryPolicy) -> tuple[str, list[float]]:
     waits: list[float] = []
-    result = call_with_retries(script, policy, logger=log, sleep=waits.append, **kwargs)  # type: ignore[arg-type]
+    result = call_with_retries(script, policy, logger=log, sleep=waits.append)
     return result, waits
 
 

@@ -106,7 +106,7 @@ def test_current_jobs_need_no_edit() -> None:
 
 def test_a_change_edits_only_the_changed_attribute_and_jobs() -> None:
     want = annotate_values(VIEWS, [XY])[XY]
-    stale = replace(want, sites=("A", "D"))
+    stale = replace(want, sites=(Site("A"), Site("D")))
     (edit,) = plan([job("1.0", XY, want), job("1.1", XY, stale)])
     assert calls(edit) == {JobField.SITES: (("A",), ("1.1",)), JobField.UPDATED: (EPOCH, ("1.1",))}
 
@@ -193,7 +193,7 @@ def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
     assert [len(r.failed_schedds) for r in reports] == [1, 2, 2, 2, 1]
     assert [r.refused_schedds for r in reports] == [("s1",), ("s1",), ("s1",), (), ("s1",)]
     # a schedd that does not answer is counted from its last good read, never as no jobs
-    assert [r.demand.complete.get("A") for r in reports] == [3, 3, 3, 3, 3]
+    assert [r.demand.complete.get(Site("A")) for r in reports] == [3, 3, 3, 3, 3]
     assert reports[1].demand.schedds_stale == ("s2",)
     assert reports[3].error is not None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pytest
@@ -24,7 +24,7 @@ from tests.unit.factories import fail, rep, snap, t
 POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
 
 
-def run(cycles: list[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
+def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
     state, plans = State(), []
     for i, outcomes in enumerate(cycles):
         plan = plan_cycle(state, outcomes, t(i), policy)

@@ -97,7 +97,7 @@ def test_a_collector_that_cannot_list_the_schedds_fails_every_consumer() -> None
     queue = snapshot(error="cannot list the schedds: connection refused")
     for consumer in (idle_demand, data_bound_jobs, annotation_reads):
         with pytest.raises(PublishError, match="connection refused"):
-            consumer(queue)  # type: ignore[operator]
+            consumer(queue)
     # schedds annotation names in [jobs] schedds stay failed, one by one (never no jobs)
     named = snapshot(ScheddRead("s1", error="no ad", listed=False, annotate=True), error="down")
     assert annotation_reads(named) == [ScheddFailure("s1", "no ad")]

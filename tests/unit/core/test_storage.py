@@ -23,6 +23,7 @@ from hydrator.core.storage import (
 from hydrator.domain import (
     ElementCount,
     InvalidNameError,
+    Plan,
     Replica,
     Site,
     Snapshot,
@@ -144,7 +145,9 @@ def answer(*replicas: object, storages: tuple[StorageStatus, ...] = ()) -> Snaps
     return Snapshot.of("r", replicas, [A, Site("SITE_B")], storages=storages)  # type: ignore[arg-type]
 
 
-def run(cycles: list[dict[str, SourceOutcome]], drains: list[list[Drain]] | None = None) -> list:
+def run(
+    cycles: list[dict[str, SourceOutcome]], drains: list[list[Drain]] | None = None
+) -> list[Plan]:
     state, plans = State(), []
     for i, outcomes in enumerate(cycles):
         plan = plan_cycle(state, outcomes, t(i), POLICY, drains[i] if drains else ())

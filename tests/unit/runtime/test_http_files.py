@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import DatasetId, Site, SiteView
@@ -13,6 +14,11 @@ from hydrator.runtime.report import site_json
 from tests.pool.views import views
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def returning(data: bytes) -> Callable[[], bytes]:
+    """A reader of an old file that returns ``data``."""
+    return lambda: data
 
 
 def view(names: list[str], when: datetime) -> SiteView:
@@ -30,10 +36,10 @@ def test_each_next_view_gives_the_file_site_json_gives() -> None:
     old: SiteView | None = None
     body = b""
     for new in (first, later, progress, moved, changed, never, again):
-        made = _site_file(new, old, lambda body=body: body)
+        made = _site_file(new, old, returning(body))
         assert made == _json(site_json(new))
         assert json.loads(made) == site_json(new)
-        assert _site_file(new, new, lambda made=made: made) is None  # same view: nothing to write
+        assert _site_file(new, new, returning(made)) is None  # same view: nothing to write
         old, body = new, made
 
 

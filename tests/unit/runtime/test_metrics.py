@@ -73,7 +73,7 @@ def test_every_metric_is_exported_with_its_name_type_and_labels() -> None:
     metrics = Metrics(registry)
     attributes = [v for v in vars(metrics).values() if isinstance(v, Counter | Gauge | Histogram)]
     for metric in attributes:  # one series each, so that the export shows its label names
-        _, labels = EXPECTED[metric.describe()[0].name]
+        _, labels = EXPECTED[next(iter(metric.describe())).name]
         if labels:
             metric.labels(**dict.fromkeys(labels, "x"))
     exported = {

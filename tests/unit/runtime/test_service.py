@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -82,8 +82,8 @@ def clock() -> Iterator[object]:
 
 
 def make(
-    config: Config, sources: list[object], clock: object, publishers: list[object] = ()
-) -> Service:  # type: ignore[assignment]
+    config: Config, sources: list[object], clock: object, publishers: Sequence[object] = ()
+) -> Service:
     return assemble(
         config,
         sources=sources,  # type: ignore[arg-type]
@@ -243,7 +243,7 @@ class Probe:
 def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: object) -> None:
     service = assemble(
         config,
-        sources=[Scripted("s", [good(config), good(config)])],  # type: ignore[list-item]
+        sources=[Scripted("s", [good(config), good(config)])],
         store=SqliteStateStore(config.daemon.state_path),
         probe=Probe(),  # type: ignore[arg-type]
         clock=clock,  # type: ignore[arg-type]

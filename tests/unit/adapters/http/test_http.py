@@ -25,6 +25,7 @@ from hydrator.errors import ConfigError
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
+from tests.support.wait import wait_for
 
 INVENTORY = (
     '[storage.A]\nsite = "SITE_A"\navailable = ["ska:x", "ska:y"]\npartial = { "ska:p" = 0.4 }\n'
@@ -345,8 +346,9 @@ def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(tmp_path:
         stalled.sendall(b"GET /v1/sites/SITE_A HTTP/1.1\r\nHost: x\r\n\r\n")  # never read
         gauge = "hydrator_http_connections 2.0"  # the stalled one and this scrape
         assert gauge in get(f"{base}/metrics").text
-        deadline = time.monotonic() + 8  # well before the 15 s idle timeout
-        while gauge in get(f"{base}/metrics").text:
-            assert time.monotonic() < deadline, "the stalled connection is still held"
-            time.sleep(0.25)
+        wait_for(  # well before the 15 s idle timeout
+            "the stalled connection let go",
+            lambda: gauge not in get(f"{base}/metrics").text,
+            timeout_s=8.0,
+        )
         stalled.close()
