@@ -178,7 +178,7 @@ def run(jobs: int, values: int) -> dict[str, Any]:
         assert service.queue is not None
         reader = TimedReader(service.queue)
         service.queue = reader
-        cycles = []
+        cycles: list[dict[str, Any]] = []
         try:
             for name, moved in (
                 ("first", frozenset()),
