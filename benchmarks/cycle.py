@@ -37,7 +37,8 @@ of the checkout ``DIR`` (the harness and the replay stay this checkout's; the ru
 step imported another ``hydrator``), then with this checkout's, each against a fresh replay of
 the same federation; the JSON holds ``old``, ``new`` (each a summary as above, with ``code``
 its commit) and ``new_vs_old`` (new / old - 1 of the whole, no-change, startup and first
-cycle times and the peak RSS)::
+cycle times and the peak RSS); ``--rounds N`` alternates N such pairs and adds each pair's
+figures and the median change (``new_vs_old_median``)::
 
     git worktree add --detach /tmp/old <old commit>
     python -m benchmarks cycle --replicas 1000000 --code /tmp/old --json old_vs_new.json
@@ -65,7 +66,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -587,6 +588,7 @@ def arguments() -> argparse.ArgumentParser:
     add("--profile", type=Path, help="write a cProfile per kind of cycle here")
     add("--code", type=Path, help="also run, first, the hydrator package of this checkout "
         "(the old code, e.g. in a temporary worktree): old and new in one run")  # fmt: skip
+    add("--rounds", type=int, default=1, help="with --code: pairs of runs, old then new")
     add("--min-available-mib", type=int, default=3072,
         help="stop a step when the machine's available memory falls under this")  # fmt: skip
     add("--replay-cache-mib", type=int, help="the replay's answer cache (default: room for "
@@ -610,15 +612,36 @@ def main() -> None:
         result["hydrator"] = str(Path(hydrator.__file__).resolve().parents[1])
         print(json.dumps(result))
         return
-    if args.code is None:
-        summary = run(args, None)
-    else:
-        old = run(args, args.code)
-        new = run(args, None)
-        summary = {"old": old, "new": new, "new_vs_old": new_vs_old(old, new)}
+    summary = run(args, None) if args.code is None else compare(args, args.code)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(brief(summary), indent=1))
+
+
+def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
+    """``--rounds`` pairs of runs, old (``code``) then new: the first pair in full (``old``,
+    ``new``, ``new_vs_old``), every pair's :data:`COMPARED` figures (``rounds``) and the median
+    of each figure's change over the pairs (``new_vs_old_median``: on a shared machine the
+    load moves between runs; alternating and taking the median lessens its weight)."""
+    pairs = [(run(args, code), run(args, None)) for _ in range(args.rounds)]
+    changes = [new_vs_old(old, new) for old, new in pairs]
+    return {
+        "old": pairs[0][0],
+        "new": pairs[0][1],
+        "new_vs_old": changes[0],
+        "rounds": [
+            {side: {k: s[k] for k in COMPARED} for side, s in (("old", old), ("new", new))}
+            | {"new_vs_old": change, "load_average": new["machine"]["load_average"]}
+            for (old, new), change in zip(pairs, changes, strict=True)
+        ],
+        "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
+    }
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None (None if none is)."""
+    found = [v for v in values if v is not None]
+    return median(found) if found else None
 
 
 def brief(summary: dict[str, Any]) -> dict[str, Any]:

@@ -149,15 +149,17 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
 
 def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
     """``--code DIR`` runs DIR's hydrator, then this checkout's, each on a fresh replay of the
-    same federation (here DIR is a copy of this checkout), and compares them."""
+    same federation (here DIR is a copy of this checkout), alternating pairs, and compares them."""
     old = tmp_path / "old"
     shutil.copytree(ROOT / "hydrator", old / "hydrator", ignore=shutil.ignore_patterns("*.pyc"))
-    result = _benchmark(tmp_path, "--code", str(old))
+    result = _benchmark(tmp_path, "--code", str(old), "--rounds", "2")
     assert result["old"]["hydrator"] == str(old.resolve())
     assert result["new"]["hydrator"] == str(ROOT)
     assert result["old"]["replicas_held"] == result["new"]["replicas_held"]
     assert set(result["new_vs_old"]) >= {"whole_cycle_s", "startup_s", "peak_rss_mib"}
     assert all(-1 < change < 20 for change in result["new_vs_old"].values())
+    assert len(result["rounds"]) == 2 and result["rounds"][1]["old"]["whole_cycle_s"] > 0
+    assert set(result["new_vs_old_median"]) == set(result["new_vs_old"])
 
 
 def _catalogue(scale: Scale, seed: int, cache_bytes: int) -> Catalogue:
