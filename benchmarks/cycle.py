@@ -84,6 +84,7 @@ from hydrator.config import (
     HttpConfig,
     RucioSourceConfig,
 )
+from hydrator.runtime import wiring
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
@@ -199,7 +200,10 @@ class BenchService:
         path = cfg.daemon.state_path
         self.lock = StateLock(path)
         publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)
-        self.service = Service(
+        # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
+        # has the Service build its policies and load the state itself, with the same keys
+        build = getattr(wiring, "assemble", Service)
+        self.service: Service = build(
             cfg,
             sources=[build_source(cfg.sources[0], cfg.sites)],
             store=SqliteStateStore(path, lock=self.lock),

@@ -34,7 +34,7 @@ def test_each_phase_counts_its_own_time_and_the_rest_is_other() -> None:
 
 def test_the_collectors_passes_are_their_own_phase() -> None:
     with recording() as phases, phase("plan"):
-        garbage = [[] for _ in range(100_000)]
+        garbage: list[list[object]] = [[] for _ in range(100_000)]
         for item in garbage:
             item.append(item)  # cycles, so the collection has work
         del garbage, item
