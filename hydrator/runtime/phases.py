@@ -49,7 +49,7 @@ class Phases:
         self._cpu: dict[str, float] = {}
         self._open: list[str] = [OTHER]
         self._since = (time.perf_counter(), time.process_time())
-        self._start = self._since[0]
+        self._done = False  # taken: later collections (the collector is on again) are not ours
 
     def _switch(self, to: str | None) -> None:
         """Charge the time since the last boundary to the open phase; open ``to`` (None:
@@ -73,6 +73,8 @@ class Phases:
             self._switch(None)
 
     def _on_gc(self, event: str, _info: Mapping[str, Any]) -> None:
+        if self._done:
+            return
         if event == "start":
             self._switch(GC)
         elif self._open[-1] == GC:
@@ -80,9 +82,10 @@ class Phases:
 
     def taken(self) -> dict[str, PhaseTime]:
         """Each phase's time so far, :data:`OTHER` included (phases still open are charged up
-        to now)."""
+        to now); the collector's passes after this are not counted."""
         self._switch(self._open[-1])  # charge the open phase, keep it open
         self._open.pop()
+        self._done = True
         return {name: PhaseTime(self._wall[name], self._cpu[name]) for name in self._wall}
 
 
