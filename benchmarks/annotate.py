@@ -10,12 +10,12 @@ inventory, annotating as the dedicated identity ``hydrator@<UID_DOMAIN>``):
 3. **1 % churn**: the data of 1 % of the jobs moves (that many distinct values' datasets go to
    another site); the edits must not exceed the distinct values whose sites changed.
 
-For each it records the cycle's duration and the annotation's share: reading the queues
-(``Schedd.query`` of every idle data-bound job), deciding (pure), editing (``Schedd.edit``
-calls). Then it checks every job's ``DataLocalitySites`` against the inventory, removes the
-jobs and stops the pool.
+For each it records the cycle's duration and, from the cycle's own report
+(``CycleReport.phases``), its ``jobs`` phase: reading the queues (``Schedd.query`` of every
+idle data-bound job), deciding (pure) and editing (``Schedd.edit`` calls). Then it checks
+every job's ``DataLocalitySites`` against the inventory, removes the jobs and stops the pool.
 
-    .venv/bin/python -m benchmarks.annotate [--jobs 10000] [--values 200]
+    .venv/bin/python -m benchmarks annotation [--jobs 10000] [--values 200]
 
 Needs root and the test pool (``scripts/condor-pool build``); holds the pool lock throughout
 (about 2-4 minutes). Writes ``benchmarks/ANNOTATE.md`` and ``benchmarks/annotate_results.json``.
@@ -31,15 +31,11 @@ import platform
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hydrator.config import load_config
-from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
-from hydrator.core.ports import QueueAdapter, QueueReader
-from hydrator.core.queue import QueueSnapshot
 from hydrator.runtime.wiring import build_service
 from tests.support.pool import EDITOR_IDENTITY, NEVER_MATCHING, SLOT_SITES, Pool, running_pool
 
@@ -47,59 +43,9 @@ HERE = Path(__file__).parent
 SITES = sorted(set(SLOT_SITES.values()))
 ELEMENTS = {site: f"{site}_DISK" for site in SITES}
 COLUMNS = ["cycle", "jobs seen", "edits", "edit calls", "jobs edited"]
-COLUMNS += ["values whose sites changed", "cycle s", "annotation s", "read s", "edit s"]
+COLUMNS += ["values whose sites changed", "cycle s", "jobs s"]
 HEADER = "| " + " | ".join(COLUMNS) + " |"
 QUEUE_SECTION = "## One queue read per cycle"
-
-
-@dataclass
-class TimedAdapter:
-    """A :class:`QueueAdapter` that records how long reads and edits take."""
-
-    inner: QueueAdapter
-    read_s: float = 0.0
-    edit_s: float = 0.0
-    calls: list[int] = field(default_factory=list)
-
-    def read(self) -> list[ScheddQueue | ScheddFailure]:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.read()
-        finally:
-            self.read_s += time.perf_counter() - t0
-
-    def apply(self, edit: GroupEdit) -> int:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.apply(edit)
-        finally:
-            self.edit_s += time.perf_counter() - t0
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def reset(self) -> None:
-        self.read_s = self.edit_s = 0.0
-
-
-@dataclass
-class TimedReader:
-    """A :class:`QueueReader` that records how long the cycle's one queue read takes (the
-    annotator gets its jobs from it, not from its adapter's ``read``)."""
-
-    inner: QueueReader
-    read_s: float = 0.0
-
-    @property
-    def pool(self) -> bool:
-        return self.inner.pool
-
-    def read(self) -> QueueSnapshot:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.read()
-        finally:
-            self.read_s += time.perf_counter() - t0
 
 
 def site_of(value: int, moved: frozenset[int]) -> str:
@@ -173,13 +119,7 @@ def run(jobs: int, values: int) -> dict[str, Any]:
         (work / "inventory.toml").write_text(inventory(values, frozenset()))
         submit_s = submit_all(pool, values, per_value)
         service = build_service(load_config(write_config(work, pool, token)))
-        assert service.annotator is not None
-        timed = TimedAdapter(service.annotator.adapter)
-        service.annotator.adapter = timed
-        assert service.queue is not None
-        reader = TimedReader(service.queue)
-        service.queue = reader
-        cycles = []
+        cycles: list[dict[str, Any]] = []
         try:
             for name, moved in (
                 ("first", frozenset()),
@@ -187,8 +127,6 @@ def run(jobs: int, values: int) -> dict[str, Any]:
                 ("1 % churn", churned),
             ):
                 (work / "inventory.toml").write_text(inventory(values, moved))
-                timed.reset()
-                reader.read_s = 0.0
                 report = service.run_cycle()
                 assert report.jobs is not None
                 j = report.jobs
@@ -196,8 +134,7 @@ def run(jobs: int, values: int) -> dict[str, Any]:
                     {
                         "cycle": name,
                         "cycle_s": round(report.duration_s, 3),
-                        "read_s": round(timed.read_s + reader.read_s, 3),
-                        "edit_s": round(timed.edit_s, 3),
+                        "jobs_s": round(report.phases["jobs"].wall_s, 3),
                         "seen": j.seen,
                         "edits": j.edits,
                         "edit_calls": j.edit_calls,
@@ -208,11 +145,6 @@ def run(jobs: int, values: int) -> dict[str, Any]:
                 )
                 print(json.dumps(cycles[-1]), flush=True)
             wrong = check_jobs(pool, churned)
-            annotator, service.annotator = service.annotator, None
-            baseline_s = min(service.run_cycle().duration_s for _ in range(3))
-            service.annotator = annotator
-            for c in cycles:
-                c["overhead_s"] = round(c["cycle_s"] - baseline_s, 3)
         finally:
             service.close()
             pool.remove_all_jobs()
@@ -222,7 +154,6 @@ def run(jobs: int, values: int) -> dict[str, Any]:
         "jobs": per_value * values,
         "values": values,
         "submit_s": round(submit_s, 1),
-        "baseline_cycle_s": round(baseline_s, 3),
         "cycles": cycles,
         "jobs_with_wrong_sites_after": wrong,
     }
@@ -248,12 +179,12 @@ def markdown(result: dict[str, Any]) -> str:
     rows = "\n".join(
         f"| {c['cycle']} | {c['seen']:,} | {c['edits']} | {c['edit_calls']} | {c['jobs_edited']:,}"
         f" | {c['changed_values'] if c['changed_values'] is not None else '-'}"
-        f" | {c['cycle_s']:.2f} | {c['overhead_s']:.2f} | {c['read_s']:.2f} | {c['edit_s']:.2f} |"
+        f" | {c['cycle_s']:.2f} | {c['jobs_s']:.2f} |"
         for c in result["cycles"]
     )
     return f"""# Job annotation at {result["jobs"]:,} idle jobs
 
-Generated by `.venv/bin/python -m benchmarks.annotate` on the real test pool (HTCondor 25.14
+Generated by `.venv/bin/python -m benchmarks annotation` on the real test pool (HTCondor 25.14
 `minicondor` in a chroot, one schedd), {result["generated"]}. Machine: {m["cpus"]} CPUs
 ({m["cpu"]}), Python {m["python"]}, load average {m["load_1m_at_end"]} at the end: **shared with
 five other engineers' builds and tests, so the times are noisy** (a repeat can differ by 2x).
@@ -263,13 +194,12 @@ five other engineers' builds and tests, so the times are noisy** (a repeat can d
 {result["submit_s"]} s as an ordinary user; the hydrator annotates them as `hydrator@<UID_DOMAIN>`
 (a queue super user with a user record). *edits*: job groups written (one distinct value on one
 schedd); *edit calls*: `Schedd.edit` calls (one per changed attribute); *cycle s*: the whole
-`Service.run_cycle` (static source, no collector publishing); *annotation s* what annotation
-adds to it (the cycle minus the same cycle without annotation, {result["baseline_cycle_s"]} s,
-best of 3), of which *read s* is the schedd query of every idle data-bound job and *edit s*
-the edit calls (the rest is deciding, pure Python).
+`Service.run_cycle` (static source, no collector publishing); *jobs s*: its `jobs` phase, as
+the cycle's own report gives it (`CycleReport.phases`): reading the queue (the schedd query of
+every idle data-bound job), deciding (pure Python) and the edit calls.
 
 {HEADER}
-|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+|---|---:|---:|---:|---:|---:|---:|---:|
 {rows}
 
 Targets (issue 11): a no-change cycle makes 0 edits; with 1 % churn, edits <= the changed jobs'
@@ -277,7 +207,7 @@ distinct values. After the run, {result["jobs_with_wrong_sites_after"]} jobs car
 `DataLocalitySites` different from the inventory's answer. Each edit writes 1-3 attributes
 (`DataLocalitySites`, `DataLocalityPartialSites`, `DataLocalitySitesUpdated`): HTCondor edits one
 attribute per call, so the calls are up to 3x the edits. A no-change cycle still reads the queue
-once (the read s column): that, not editing, is the steady-state cost.
+once (its jobs s, with no edit): that, not editing, is the steady-state cost.
 """
 
 

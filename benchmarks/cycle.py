@@ -1,75 +1,53 @@
-"""Whole-cycle benchmark (issue 15): from the catalogue's bytes to the published ad.
+"""Whole-cycle benchmark (issues 15, 22): from the catalogue's bytes to the published ad.
 
 One cycle exactly as the daemon runs it: :meth:`hydrator.runtime.service.Service.run_cycle` on a
 service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its real
 ``rucio-clients`` calls against :mod:`benchmarks.replay` (a loopback server answering in
 Rucio's wire format for a generated federation: 50 sites, 200 RSEs, 20k slots), with a
 SQLite state file, the collector publisher (its htcondor2 ``Collector`` replaced at the
-network call by :class:`PoolStub`, which encodes every ad it is given as the wire needs) and
-the HTTP endpoint's file writes (the files the aiohttp child serves; the child itself is not
-started: serving is measured by ``benchmarks/http_bench.py``).
+network call by :class:`PoolStub`, which encodes every ad as the wire needs) and the HTTP
+endpoint's file writes (the files the aiohttp child serves; the child is not started).
 
-Phases, timed by wrapping the service's own callees (the code under test is unchanged):
-
-``fetch_parse``  the source's calls, reading and validating the answers (fetch minus snapshot);
-                 wall time, which includes waiting for the replay server (on 2 cores, busy
-                 generating answers at 10M): ``fetch_parse_cpu_s`` is the daemon's own CPU
-``snapshot``     :meth:`hydrator.domain.Snapshot.of` (merge and freeze the replicas)
-``plan``         :func:`hydrator.core.plan.plan_cycle`
-``save``         :meth:`hydrator.adapters.state.sqlite.SqliteStateStore.save`
-``render``       :func:`hydrator.runtime.service.render_ads` (the hook's ClassAds)
-``publish``      the collector publisher (queries answered by the stub, ads built and encoded)
-                 plus the HTTP endpoint's file writes
-``other``        the rest of ``run_cycle`` (advertise policy, metrics, logging)
+Phases are the service's own (``CycleReport.phases``, :mod:`hydrator.runtime.phases`): wall
+seconds of ``queue``, ``fetch`` (the source's calls, reading, validating and building its
+snapshot; wall time includes waiting for the replay server on the other core:
+``fetch_cpu_s`` is the daemon's own CPU), ``plan``, ``save``, ``advertise``, ``render``,
+``publish``, ``jobs``, ``gc`` (the collector's passes) and ``other``; the harness adds
+``after`` (the cycle's wall time past its report: log line, metrics, the HTTP files). Code
+older than that report (``--code`` of an earlier checkout) gets whole-cycle figures only.
 
 Steps, each in a fresh process so that its peak RSS is its own:
 
 ``daemon``   start on an empty state (``startup_empty_s``), the first cycle (every replica new,
              ``first_cycle_s``), then ``--cycles`` cycles after 1 % churn each (the replay
              server churns between cycles, untimed) and ``--cycles`` cycles with no change.
-``restart``  start on the saved state as a restarted daemon does (load, views, render, the
-             HTTP files: ``startup_s``), then one cycle after a churn.
+``restart``  start on the saved state as a restarted daemon does (``startup_s``), then one
+             cycle after a churn.
 
-``python -m benchmarks.cycle --replicas 1000000 --json out.json [--profile DIR]`` prints and
-writes medians (seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load
-before and after) and the replay server's own peak RSS and CPU seconds (``replay``,
-``replay_peak_rss_mib``: not part of ``peak_rss_mib``). ``--profile DIR`` writes a cProfile per
-phase and step (``DIR/<step>-<phase>.prof`` and a ``.txt`` summary). Each cycle's record
-also holds each phase's own peak RSS (``<phase>_peak_mib``; summarised as ``phase_peaks_mib``
-by kind of cycle), so the phase a peak is in is known.
-``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s`` (default: the config's;
-recorded as ``merge_min_interval_s``): the churn cycles follow each other within seconds and
-the stub wipes merged attributes only with ``--startd-updates F`` (that fraction of the slots'
-startds re-advertise before each cycle: ``interval_s / UPDATE_INTERVAL``, 0.2 for 60 s and
-HTCondor's default 300 s); without it, with ``S`` above a few minutes no slot is re-merged
-after the first cycle, with 0 every slot is, each churn cycle.
+``python -m benchmarks cycle --replicas 1000000 --json out.json`` prints and writes medians
+(seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load before and after)
+and the replay server's own peak RSS and CPU seconds (not part of ``peak_rss_mib``).
+``--profile DIR`` writes a cProfile per kind of cycle (``DIR/<kind>.prof`` and ``.txt``).
+``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s``; ``--startd-updates F``
+has that fraction of the slots' startds re-advertise (wiping what was merged) before each
+cycle; ``--bad-replicas N`` has the replay list N BAD replicas (issue 24 item 2).
 
-``--bad-replicas N`` has the replay list N BAD replicas (files of complete holdings) and
-answer their parents: the cost of the checks they force (issue 24 item 2); each cycle's
-record holds the source's calls by method (``calls``, summarised for the last cycle of each
-kind).
+Old and new code in one run: ``--code DIR`` runs both steps first with the ``hydrator`` package
+of the checkout ``DIR`` (the harness and the replay stay this checkout's; the run stops if a
+step imported another ``hydrator``), then with this checkout's, each against a fresh replay of
+the same federation; the JSON holds ``old``, ``new`` (each a summary as above, with ``code``
+its commit) and ``new_vs_old`` (new / old - 1 of the whole, no-change, startup and first
+cycle times and the peak RSS); ``--rounds N`` alternates N such pairs and adds each pair's
+figures and the median change (``new_vs_old_median``)::
 
-Old and new code in one session (issue 15 item 4): ``--code DIR`` runs both steps with the
-``hydrator`` package of the checkout ``DIR`` while the harness and the replay stay this
-checkout's (the run stops if a step imported another ``hydrator``; ``code`` in the JSON is
-``DIR``'s commit)::
-
-    git worktree add --detach /tmp/old <previous commit>
-    python -m benchmarks.cycle --replicas 1000000 --code /tmp/old --json old-1000000.json
-    python -m benchmarks.cycle --replicas 1000000 --json new-1000000.json
+    git worktree add --detach /tmp/old <old commit>
+    python -m benchmarks cycle --replicas 1000000 --code /tmp/old --json old_vs_new.json
     git worktree remove /tmp/old
 
-``benchmarks/cycle_report.py`` turns such files (10k to 10M) into the tables and the plot.
-
-At 10M replicas (issue 15 item 3) the replay generates its answers on the fly and caches
-them (room for every answer by default, as at 1M: about 4.6 GiB at 10M; ``--replay-cache-mib``
-less, and it formats most of them again every cycle on the other core; see
-:mod:`benchmarks.replay`). A step that dies is recorded, not a crash: ``failed`` names the
-step and why (killed by the OOM killer, seen as a signal and a rise of ``oom_kill`` in
-``/proc/vmstat``; or stopped by this harness's watchdog when the machine's available memory
-falls under ``--min-available-mib``, default 3 GiB, to spare whatever else runs on the
-machine), its figures are ``null``; ``swapped_pages`` counts pages swapped in and out
-during the steps.
+At 10M replicas the replay caches its answers (room for all by default; ``--replay-cache-mib``
+less). A step that dies is recorded, not a crash: ``failed`` names the step and why (the OOM
+killer, seen in ``/proc/vmstat``; or this harness's watchdog when the machine's available
+memory falls under ``--min-available-mib``, default 3 GiB); its figures are ``null``.
 """
 
 from __future__ import annotations
@@ -88,16 +66,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-import hydrator.runtime.service as service_module
-from benchmarks.core_bench import GcClock
+import hydrator
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE, CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
@@ -108,11 +84,11 @@ from hydrator.config import (
     HttpConfig,
     RucioSourceConfig,
 )
-from hydrator.domain import Snapshot
+from hydrator.runtime import wiring
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import assemble, build_source
+from hydrator.runtime.wiring import build_source
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
@@ -182,111 +158,6 @@ def slot_names(count: int = N_SLOTS, seed: int = 2026) -> dict[str, str]:
     }
 
 
-# -- phase clocks --------------------------------------------------------------------------
-
-
-class Clock:
-    """Seconds per phase for the current cycle, and optional cProfiles per phase.
-
-    Phases nest (``snapshot`` inside the source's fetch): the inner one's time is taken off the
-    outer one, and only one profiler runs at a time (the outer is paused). Each phase's CPU
-    seconds of this process (``<phase>_cpu``; all its threads) are kept too: ``fetch_parse``'s
-    wall time includes waiting for the replay server, its CPU time does not. And each phase's
-    own peak RSS (``<phase>_peak_mib``): the kernel's high-water mark is read and reset at
-    every phase boundary (:class:`HighWater`), so it says which phase a cycle's peak is in;
-    what runs outside every phase counts as ``other``.
-    """
-
-    def __init__(self, profile: bool) -> None:
-        self.profile = profile
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.cpu: dict[str, float] = defaultdict(float)  # the daemon process's CPU seconds
-        self.profiles: dict[str, cProfile.Profile] = {}
-        self._stack: list[tuple[str, float, float]] = []
-        self.gc = GcClock()
-        self.peaks: dict[str, float] = defaultdict(float)  # MiB, per phase, this cycle
-
-    def take(self) -> dict[str, float]:
-        self._peak_of(self._stack[-1][0] if self._stack else "other")
-        out = dict(self.seconds)
-        out["gc"] = self.gc.seconds
-        out |= {f"{name}_cpu": s for name, s in self.cpu.items()}
-        out |= {f"{name}_peak_mib": mib for name, mib in self.peaks.items()}
-        self.seconds.clear()
-        self.cpu.clear()
-        self.peaks.clear()
-        self.gc.seconds = 0.0
-        return out
-
-    def _peak_of(self, name: str) -> None:
-        """The high-water mark since the last boundary goes to ``name``; then reset."""
-        self.peaks[name] = max(self.peaks[name], HIGH_WATER.take())
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self._peak_of(self._stack[-1][0] if self._stack else "other")
-        now, cpu = time.perf_counter(), time.process_time()
-        if self._stack:
-            outer, since, cpu_since = self._stack[-1]
-            self.seconds[outer] += now - since
-            self.cpu[outer] += cpu - cpu_since
-            self._pause(outer)
-        self._stack.append((name, now, cpu))
-        self._resume(name)
-        try:
-            yield
-        finally:
-            self._pause(name)
-            self._peak_of(name)
-            name, since, cpu_since = self._stack.pop()
-            now, cpu = time.perf_counter(), time.process_time()
-            self.seconds[name] += now - since
-            self.cpu[name] += cpu - cpu_since
-            if self._stack:
-                outer, _, _ = self._stack.pop()
-                self._stack.append((outer, now, cpu))
-                self._resume(outer)
-
-    def _resume(self, name: str) -> None:
-        if self.profile:
-            self.profiles.setdefault(name, cProfile.Profile()).enable()
-
-    def _pause(self, name: str) -> None:
-        if self.profile and name in self.profiles:
-            self.profiles[name].disable()
-
-    def write_profiles(self, directory: Path, step: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, prof in self.profiles.items():
-            prof.dump_stats(directory / f"{step}-{name}.prof")
-            text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
-            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
-            (directory / f"{step}-{name}.txt").write_text(text.getvalue())
-        self.profiles.clear()
-
-
-def timed(clock: Clock, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with clock.phase(name):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def instrument(clock: Clock) -> None:
-    """Time the service's module-level callees and :meth:`Snapshot.of` (this process only)."""
-    service_module.plan_cycle = timed(clock, "plan", service_module.plan_cycle)  # type: ignore[assignment]
-    service_module.render_ads = timed(clock, "render", service_module.render_ads)  # type: ignore[assignment]
-    of = Snapshot.__dict__["of"].__func__
-
-    def snapshot_of(cls: type[Snapshot], *args: Any, **kwargs: Any) -> Snapshot:
-        with clock.phase("snapshot"):
-            return of(cls, *args, **kwargs)  # type: ignore[no-any-return]
-
-    Snapshot.of = classmethod(snapshot_of)  # type: ignore[method-assign, assignment]
-
-
 # -- the daemon under test -----------------------------------------------------------------
 
 
@@ -320,99 +191,63 @@ def collector_options(merge_min_interval_s: float | None) -> dict[str, Any]:
     return {"merge_min_interval_s": merge_min_interval_s}
 
 
-class TimedService:
-    """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the collector
-    at :class:`PoolStub` and the HTTP endpoint writing its files (no server child)."""
+class BenchService:
+    """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the
+    collector at :class:`PoolStub` and the HTTP endpoint writing its files (no server child).
+    Nothing of it is wrapped: what is timed is the service's own report and the wall clock."""
 
-    def __init__(self, cfg: Config, clock: Clock, pool: PoolStub) -> None:
+    def __init__(self, cfg: Config, pool: PoolStub) -> None:
         path = cfg.daemon.state_path
         self.lock = StateLock(path)
-        store = SqliteStateStore(path, lock=self.lock)
-        store.save = timed(clock, "save", store.save)  # type: ignore[method-assign]
-        source = build_source(cfg.sources[0], cfg.sites)
-        source.fetch = timed(clock, "fetch_parse", source.fetch)  # type: ignore[method-assign]
-        publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)  # type: ignore[arg-type]
-        publisher.publish = timed(clock, "publish", publisher.publish)  # type: ignore[method-assign]
-        self.service = assemble(
+        publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)
+        # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
+        # has the Service build its policies and load the state itself, with the same keys
+        build: Callable[..., Service] = getattr(wiring, "assemble", Service)
+        self.service: Service = build(
             cfg,
-            sources=[source],
-            store=store,
+            sources=[build_source(cfg.sources[0], cfg.sites)],
+            store=SqliteStateStore(path, lock=self.lock),
             publishers=[publisher],
             metrics=Metrics(CollectorRegistry()),
         )
         self.endpoint = HttpEndpoint(self.service, cfg.http, wedged_after_s=600.0)
         self.endpoint.write()  # what HttpEndpoint.start does before the server child starts
-        self.service.add_listener(timed(clock, "publish", self.endpoint.write))
+        self.service.add_listener(self.endpoint.write)
 
-    def cycle(self) -> float:
+    def cycle(self) -> dict[str, Any]:
+        """One cycle's record: ``whole`` (wall seconds of ``run_cycle``), the report's phases
+        (``after``: the wall time past them), the replicas held, the source's calls, RSS."""
         t0 = time.perf_counter()
         report = self.service.run_cycle()
-        elapsed = time.perf_counter() - t0
+        whole = time.perf_counter() - t0
         if report.outcome != "ok":
             raise RuntimeError(f"cycle {report.outcome}: {report.error or report.publish_errors}")
-        return elapsed
+        out: dict[str, Any] = {"whole": whole}
+        phases = getattr(report, "phases", None)  # None: code older than the phase report
+        if phases:
+            out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
+            out["phases"]["after"] = max(0.0, whole - sum(out["phases"].values()))
+            out["fetch_cpu"] = phases["fetch"].cpu_s if "fetch" in phases else 0.0
+        sources = self.service.sources
+        out["replicas"] = sum(len(s.replicas) for s in self.service.state.sources.values())
+        out["calls"] = {
+            k: v for s in sources for k, v in getattr(s, "calls_last_fetch", {}).items()
+        }
+        out["rss_mib"] = status_mib("VmRSS")
+        out["peak_rss_mib"] = status_mib("VmHWM")  # the step's so far: which cycle raised it
+        return out
 
     def close(self) -> None:
         self.endpoint.stop()
         self.service.close()
 
 
-def record(clock: Clock, whole_s: float, service: Service) -> dict[str, Any]:
-    phases = clock.take()
-    out: dict[str, Any] = {p: phases.get(p, 0.0) for p in PHASES if p != "other"}
-    out["other"] = max(0.0, whole_s - sum(out.values()))
-    out["whole"] = whole_s
-    out["gc"] = phases["gc"]
-    out["fetch_parse_cpu"] = phases.get("fetch_parse_cpu", 0.0)
-    out |= {k: v for k, v in phases.items() if k.endswith("_peak_mib")}  # each phase's own
-    out["replicas"] = sum(len(s.replicas) for s in service.state.sources.values())
-    out["calls"] = {
-        k: v for s in service.sources for k, v in getattr(s, "calls_last_fetch", {}).items()
-    }
-    out["rss_mib"] = rss_mib()
-    out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
-    return out
-
-
-def rss_mib() -> float:
+def status_mib(key: str) -> float:
+    """``key`` of ``/proc/self/status`` (``VmRSS``, ``VmHWM``: the peak) in MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class HighWater:
-    """This process's peak RSS, readable per stretch of time: :meth:`take` returns the kernel's
-    high-water mark (``VmHWM``) and resets it to the current RSS (``/proc/self/clear_refs``,
-    ``5``), keeping the highest value it has seen, so :meth:`peak` is still the process's
-    peak (``ru_maxrss`` is that same mark, and would only say "since the last reset")."""
-
-    def __init__(self) -> None:
-        self.seen = 0.0
-
-    @staticmethod
-    def _mark() -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-    def take(self) -> float:
-        mark = self._mark()
-        self.seen = max(self.seen, mark)
-        with suppress(OSError):  # not resettable here: marks only grow
-            Path("/proc/self/clear_refs").write_text("5")
-        return mark
-
-    def peak(self) -> float:
-        return max(self.seen, self._mark())
-
-
-HIGH_WATER = HighWater()
-
-
-def peak_rss_mib() -> float:
-    return HIGH_WATER.peak()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB, the peak
 
 
 def churn(url: str) -> dict[str, int]:
@@ -421,38 +256,51 @@ def churn(url: str) -> dict[str, int]:
         return answer
 
 
-def _instrumented(args: argparse.Namespace) -> tuple[Clock, PoolStub, Config]:
-    """A phase clock hooked into the daemon's code, the collector stub and the configuration
-    every step runs with."""
-    clock = Clock(args.profile is not None)
-    instrument(clock)
+class Profiles:
+    """One cProfile per kind of cycle with ``--profile DIR`` (nothing without)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    @contextmanager
+    def kind(self, name: str) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        profile = cProfile.Profile()
+        with profile:
+            yield
+        self.directory.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(self.directory / f"{name}.prof")
+        text = io.StringIO()
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(profile, stream=text).sort_stats(order).print_stats(30)
+        (self.directory / f"{name}.txt").write_text(text.getvalue())
+
+
+def _setup(args: argparse.Namespace) -> tuple[PoolStub, Config, Profiles]:
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    return clock, pool, config(args.url, args.workdir, args.merge_min_interval_s)
+    cfg = config(args.url, args.workdir, args.merge_min_interval_s)
+    return pool, cfg, Profiles(args.profile)
 
 
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
-    clock, pool, cfg = _instrumented(args)
+    pool, cfg, profiles = _setup(args)
     t0 = time.perf_counter()
-    daemon = TimedService(cfg, clock, pool)
+    daemon = BenchService(cfg, pool)
     startup_empty = time.perf_counter() - t0
-    clock.take()
-    first = record(clock, daemon.cycle(), daemon.service)
-    if args.profile:
-        clock.write_profiles(args.profile, "first")
+    with profiles.kind("first"):
+        first = daemon.cycle()
     churned, nochange = [], []
-    for _ in range(args.cycles):
-        churn(args.url)
-        pool.startd_updates(args.startd_updates)
-        clock.take()
-        churned.append(record(clock, daemon.cycle(), daemon.service))
-    if args.profile:
-        clock.write_profiles(args.profile, "churn")
-    for _ in range(args.cycles):
-        pool.startd_updates(args.startd_updates)
-        clock.take()
-        nochange.append(record(clock, daemon.cycle(), daemon.service))
-    if args.profile:
-        clock.write_profiles(args.profile, "nochange")
+    with profiles.kind("churn"):
+        for _ in range(args.cycles):
+            churn(args.url)
+            pool.startd_updates(args.startd_updates)
+            churned.append(daemon.cycle())
+    with profiles.kind("nochange"):
+        for _ in range(args.cycles):
+            pool.startd_updates(args.startd_updates)
+            nochange.append(daemon.cycle())
     daemon.close()
     return {
         "startup_empty_s": startup_empty,
@@ -460,28 +308,25 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
         "churn": churned,
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": status_mib("VmHWM"),
     }
 
 
 def step_restart(args: argparse.Namespace) -> dict[str, Any]:
-    clock, pool, cfg = _instrumented(args)
-    with clock.phase("startup"):
-        t0 = time.perf_counter()
-        daemon = TimedService(cfg, clock, pool)
-        startup = time.perf_counter() - t0
-    rss_after_startup = rss_mib()
-    clock.take()
+    pool, cfg, profiles = _setup(args)
+    t0 = time.perf_counter()
+    daemon = BenchService(cfg, pool)
+    startup = time.perf_counter() - t0
+    rss_after_startup = status_mib("VmRSS")
     churn(args.url)
-    after = record(clock, daemon.cycle(), daemon.service)
-    if args.profile:
-        clock.write_profiles(args.profile, "restart")
+    with profiles.kind("restart"):
+        after = daemon.cycle()
     daemon.close()
     return {
         "startup_s": startup,
         "rss_after_startup_mib": rss_after_startup,
         "cycle_after_restart": after,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": status_mib("VmHWM"),
     }
 
 
@@ -498,7 +343,7 @@ def replay_cache_mib(args: argparse.Namespace) -> int:
     every cycle, time the daemon spent waiting that a 1M run does not have."""
     if args.replay_cache_mib is not None:
         return int(args.replay_cache_mib)
-    return max(768, -(-args.replicas * REPLAY_BYTES_PER_REPLICA // 2**20))
+    return max(768, -(-int(args.replicas) * REPLAY_BYTES_PER_REPLICA // 2**20))
 
 
 class ReplayServer:
@@ -541,8 +386,11 @@ class ReplayServer:
             self.proc.wait()
 
 
-def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One step in a child process, watched: its result, or a record of why it has none
+def run_step(
+    step: str, url: str, workdir: Path, args: argparse.Namespace, code: Path | None
+) -> dict[str, Any]:
+    """One step in a child process with ``code``'s hydrator (None: this checkout's), watched:
+    its result, or a record of why it has none
     (``failed``: killed by the OOM killer or by the watchdog when the machine's available
     memory fell under ``--min-available-mib``, or its error) and the swapping it caused."""
     command = [
@@ -556,8 +404,8 @@ def run_step(step: str, url: str, workdir: Path, args: argparse.Namespace) -> di
     command += ["--startd-updates", str(args.startd_updates)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
-    if args.code is not None:
-        cwd = code_path(args.code, workdir)
+    if code is not None:
+        cwd = code_path(code, workdir)
         env["PYTHONPATH"] = str(cwd)
     before = vmstat()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -646,63 +494,54 @@ def machine() -> dict[str, Any]:
     }
 
 
-def median(rows: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
-def phase_peaks(daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Each phase's own peak RSS (MiB) by kind of cycle: ``first``, ``churn`` and
-    ``nochange`` (the highest over those cycles) and ``restart`` (the cycle after it)."""
-    kinds: dict[str, list[dict[str, Any]]] = {}
-    if "failed" not in daemon:
-        kinds |= {"first": [daemon["first"]], "churn": daemon["churn"]}
-        kinds["nochange"] = daemon["nochange"]
-    if "failed" not in restart:
-        kinds["restart"] = [restart["cycle_after_restart"]]
-    return {
-        kind: {
-            p: max(r.get(f"{p}_peak_mib", 0.0) for r in records)
-            for p in PHASES
-            if any(f"{p}_peak_mib" in r for r in records)
-        }
-        for kind, records in kinds.items()
+def phase_medians(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Each phase's median wall seconds over ``records`` (none: code without the report)."""
+    names = sorted({name for r in records for name in r.get("phases", {})})
+    return {name: median([r.get("phases", {}).get(name, 0.0) for r in records]) for name in names}
+
+
+def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
+    """Medians of the daemon step's cycles by kind: whole, phases, the fetch's CPU, calls."""
+    churned, idle, first = daemon["churn"], daemon["nochange"], daemon["first"]
+    out: dict[str, Any] = {
+        "replicas_held": churned[-1]["replicas"],
+        "whole_cycle_s": median([r["whole"] for r in churned]),
+        "nochange_cycle_s": median([r["whole"] for r in idle]),
+        "first_cycle_s": first["whole"],
+        "startup_empty_s": daemon["startup_empty_s"],
+        "phases_s": phase_medians(churned),
+        "nochange_phases_s": phase_medians(idle),
+        "first_phases_s": phase_medians([first]),
+        "cycles": len(churned),
+        "calls": {"first": first["calls"], "churn": churned[-1]["calls"]}
+        | {"nochange": idle[-1]["calls"]},
     }
+    if "fetch_cpu" in first:
+        out["fetch_cpu_s"] = {
+            "first": first["fetch_cpu"],
+            "churn": median([r["fetch_cpu"] for r in churned]),
+            "nochange": median([r["fetch_cpu"] for r in idle]),
+        }
+    return out
 
 
 def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) -> dict[str, Any]:
     """Medians of both steps' records; a step that failed (``failed``) leaves its figures
     ``None`` and is named in ``failed``."""
     out: dict[str, Any] = {"replicas": replicas}
-    failed = {
-        step: r["failed"] for step, r in (("daemon", daemon), ("restart", restart)) if "failed" in r
-    }
+    steps = (("daemon", daemon), ("restart", restart))
+    failed = {step: r["failed"] for step, r in steps if "failed" in r}
     if "failed" not in daemon:
-        churned, idle = daemon["churn"], daemon["nochange"]
-        out |= {
-            "replicas_held": churned[-1]["replicas"],
-            "whole_cycle_s": median(churned, "whole"),
-            "nochange_cycle_s": median(idle, "whole"),
-            "first_cycle_s": daemon["first"]["whole"],
-            "phases_s": {p: median(churned, p) for p in (*PHASES, "gc")},
-            "nochange_phases_s": {p: median(idle, p) for p in (*PHASES, "gc")},
-            "first_phases_s": {p: daemon["first"][p] for p in (*PHASES, "gc")},
-            "fetch_parse_cpu_s": {
-                "first": daemon["first"]["fetch_parse_cpu"],
-                "churn": median(churned, "fetch_parse_cpu"),
-                "nochange": median(idle, "fetch_parse_cpu"),
-            },
-            "cycles": len(churned),
-            "calls": {
-                "first": daemon["first"]["calls"],
-                "churn": churned[-1]["calls"],
-                "nochange": idle[-1]["calls"],
-            },
-        }
-    out["phase_peaks_mib"] = phase_peaks(daemon, restart)
+        out |= cycle_figures(daemon)
     if "failed" not in restart:
         out |= {
             "startup_s": restart["startup_s"],
             "cycle_after_restart_s": restart["cycle_after_restart"]["whole"],
+            "restart_phases_s": phase_medians([restart["cycle_after_restart"]]),
             "peak_rss_steady_mib": restart["peak_rss_mib"],
         }
     peaks = [r["peak_rss_mib"] for r in (daemon, restart) if "peak_rss_mib" in r]
@@ -711,15 +550,24 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
         out.setdefault(key, None)
     out["failed"] = failed
     out["swapped_pages"] = {
-        k: sum(r["swapped_pages"][k] for r in (daemon, restart) if "swapped_pages" in r)
+        k: sum(r["swapped_pages"][k] for _, r in steps if "swapped_pages" in r)
         for k in ("pswpin", "pswpout")
     }
     out["hydrator"] = daemon.get("hydrator") or restart.get("hydrator")
-    out["load_average"] = os.getloadavg()
-    out["cpus"] = os.cpu_count()
-    out["python"] = sys.version.split()[0]
     out["raw"] = {"daemon": daemon, "restart": restart}
     return out
+
+
+COMPARED = ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s", "peak_rss_mib")
+"""The figures issue 22's constraint compares old and new code on."""
+
+
+def new_vs_old(old: dict[str, Any], new: dict[str, Any]) -> dict[str, float | None]:
+    """``new / old - 1`` of each :data:`COMPARED` figure (None where either has none)."""
+    return {
+        key: round(new[key] / old[key] - 1, 4) if old.get(key) and new.get(key) else None
+        for key in COMPARED
+    }
 
 
 def revision(code: Path) -> str:
@@ -733,90 +581,108 @@ def revision(code: Path) -> str:
     return found.stdout.strip() or "unknown"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--replicas", type=int, default=100_000)
-    parser.add_argument("--cycles", type=int, default=3, help="churn and no-change cycles each")
-    parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--slots", type=int, default=N_SLOTS, help="glidein slots in the pool")
-    parser.add_argument("--json", type=Path, help="write the summary here")
-    parser.add_argument("--profile", type=Path, help="write a cProfile per phase here")
-    parser.add_argument(
-        "--code", type=Path,
-        help="run the daemon steps with the hydrator package of this checkout (e.g. the "
-        "previous commit in a temporary worktree); the harness and replay stay this one's",
-    )  # fmt: skip
-    parser.add_argument(
-        "--min-available-mib", type=int, default=3072,
-        help="stop a step when the machine's available memory falls under this",
-    )  # fmt: skip
-    parser.add_argument(
-        "--replay-cache-mib", type=int,
-        help="the replay's answer cache (default: room for every answer, about "
-        f"{REPLAY_BYTES_PER_REPLICA} bytes a replica, at least 768 MiB)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--merge-min-interval-s", type=float,
-        help="[collector] merge_min_interval_s (default: the config's, "
-        f"{CollectorConfig().merge_min_interval_s:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--startd-updates", type=float, default=0.0,
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    add = parser.add_argument
+    add("--replicas", type=int, default=100_000)
+    add("--cycles", type=int, default=3, help="churn and no-change cycles each")
+    add("--seed", type=int, default=2026)
+    add("--slots", type=int, default=N_SLOTS, help="glidein slots in the pool")
+    add("--json", type=Path, help="write the summary here")
+    add("--profile", type=Path, help="write a cProfile per kind of cycle here")
+    add("--code", type=Path, help="also run, first, the hydrator package of this checkout "
+        "(the old code, e.g. in a temporary worktree): old and new in one run")  # fmt: skip
+    add("--rounds", type=int, default=1, help="with --code: pairs of runs, old then new")
+    add("--min-available-mib", type=int, default=3072,
+        help="stop a step when the machine's available memory falls under this")  # fmt: skip
+    add("--replay-cache-mib", type=int, help="the replay's answer cache (default: room for "
+        f"every answer, {REPLAY_BYTES_PER_REPLICA} bytes a replica, at least 768 MiB)")  # fmt: skip
+    add("--merge-min-interval-s", type=float, help="[collector] merge_min_interval_s "
+        f"(default: the config's, {CollectorConfig().merge_min_interval_s:g})")  # fmt: skip
+    add("--startd-updates", type=float, default=0.0,
         help="fraction of the slots whose startd re-advertises (wiping merged attributes) "
-        "before each churn and no-change cycle: interval_s / UPDATE_INTERVAL, e.g. 0.2 for a "
-        "60 s cycle and HTCondor's default 300 s (default 0: not modelled)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--bad-replicas", type=int, default=0,
-        help="BAD replicas the replay lists (issue 24 item 2: the checks they force)",
-    )  # fmt: skip
-    parser.add_argument("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+        "before each churn and no-change cycle, e.g. 0.2 for a 60 s cycle (default 0)")  # fmt: skip
+    add("--bad-replicas", type=int, default=0, help="BAD replicas the replay lists")
+    add("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
+    add("--url", help=argparse.SUPPRESS)
+    add("--workdir", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     if args.step:
         result = step_daemon(args) if args.step == "daemon" else step_restart(args)
-        result["hydrator"] = str(Path(service_module.__file__).resolve().parents[2])
+        result["hydrator"] = str(Path(hydrator.__file__).resolve().parents[1])
         print(json.dumps(result))
         return
-    summary = run(args)
-    text = json.dumps(summary, indent=1)
+    summary = run(args, None) if args.code is None else compare(args, args.code)
     if args.json:
-        args.json.write_text(text + "\n")
-    brief = {k: v for k, v in summary.items() if k != "raw"}
-    print(json.dumps(brief, indent=1))
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(brief(summary), indent=1))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """The replay server, then both steps against it; the summary with the machine, the code
-    measured and the replay's own cost (not part of ``peak_rss_mib``)."""
+def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
+    """``--rounds`` pairs of runs, old (``code``) then new: the first pair in full (``old``,
+    ``new``, ``new_vs_old``), every pair's :data:`COMPARED` figures (``rounds``) and the median
+    of each figure's change over the pairs (``new_vs_old_median``: on a shared machine the
+    load moves between runs; alternating and taking the median lessens its weight)."""
+    pairs = [(run(args, code), run(args, None)) for _ in range(args.rounds)]
+    changes = [new_vs_old(old, new) for old, new in pairs]
+    return {
+        "old": pairs[0][0],
+        "new": pairs[0][1],
+        "new_vs_old": changes[0],
+        "rounds": [
+            {side: {k: s[k] for k in COMPARED} for side, s in (("old", old), ("new", new))}
+            | {"new_vs_old": change, "load_average": new["machine"]["load_average"]}
+            for (old, new), change in zip(pairs, changes, strict=True)
+        ],
+        "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
+    }
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None (None if none is)."""
+    found = [v for v in values if v is not None]
+    return median(found) if found else None
+
+
+def brief(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without its raw records (what is printed)."""
+    if "new_vs_old" in summary:
+        return {k: brief(v) if k in ("old", "new") else v for k, v in summary.items()}
+    return {k: v for k, v in summary.items() if k != "raw"}
+
+
+def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
+    """The replay server, then both steps against it with ``code``'s hydrator (None: this
+    checkout's); the summary with the machine, the code measured and the replay's own cost."""
     before = machine()
     server = ReplayServer(args.replicas, args.seed, replay_cache_mib(args), args.bad_replicas)
     try:
         replay_start = server.stats()
         with tempfile.TemporaryDirectory(prefix="hydrator-cycle-") as tmp:
-            daemon = run_step("daemon", server.url, Path(tmp), args)
+            daemon = run_step("daemon", server.url, Path(tmp), args, code)
             restart: dict[str, Any] = {"failed": "not run: the daemon step failed"}
             if "failed" not in daemon:
-                restart = run_step("restart", server.url, Path(tmp), args)
+                restart = run_step("restart", server.url, Path(tmp), args, code)
         replay = server.stats()
     finally:
         server.stop()
     summary = summarise(args.replicas, daemon, restart)
-    code = (args.code or HERE.parent).resolve()
-    if summary["hydrator"] not in (None, str(code)):
-        raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {code}")
-    summary["code"] = revision(code)
+    checkout = (code or HERE.parent).resolve()
+    if summary["hydrator"] not in (None, str(checkout)):
+        raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {checkout}")
+    summary["code"] = revision(checkout)
     summary["merge_min_interval_s"] = CollectorConfig(
         **collector_options(args.merge_min_interval_s)
     ).merge_min_interval_s
-    summary["startd_updates"] = args.startd_updates
-    summary["bad_replicas"] = args.bad_replicas
+    summary |= {"startd_updates": args.startd_updates, "bad_replicas": args.bad_replicas}
     summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
     summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
     summary["machine"] = before
     summary["machine_after"] = machine()
-    summary["load_average_before"] = before["load_average"]
     return summary
 
 

@@ -97,6 +97,11 @@ def record() -> dict[str, Any]:
         shutil.rmtree(server.dir, ignore_errors=True)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Record into ``sys.argv[1]`` (default ``benchmarks/rucio_wire.json``)."""
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/rucio_wire.json")
     target.write_text(json.dumps(record(), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -379,6 +379,13 @@ class Metrics:
         "full_reads_skipped",
         "Scheduled full reads skipped because events flow (reconciliation not due).",
     )
+    cycle_phase = _histogram(
+        "cycle_phase_seconds",
+        "Wall seconds of each phase of a cycle (queue, fetch, plan, save, advertise, render,"
+        " publish, jobs, gc, other): where the cycle's time goes (hydrator.runtime.phases).",
+        "phase",
+        buckets=_CYCLE_BUCKETS,
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry

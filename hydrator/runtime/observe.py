@@ -53,6 +53,10 @@ def log_cycle(report: CycleReport) -> None:
     text = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if k != "outcome")
     level = logging.INFO if report.outcome == "ok" else logging.WARNING
     log.log(level, "cycle %s %s", report.outcome, text, extra={"fields": fields})
+    if report.phases and log.isEnabledFor(logging.DEBUG):
+        seconds = {name: round(t.wall_s, 3) for name, t in report.phases.items()}
+        text = " ".join(f"{name}={s}" for name, s in seconds.items())
+        log.debug("cycle phases %s", text, extra={"fields": {"phases_s": seconds}})
     for status in report.plan.sources if report.plan else ():
         for site, reason in chain(status.held_sites.items(), status.refused_sites.items()):
             log.warning("%s", reason, extra={"fields": {"site": site, "source": status.name}})
@@ -68,6 +72,8 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
     """Update the metrics from a cycle; times are as of the cycle's start."""
     now = report.started
     metrics.cycles.labels(report.outcome).inc()
+    for name, taken in report.phases.items():
+        metrics.cycle_phase.labels(name).observe(taken.wall_s)
     if report.outcome in ("abandoned", "failed") or report.plan is None:
         return
     metrics.cycle_duration.observe(report.duration_s)

@@ -14,6 +14,7 @@ from datetime import datetime
 from hydrator.core.jobs import JobsReport, SiteDemand
 from hydrator.core.ports import PublishReport
 from hydrator.domain import Plan, Site, SiteView, SourceStatus
+from hydrator.runtime.phases import PhaseTime
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,8 @@ class CycleReport:
     publish_errors: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     jobs: JobsReport | None = None  # None: job annotation off, or not run (dry run)
+    phases: Mapping[str, PhaseTime] = field(default_factory=dict)
+    """Where the cycle's time went, by phase (:mod:`hydrator.runtime.phases`): ``queue``,
+    ``fetch``, ``plan``, ``save``, ``advertise``, ``render``, ``publish``, ``jobs``, ``gc`` (the
+    collector's passes) and ``other``, each present only if the cycle reached it; they add up to
+    the cycle through its memory clean-up, a little over :attr:`duration_s`."""

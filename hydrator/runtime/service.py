@@ -51,6 +51,7 @@ from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
+from hydrator.runtime.phases import phase, recording
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class Service:
     def run_cycle(self, dry_run: bool = False, planner: Planner | None = None) -> CycleReport:
         """Fetch, plan, save, publish. Never raises for source, state or publish failures.
         With ``planner`` (an event cycle), it decides the plan instead of fetch + plan."""
-        with self._lock:
+        with self._lock, recording() as phases:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
@@ -188,6 +189,7 @@ class Service:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
                     report = CycleReport(started, time.monotonic() - t0, "failed", error=error)
+            report = replace(report, phases=phases.taken())
             self.last_cycle_end = time.monotonic()
             self._observe(report)
             self._notify()
@@ -210,8 +212,9 @@ class Service:
         self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
     ) -> CycleReport:
         # the cycle's one queue read: first when the demand needs it, else after the ads
-        queue = self.queue.read() if self.queue is not None and self.queue.pool else None
-        wanted = self._wanted(queue)
+        with phase("queue"):
+            queue = self.queue.read() if self.queue is not None and self.queue.pool else None
+            wanted = self._wanted(queue)
         drains = self._read_drains(started)
         context = FetchContext(
             now=started,
@@ -220,16 +223,20 @@ class Service:
             drains=drains,
         )
         if planner is not None:
-            plan = planner(self._state, context)
+            with phase("plan"):
+                plan = planner(self._state, context)
         else:
             self._drains_read = frozenset(drains)
-            outcomes = self._fetch_all(context)
+            with phase("fetch"):
+                outcomes = self._fetch_all(context)
             if self.stop_event.is_set():
                 return CycleReport(started, time.monotonic() - t0, "abandoned")
-            plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
+            with phase("plan"):
+                plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
-        rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
+        with phase("save"):
+            rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._state = plan.state
         self._note_origins(plan, started, "event" if planner is not None else "full_read")
         if self.advertise_policy.demand_only and wanted is None:
@@ -238,10 +245,11 @@ class Service:
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
-        if queue is None and self.queue is not None:
-            queue = self.queue.read()  # annotation alone: a slow schedd never delays the ads
-        self._measure_locality(plan, queue)
-        jobs = self._annotate(plan, started, queue)
+        with phase("jobs"):
+            if queue is None and self.queue is not None:
+                queue = self.queue.read()  # annotation alone: a slow schedd never delays the ads
+            self._measure_locality(plan, queue)
+            jobs = self._annotate(plan, started, queue)
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
         return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
@@ -249,10 +257,13 @@ class Service:
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
-        advertised = self._advertise(plan, wanted)
+        with phase("advertise"):
+            advertised = self._advertise(plan, wanted)
         views = {site: a.view for site, a in advertised.items()}
+        with phase("render"):
+            ads = render_ads(views, self.config.classad, self.published.ads)
         self.published = Published(
-            render_ads(views, self.config.classad, self.published.ads),
+            ads,
             plan.sources,
             started,
             self.published.demand,  # until this cycle's annotation replaces it
@@ -260,7 +271,8 @@ class Service:
             dict(self._origins),
         )
         self.metrics.set_unadvertised(advertised.values())
-        return self._publish(views, plan.removed_sites, started)
+        with phase("publish"):
+            return self._publish(views, plan.removed_sites, started)
 
     def _read_drains(self, now: datetime) -> Sequence[Drain]:
         """The operator's drains, read every cycle (``hydrator drain`` writes them while the

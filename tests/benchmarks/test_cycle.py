@@ -9,6 +9,7 @@ same keys in the same order, same JSON types, the same date format.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -129,18 +130,36 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     for key in ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s"):
         assert result[key] > 0
     assert result["peak_rss_mib"] > 0
-    assert set(result["phases_s"]) >= {"fetch_parse", "snapshot", "plan", "save", "render"}
+    # the phases are the service's own report's, and they add up to the whole cycle
+    assert set(result["phases_s"]) >= {"fetch", "plan", "save", "render", "publish", "after"}
     assert result["phases_s"]["publish"] > 0
-    # the daemon's own CPU in fetch_parse is reported apart from its wall time (which includes
+    first = result["raw"]["daemon"]["first"]
+    assert sum(first["phases"].values()) == pytest.approx(first["whole"])
+    # the daemon's own CPU in the fetch is reported apart from its wall time (which includes
     # waiting for the replay server) and cannot exceed it by more than the other threads' share
-    cpu = result["fetch_parse_cpu_s"]
+    cpu = result["fetch_cpu_s"]
     assert min(cpu["first"], cpu["churn"], cpu["nochange"]) > 0
-    assert cpu["first"] <= 2 * result["first_phases_s"]["fetch_parse"]
+    assert cpu["first"] <= 2 * result["first_phases_s"]["fetch"]
     # the source saw the generated federation through rucio-clients: most holdings arrive
     assert 800 <= result["replicas_held"] <= 1100
-    assert (tmp_path / "prof" / "churn-fetch_parse.txt").exists()
+    assert (tmp_path / "prof" / "churn.txt").exists()
     assert result["failed"] == {} and result["replay_peak_rss_mib"] > 0
     assert result["machine"]["cores"] >= 1 and result["machine"]["ram_gib"] > 0
+
+
+def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
+    """``--code DIR`` runs DIR's hydrator, then this checkout's, each on a fresh replay of the
+    same federation (here DIR is a copy of this checkout), alternating pairs, and compares them."""
+    old = tmp_path / "old"
+    shutil.copytree(ROOT / "hydrator", old / "hydrator", ignore=shutil.ignore_patterns("*.pyc"))
+    result = _benchmark(tmp_path, "--code", str(old), "--rounds", "2")
+    assert result["old"]["hydrator"] == str(old.resolve())
+    assert result["new"]["hydrator"] == str(ROOT)
+    assert result["old"]["replicas_held"] == result["new"]["replicas_held"]
+    assert set(result["new_vs_old"]) >= {"whole_cycle_s", "startup_s", "peak_rss_mib"}
+    assert all(-1 < change < 20 for change in result["new_vs_old"].values())
+    assert len(result["rounds"]) == 2 and result["rounds"][1]["old"]["whole_cycle_s"] > 0
+    assert set(result["new_vs_old_median"]) == set(result["new_vs_old"])
 
 
 def _catalogue(scale: Scale, seed: int, cache_bytes: int) -> Catalogue:

@@ -65,6 +65,7 @@ EXPECTED = {
     "hydrator_event_reads_saved": ("counter", ("source",)),
     "hydrator_event_cycles": ("counter", ("source", "outcome")),
     "hydrator_full_reads_skipped": ("counter", ()),
+    "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
 }
 
 

@@ -1,0 +1,44 @@
+"""The benchmarks' one entry point: ``python -m benchmarks SCENARIO [options]``.
+
+Each scenario is a module of this package with its own options (``python -m benchmarks
+SCENARIO --help``); what each measures, and the result files the docs cite, are in
+``benchmarks/README.md``. Timings are printed and written, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+
+SCENARIOS = {
+    "cycle": ("cycle", "whole daemon cycles against a Rucio replay (old vs new: --code DIR)"),
+    "state-store": ("state_store", "the SQLite state file alone: save, load, migration"),
+    "demand": ("demand_bench", "ad sizes and cost with and without demand-driven ads"),
+    "annotation": ("annotate", "job annotation at 10,000 idle jobs on the real test pool"),
+    "events": ("events", "event latency on a real Rucio, hermes, ActiveMQ and pool"),
+    "replay": ("replay", "serve the generated federation in Rucio's wire format"),
+    "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
+    "generate": ("generate", "print the generated federation's size at a scale"),
+}
+"""Scenario name -> (module in this package, one line of help)."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the scenario named first in ``argv`` with the rest of ``argv`` as its options."""
+    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(f"  {name:13} {text}" for name, (_, text) in SCENARIOS.items()),
+    )
+    parser.add_argument("scenario", choices=SCENARIOS, metavar="SCENARIO")
+    parser.parse_args(args[:1])
+    name = args[0]
+    sys.argv = [f"python -m benchmarks {name}", *args[1:]]
+    import_module(f"benchmarks.{SCENARIOS[name][0]}").main()
+
+
+if __name__ == "__main__":
+    main()
