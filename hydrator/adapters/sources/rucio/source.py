@@ -90,6 +90,7 @@ from hydrator.adapters.sources.rucio.listing import (
     SUMMARY_LINES,
     Lines,
     Mark,
+    NotJsonLine,
     diff,
     new_positions,
     parse_lines,
@@ -280,9 +281,12 @@ class RucioSource:
         digest = hashlib.sha256(body).digest()
         listing = book.listings.get(rse)
         if listing is None or listing.digest != digest:
-            listing = self._summary_listing(
-                body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
-            )
+            try:
+                listing = self._summary_listing(
+                    body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
+                )
+            except NotJsonLine as exc:  # its position in the answer, read only now
+                raise exc.at(body) from exc
             listing.digest = digest
             book.listings[rse] = listing
         cycle.invalid += listing.invalid
@@ -305,25 +309,29 @@ class RucioSource:
         if changed is not None:
             values, gone = changed
             fresh = new_positions(values)
-            added = self._row_values([lines[i] for i in fresh], book, dirty)
+            added = self._row_values([lines[i] for i in fresh], book, dirty, rse)
             for i, value in zip(fresh, added, strict=True):
                 values[i] = value
             if not repeats(added, gone, rse):
                 apply_rows(rse, added, gone, site, dirty)
                 return Lines(hashes, cast(list[RowValue | Mark], values))  # no New left
-        values_all = self._row_values(lines, book, dirty)
+        values_all = self._row_values(lines, book, dirty, rse)
         if old is None:  # a first read (no row there yet): one pass instead of the two below
             return Lines(hashes, values_all, unique=fill_rows(rse, values_all, site, dirty))
         unique = first_only(values_all)
         apply_rows(rse, values_all, old.values, site, dirty)
         return Lines(hashes, values_all, unique=unique)
 
-    def _row_values(self, lines: list[bytes], book: Book, dirty: Dirty) -> list[RowValue | Mark]:
-        """What each summary line gives: its dataset alone when the row says complete, its
-        counts otherwise, or a mark (malformed or invalid: counted; out of scope: skipped)."""
+    def _row_values(
+        self, lines: list[bytes], book: Book, dirty: Dirty, rse: str
+    ) -> list[RowValue | Mark]:
+        """What each of RSE ``rse``'s summary lines gives: its dataset alone when the row says
+        complete, its counts otherwise, or a mark (malformed or invalid: counted; out of
+        scope: skipped); :class:`~.listing.NotJsonLine` for a line that is not JSON."""
         out: list[RowValue | Mark] = []
         known = book.datasets
-        for row in parse_lines(SUMMARY_LINES, lines):
+        what = f"the dataset summary of RSE {rse} (list_datasets_per_rse)"
+        for row in parse_lines(SUMMARY_LINES, lines, what):
             if isinstance(row, Mark):
                 out.append(row)
                 continue

@@ -24,6 +24,7 @@ Errors (all translated here, never classified by message text)::
     InvalidRSEExpression from list_rses    -> InvalidExpression (a PermanentSourceError)
     any error once the fetch's deadline passed                           -> TransientSourceError
     a listing over max_answer_bytes or max_line_bytes (not retried)      -> PermanentSourceError
+    a listing's line that is not JSON (:class:`~..listing.NotJsonLine`)  -> TransientSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
 ``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
