@@ -174,6 +174,14 @@ def storage_statuses(
     )
 
 
+def element_of(location: Location, nodes: NodesMap | None) -> str:
+    """The storage element a located replica is on, named as its storage status names it:
+    its storage area's name where ``/nodes`` states the area, else the entry's RSE name."""
+    area = location.storage_area_id
+    stated = nodes.statements.get(area) if nodes is not None and area is not None else None
+    return location.identifier if stated is None else stated.storage
+
+
 def unavailable_areas(
     nodes: NodesMap | None, statuses: tuple[StorageStatus, ...]
 ) -> frozenset[str]:

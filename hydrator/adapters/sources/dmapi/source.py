@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from functools import partial
 from urllib.parse import quote
 
@@ -46,6 +47,7 @@ from hydrator.adapters.sources.dmapi.answers import (
     check_answers,
     check_not_all_refused,
     cut,
+    element_of,
     json_body,
     parse_location,
     parse_nodes,
@@ -59,7 +61,15 @@ from hydrator.adapters.sources.dmapi.tokens import (
     token_provider,
 )
 from hydrator.config import DmapiSourceConfig
-from hydrator.domain import DatasetId, InvalidNameError, Replica, ReplicaState, Site, Snapshot
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+)
 from hydrator.errors import PermanentSourceError, TransientSourceError
 
 log = logging.getLogger("hydrator.adapters.sources.dmapi")
@@ -337,10 +347,13 @@ class DmapiSource:
     ) -> Snapshot:
         """Located replicas at their sites; those on a storage area that cannot serve
         (:func:`storage_statuses`) are left out, so a site keeps a dataset only while an
-        available storage area of it holds the dataset."""
+        available storage area of it holds the dataset. Per storage element, its site and the
+        datasets located there (``Snapshot.elements``, for the site guard: an element whose
+        entries vanish holds its site back, :func:`.answers.element_of` names it)."""
         statuses = storage_statuses(nodes, results, context)
         down = unavailable_areas(nodes, statuses)
         replicas: list[Replica] = []
+        held: dict[str, tuple[Site, set[DatasetId]]] = {}  # element -> its site, its datasets
         unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
         for dataset, result in results.items():
             if isinstance(result, Rejected):
@@ -364,12 +377,15 @@ class DmapiSource:
                 # The API has no completeness or transfer state: a listed replica is complete,
                 # with no transfer (the Replica defaults).
                 replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
+                held.setdefault(element_of(location, nodes), (site, set()))[1].add(dataset)
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         listed = self._listed_unmapped(unmapped)
         more = len(unmapped) - len(listed)
-        return Snapshot.of(
+        answer = Snapshot.of(
             self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
         )
+        elements = {e: ElementCount(site, len(found)) for e, (site, found) in held.items()}
+        return replace(answer, elements=elements)
 
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
