@@ -166,6 +166,13 @@ class Lines(Generic[V]):
         """Lines marked invalid (counted once: ``values`` is complete when this is read)."""
         return self.values.count(Mark.INVALID)  # type: ignore[arg-type]
 
+    @cached_property
+    def listed(self) -> int:
+        """Lines that gave a value, neither invalid nor skipped (counted once, as
+        :attr:`invalid`: two C-level scans, about 47 ms each a million lines, so paid by an
+        answer that changed, never by one read again unchanged)."""
+        return len(self.values) - self.invalid - self.values.count(Mark.SKIPPED)  # type: ignore[arg-type]
+
 
 def diff(old: Lines[V] | None, hashes: array[int]) -> tuple[list[V | New], list[V]] | None:
     """Against ``old``, the value of each line of a new answer (``New.LINE`` where the line

@@ -58,6 +58,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar, cast
 
 from hydrator.adapters.sources import FetchContext, OnceLog
@@ -101,7 +102,15 @@ from hydrator.adapters.sources.rucio.targeted import parent_datasets, read_datas
 from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.presence import Wait, says_complete, settled, towards
-from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    InvalidNameError,
+    Replica,
+    Site,
+    Snapshot,
+    check_site,
+)
 from hydrator.errors import PermanentSourceError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -228,7 +237,7 @@ class RucioSource:
             self.deep_checks_skipped_last_fetch = self._deep.skipped
             self._held_ids = {}
             self.wire.end()
-        return Snapshot.of(
+        answer = Snapshot.of(
             self.name,
             book.replicas,
             sites=cycle.table.covered,  # with the sites whose RSEs cannot serve
@@ -238,6 +247,7 @@ class RucioSource:
             sites_named=True,  # every pair's site is one an RSE maps to (remap drops others)
             storages=statuses,
         )
+        return replace(answer, elements=element_counts(book, cycle.sites))
 
     def read_datasets(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The exact replicas of ``datasets`` at every mapped site, for an event cycle
@@ -459,6 +469,20 @@ def _settle_site(
             else:
                 del book.pending[dataset]
         yield (site, dataset, found)
+
+
+def element_counts(book: Book, sites: Mapping[str, Site]) -> dict[str, ElementCount]:
+    """Per RSE that can serve (``sites``: RSE -> site) and was read, its site and the datasets
+    its summary lists (rows complete or not; malformed and out-of-scope lines not counted),
+    for the plan's per-storage-element guard: an RSE whose rows vanish holds its site back
+    even when the site as a whole shrinks less than the site guard's share (each listing's
+    count is kept with it: :attr:`~.listing.Lines.listed`)."""
+    listings = book.listings
+    return {
+        rse: ElementCount(site, listings[rse].listed)
+        for rse, site in sites.items()
+        if rse in listings
+    }
 
 
 def read_ahead(reader: Executor, read: Callable[[K], T], keys: Sequence[K]) -> Iterator[T]:

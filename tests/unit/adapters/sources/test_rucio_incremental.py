@@ -253,6 +253,7 @@ def assert_same(incremental: Snapshot, fresh: Snapshot) -> None:
         fresh.invalid,
         fresh.unmapped,
     )
+    assert incremental.elements == fresh.elements  # per RSE: its site, its listed datasets
 
 
 def assert_kept(before: Snapshot, after: Snapshot) -> None:
