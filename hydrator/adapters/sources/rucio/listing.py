@@ -168,9 +168,9 @@ class Lines(Generic[V]):
 
     @cached_property
     def listed(self) -> int:
-        """Lines that gave a value, neither invalid nor skipped (counted once, as
-        :attr:`invalid`: two C-level scans, about 47 ms each a million lines, so paid by an
-        answer that changed, never by one read again unchanged)."""
+        """Lines that gave a value, neither invalid nor skipped: counted once, as
+        :attr:`invalid` (one more C-level scan, about 47 ms a million lines), or set by the
+        caller that knows it from the last answer's count and the lines added and gone."""
         return len(self.values) - self.invalid - self.values.count(Mark.SKIPPED)  # type: ignore[arg-type]
 
 

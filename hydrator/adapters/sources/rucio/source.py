@@ -316,7 +316,7 @@ class RucioSource:
         lines = list(dict.fromkeys(filter(None, body.splitlines())))  # identical lines once
         hashes = array("q", map(hash, lines))
         changed = diff(old, hashes)
-        if changed is not None:
+        if changed is not None and old is not None:  # (diff gives None without an old)
             values, gone = changed
             fresh = new_positions(values)
             added = self._row_values([lines[i] for i in fresh], book, dirty, rse)
@@ -324,7 +324,9 @@ class RucioSource:
                 values[i] = value
             if not repeats(added, gone, rse):
                 apply_rows(rse, added, gone, site, dirty)
-                return Lines(hashes, cast(list[RowValue | Mark], values))  # no New left
+                listing = Lines(hashes, cast(list[RowValue | Mark], values))  # no New left
+                listing.listed = old.listed + _listed(added) - _listed(gone)  # O(delta)
+                return listing
         values_all = self._row_values(lines, book, dirty, rse)
         if old is None:  # a first read (no row there yet): one pass instead of the two below
             return Lines(hashes, values_all, unique=fill_rows(rse, values_all, site, dirty))
@@ -469,6 +471,11 @@ def _settle_site(
             else:
                 del book.pending[dataset]
         yield (site, dataset, found)
+
+
+def _listed(values: Iterable[RowValue | Mark]) -> int:
+    """How many of ``values`` are rows (not marks)."""
+    return sum(not isinstance(value, Mark) for value in values)
 
 
 def element_counts(book: Book, sites: Mapping[str, Site]) -> dict[str, ElementCount]:
