@@ -17,14 +17,15 @@ datasets that were found is "located nowhere".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from hydrator.adapters.sources import FetchContext, site_or_none
+from hydrator.adapters.sources import site_or_none
 from hydrator.adapters.sources._http import Answer
 from hydrator.adapters.sources._site_capabilities import children, storage_statements
-from hydrator.core.storage import Statement, judge
+from hydrator.core.storage import Drain, Statement, judge
 from hydrator.domain import DatasetId, Site, StorageStatus
 from hydrator.errors import PermanentSourceError
 
@@ -155,21 +156,23 @@ def parse_nodes(body: object) -> NodesMap:
 def storage_statuses(
     nodes: NodesMap | None,
     results: Mapping[DatasetId, LocateResult],
-    context: FetchContext,
+    wanted: Container[DatasetId],
+    drains: Iterable[Drain],
+    now: datetime,
 ) -> tuple[StorageStatus, ...]:
-    """Every storage area /nodes lists, judged at ``context.now`` with the operator's drains
-    (:func:`hydrator.core.storage.judge`); an unavailable one counts the wanted datasets it
-    holds."""
+    """Every storage area /nodes lists, judged at ``now`` (UTC) with the operator's
+    ``drains`` (:func:`hydrator.core.storage.judge`); an unavailable one counts the
+    ``wanted`` datasets it holds."""
     if nodes is None:
         return ()
     held: dict[str, set[DatasetId]] = {}
     for dataset, result in results.items():
-        if isinstance(result, list) and dataset in context.wanted:
+        if isinstance(result, list) and dataset in wanted:
             for location in result:
                 if location is not None and location.storage_area_id is not None:
                     held.setdefault(location.storage_area_id, set()).add(dataset)
     return tuple(
-        judge(stated, context.drains, context.now, len(held.get(area_id, ())))
+        judge(stated, drains, now, len(held.get(area_id, ())))
         for area_id, stated in nodes.statements.items()
     )
 

@@ -350,7 +350,7 @@ class DmapiSource:
         available storage area of it holds the dataset. Per storage element, its site and the
         datasets located there (``Snapshot.elements``, for the site guard: an element whose
         entries vanish holds its site back, :func:`.answers.element_of` names it)."""
-        statuses = storage_statuses(nodes, results, context)
+        statuses = storage_statuses(nodes, results, context.wanted, context.drains, context.now)
         down = unavailable_areas(nodes, statuses)
         replicas: list[Replica] = []
         held: dict[str, tuple[Site, set[DatasetId]]] = {}  # element -> its site, its datasets

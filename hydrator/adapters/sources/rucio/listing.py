@@ -213,7 +213,9 @@ def line_blocks(chunks: Iterable[bytes]) -> Iterator[list[bytes]]:
         yield [rest]
 
 
-def parse_lines(schema: LineSchema[R], lines: list[bytes], what: str) -> list[R | Mark]:
+def parse_lines(
+    schema: LineSchema[R], lines: list[bytes], what: str = "a Rucio listing"
+) -> list[R | Mark]:
     """Validate JSON lines at once (one pydantic call, which reads the JSON itself); if
     any record is malformed, record by record, marking the bad ones ``Mark.INVALID``
     (counted) and blank lines ``Mark.SKIPPED``. A line that is not one JSON value raises
