@@ -1,7 +1,7 @@
 """HTTP plumbing of the DMAPI source: bounded retries, ``Retry-After``, request counting, a
 deadline per fetch and a size cap per answer.
 
-Only the sibling :mod:`.dmapi` uses this module; together they are the one adapter around
+Only the DMAPI source (:mod:`.dmapi`) uses this module; together they are the one adapter around
 ``requests``. :meth:`HttpClient.send` retries what may go away by itself (connection errors,
 timeouts, HTTP 408, 429, 500, 502, 503, 504) with exponential backoff, honours a ``Retry-After``
 hint on 429/503 when it is no longer than ``max_retry_after_s``, and logs every retry as

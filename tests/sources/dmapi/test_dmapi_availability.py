@@ -11,7 +11,7 @@ import requests
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Site, Snapshot, State, StorageStatus
+from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
 from tests.sources.dmapi.conftest import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet, area, downtime, node, site, storage
 
@@ -162,3 +162,37 @@ def test_downtime_ending_and_a_drain_of_a_storage_area_through_the_core(
         ("storage area SITE_A_XRD: drained by the operator: checksum errors",),
     )
     assert fake.counts["nodes"] == 1, "periods are judged on the cycle's time, not refetched"
+
+
+def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_core(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """SITE_A has A1 (6 datasets) and A2 (14): A1's vanish from the answers while the site as
+    a whole loses 30 %, under the site guard's 50 %; A1's own count (6 to 0) holds SITE_A's
+    entries back, as a static inventory's table would (``Snapshot.elements``)."""
+    federation(fake)
+    on_a1 = [f"on_a1_{i}" for i in range(6)]
+    for name in on_a1:
+        fake.add_dataset("ska", name, ("SITE_A_XRD", AREA_A1))
+    on_a2 = [f"on_a2_{i}" for i in range(14)]
+    for name in on_a2:
+        fake.add_dataset("ska", name, ("SITE_A_STORM", AREA_A2))
+    source = make_source(datasets=[f"ska:{n}" for n in on_a1 + on_a2])
+    policy = Policy(site_drop_min_entries=5, site_max_drop_fraction=0.5)
+    context = FetchContext(now=NOW)
+    first = source.fetch(context)
+    assert first.elements == {
+        "SITE_A_XRD": ElementCount(Site("SITE_A"), 6),
+        "SITE_A_STORM": ElementCount(Site("SITE_A"), 14),
+    }
+    state = plan_cycle(State(), {"dmapi": first}, NOW, policy, []).state
+
+    for name in on_a1:
+        fake.add_dataset("ska", name)  # known, located nowhere now
+    second = source.fetch(context)
+    assert second.elements == {"SITE_A_STORM": ElementCount(Site("SITE_A"), 14)}
+    plan = plan_cycle(state, {"dmapi": second}, NOW, policy, [])
+    view = plan.sites[Site("SITE_A")]
+    assert sorted(d.name for d in view.available) == sorted(on_a1 + on_a2), "held back"
+    (status,) = plan.sources
+    assert "storage element SITE_A_XRD: 0 entries against 6" in status.held_sites[Site("SITE_A")]

@@ -4,9 +4,10 @@ The package's modules, each for one job (the overview of a fetch is in :mod:`.so
 
 * :mod:`.source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step,
   the summary tables read against the last answer, each dirty (site, dataset) pair settled;
-* :mod:`.wire`: the only module importing ``rucio`` and ``requests``: the client, each API
-  call with bounded retries, errors translated (tests inject a client through
-  ``client_factory``);
+* :mod:`.wire`: the only package importing ``rucio`` and ``requests``: each API call with
+  bounded retries, errors translated (:mod:`.wire.calls`); the client, its session watched by
+  the fetch's deadline, answers capped and read in bounded blocks (:mod:`.wire.session`);
+  tests inject a client through ``client_factory``;
 * :mod:`.sites`: the RSEs of the expression and their sites (:class:`~.sites.Rse`,
   :class:`~.sites.RseTable`);
 * :mod:`.listing`: listings kept as lines, diffed against the last answer, parsed in batches;

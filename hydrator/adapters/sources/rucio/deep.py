@@ -146,7 +146,8 @@ class DeepChecks:
         """Site -> files and bytes of one dataset present there, from the file replicas
         (``list_dataset_replicas(deep=True)``, per RSE; several RSEs of a site: the best, a
         lower bound, as this listing cannot tell which files they share)."""
-        rows = self.wire.dataset_replicas(dataset, partial(parse_lines, DEEP_LINES))
+        what = f"the replicas of {dataset} (list_dataset_replicas)"
+        rows = self.wire.dataset_replicas(dataset, partial(parse_lines, DEEP_LINES, what=what))
         counts: dict[Site, Counts] = {}
         for row in rows:
             if isinstance(row, Mark):

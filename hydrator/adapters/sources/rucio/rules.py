@@ -77,7 +77,8 @@ def _rule_lines(
         hashes = list(distinct)
         values: list[Rule | Mark | New] = list(map(index.get, hashes, repeat(New.LINE)))
         fresh = new_positions(values)
-        parsed = parse_lines(RULE_LINES, [distinct[hashes[i]] for i in fresh])
+        new = [distinct[hashes[i]] for i in fresh]
+        parsed = parse_lines(RULE_LINES, new, f"rules in state {code} (list_replication_rules)")
         for i, row in zip(fresh, parsed, strict=True):
             values[i] = rule_value(row, code, known)
             added.append(values[i])  # type: ignore[arg-type]  # parsed: no New

@@ -58,6 +58,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar, cast
 
 from hydrator.adapters.sources import OnceLog
@@ -90,6 +91,7 @@ from hydrator.adapters.sources.rucio.listing import (
     SUMMARY_LINES,
     Lines,
     Mark,
+    NotJsonLine,
     diff,
     new_positions,
     parse_lines,
@@ -101,7 +103,15 @@ from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.ports import FetchContext
 from hydrator.core.presence import Wait, says_complete, settled, towards
-from hydrator.domain import DatasetId, InvalidNameError, Replica, Site, Snapshot, check_site
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    InvalidNameError,
+    Replica,
+    Site,
+    Snapshot,
+    check_site,
+)
 from hydrator.errors import PermanentSourceError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -227,7 +237,7 @@ class RucioSource:
             self.deep_checks_skipped_last_fetch = self._deep.skipped
             self._held_ids = {}
             self.wire.end()
-        return Snapshot.of(
+        answer = Snapshot.of(
             self.name,
             book.replicas,
             sites=cycle.table.covered,  # with the sites whose RSEs cannot serve
@@ -237,6 +247,7 @@ class RucioSource:
             sites_named=True,  # every pair's site is one an RSE maps to (remap drops others)
             storages=statuses,
         )
+        return replace(answer, elements=element_counts(book, cycle.sites))
 
     def read_datasets(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The exact replicas of ``datasets`` at every mapped site, for an event cycle
@@ -279,9 +290,12 @@ class RucioSource:
         digest = hashlib.sha256(body).digest()
         listing = book.listings.get(rse)
         if listing is None or listing.digest != digest:
-            listing = self._summary_listing(
-                body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
-            )
+            try:
+                listing = self._summary_listing(
+                    body, listing, book, rse=rse, site=cycle.sites[rse], dirty=dirty
+                )
+            except NotJsonLine as exc:  # its position in the answer, read only now
+                raise exc.at(body) from exc
             listing.digest = digest
             book.listings[rse] = listing
         cycle.invalid += listing.invalid
@@ -301,28 +315,34 @@ class RucioSource:
         lines = list(dict.fromkeys(filter(None, body.splitlines())))  # identical lines once
         hashes = array("q", map(hash, lines))
         changed = diff(old, hashes)
-        if changed is not None:
+        if changed is not None and old is not None:  # (diff gives None without an old)
             values, gone = changed
             fresh = new_positions(values)
-            added = self._row_values([lines[i] for i in fresh], book, dirty)
+            added = self._row_values([lines[i] for i in fresh], book, dirty, rse)
             for i, value in zip(fresh, added, strict=True):
                 values[i] = value
             if not repeats(added, gone, rse):
                 apply_rows(rse, added, gone, site, dirty)
-                return Lines(hashes, cast(list[RowValue | Mark], values))  # no New left
-        values_all = self._row_values(lines, book, dirty)
+                listing = Lines(hashes, cast(list[RowValue | Mark], values))  # no New left
+                listing.listed = old.listed + _listed(added) - _listed(gone)  # O(delta)
+                return listing
+        values_all = self._row_values(lines, book, dirty, rse)
         if old is None:  # a first read (no row there yet): one pass instead of the two below
             return Lines(hashes, values_all, unique=fill_rows(rse, values_all, site, dirty))
         unique = first_only(values_all)
         apply_rows(rse, values_all, old.values, site, dirty)
         return Lines(hashes, values_all, unique=unique)
 
-    def _row_values(self, lines: list[bytes], book: Book, dirty: Dirty) -> list[RowValue | Mark]:
-        """What each summary line gives: its dataset alone when the row says complete, its
-        counts otherwise, or a mark (malformed or invalid: counted; out of scope: skipped)."""
+    def _row_values(
+        self, lines: list[bytes], book: Book, dirty: Dirty, rse: str
+    ) -> list[RowValue | Mark]:
+        """What each of RSE ``rse``'s summary lines gives: its dataset alone when the row says
+        complete, its counts otherwise, or a mark (malformed or invalid: counted; out of
+        scope: skipped); :class:`~.listing.NotJsonLine` for a line that is not JSON."""
         out: list[RowValue | Mark] = []
         known = book.datasets
-        for row in parse_lines(SUMMARY_LINES, lines):
+        what = f"the dataset summary of RSE {rse} (list_datasets_per_rse)"
+        for row in parse_lines(SUMMARY_LINES, lines, what):
             if isinstance(row, Mark):
                 out.append(row)
                 continue
@@ -450,6 +470,25 @@ def _settle_site(
             else:
                 del book.pending[dataset]
         yield (site, dataset, found)
+
+
+def _listed(values: Iterable[RowValue | Mark]) -> int:
+    """How many of ``values`` are rows (not marks)."""
+    return sum(not isinstance(value, Mark) for value in values)
+
+
+def element_counts(book: Book, sites: Mapping[str, Site]) -> dict[str, ElementCount]:
+    """Per RSE that can serve (``sites``: RSE -> site) and was read, its site and the datasets
+    its summary lists (rows complete or not; malformed and out-of-scope lines not counted),
+    for the plan's per-storage-element guard: an RSE whose rows vanish holds its site back
+    even when the site as a whole shrinks less than the site guard's share (each listing's
+    count is kept with it: :attr:`~.listing.Lines.listed`)."""
+    listings = book.listings
+    return {
+        rse: ElementCount(site, listings[rse].listed)
+        for rse, site in sites.items()
+        if rse in listings
+    }
 
 
 def read_ahead(reader: Executor, read: Callable[[K], T], keys: Sequence[K]) -> Iterator[T]:

@@ -36,6 +36,7 @@ from hydrator.core.ports import (
 )
 from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import TransientSourceError
+from tests.support.rucio_client import ClientAttributes
 
 RSES = [f"RSE_{i}" for i in range(7)]
 SITES = ["SITE_A", "SITE_B", "SITE_C"]
@@ -152,14 +153,8 @@ class Session:
         return response
 
 
-class Client:
+class Client(ClientAttributes):
     """The rucio-clients ``Client`` attributes and calls the source uses, answered by ``world``."""
-
-    host = "http://rucio.invalid"
-    auth_token = "token"
-    vo = account = user_agent = script_id = None
-    timeout = 5.0
-    ca_cert = None
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -266,6 +261,7 @@ def assert_same(incremental: Snapshot, fresh: Snapshot) -> None:
         fresh.invalid,
         fresh.unmapped,
     )
+    assert incremental.elements == fresh.elements  # per RSE: its site, its listed datasets
 
 
 def assert_kept(before: Snapshot, after: Snapshot) -> None:

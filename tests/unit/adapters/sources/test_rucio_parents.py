@@ -14,6 +14,7 @@ from hydrator.adapters.sources.rucio.targeted import MAX_PARENTS_PER_FILE
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId
 from hydrator.errors import TransientSourceError
+from tests.support.rucio_client import ClientAttributes
 
 
 class Session:
@@ -23,14 +24,8 @@ class Session:
         self.hooks = {"response": []}
 
 
-class Client:
+class Client(ClientAttributes):
     """The rucio-clients ``Client`` attributes the wire reads, and ``list_parent_dids``."""
-
-    host = "http://rucio.invalid"
-    auth_token = "token"
-    vo = account = user_agent = script_id = None
-    timeout = 5.0
-    ca_cert = None
 
     def __init__(self, parents: dict[tuple[str, str], list[Any]]) -> None:
         self.parents = parents

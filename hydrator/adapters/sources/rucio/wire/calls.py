@@ -1,23 +1,19 @@
-"""The Rucio source's wire: the only module of the hydrator that imports ``rucio`` (rucio-clients)
-and ``requests``. It builds and authenticates the client, makes each API call with bounded
-retries, and translates every library error into the hydrator's own.
+"""The Rucio wire's calls: :class:`RucioWire`, one Rucio server's API as the source calls it,
+each call with bounded retries and every library error translated into the hydrator's own.
 
 The two bulk listings (``list_datasets_per_rse``, ``list_replication_rules``) and the per-RSE
 deep checks (``list_dataset_replicas(deep=True)``) are sent as rucio-clients sends them (its URL,
 session, token and headers: :meth:`RucioWire.get`) but their bodies are handed back as bytes and
-parsed by :mod:`.listing`, instead of rucio-clients' ``json.loads`` per line with a date-parsing
-hook, which was most of a fetch at a million rows. The other calls use rucio-clients' methods.
+parsed by :mod:`..listing`, instead of rucio-clients' ``json.loads`` per line with a
+date-parsing hook, which was most of a fetch at a million rows. The other calls use
+rucio-clients' methods. The client they use, its session and the bounded reading of answers
+are :mod:`.session`.
 
 Bounds (issue 26, items 3 and 4): a fetch ends by itself within ``deadline_s``
 (:meth:`RucioWire.begin`): every call's timeout is at most the time left, no call or retry
-starts after it, and the shared deadline watchdog (:mod:`hydrator.adapters.sources._deadline`,
-mounted on rucio-clients' session, also for its token request) cuts a read still under way
-at it, so a server trickling its headers or body does not keep the fetch's thread. The
-listings read here are bounded per answer (``max_answer_bytes``) and per line
-(``max_line_bytes``) as they stream in; over a cap, the source fails naming the RSE.
-
-Tests make it hermetic through ``client_factory`` (a callable returning an object with the
-rucio-clients ``Client`` attributes and methods used here), never by setting private attributes.
+starts after it, and the deadline watchdog mounted on the client's session cuts a read still
+under way at it. The listings read here are bounded per answer (``max_answer_bytes``) and per
+line (``max_line_bytes``) as they stream in; over a cap, the source fails naming the RSE.
 
 Errors (all translated here, never classified by message text)::
 
@@ -28,19 +24,13 @@ Errors (all translated here, never classified by message text)::
     InvalidRSEExpression from list_rses    -> InvalidExpression (a PermanentSourceError)
     any error once the fetch's deadline passed                           -> TransientSourceError
     a listing over max_answer_bytes or max_line_bytes (not retried)      -> PermanentSourceError
+    a listing's line that is not JSON (:class:`~..listing.NotJsonLine`)  -> TransientSourceError
 
 Transient errors are retried ``max_attempts`` times per call with exponential backoff from
 ``backoff_s``, or after the server's ``Retry-After`` up to ``max_retry_after_s`` (by
 :mod:`hydrator.adapters.retry`; logged ``attempt n/N``); rucio-clients' own retries are
 reduced (it still resends once at once after a connection error) so that a dead server fails
-a fetch within about ``max_attempts x (timeout + backoff)``. Only rucio-clients' public
-interface is used (see :meth:`RucioWire._make_client` and docs/dependencies.md).
-
-rucio-clients reads a ``rucio.cfg`` once per process (``$RUCIO_CONFIG``, else
-``$RUCIO_HOME/etc``, ``$VIRTUAL_ENV/etc``, ``/opt/rucio/etc``): all Rucio sources of one daemon
-share it, and even with ``rucio_host`` set it takes options such as ``auth_token_file_path``
-from it when one exists. For OIDC the token in ``token_file`` is the one sent, also when
-``BEARER_TOKEN`` is set in the environment.
+a fetch within about ``max_attempts x (timeout + backoff)``.
 """
 
 from __future__ import annotations
@@ -48,38 +38,35 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 import requests
-from rucio.client import Client
 from rucio.common import exception as rucio_exc
 from rucio.common.utils import build_url
 
 from hydrator.adapters.retry import RetryPolicy, call_with_retries, parse_retry_after
-from hydrator.adapters.sources._deadline import (
-    DeadlinePassed,
-    Run,
-    WatchedAdapter,
-    current,
-    current_run,
-)
+from hydrator.adapters.sources._deadline import Run, current_run
 from hydrator.adapters.sources.rucio.listing import line_blocks
+from hydrator.adapters.sources.rucio.wire.session import (
+    TooLarge,
+    bounded_blocks,
+    make_client,
+    read_rucio_secret,
+)
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId
 from hydrator.errors import PermanentSourceError, SourceError, TransientSourceError
 from hydrator.logs import adopt_library_loggers
-from hydrator.redact import read_secret, redact
+from hydrator.redact import redact
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
 adopt_library_loggers()  # rucio's own stderr handler would bypass the redacting formatter
@@ -106,10 +93,6 @@ class _TokenRejected(Exception):
     """Raised by the response hook when the server refuses the OIDC bearer token (HTTP 401)."""
 
 
-class _TooLarge(Exception):
-    """An answer over ``max_answer_bytes``, or one of its lines over ``max_line_bytes``."""
-
-
 _CALL_ERRORS: tuple[type[Exception], ...] = (
     rucio_exc.RucioException,
     requests.RequestException,
@@ -118,7 +101,6 @@ _CALL_ERRORS: tuple[type[Exception], ...] = (
     _TokenRejected,
 )
 _REPLICAS, _RULES = "replicas", "rules"  # rucio-clients' REPLICAS_BASEURL and RULE_BASEURL
-READ_BYTES = 1 << 20  # read size of a streamed listing
 
 
 class InvalidExpression(PermanentSourceError):
@@ -311,32 +293,9 @@ class RucioWire:
             return b"".join(self._chunks(response, what))
 
     def _chunks(self, response: requests.Response, what: str) -> Iterator[bytes]:
-        """The streamed answer's bytes as they arrive, in blocks of at most ``READ_BYTES`` and
-        of ``max_line_bytes``; :class:`_TooLarge` once a line passes ``max_line_bytes`` (the
-        answer's cap is the adapter's: :class:`_CappedBody`), :class:`DeadlinePassed` at the
-        fetch's deadline.
-
-        Exact and cheap: a block is asked no longer than the line cap, so a line over it spans
-        blocks, and only the line running across a block's start or end is measured (one
-        ``find`` and one ``rfind`` a block, in C); a longer block (urllib3 may hand on more
-        once it decompressed) has its inner lines measured too."""
-        line_most, run = self.config.max_line_bytes, self.run
-        running = 0  # the bytes of the answer's last, unfinished line
-        for block in response.iter_content(min(READ_BYTES, line_most)):
-            end = block.rfind(b"\n")
-            if end < 0:
-                running += len(block)
-            else:
-                first = block.find(b"\n")
-                longest = running + first
-                if len(block) > line_most:
-                    longest = max(longest, *map(len, block[first:end].split(b"\n")))
-                running = len(block) - end - 1 if longest <= line_most else line_most + 1
-            if running > line_most:
-                raise _TooLarge(f"{what}: a line longer than max_line_bytes = {line_most}")
-            if run.passed():
-                raise DeadlinePassed("the fetch's deadline passed while reading the answer")
-            yield block
+        """The streamed answer's bytes as they arrive, bounded by ``max_line_bytes`` and the
+        fetch's deadline (:func:`.session.bounded_blocks`)."""
+        return bounded_blocks(response, what, self.config.max_line_bytes, self.run)
 
     # -- calls, retries, errors ----------------------------------------------------------
 
@@ -362,7 +321,7 @@ class RucioWire:
                 raise
             except Exception as exc:
                 self._check_deadline(method)
-                if isinstance(exc, _TooLarge):
+                if isinstance(exc, TooLarge):
                     raise PermanentSourceError(f"rucio: {method}: {exc}") from exc
                 if isinstance(exc, _CALL_ERRORS):
                     raise self._translate(method, exc) from exc
@@ -444,45 +403,22 @@ class RucioWire:
     def refresh(self) -> None:
         """Connect if needed, else re-read an OIDC token (at the start of each fetch)."""
         if self._client is not None and self.config.auth_type == "oidc":
-            self._client.auth_token = _read_secret(self.config.token_file, "token_file")
+            self._client.auth_token = read_rucio_secret(self.config.token_file, "token_file")
         self._note_token(self.connected())
 
     def _make_client(self) -> Any:
-        """A rucio ``Client`` from the config, or from ``$RUCIO_CONFIG`` without rucio_host.
-
-        Only rucio-clients' public interface is used: constructor arguments, the
-        ``TOKEN_PATH_PREFIX`` class constant (a private token directory, not the shared
-        ``/tmp/.rucio_<user>``), WLCG token discovery (``BEARER_TOKEN_FILE``) for OIDC, and the
-        ``session`` attribute, whose ``requests`` response hook (:meth:`_on_response`) records
-        each answer's status and stops at a rejected bearer token, and on which the fetch's
-        deadline adapter is mounted (:class:`_WatchedClient`, from the token request on).
-        """
-        cfg = self.config
-        kwargs: dict[str, Any] = {"timeout": self._timeout_s()}
-        for key in ("rucio_host", "auth_host", "account", "vo", "auth_type"):
-            if getattr(cfg, key) is not None:
-                kwargs[key] = getattr(cfg, key)
-        if cfg.ca_cert is not None:
-            kwargs["ca_cert"] = str(cfg.ca_cert)
-        if cfg.auth_type is not None:
-            kwargs["creds"] = self._creds()
+        """A rucio ``Client`` from the config (:func:`.session.make_client`), its tokens in a
+        private directory of this wire's, and a hook (:meth:`_on_response`, added by
+        :meth:`_watch`) on its session that records each answer's status and stops at a
+        rejected bearer token."""
         if self._token_dir is None:
             self._token_dir = Path(tempfile.mkdtemp(prefix="hydrator-rucio-"))
-        client_class = type(
-            "HydratorRucioClient",
-            (_WatchedClient,),
-            {
-                "TOKEN_PATH_PREFIX": f"{self._token_dir}/.rucio_",
-                "MAX_ANSWER_BYTES": staticmethod(lambda: self.config.max_answer_bytes),
-            },
+        return make_client(
+            self.config,
+            token_dir=self._token_dir,
+            timeout_s=self._timeout_s(),
+            max_answer_bytes=lambda: self.config.max_answer_bytes,
         )
-        if cfg.auth_type != "oidc":
-            return client_class(**kwargs)
-        token = _read_secret(cfg.token_file, "token_file")
-        with _bearer_token_file(self._token_dir, token):
-            client = client_class(**kwargs)
-        client.auth_token = token  # token_file wins over a BEARER_TOKEN in the environment
-        return client
 
     def _watch(self, client: Any) -> None:
         """Hook :meth:`_on_response` into the client's session (rucio-clients replaces its
@@ -510,122 +446,6 @@ class RucioWire:
         if token and token != self._token_seen:
             self.calls["auth"] += 1
             self._token_seen = token
-
-    def _creds(self) -> dict[str, Any]:
-        cfg = self.config
-        if cfg.auth_type == "userpass":
-            return {
-                "username": cfg.username,
-                "password": _read_secret(cfg.password_file, "password_file"),
-            }
-        if cfg.auth_type == "x509":
-            return {"client_cert": _path(cfg.client_cert), "client_key": _path(cfg.client_key)}
-        if cfg.auth_type == "x509_proxy":
-            return {"client_proxy": _path(cfg.client_proxy)}
-        return {}
-
-
-class _RucioAdapter(WatchedAdapter):
-    """The deadline's adapter (:mod:`.._deadline`) for rucio-clients' session: besides the
-    wait for headers, the connection of each answer is watched while its body is read (until
-    the call's end: :meth:`Run.let_go`), so that the deadline also cuts a trickling body; and
-    every answer's body (token requests and rucio-clients' own calls too) is read up to
-    ``max_bytes()`` bytes, after decompression (:class:`_CappedBody`)."""
-
-    def __init__(self, max_bytes: Callable[[], int]) -> None:
-        super().__init__(pool_maxsize=2)  # one call at a time
-        self._max_bytes = max_bytes
-
-    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
-        response = super().send(request, *args, **kwargs)
-        run, connection = current(), getattr(response.raw, "connection", None)
-        if run is not None and connection is not None:
-            run.hold(connection)
-        response.raw = _CappedBody(response.raw, self._max_bytes(), request.path_url)
-        return response
-
-
-class _CappedBody:
-    """urllib3's response as requests reads it (``stream``, which ``iter_content`` and
-    ``content`` use), raising :class:`_TooLarge` past ``most`` bytes; all else delegated."""
-
-    def __init__(self, raw: Any, most: int, path: str) -> None:
-        self._raw, self._most, self._path = raw, most, path
-
-    def stream(self, amt: int, decode_content: bool | None = None) -> Iterator[bytes]:
-        size = 0
-        for chunk in self._raw.stream(amt, decode_content=decode_content):
-            size += len(chunk)
-            if size > self._most:
-                path = self._path[:200]
-                raise _TooLarge(f"answer from {path} larger than max_answer_bytes = {self._most}")
-            yield chunk
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._raw, name)
-
-
-class _WatchedClient(Client):  # type: ignore[misc]  # rucio-clients has no type hints
-    """rucio-clients' ``Client`` whose ``session`` gets the deadline's adapter mounted
-    (``requests.Session.mount``) whenever rucio-clients sets it: in its constructor, before
-    the token request, and again when it replaces the session after an error.
-    ``MAX_ANSWER_BYTES`` (set by the subclass :meth:`RucioWire._make_client` makes) gives the
-    answer cap's current value."""
-
-    MAX_ANSWER_BYTES: Callable[[], int] = staticmethod(lambda: 1 << 62)
-
-    @property
-    def session(self) -> requests.Session:
-        session: requests.Session = self._hydrator_session
-        return session
-
-    @session.setter
-    def session(self, session: requests.Session) -> None:
-        adapter = _RucioAdapter(self.MAX_ANSWER_BYTES)
-        session.mount("https://", adapter)
-        session.mount("http://", adapter)
-        self._hydrator_session = session
-
-
-def _read_secret(path: Path | None, key: str) -> str:
-    """The stripped content of a secret file, checked (no whitespace or control characters
-    inside) and remembered for redaction; the error names the key and file, never the content."""
-    if path is None:
-        raise PermanentSourceError(f"rucio: {key} is required for this auth_type")
-    return read_secret(path, f"rucio {key.removesuffix('_file')}")
-
-
-_ENV_LOCK = threading.Lock()
-
-
-@contextmanager
-def _bearer_token_file(directory: Path, token: str) -> Iterator[None]:
-    """``$BEARER_TOKEN_FILE`` naming a private copy of ``token`` while a client is built.
-
-    rucio-clients' public way to take a bearer token at construction is WLCG token discovery
-    (``BEARER_TOKEN``, ``BEARER_TOKEN_FILE``); without one it would start its interactive flow.
-    The copy is checked content (no race with an agent rewriting ``token_file``), mode 0600,
-    and removed again at once; the lock keeps two sources from racing on the variable.
-    """
-    path = directory / "bearer-token"
-    with _ENV_LOCK:
-        old = os.environ.get("BEARER_TOKEN_FILE")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(token)
-        os.environ["BEARER_TOKEN_FILE"] = str(path)
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("BEARER_TOKEN_FILE", None)
-            else:
-                os.environ["BEARER_TOKEN_FILE"] = old
-            path.unlink(missing_ok=True)
-
-
-def _path(path: Path | None) -> str | None:
-    return None if path is None else str(path)
 
 
 def _as_list(fn: Callable[..., Iterable[Any]], *args: Any, **kwargs: Any) -> list[Any]:

@@ -1,0 +1,417 @@
+"""The DMAPI source (:class:`DmapiSource`): which of the wanted datasets each site holds, one
+locate per dataset.
+
+Cost: one locate request per dataset, as the API has no bulk query. A dataset never located
+before is located in the cycle it appears; of those located before, at most
+``max_relocates_per_cycle`` are located again per cycle, longest-unchecked first, and the others
+keep their last answer. With 50,000 datasets wanted and the default 1000, each is re-checked
+every 50 cycles while a new one is seen at once; the answer kept is in memory only, so the
+first cycle after a start locates everything.
+
+Where the documentation is silent (choices made here, see the comments at each place): the
+status for an unknown DID (taken as 404: located nowhere), the status for an expired or wrong
+token (401 retried once with a fresh token; 403 taken as "not allowed to see this dataset"),
+and whether a listed RSE holds *all* files of a dataset (taken as yes: :mod:`.answers`).
+Merged with a Rucio source for the same site, its presence and Rucio's transfer are combined
+fact by fact (:func:`hydrator.domain.combine`).
+
+Errors: any locate that still fails after its retries fails the whole fetch
+(TransientSourceError), because a dataset whose locate failed must not vanish from the sites
+that hold it. Authentication failures and malformed answers are PermanentSourceError.
+
+Bounds (issue 26, items 3 and 4): the whole fetch (tokens, /nodes, locates, retry waits) ends
+at ``deadline_s`` (TransientSourceError), and no answer body is read beyond
+``max_answer_bytes`` (PermanentSourceError); see :mod:`.._http` for how.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
+from functools import partial
+from urllib.parse import quote
+
+from hydrator.adapters.sources import OnceLog
+from hydrator.adapters.sources._http import Answer, HttpClient, RetryPolicy, Run
+from hydrator.adapters.sources._site_capabilities import NODES_QUERY
+from hydrator.adapters.sources.dmapi.answers import (
+    NOT_FOUND,
+    LocateResult,
+    Location,
+    NodesMap,
+    NotFound,
+    Rejected,
+    check_answers,
+    check_not_all_refused,
+    cut,
+    element_of,
+    json_body,
+    parse_location,
+    parse_nodes,
+    storage_statuses,
+    unavailable_areas,
+)
+from hydrator.adapters.sources.dmapi.tokens import (
+    Clock,
+    StaticToken,
+    TokenProvider,
+    token_provider,
+)
+from hydrator.config import DmapiSourceConfig
+from hydrator.core.ports import FetchContext
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    InvalidNameError,
+    Replica,
+    ReplicaState,
+    Site,
+    Snapshot,
+)
+from hydrator.errors import PermanentSourceError, TransientSourceError
+
+log = logging.getLogger("hydrator.adapters.sources.dmapi")
+
+# for locates to end once their connections were shut at the deadline (milliseconds, in
+# practice); less than the service's own grace (runtime.fetching.GRACE_S), so that this
+# source reports its deadline itself rather than being abandoned
+DEADLINE_GRACE_S = 0.5
+
+
+class DmapiSource:
+    """Locates a list of datasets through the DMAPI; one instance per configured source.
+
+    After each :meth:`fetch`, ``calls_last_fetch`` is the number of HTTP requests it sent
+    (token, /nodes, locate, retries included) and ``seconds_last_fetch`` its duration.
+    """
+
+    def __init__(
+        self,
+        config: DmapiSourceConfig,
+        sites: Mapping[str, str],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._overrides = {element: Site(site) for element, site in sites.items()}
+        self._clock = clock
+        policy = RetryPolicy(
+            config.max_attempts, config.backoff_s, config.max_backoff_s, config.max_retry_after_s
+        )
+        verify: bool | str = str(config.ca_cert) if config.ca_cert else True
+        self._http = HttpClient(
+            policy, config.timeout_s, verify, config.max_concurrency, config.max_answer_bytes
+        )
+        tokens = partial(token_provider, config, self._http, clock=clock)
+        self._dm_token = tokens(config.audience, config.scope, config.token_file)
+        self._sc_token: TokenProvider | None = None
+        if config.site_capabilities_url is not None:
+            self._sc_token = tokens(
+                config.site_capabilities_audience,
+                config.site_capabilities_scope,
+                config.site_capabilities_token_file,
+            )
+        self._pool = ThreadPoolExecutor(config.max_concurrency, f"dmapi-{config.name}")
+        self._nodes: NodesMap | None = None
+        self._nodes_at = 0.0
+        self._problems = OnceLog(log)
+        self._fetches = 0
+        self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
+        self.calls_last_fetch = 0
+        self.seconds_last_fetch = 0.0
+        self.deferred_last_fetch = 0  # known datasets not located again (over the budget)
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    def close(self) -> None:
+        # not waiting: a locate may still sit in a read that its deadline is about to end
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+
+    def fetch(self, context: FetchContext) -> Snapshot:
+        """Locate this cycle's datasets; raise TransientSourceError if any locate failed or
+        ``deadline_s`` passed."""
+        started = time.monotonic()
+        run = Run(deadline=started + self._config.deadline_s)
+        try:
+            with run.watchdog():
+                return self._fetch(context, run)
+        finally:
+            self.calls_last_fetch = run.calls
+            self.seconds_last_fetch = time.monotonic() - started
+
+    def _fetch(self, context: FetchContext, run: Run) -> Snapshot:
+        try:
+            for provider in (self._dm_token, self._sc_token):
+                if isinstance(provider, StaticToken):
+                    provider.reset()
+            datasets, invalid = self._targets(context)
+            due = self._due(datasets)
+            nodes = self._site_capabilities(run)
+            if due:
+                self._dm_token.token(run)  # fail here, once, rather than in every worker
+            located = self._locate_all(due, run)
+            check_answers(located)
+            self._fetches += 1
+            known = {d: self._known[d] for d in datasets if d in self._known}
+            known.update((d, (result, self._fetches)) for d, result in located.items())
+            self._known = known  # also forgets the datasets no longer wanted
+            results = {d: result for d, (result, _) in known.items()}
+            check_not_all_refused(results)
+            return self._snapshot(results, nodes, invalid, context)
+        except TransientSourceError as exc:
+            if run.expired:
+                raise TransientSourceError(
+                    f"no answer within deadline_s = {self._config.deadline_s:g} s ({exc})"
+                ) from exc
+            raise
+
+    # ---- what to locate
+
+    def _targets(self, context: FetchContext) -> tuple[list[DatasetId], int]:
+        """Configured datasets plus (if enabled) queued jobs' ones, sorted; and bad-name count."""
+        wanted: set[DatasetId] = set()
+        invalid = 0
+        for text in self._config.datasets:
+            try:
+                wanted.add(DatasetId.parse(text))
+            except InvalidNameError as exc:
+                invalid += 1
+                self._problems.warn(f"config:{text}", "skipping configured dataset: %s", exc)
+        if self._config.datasets_from_queue:
+            wanted.update(context.wanted)
+        return sorted(wanted), invalid
+
+    def _due(self, datasets: list[DatasetId]) -> list[DatasetId]:
+        """Those to locate this fetch: every new one, then the budget, longest-unchecked first."""
+        new = [d for d in datasets if d not in self._known]
+        known = sorted((d for d in datasets if d in self._known), key=lambda d: self._known[d][1])
+        budget = self._config.max_relocates_per_cycle
+        self.deferred_last_fetch = max(0, len(known) - budget) if budget else 0
+        if self.deferred_last_fetch:
+            log.debug("%s: locating %d of %d known datasets again", self.name, budget, len(known))
+            known = known[:budget]
+        return new + known
+
+    # ---- storage areas -> sites
+
+    def _site_capabilities(self, run: Run) -> NodesMap | None:
+        """The /nodes map, fetched at most once per ``site_capabilities_ttl_s``.
+
+        If a refresh fails and an older map exists, the older map is used (storage areas
+        rarely move); with no map at all the error propagates and the fetch fails.
+        """
+        url = self._config.site_capabilities_url
+        if url is None or self._sc_token is None:
+            return None
+        age_s = self._clock() - self._nodes_at
+        if self._nodes is not None and age_s < self._config.site_capabilities_ttl_s:
+            return self._nodes
+        try:
+            nodes_url = f"{url.rstrip('/')}/nodes{NODES_QUERY}"
+            resp = self._authorized_get(nodes_url, self._sc_token, run, "/nodes")
+            if resp.status_code != 200:
+                raise PermanentSourceError(f"site capabilities /nodes: HTTP {resp.status_code}")
+            nodes = parse_nodes(json_body(resp, "site capabilities /nodes"))
+        except (TransientSourceError, PermanentSourceError) as exc:
+            if self._nodes is None:
+                raise
+            log.warning("%s; using the storage-area map fetched earlier", exc)
+            return self._nodes
+        for bad in nodes.bad_sites:
+            self._problems.warn(
+                f"site:{bad}", "site capabilities: ignoring invalid site name %s", bad
+            )
+        for bad in nodes.bad_downtimes:
+            self._problems.warn(f"downtime:{bad}", "site capabilities: skipping downtime %s", bad)
+        self._nodes, self._nodes_at = nodes, self._clock()
+        return nodes
+
+    def _site_for(self, location: Location, nodes: NodesMap | None) -> Site | None:
+        """[sites] by RSE name, then [sites] by storage-area id, then /nodes by storage-area id."""
+        if location.identifier in self._overrides:
+            return self._overrides[location.identifier]
+        area = location.storage_area_id
+        if area is not None and area in self._overrides:
+            return self._overrides[area]
+        if area is not None and nodes is not None:
+            return nodes.areas.get(area)
+        return None
+
+    # ---- locating
+
+    def _locate_all(self, datasets: list[DatasetId], run: Run) -> dict[DatasetId, LocateResult]:
+        """Locate every dataset with at most ``max_concurrency`` requests in flight.
+
+        The first failure aborts the others (their pending retries end at once) and is raised;
+        so does the deadline. Either way the answers already in are kept for the next fetch
+        (:meth:`_keep_answered`): a first fetch of more datasets than one deadline allows
+        then completes over a few cycles instead of failing for ever.
+        """
+        futures: dict[Future[LocateResult], DatasetId] = {
+            self._pool.submit(self._locate, dataset, run): dataset for dataset in datasets
+        }
+        done, pending = wait(futures, timeout=max(0.0, run.left_s()), return_when=FIRST_EXCEPTION)
+        if pending and not any(f.exception() is not None for f in done):
+            run.expire()  # the deadline: end the reads still under way, then report it
+            done, pending = wait(futures, timeout=DEADLINE_GRACE_S, return_when=FIRST_EXCEPTION)
+            if pending:
+                for future in pending:
+                    future.cancel()
+                self._keep_answered(futures, done)
+                raise TransientSourceError(
+                    f"{len(pending)} of {len(futures)} locates unanswered at the deadline"
+                )
+        failed = next((f for f in done if f.exception() is not None), None)
+        if failed is not None:
+            run.abort.set()
+            for future in pending:
+                future.cancel()
+            wait(pending)
+            self._keep_answered(futures, done)
+            error = failed.exception()
+            assert error is not None
+            raise error
+        return {futures[f]: f.result() for f in done}
+
+    def _keep_answered(
+        self,
+        futures: Mapping[Future[LocateResult], DatasetId],
+        done: Iterable[Future[LocateResult]],
+    ) -> None:
+        """Remember the answers of a failed fetch's locates that did answer, as of this fetch
+        (they are true; the next fetch then locates the others first)."""
+        for future in done:
+            if not future.cancelled() and future.exception() is None:
+                self._known[futures[future]] = (future.result(), self._fetches + 1)
+
+    def _locate(self, dataset: DatasetId, run: Run) -> LocateResult:
+        # Names may contain "/"; it is percent-encoded too so that dot segments in a name
+        # ("a/../b") cannot be normalised away by the HTTP stack. The docs do not say how the
+        # DMAPI expects a "/" in a name; Rucio's own REST API also takes names in the path.
+        url = (
+            f"{self._config.base_url.rstrip('/')}/data/locate/"
+            f"{quote(dataset.scope, safe='')}/{quote(dataset.name, safe='')}"
+        )
+        label = f"locate {dataset}"
+        resp = self._authorized_get(url, self._dm_token, run, label)
+        if resp.status_code == 404:
+            # Undocumented: taken as "no such DID", located nowhere (unless all are: see
+            # check_answers)
+            return NOT_FOUND
+        if resp.status_code == 204:
+            # what the SRCNet datalink service answers for "no replicas": an empty list
+            return []
+        if 400 <= resp.status_code < 500:
+            self._problems.warn(
+                f"{resp.status_code}:{dataset}", "%s: HTTP %d, skipped", label, resp.status_code
+            )
+            return Rejected(resp.status_code)
+        if resp.status_code != 200:
+            raise PermanentSourceError(f"{label}: unexpected HTTP {resp.status_code}")
+        body = json_body(resp, label)
+        if not isinstance(body, list):
+            raise PermanentSourceError(f"{label}: answer is not a JSON list")
+        return [parse_location(entry) for entry in body]
+
+    def _authorized_get(self, url: str, tokens: TokenProvider, run: Run, label: str) -> Answer:
+        """GET with a bearer token; after an HTTP 401, exactly one retry with a fresh token."""
+        refreshed = False
+        while True:
+            token = tokens.token(run)
+            resp = self._http.send(
+                "GET", url, run, label=label, headers={"Authorization": f"Bearer {token}"}
+            )
+            if resp.status_code != 401:
+                return resp
+            if refreshed:
+                raise PermanentSourceError(
+                    f"{label}: HTTP 401 again with a fresh token; check the credentials, "
+                    "audience and scope"
+                )
+            log.info("%s: HTTP 401, fetching a fresh token and retrying once", label)
+            tokens.invalidate(token)
+            refreshed = True
+
+    # ---- the answer
+
+    def _snapshot(
+        self,
+        results: Mapping[DatasetId, LocateResult],
+        nodes: NodesMap | None,
+        invalid: int,
+        context: FetchContext,
+    ) -> Snapshot:
+        """Located replicas at their sites; those on a storage area that cannot serve
+        (:func:`storage_statuses`) are left out, so a site keeps a dataset only while an
+        available storage area of it holds the dataset. Per storage element, its site and the
+        datasets located there (``Snapshot.elements``, for the site guard: an element whose
+        entries vanish holds its site back, :func:`.answers.element_of` names it)."""
+        statuses = storage_statuses(nodes, results, context.wanted, context.drains, context.now)
+        down = unavailable_areas(nodes, statuses)
+        replicas: list[Replica] = []
+        held: dict[str, tuple[Site, set[DatasetId]]] = {}  # element -> its site, its datasets
+        unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
+        for dataset, result in results.items():
+            if isinstance(result, Rejected):
+                invalid += 1
+                continue
+            if isinstance(result, NotFound):
+                continue
+            for location in result:
+                if location is None:
+                    invalid += 1
+                    self._problems.warn(
+                        f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
+                    )
+                    continue
+                if not location.has_replicas or location.storage_area_id in down:
+                    continue
+                site = self._site_for(location, nodes)
+                if site is None:
+                    unmapped.setdefault(location.identifier, location.storage_area_id)
+                    continue
+                # The API has no completeness or transfer state: a listed replica is complete,
+                # with no transfer (the Replica defaults).
+                replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
+                held.setdefault(element_of(location, nodes), (site, set()))[1].add(dataset)
+        covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
+        listed = self._listed_unmapped(unmapped)
+        more = len(unmapped) - len(listed)
+        answer = Snapshot.of(
+            self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
+        )
+        elements = {e: ElementCount(site, len(found)) for e, (site, found) in held.items()}
+        return replace(answer, elements=elements)
+
+    def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
+        """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
+        to ``MAX_NAME_CHARS``), each logged once; the rest only counted, in one line whenever
+        their number changes. 600,001 of them made a 19 MB ``once --json`` (issue 26)."""
+        limit = self._config.max_listed_unmapped
+        first = sorted(unmapped)[:limit]
+        for name in first:
+            self._problems.warn(
+                f"unmapped:{name}",
+                "no site for RSE %r (storage area %s); add it to [sites]",
+                cut(name),
+                cut(unmapped[name] or ""),
+            )
+        if len(unmapped) > limit:
+            self._problems.warn(
+                f"unmapped-more:{len(unmapped)}",
+                "%d storage elements have no site; the first %d are listed "
+                "(max_listed_unmapped), the others only counted",
+                len(unmapped),
+                limit,
+            )
+        return [cut(name) for name in first]
+
+
+def build(config: DmapiSourceConfig, sites: Mapping[str, str]) -> DmapiSource:
+    """The DMAPI source for ``config``; ``sites`` is the top-level [sites] mapping."""
+    return DmapiSource(config, sites)
