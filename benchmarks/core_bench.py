@@ -33,8 +33,9 @@ import classad2
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import ClassAdConfig, CollectorConfig
-from hydrator.core.plan import Policy, plan_cycle
-from hydrator.domain import Plan, Site, SiteView, State
+from hydrator.core.derived import Derived
+from hydrator.core.plan import Plan, Policy, plan_cycle
+from hydrator.domain import Site, SiteView, State
 from hydrator.runtime.service import render_ads
 
 T = TypeVar("T")
@@ -154,7 +155,7 @@ class CollectorModel:
 def cycle(
     fed: Federation,
     store: SqliteStateStore,
-    previous: State,
+    previous: State | Derived,
     now: datetime,
     pool: CollectorModel | None = None,
 ) -> tuple[Plan, dict[str, Any]]:
@@ -208,7 +209,7 @@ def step_import(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def startup(store: SqliteStateStore) -> tuple[State, dict[Site, SiteView], dict[str, float]]:
+def startup(store: SqliteStateStore) -> tuple[Derived, dict[Site, SiteView], dict[str, float]]:
     """What :class:`~hydrator.runtime.service.Service` does when it starts: load, views, render."""
     state, t_load = timed(store.load)
 
@@ -246,7 +247,7 @@ def step_steady(args: argparse.Namespace) -> dict[str, Any]:
         churns.append(vars(fed.churn()))
         now += INTERVAL
         plan, record = cycle(fed, store, state, now, pool)
-        state = plan.state
+        state = plan.derived
         del plan
         if args.gc_freeze:  # what Service could do after each cycle (see ANALYSIS.md)
             gc.freeze()

@@ -77,7 +77,7 @@ def busy_cycles(db: Path, replicas: int, stop: threading.Event) -> None:
             fed.churn()
             now += INTERVAL
             plan, _ = cycle(fed, store, state, now)
-            state = plan.state
+            state = plan.derived
         store.close()
 
 

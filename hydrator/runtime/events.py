@@ -31,6 +31,7 @@ from typing import Protocol, runtime_checkable
 from hydrator.adapters.events import EventListener
 from hydrator.adapters.sources import FetchContext, Source
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.core.derived import Derived
 from hydrator.core.events import (
     Batch,
     Ignored,
@@ -45,8 +46,8 @@ from hydrator.core.events import (
     reread,
     unchanged,
 )
-from hydrator.core.plan import plan_cycle
-from hydrator.domain import DatasetId, Plan, Replica, Snapshot, State
+from hydrator.core.plan import Plan, plan_cycle
+from hydrator.domain import DatasetId, Replica, Snapshot
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -288,13 +289,14 @@ class EventCycles:
         self,
         datasets: Sequence[DatasetId],
         files: Sequence[tuple[str, str]],
-        state: State,
+        previous: Derived,
         context: FetchContext,
     ) -> Plan:
         """The event cycle's decision: this source's last answer with ``datasets`` (and the
         datasets ``files`` belong to) read again, every other source as it stands; the
-        sources' read times kept."""
+        sources' read times kept (``previous``: the state before, with its views)."""
         name = self._label
+        state = previous.state
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
@@ -310,7 +312,7 @@ class EventCycles:
             other: unchanged(s) for other, s in state.sources.items() if other != name
         }
         outcomes[name] = patched(held, replicas, sites)
-        plan = plan_cycle(state, outcomes, context.now, self.service.policy, context.drains)
+        plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
         return keep_read_times(plan, state)
 
     def _parents(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:

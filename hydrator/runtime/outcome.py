@@ -13,7 +13,8 @@ from datetime import datetime
 
 from hydrator.adapters.htcondor import PublishReport
 from hydrator.core.jobs import JobsReport, SiteDemand
-from hydrator.domain import Plan, Site, SiteView, SourceStatus
+from hydrator.core.plan import Plan
+from hydrator.domain import Site, SiteView, SourceStatus
 
 
 @dataclass(frozen=True)

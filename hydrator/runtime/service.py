@@ -25,15 +25,15 @@ from hydrator.adapters.sources import FetchContext, Source
 from hydrator.adapters.state.sqlite import StateStore
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised, AdvertisePolicy, advertise
+from hydrator.core.derived import Derived
 from hydrator.core.jobs import Annotator, JobsReport
 from hydrator.core.locality import PoolProbe, locality_report
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.queue import QueueReader, QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain, with_storage
 from hydrator.domain import (
     DatasetId,
-    Plan,
     Site,
     SiteView,
     SourceFailure,
@@ -50,7 +50,7 @@ from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 log = logging.getLogger(__name__)
 
 Demand = Callable[[], Mapping[DatasetId, int]]
-Planner = Callable[[State, FetchContext], Plan]
+Planner = Callable[[Derived, FetchContext], Plan]
 """An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.events`)."""
 
 
@@ -221,12 +221,12 @@ class Service:
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         map_large_blocks()
         with collector_paused():
-            self._state = store.load()
+            self._derived = store.load()  # the state, and its views and indexes
             self.published = Published()  # empty, for _ad_size while the startup views are cut
             for table, count in store.rejected_rows.items():
                 self.metrics.state_rejected_rows.labels(table).set(count)
             views = self._startup_views()
-            full = self._state.stamped_views() if views else {}
+            full = self._derived.stamped_views() if views else {}
             self.published = Published(render_ads(views, config.classad), views=full)
         self._cycles = 0
         self.last_cycle_end = time.monotonic()
@@ -243,7 +243,7 @@ class Service:
 
     @property
     def state(self) -> State:
-        return self._state
+        return self._derived.state
 
     def readiness(self) -> tuple[bool, str]:
         """``(ready, reason)``: ready once every configured source has answered successfully
@@ -252,7 +252,7 @@ class Service:
         errors = {s.name: s.reason for s in self.published.sources}
         missing = []
         for source in self.sources:
-            saved = self._state.sources.get(source.name)
+            saved = self._derived.state.sources.get(source.name)
             if saved is None or saved.last_success is None:
                 error = errors.get(source.name)
                 missing.append(f"{source.name} ({error})" if error else source.name)
@@ -300,9 +300,10 @@ class Service:
             return {}
         policy, size = self.advertise_policy, self._ad_size
         now = self.clock()
+        sources = self._derived.state.sources
         views = with_storage(
-            self._state.stamped_views(),
-            [s for name in sorted(self._state.sources) for s in self._state.sources[name].storages],
+            self._derived.stamped_views(),
+            [s for name in sorted(sources) for s in sources[name].storages],
             self._read_drains(now),
             now,
         )
@@ -318,21 +319,21 @@ class Service:
         context = FetchContext(
             now=started,
             wanted=wanted or {},
-            previous={name: s.replicas for name, s in self._state.sources.items()},
+            previous={name: s.replicas for name, s in self._derived.state.sources.items()},
             drains=drains,
         )
         if planner is not None:
-            plan = planner(self._state, context)
+            plan = planner(self._derived, context)
         else:
             self._drains_read = frozenset(drains)
             outcomes = self._fetch_all(context)
             if self.stop_event.is_set():
                 return CycleReport(started, time.monotonic() - t0, "abandoned")
-            plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
+            plan = plan_cycle(self._derived, outcomes, started, self.policy, drains)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
-        self._state = plan.state
+        self._derived = plan.derived
         self._note_origins(plan, started, "event" if planner is not None else "full_read")
         if self.advertise_policy.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
@@ -415,7 +416,7 @@ class Service:
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
         policy, size = self.advertise_policy, self._ad_size
-        contents, memo = plan.state.contents, self._advertised
+        contents, memo = plan.derived.contents, self._advertised
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():

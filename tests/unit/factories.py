@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+from hydrator.core.index import Index
 from hydrator.domain import (
     DatasetId,
-    Index,
     Replica,
     ReplicaState,
     Site,

@@ -82,13 +82,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hydrator.config import SOURCE_NAME_PATTERN
+from hydrator.core.derived import Derived
+from hydrator.core.plan import Plan
 from hydrator.core.storage import Drain, clean_text
+from hydrator.core.views import views_of
 from hydrator.domain import (
     STORAGE_PATTERN,
     DatasetId,
     Detail,
     InvalidNameError,
-    Plan,
     Replica,
     ReplicaState,
     Site,
@@ -99,7 +101,6 @@ from hydrator.domain import (
     Transfer,
     check_site,
     replica_key,
-    views_of,
 )
 from hydrator.errors import StateError
 
@@ -147,7 +148,11 @@ WHAT_TO_DO = "move it away (keep it to inspect) or start `hydrator run|once --re
 
 
 class StateStore(Protocol):
-    def load(self) -> State: ...
+    def load(self) -> Derived:
+        """The saved state (empty on a new database) with what the store derived from it
+        while reading (the site views of one source's rows, in row order: twice as fast as
+        from a set)."""
+        ...
 
     @property
     def rejected_rows(self) -> Mapping[str, int]:
@@ -305,10 +310,10 @@ class SqliteStateStore:
     def rejected_rows(self) -> Mapping[str, int]:
         return dict(self._rejected)
 
-    def load(self) -> State:
+    def load(self) -> Derived:
         """The saved state (empty on a new database); invalid rows are left out."""
         if self._db is None:
-            return State()
+            return Derived(State())
         try:
             loader = _Loader()
             state = loader.load(self._db, _ROWS_OF[self._version])
@@ -651,7 +656,7 @@ class _Loader:
             self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
-    def load(self, db: sqlite3.Connection, query: str) -> State:
+    def load(self, db: sqlite3.Connection, query: str) -> Derived:
         loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         stated = _stated(db)
@@ -661,11 +666,13 @@ class _Loader:
                 sources[row[0]] = self.source(with_stated, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        state = State(sources=sources)
+        derived = Derived(State(sources=sources))
         if len(sources) == 1:  # its views from the rows in memory order: a set's is 2x slower
             (only,) = sources
-            state.adopt(None, views_of(loaded.get(only, ()), frozenset(state.coverage)))
-        return state
+            coverage = derived.coverage
+            views = views_of(loaded.get(only, ()), frozenset(coverage))
+            derived = Derived(derived.state, coverage=coverage, contents=views)
+        return derived
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False

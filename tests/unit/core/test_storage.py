@@ -20,6 +20,7 @@ from hydrator.core.storage import (
     unavailable_text,
     with_storage,
 )
+from hydrator.core.views import content_digest
 from hydrator.domain import (
     ElementCount,
     InvalidNameError,
@@ -29,7 +30,6 @@ from hydrator.domain import (
     SourceOutcome,
     State,
     StorageStatus,
-    content_digest,
 )
 from tests.unit.factories import fail, rep, t
 
