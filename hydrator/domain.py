@@ -453,39 +453,6 @@ class Change(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class SourceDelta:
-    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
-
-    added: AbstractSet[Replica] = frozenset()
-    removed: AbstractSet[Replica] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class SourceStatus:
-    """How a source fared this cycle, for reports, logs and metrics."""
-
-    name: str
-    fresh: bool  # its answer was used this cycle
-    entries: int  # replicas in the snapshot now in effect
-    invalid: int = 0
-    unmapped: frozenset[str] = frozenset()
-    reason: str | None = None  # why it is stale: the error, or a held-back drop
-    last_success: datetime | None = None
-    outcome: str = "ok"  # ok, transient_error, permanent_error, held
-    unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
-    held_sites: Mapping[Site, str] = field(default_factory=dict)
-    """Sites whose shrunken part of this answer is held back (the site guard) -> why."""
-    refused_sites: Mapping[Site, str] = field(default_factory=dict)
-    """Site names of this answer refused because they differ only in case from the name
-    kept (ClassAd ``==`` ignores case) -> why; their records are counted in ``invalid``."""
-
-    @property
-    def unmapped_count(self) -> int:
-        """Every storage element with no site, listed or not."""
-        return len(self.unmapped) + self.unmapped_more
-
-
-@dataclass(frozen=True, slots=True)
 class SiteView:
     """One site as published: the lists of a site ClassAd, sorted by dataset, plus when and
     what. Presence first: ``available`` (complete), ``partial`` (some files; share of files)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from hydrator.core.plan import Plan
+from hydrator.core.plan import Plan, SourceStatus
 from hydrator.domain import (
     DatasetId,
     InvalidNameError,
@@ -40,7 +40,6 @@ from hydrator.domain import (
     Site,
     Snapshot,
     SourceState,
-    SourceStatus,
     State,
 )
 

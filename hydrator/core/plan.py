@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
@@ -61,11 +61,9 @@ from hydrator.domain import (
     Site,
     SiteView,
     Snapshot,
-    SourceDelta,
     SourceFailure,
     SourceOutcome,
     SourceState,
-    SourceStatus,
     State,
     StorageStatus,
     combine,
@@ -85,6 +83,39 @@ class Policy:
     site_max_drop_fraction: float = 0.5
     site_drop_min_entries: int = 20
     accept_site_drops: Collection[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDelta:
+    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
+
+    added: AbstractSet[Replica] = frozenset()
+    removed: AbstractSet[Replica] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """How a source fared this cycle, for reports, logs and metrics."""
+
+    name: str
+    fresh: bool  # its answer was used this cycle
+    entries: int  # replicas in the snapshot now in effect
+    invalid: int = 0
+    unmapped: frozenset[str] = frozenset()
+    reason: str | None = None  # why it is stale: the error, or a held-back drop
+    last_success: datetime | None = None
+    outcome: str = "ok"  # ok, transient_error, permanent_error, held
+    unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
+    held_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Sites whose shrunken part of this answer is held back (the site guard) -> why."""
+    refused_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Site names of this answer refused because they differ only in case from the name
+    kept (ClassAd ``==`` ignores case) -> why; their records are counted in ``invalid``."""
+
+    @property
+    def unmapped_count(self) -> int:
+        """Every storage element with no site, listed or not."""
+        return len(self.unmapped) + self.unmapped_more
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ from datetime import datetime
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from hydrator.domain import ChangeKind, SourceStatus
+from hydrator.core.plan import SourceStatus
+from hydrator.domain import ChangeKind
 
 if TYPE_CHECKING:
     from hydrator.runtime.metrics import Metrics

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from hydrator.adapters.htcondor import PublishReport
 from hydrator.core.jobs import JobsReport, SiteDemand
-from hydrator.core.plan import Plan
-from hydrator.domain import Site, SiteView, SourceStatus
+from hydrator.core.plan import Plan, SourceStatus
+from hydrator.domain import Site, SiteView
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ from typing import Any, Protocol
 
 from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.core.derived import Derived
-from hydrator.core.plan import Plan
+from hydrator.core.plan import Plan, SourceDelta
 from hydrator.core.storage import Drain, clean_text
 from hydrator.core.views import views_of
 from hydrator.domain import (
@@ -94,7 +94,6 @@ from hydrator.domain import (
     Replica,
     ReplicaState,
     Site,
-    SourceDelta,
     SourceState,
     State,
     StorageStatus,

@@ -22,14 +22,13 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
 from hydrator.core.derived import Derived
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Policy, SourceDelta, plan_cycle
 from hydrator.domain import (
     DatasetId,
     Replica,
     ReplicaState,
     Site,
     Snapshot,
-    SourceDelta,
     State,
     Transfer,
     holding,
