@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple, NewType
 
@@ -368,12 +369,15 @@ class Snapshot:
             return cls(
                 source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
             )
-        merged: dict[tuple[Site, DatasetId], Replica] = {}
+        by_site: dict[Site, dict[DatasetId, Replica]] = {}  # no key object per replica
         for r in replicas:
-            old = merged.get(key := (r[1], r[0]))
-            merged[key] = r if old is None else combine(old, r)
-        kept = frozenset(merged.values())
-        covered = frozenset(sites).union(map(_site_of, kept))
+            held = by_site.get(r[1])
+            if held is None:
+                held = by_site[r[1]] = {}
+            old = held.get(r[0])
+            held[r[0]] = r if old is None else combine(old, r)
+        kept = frozenset(chain.from_iterable(map(dict.values, by_site.values())))
+        covered = frozenset(sites).union(by_site)
         return cls(
             source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
         )

@@ -23,7 +23,7 @@ outlives restarts. (``--reset-state`` moves the file aside: drains go with it.)
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
 belongs to the pair across sources and lives only here (the daemon never holds it in memory):
 a save writes the row of a pair that no row of a source the plan knows held before with the
-plan's :attr:`~hydrator.domain.Plan.now`, and any other row (a second source's row of the
+plan's :attr:`~hydrator.core.plan.Plan.now`, and any other row (a second source's row of the
 pair, a row rewritten because its replica changed, a pair moving between sources) with the
 earliest valid time the pair's rows already hold (NULL if they hold none), so every
 source's row of a pair holds the same time, and a pair gone from every source loses it with
