@@ -115,7 +115,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     migrated = timed(migrating.load, figures, "load_migrated")
     times = SqliteStateStore(path, read_only=True)
     figures["same_after_migration"] = (
-        migrated.sources == saved.sources and migrating.first_seen() == times.first_seen()
+        migrated.state.sources == saved.sources and migrating.first_seen() == times.first_seen()
     )
     times.close()
     migrating.close()

@@ -5,12 +5,12 @@ name HTCondor knows a resource by (``GLIDEIN_Site``). A *replica* says how much 
 site holds (presence) and whether a transfer towards the site is active or stuck (transfer):
 two independent facts, of which presence decides the advertised list. Sources produce
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
-this cycle's snapshots into a :class:`Plan`. Every dataclass here is frozen with slots (no
-instance ``__dict__``); the only mutable parts are the explicit memos of derived views
-(:class:`SourceMemo`, :class:`StateMemo`). The values a cycle handles by the million
-(:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead, validated
-in ``__new__``: as immutable, and hashed and compared by C code rather than by generated
-Python methods (issue 15).
+this cycle's snapshots into a plan. Values only: every dataclass here is frozen with slots (no
+instance ``__dict__``) and holds no cache; what the core derives from a state (indexes, site
+views) it holds beside it (:mod:`hydrator.core.derived`). The values a cycle handles by the
+million (:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead,
+validated in ``__new__``: as immutable, and hashed and compared by C code rather than by
+generated Python methods (issue 15).
 
 Names are checked against strict patterns so that nothing a catalogue returns can break a
 ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
@@ -20,19 +20,15 @@ rejected; ``/ # + @ =`` (used in real catalogues, e.g. CMS block names) are allo
 from __future__ import annotations
 
 import enum
-import hashlib
 import re
 import sys
-from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
-from typing import NamedTuple, NewType, TypeVar, overload
+from itertools import chain
+from operator import attrgetter
+from typing import NamedTuple, NewType
 
 # Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
@@ -300,47 +296,6 @@ def combine(a: Replica, b: Replica) -> Replica:
     return merged
 
 
-Index = dict[Site, dict[DatasetId, Replica]]
-"""Site -> dataset -> replica: at most one replica per (site, dataset), and no site without
-one (no empty inner dict), so two indexes of the same replicas are equal. Keyed per site
-rather than by a ``(site, dataset)`` tuple: no key object per replica (the dataset is the
-replica's own), smaller tables, a site's replicas at hand for its view (issue 15)."""
-
-
-def index_of(replicas: Iterable[Replica]) -> Index:
-    """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
-    index: Index = {}
-    at_site = index.get
-    for replica in replicas:  # indexing by position: no attribute lookup per replica
-        found = at_site(replica[1])
-        if found is None:
-            found = index[replica[1]] = {}
-        found[replica[0]] = replica
-    return index
-
-
-def index_size(index: Mapping[Site, Mapping[DatasetId, Replica]]) -> int:
-    """How many replicas ``index`` holds."""
-    return sum(map(len, index.values()))
-
-
-def each_replica(index: Index) -> Iterator[Replica]:
-    """Every replica of ``index``, site by site (a C-level chain: ``dict.values``)."""
-    return chain.from_iterable(map(dict.values, index.values()))
-
-
-def merge_replicas(replicas: Iterable[Replica]) -> Index:
-    """Collapse reports to one per (site, dataset) with :func:`combine`."""
-    index: Index = {}
-    for r in replicas:
-        found = index.get(r.site)
-        if found is None:
-            found = index[r.site] = {}
-        old = found.get(r.dataset)
-        found[r.dataset] = r if old is None else combine(old, r)
-    return index
-
-
 class ElementCount(NamedTuple):
     """A storage element's site and the (site, dataset) entries it reported in one answer."""
 
@@ -385,7 +340,7 @@ class Snapshot:
         unmapped_more: int = 0,
         storages: Iterable[StorageStatus] = (),
     ) -> Snapshot:
-        """Merge ``replicas`` to one per (site, dataset) (:func:`merge_replicas`).
+        """Merge ``replicas`` to one per (site, dataset) (:func:`combine`).
 
         ``unique``: the caller vouches that ``replicas`` already holds at most one replica per
         (site, dataset) (a source that keeps its answer keyed by pair); a ``frozenset``, or a
@@ -414,9 +369,15 @@ class Snapshot:
             return cls(
                 source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
             )
-        merged = merge_replicas(replicas)
-        kept = frozenset(each_replica(merged))
-        covered = frozenset(sites).union(merged)
+        by_site: dict[Site, dict[DatasetId, Replica]] = {}  # no key object per replica
+        for r in replicas:
+            held = by_site.get(r[1])
+            if held is None:
+                held = by_site[r[1]] = {}
+            old = held.get(r[0])
+            held[r[0]] = r if old is None else combine(old, r)
+        kept = frozenset(chain.from_iterable(map(dict.values, by_site.values())))
+        covered = frozenset(sites).union(by_site)
         return cls(
             source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
         )
@@ -434,27 +395,14 @@ class SourceFailure:
 SourceOutcome = Snapshot | SourceFailure
 
 
-class SourceMemo:
-    """The one mutable part of a :class:`SourceState`: its derived :attr:`SourceState.index`
-    and :attr:`SourceState.site_counts`, each built on first use or handed over by the core,
-    set at most once and never changed after. Not compared, not printed, never persisted."""
-
-    __slots__ = ("counts", "index")
-
-    def __init__(self) -> None:
-        self.index: Index | None = None
-        self.counts: Mapping[Site, int] | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class SourceState:
     """What the state remembers of a source between cycles.
 
     ``replicas``/``sites`` are the last *good* snapshot. ``stale`` is true while the source
     failed or was held back since then. ``held_cycles`` counts consecutive cycles whose answer
-    was held back as a suspicious drop. Frozen; its derived index lives in ``memo``
-    (:class:`SourceMemo`), the only mutable part, which :func:`dataclasses.replace` does not
-    copy (a replaced value starts with an empty memo).
+    was held back as a suspicious drop. What the core derives from it (its index, its counts
+    per site) is held beside it: :class:`hydrator.core.derived.SourceDerived`.
     """
 
     name: str
@@ -472,356 +420,20 @@ class SourceState:
     """The last good answer's :attr:`Snapshot.elements` (a held site's from before); kept in
     memory only."""
     storages: tuple[StorageStatus, ...] = ()  # as Snapshot.storages, of the last good answer
-    memo: SourceMemo = field(
-        default_factory=SourceMemo, init=False, compare=False, repr=False, hash=False
-    )
-
-    @property
-    def index(self) -> Index:
-        """Site -> dataset -> this source's replica (:data:`Index`, of :attr:`replicas`' own
-        objects); derived, never persisted, built on first use: the core reads it only where
-        several sources merge, and from then on hands it from cycle to cycle
-        (:meth:`adopt_index`) so a cycle costs O(changes), not O(replicas). Never mutated once
-        built."""
-        index = self.memo.index
-        if index is None:
-            index = self.memo.index = index_of(self.replicas)
-        return index
-
-    @property
-    def built_index(self) -> Index | None:
-        """:attr:`index` if it was built, else None (never builds it)."""
-        return self.memo.index
-
-    def adopt_index(self, index: Index) -> SourceState:
-        """Use ``index`` as :attr:`index` (returns ``self``); only for an index equal to what
-        it would build, on a value whose index was not read yet."""
-        self.memo.index = index
-        return self
-
-    def inherit_index(self, other: SourceState) -> SourceState:
-        """Reuse ``other``'s index and site counts where built (returns ``self``); only for a
-        value with the same replicas."""
-        if other.memo.index is not None:
-            self.memo.index = other.memo.index
-        if other.memo.counts is not None:
-            self.memo.counts = other.memo.counts
-        return self
-
-    @property
-    def site_counts(self) -> Mapping[Site, int]:
-        """Site -> how many of :attr:`replicas` are there; derived, never persisted, built on
-        first use (one pass, ~0.5 s at a million replicas) and from then on handed from cycle
-        to cycle by the core, patched by each delta (:meth:`adopt_counts`). Never mutated."""
-        counts = self.memo.counts
-        if counts is None:
-            counts = self.memo.counts = Counter(map(_site_of, self.replicas))
-        return counts
-
-    @property
-    def built_counts(self) -> Mapping[Site, int] | None:
-        """:attr:`site_counts` if built, else None (never builds them)."""
-        return self.memo.counts
-
-    def adopt_counts(self, counts: Mapping[Site, int]) -> SourceState:
-        """Use ``counts`` as :attr:`site_counts` (returns ``self``); only for counts equal to
-        what it would build."""
-        self.memo.counts = counts
-        return self
-
-
-class StateMemo:
-    """The one mutable part of a :class:`State`: its derived views, each built on first use or
-    handed over by the core, set at most once and never changed after. Not compared, not
-    printed, never persisted."""
-
-    __slots__ = ("contents", "coverage", "merged", "site_updated")
-
-    def __init__(self) -> None:
-        self.merged: Index | None = None
-        self.coverage: dict[Site, frozenset[str]] | None = None
-        self.contents: dict[Site, SiteView] | None = None
-        self.site_updated: dict[Site, datetime] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """Everything persisted between cycles that a cycle reads.
+    """Everything persisted between cycles that a cycle reads: each source's last good
+    answer and how it fared.
 
     Not in it: each (site, dataset)'s first-seen time, which nothing in a cycle reads; the
-    state store keeps it with the pair's rows, from the :attr:`Plan.now` of the plan that
-    added the pair (:mod:`hydrator.adapters.state.sqlite`). Frozen; the derived views
-    (:attr:`merged`, :attr:`coverage`, :attr:`contents`, :attr:`site_updated`) live in
-    ``memo`` (:class:`StateMemo`), the only mutable part, never persisted and not copied by
-    :func:`dataclasses.replace`.
+    state store keeps it with the pair's rows, from the ``now`` of the plan that added the
+    pair (:mod:`hydrator.adapters.state.sqlite`). What the core derives from it (merged
+    index, site views) is held beside it: :class:`hydrator.core.derived.Derived`.
     """
 
     sources: Mapping[str, SourceState] = field(default_factory=dict)
-    memo: StateMemo = field(
-        default_factory=StateMemo, init=False, compare=False, repr=False, hash=False
-    )
-
-    @property
-    def site_updated(self) -> dict[Site, datetime]:
-        """Site -> its last successful refresh: the oldest last success of the sources that
-        cover it, so everything the site's ad says was confirmed at or after this time."""
-        if self.memo.site_updated is not None:
-            return self.memo.site_updated
-        updated: dict[Site, datetime] = {}
-        for site, names in self.coverage.items():
-            times = [self.sources[n].last_success for n in names]
-            known = [when for when in times if when is not None]
-            if known:
-                updated[site] = min(known)
-        self.memo.site_updated = updated
-        return updated
-
-    def stamped_views(self) -> dict[Site, SiteView]:
-        """Per covered site, its published lists with ``updated`` set (:attr:`site_updated`)."""
-        updated = self.site_updated
-        return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
-
-    @property
-    def merged(self) -> Index:
-        """Site -> dataset -> all sources' reports combined (:func:`combine`; for one source,
-        its :attr:`SourceState.index`), built on first use. The core reads it only where
-        several sources merge: with one, a cycle works from its set and its delta, and the
-        daemon holds no index (issue 15: ~30 MB a million replicas, twice while a cycle
-        patches it). Never mutated once built."""
-        if self.memo.merged is not None:
-            return self.memo.merged
-        states = [self.sources[name] for name in sorted(self.sources)]
-        if len(states) == 1:
-            merged = states[0].index
-        else:
-            merged = merge_replicas(r for s in states for r in s.replicas)
-        self.memo.merged = merged
-        return merged
-
-    @property
-    def coverage(self) -> dict[Site, frozenset[str]]:
-        """Site -> names of the sources that cover it."""
-        if self.memo.coverage is not None:
-            return self.memo.coverage
-        covered: dict[Site, set[str]] = {}
-        for name, state in self.sources.items():
-            for site in state.sites:
-                covered.setdefault(site, set()).add(name)
-        coverage = {site: frozenset(names) for site, names in covered.items()}
-        self.memo.coverage = coverage
-        return coverage
-
-    @property
-    def merged_replicas(self) -> Collection[Replica]:
-        """The merged replicas, one per (site, dataset): one source's own set as it is (no
-        index built), else :attr:`merged`'s values."""
-        if len(self.sources) == 1:
-            (only,) = self.sources.values()
-            return only.replicas
-        return list(each_replica(self.merged))
-
-    @property
-    def contents(self) -> dict[Site, SiteView]:
-        """Per covered site, its published lists and digest (``updated`` left None)."""
-        if self.memo.contents is None:
-            self.memo.contents = views_of(self.merged_replicas, frozenset(self.coverage))
-        return self.memo.contents
-
-    def inherit_derived(self, other: State) -> State:
-        """Reuse ``other``'s built views (returns ``self``); only for states with identical
-        sources content. ``site_updated`` is not inherited: it depends on the sources' times."""
-        mine, theirs = self.memo, other.memo
-        mine.merged = theirs.merged if mine.merged is None else mine.merged
-        mine.coverage = theirs.coverage if mine.coverage is None else mine.coverage
-        mine.contents = theirs.contents if mine.contents is None else mine.contents
-        return self
-
-    @property
-    def entries(self) -> int:
-        """How many (site, dataset) pairs the merged view holds."""
-        if len(self.sources) == 1:
-            (only,) = self.sources.values()
-            return len(only.replicas)
-        return index_size(self.merged)
-
-    def adopt(self, merged: Index | None, contents: dict[Site, SiteView]) -> State:
-        """Use views the core derived incrementally (returns ``self``); only for views equal
-        to what :attr:`merged` (None: not derived) and :attr:`contents` would build. Never
-        mutated afterwards."""
-        self.memo.merged = merged
-        self.memo.contents = contents
-        return self
-
-
-_first = itemgetter(0)  # a (dataset, share) pair's dataset
-
-
-def _itself(dataset: DatasetId) -> DatasetId:
-    return dataset
-
-
-def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """Per site, the sorted lists that make its ClassAd, and their digest (``merged``: an
-    :data:`Index`)."""
-    return views_of(each_replica(merged), sites)
-
-
-def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """:func:`site_contents` of ``replicas`` (one per (site, dataset)), in one pass over them."""
-    lists = {site: _SiteLists() for site in sites}
-    at_site, available = lists.get, ReplicaState.AVAILABLE
-    for replica in replicas:
-        found = at_site(replica[1])
-        if found is None:
-            continue
-        if replica[2] is available and replica[4] is None:  # most: no call
-            found.available.append(replica[0])
-        else:
-            found.add(replica[0], replica)
-    return {site: lists[site].view(site) for site in sorted(sites)}
-
-
-def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
-    """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
-    rebuilding it with :func:`site_contents`, at the cost of the changes plus a C-level copy
-    and a sort of nearly sorted lists, instead of a Python loop over every replica."""
-    lists = _SiteLists()
-    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
-        key: [] for key in (*ReplicaState, *Transfer)
-    }
-    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
-    for change in changes:
-        old = change.old
-        if old is not None:
-            gone[old.state].append(change.dataset)
-            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
-                gone[old.transfer].append(change.dataset)
-            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
-                sized.append(change.dataset)
-        if change.new is not None:
-            lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
-    return lists.view(view.site)
-
-
-_T = TypeVar("_T")
-
-
-def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
-) -> list[_T]:
-    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
-    without the ``removed`` datasets."""
-    if not removed:
-        return list(items)
-    cuts: list[int] = []
-    for d in removed:
-        cut = bisect_left(items, d, key=key)
-        if cut == len(items) or key(items[cut]) != d:
-            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
-        cuts.append(cut)
-    cuts.sort()
-    out: list[_T] = []
-    start = 0
-    for cut in cuts:
-        out += items[start:cut]
-        start = cut + 1
-    out += items[start:]
-    return out
-
-
-class _SiteLists:
-    """One site's datasets by list while :func:`site_contents` collects them.
-
-    Plain attributes and identity tests, not a dict keyed by the enum, and no
-    (dataset, fraction) pair for the available ones, which are most: at a million replicas
-    this is a large share of a cycle and of its garbage.
-    """
-
-    __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
-
-    def __init__(self) -> None:
-        self.available: list[DatasetId] = []
-        self.partial: list[tuple[DatasetId, float]] = []
-        self.partial_bytes: list[tuple[DatasetId, float]] = []
-        self.replicating: list[tuple[DatasetId, float]] = []
-        self.incoming: list[tuple[DatasetId, float]] = []
-        self.stuck: list[DatasetId] = []
-
-    def add(self, dataset: DatasetId, replica: Replica) -> None:
-        state, detail = replica.state, replica.detail
-        if state is ReplicaState.AVAILABLE:
-            self.available.append(dataset)
-        elif state is ReplicaState.PARTIAL:
-            self.partial.append((dataset, replica.fraction))
-            if detail is not None and detail.bytes_fraction != replica.fraction:
-                self.partial_bytes.append((dataset, detail.bytes_fraction))
-        elif state is ReplicaState.REPLICATING:
-            self.replicating.append((dataset, replica.progress))
-            return
-        if detail is None or detail.transfer is Transfer.NONE:
-            return
-        if detail.transfer is Transfer.STUCK:
-            self.stuck.append(dataset)
-        else:
-            self.incoming.append((dataset, detail.progress))
-
-    def view(self, site: Site) -> SiteView:
-        # DatasetId is a tuple (scope, name): sorting compares in C, in DatasetId's order; a
-        # dataset appears once per site, so (dataset, share) pairs never compare the share.
-        self.available.sort()
-        available = tuple(self.available)
-        partial = tuple(sorted(self.partial))
-        replicating = tuple(sorted(self.replicating))
-        return SiteView(
-            site=site,
-            available=available,
-            partial=partial,
-            replicating=replicating,
-            stuck=tuple(sorted(self.stuck)),
-            updated=None,
-            digest=content_digest(site, available, partial, replicating),
-            partial_bytes=tuple(sorted(self.partial_bytes)),
-            incoming=tuple(sorted(self.incoming)),
-        )
-
-
-def content_digest(
-    site: Site,
-    available: tuple[DatasetId, ...],
-    partial: tuple[tuple[DatasetId, float], ...],
-    replicating: tuple[tuple[DatasetId, float], ...],
-) -> str:
-    """A short hash of what a site's ClassAd lists (not of its timestamp): it changes iff the
-    ad's lists change, so publishers can skip targets that already carry it. Persisted in the
-    collector's ads: its bytes must never change (a SHA-256 of the site, then per list a label
-    and each ``scope:name`` after a newline), hashed one list at a time: a C-level join, as
-    DatasetId is the tuple ``(scope, name)``."""
-    h = hashlib.sha256(site.encode())
-    for label, names in (
-        (b"A", available),
-        (b"P", map(_first, partial)),
-        (b"R", map(_first, replicating)),
-    ):
-        h.update(b"\0" + label)
-        joined = "\n".join(map(":".join, names))  # no name is empty: "" is no entry
-        if joined:
-            h.update(b"\n" + joined.encode())
-    return h.hexdigest()[:16]
-
-
-def stuck_digest(digest: str, stuck: Iterable[DatasetId]) -> str:
-    """``digest`` extended with the stuck transfers, for ads that also list those (always
-    different from ``digest``, so turning the list on re-sends every ad once)."""
-    h = hashlib.sha256(digest.encode() + b"\0S")
-    for d in stuck:
-        h.update(f"\n{d.scope}:{d.name}".encode())
-    return h.hexdigest()[:16]
 
 
 class ChangeKind(enum.Enum):
@@ -842,120 +454,6 @@ class Change(NamedTuple):
     kind: ChangeKind
     old: Replica | None = None
     new: Replica | None = None
-
-
-_make_change = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
-
-
-class Changes(Sequence[Change]):
-    """A plan's changes in :class:`Change`'s order (by site, then dataset), with their
-    :attr:`counts` by kind; equal to a tuple of the same changes.
-
-    Either held as built (a cycle that moved some pairs), or, for a plan that adds every
-    replica of a collection (a first cycle), made only while iterated, from that collection
-    (never mutated): a million :class:`Change` tuples cost ~80 MB and a second of a first
-    cycle, and the daemon only counts them (logs, metrics); ``hydrator once`` lists them.
-    Iterating that form twice makes them twice; indexing it builds every change (not kept).
-    """
-
-    __slots__ = ("_added", "_held", "counts")
-
-    def __init__(self, changes: Iterable[Change] = ()) -> None:
-        self._held = tuple(changes)
-        self._added: Collection[Replica] | None = None
-        self.counts: Mapping[ChangeKind, int] = Counter(map(_kind_of, self._held))
-        """Kind -> how many changes of that kind; kinds without a change are left out, the
-        others in the order of their first change."""
-
-    @classmethod
-    def all_added(cls, replicas: Collection[Replica]) -> Changes:
-        """Every one of ``replicas`` (one per (site, dataset)) added, built while iterated."""
-        changes = cls()
-        changes._added = replicas
-        changes.counts = {ChangeKind.ADDED: len(replicas)} if replicas else {}
-        return changes
-
-    def __iter__(self) -> Iterator[Change]:
-        if self._added is None:
-            return iter(self._held)
-        return self._each_added(self._added)
-
-    @staticmethod
-    def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
-        """Grouped by site first, so that the sort compares datasets within a site only (a
-        sort of a million (site, dataset) keys costs four times as much); each change built
-        by C-level iterators, no Python call per change."""
-        by_site: dict[Site, list[Replica]] = {}
-        for replica in replicas:
-            found = by_site.get(replica[1])
-            if found is None:
-                found = by_site[replica[1]] = []
-            found.append(replica)
-        added = ChangeKind.ADDED
-        for site in sorted(by_site):
-            held = by_site.pop(site)
-            held.sort(key=_dataset_of)  # a site holds one replica per dataset
-            fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
-            yield from map(_make_change, fields)
-
-    def __len__(self) -> int:
-        return len(self._held) if self._added is None else sum(self.counts.values())
-
-    @overload
-    def __getitem__(self, at: int) -> Change: ...
-    @overload
-    def __getitem__(self, at: slice) -> tuple[Change, ...]: ...
-    def __getitem__(self, at: int | slice) -> Change | tuple[Change, ...]:
-        return (self._held if self._added is None else tuple(self))[at]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Changes | tuple):
-            return len(self) == len(other) and tuple(self) == tuple(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # equal to a tuple, but not one
-
-    def __repr__(self) -> str:
-        if self._added is not None:  # not built: the count only
-            return f"Changes(added={len(self)})"
-        return f"Changes({self._held!r})"
-
-
-_kind_of: Callable[[Change], ChangeKind] = itemgetter(2)
-_dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
-
-
-@dataclass(frozen=True, slots=True)
-class SourceDelta:
-    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
-
-    added: AbstractSet[Replica] = frozenset()
-    removed: AbstractSet[Replica] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class SourceStatus:
-    """How a source fared this cycle, for reports, logs and metrics."""
-
-    name: str
-    fresh: bool  # its answer was used this cycle
-    entries: int  # replicas in the snapshot now in effect
-    invalid: int = 0
-    unmapped: frozenset[str] = frozenset()
-    reason: str | None = None  # why it is stale: the error, or a held-back drop
-    last_success: datetime | None = None
-    outcome: str = "ok"  # ok, transient_error, permanent_error, held
-    unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
-    held_sites: Mapping[Site, str] = field(default_factory=dict)
-    """Sites whose shrunken part of this answer is held back (the site guard) -> why."""
-    refused_sites: Mapping[Site, str] = field(default_factory=dict)
-    """Site names of this answer refused because they differ only in case from the name
-    kept (ClassAd ``==`` ignores case) -> why; their records are counted in ``invalid``."""
-
-    @property
-    def unmapped_count(self) -> int:
-        """Every storage element with no site, listed or not."""
-        return len(self.unmapped) + self.unmapped_more
 
 
 @dataclass(frozen=True, slots=True)
@@ -982,20 +480,6 @@ class SiteView:
     incoming: tuple[tuple[DatasetId, float], ...] = ()
     storages: tuple[StorageStatus, ...] = ()  # the site's storage elements, as stated
     unavailable: tuple[str, ...] = ()  # why some of its storage cannot serve, one line each
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The pure core's answer: the new state, what changed, and what to write."""
-
-    state: State
-    changes: Changes
-    sources: tuple[SourceStatus, ...]
-    source_deltas: Mapping[str, SourceDelta]
-    sites: Mapping[Site, SiteView]
-    changed_sites: frozenset[Site]  # sites whose published content (digest) changed
-    removed_sites: frozenset[Site]  # sites no source covers any more
-    now: datetime  # the cycle's time: the first-seen time of the pairs it adds
 
 
 STORAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-:]{0,127}")

@@ -34,13 +34,8 @@ from itertools import chain, compress, islice, repeat
 from operator import is_, itemgetter
 
 from hydrator.core.storage import unavailable_digest
-from hydrator.domain import (
-    DatasetId,
-    ReplicaState,
-    SiteView,
-    content_digest,
-    stuck_digest,
-)
+from hydrator.core.views import content_digest, stuck_digest
+from hydrator.domain import DatasetId, ReplicaState, SiteView
 
 
 @dataclass(frozen=True)

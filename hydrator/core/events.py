@@ -32,15 +32,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from hydrator.core.plan import Plan, SourceStatus
 from hydrator.domain import (
     DatasetId,
     InvalidNameError,
-    Plan,
     Replica,
     Site,
     Snapshot,
     SourceState,
-    SourceStatus,
     State,
 )
 
@@ -314,18 +313,18 @@ def keep_read_times(plan: Plan, previous: State) -> Plan:
     for name, after in plan.state.sources.items():
         before = previous.sources.get(name)
         sources[name] = after if before is None else _kept(after, before)
-    state = State(sources=sources).inherit_derived(plan.state)
+    derived = plan.derived.sharing(State(sources=sources))
     statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
-    updated = state.site_updated
+    updated = derived.site_updated
     sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}
-    return replace(plan, state=state, sources=statuses, sites=sites)
+    return replace(plan, derived=derived, sources=statuses, sites=sites)
 
 
 def _kept(after: SourceState, before: SourceState) -> SourceState:
     """``after`` (this event cycle's) with ``before``'s read times, guard counts and, unless
     this cycle held the answer back itself, its staleness and error."""
     held_now = after.stale  # the source guard held this cycle's answer (the re-read source)
-    kept = replace(
+    return replace(
         after,
         last_success=before.last_success,
         last_attempt=before.last_attempt,
@@ -334,7 +333,6 @@ def _kept(after: SourceState, before: SourceState) -> SourceState:
         held_cycles=before.held_cycles,
         held_sites=before.held_sites,
     )
-    return kept.inherit_index(after)
 
 
 def _kept_status(

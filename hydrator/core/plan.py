@@ -1,4 +1,4 @@
-"""The pure core: (saved state, source outcomes, now) -> :class:`~hydrator.domain.Plan`.
+"""The pure core: (saved state, source outcomes, now) -> :class:`Plan`.
 
 No I/O, no clock, no globals. The rules it enforces:
 
@@ -21,7 +21,7 @@ No I/O, no clock, no globals. The rules it enforces:
   the transfer of the report with the more urgent one (stuck > replicating > none)
   (:func:`~hydrator.domain.combine`).
 * A site is known while any source covers it; its ``updated`` time is the oldest last success
-  of the sources covering it (:attr:`~hydrator.domain.State.site_updated`).
+  of the sources covering it (:attr:`~hydrator.core.derived.Derived.site_updated`).
 * Storage stated unavailable (:mod:`hydrator.core.storage`): a source leaves out what it
   holds, and the shrink guards do not count what it held last time (that drop is explained,
   so it takes effect at once; the rest of its site is guarded as ever, by the site's count
@@ -35,12 +35,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
 from operator import attrgetter
 
+from hydrator.core.changes import Changes
+from hydrator.core.derived import Derived, SourceDerived
+from hydrator.core.index import Index, each_replica, index_of, merge_replicas
 from hydrator.core.storage import (
     Drain,
     count_outside,
@@ -48,32 +51,23 @@ from hydrator.core.storage import (
     unavailable_storages,
     with_storage,
 )
+from hydrator.core.views import patch_view, views_of
 from hydrator.domain import (
     Change,
     ChangeKind,
-    Changes,
     DatasetId,
     ElementCount,
-    Index,
-    Plan,
     Replica,
     Site,
     SiteView,
     Snapshot,
-    SourceDelta,
     SourceFailure,
     SourceOutcome,
     SourceState,
-    SourceStatus,
     State,
     StorageStatus,
     combine,
-    each_replica,
-    index_of,
-    merge_replicas,
-    patch_view,
     replica_key,
-    views_of,
 )
 
 Key = tuple[Site, DatasetId]
@@ -91,59 +85,132 @@ class Policy:
     accept_site_drops: Collection[str] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class SourceDelta:
+    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
+
+    added: AbstractSet[Replica] = frozenset()
+    removed: AbstractSet[Replica] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """How a source fared this cycle, for reports, logs and metrics."""
+
+    name: str
+    fresh: bool  # its answer was used this cycle
+    entries: int  # replicas in the snapshot now in effect
+    invalid: int = 0
+    unmapped: frozenset[str] = frozenset()
+    reason: str | None = None  # why it is stale: the error, or a held-back drop
+    last_success: datetime | None = None
+    outcome: str = "ok"  # ok, transient_error, permanent_error, held
+    unmapped_more: int = 0  # storage elements with no site, counted but not in ``unmapped``
+    held_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Sites whose shrunken part of this answer is held back (the site guard) -> why."""
+    refused_sites: Mapping[Site, str] = field(default_factory=dict)
+    """Site names of this answer refused because they differ only in case from the name
+    kept (ClassAd ``==`` ignores case) -> why; their records are counted in ``invalid``."""
+
+    @property
+    def unmapped_count(self) -> int:
+        """Every storage element with no site, listed or not."""
+        return len(self.unmapped) + self.unmapped_more
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The pure core's answer: the new state with what is derived from it, what changed, and
+    what to write."""
+
+    derived: Derived  # the new state (:attr:`state`) and its indexes and views
+    changes: Changes
+    sources: tuple[SourceStatus, ...]
+    source_deltas: Mapping[str, SourceDelta]
+    sites: Mapping[Site, SiteView]
+    changed_sites: frozenset[Site]  # sites whose published content (digest) changed
+    removed_sites: frozenset[Site]  # sites no source covers any more
+    now: datetime  # the cycle's time: the first-seen time of the pairs it adds
+
+    @property
+    def state(self) -> State:
+        """The new state (what the store saves and the next cycle starts from)."""
+        return self.derived.state
+
+
 def plan_cycle(
-    previous: State,
+    previous: State | Derived,
     outcomes: Mapping[str, SourceOutcome],
     now: datetime,
     policy: Policy,
     drains: Sequence[Drain] = (),
 ) -> Plan:
     """Decide this cycle. ``outcomes`` has one entry per configured source; ``drains`` are
-    the operator's (those of whole sites empty the site's view while active).
+    the operator's (those of whole sites empty the site's view while active). ``previous``:
+    the saved state, with what was derived from it (carried on: a cycle then costs O(changes))
+    or alone (derived again where needed).
 
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """
+    held = previous if isinstance(previous, Derived) else Derived(previous)
+    old = held.state
     sources: dict[str, SourceState] = {}
+    derived: dict[str, SourceDerived] = {}
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
     merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
-    outcomes, refused = _without_case_twins(previous, outcomes)
+    outcomes, refused = _without_case_twins(held, outcomes)
     for name in sorted(outcomes):
-        before = previous.sources.get(name, SourceState(name))
-        after, status, delta = _advance_source(before, outcomes[name], now, policy, merging)
+        before = old.sources.get(name, SourceState(name))
+        known = held.source(name) if name in old.sources else SourceDerived(before.replicas)
+        advanced = _advance_source(
+            before, known, outcomes[name], now, policy=policy, merging=merging
+        )
+        after, derived[name], status, delta = advanced
         if name in refused:
             status = replace(status, refused_sites=refused[name])
         sources[name] = after
         statuses.append(status)
         if delta.added or delta.removed:
             deltas[name] = delta
-    for name in sorted(set(previous.sources) - set(outcomes)):
-        deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
-
-    state = State(sources=sources)
-    if not deltas and _same_sites(previous.sources, sources):
-        state.inherit_derived(previous)
-        changes = Changes()
-    else:
-        first = not any(s.replicas for s in previous.sources.values())  # all pairs are added
-        merged, changes = _merge(previous, state, deltas, first)
-        state.adopt(merged, _contents(previous, state, merged, None if first else changes))
-    old_contents = previous.contents
+    for name in sorted(set(old.sources) - set(outcomes)):
+        deltas[name] = SourceDelta(removed=old.sources[name].replicas)
+    new, changes = _derive(held, State(sources=sources), derived, deltas)
+    old_contents = held.contents
     changed_sites = frozenset(
         site
-        for site, view in state.contents.items()
+        for site, view in new.contents.items()
         if site not in old_contents or old_contents[site].digest != view.digest
     )
     return Plan(
-        state=state,
+        derived=new,
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites=with_storage(state.stamped_views(), _statuses(state), drains, now),
+        sites=with_storage(new.stamped_views(), _statuses(new.state), drains, now),
         changed_sites=changed_sites,
-        removed_sites=frozenset(previous.coverage) - frozenset(state.coverage),
+        removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,
     )
+
+
+def _derive(
+    held: Derived,
+    state: State,
+    sources: Mapping[str, SourceDerived],
+    deltas: Mapping[str, SourceDelta],
+) -> tuple[Derived, Changes]:
+    """What is derived from ``state`` (``sources``: its sources' derived data) and its
+    changes against ``held``: ``held``'s merged view and site views as they are where no
+    source moved, else the merged view and the site views patched by the changes."""
+    if not deltas and _same_sites(held.state.sources, state.sources):
+        return held.sharing(state, sources), Changes()
+    first = not any(s.replicas for s in held.state.sources.values())  # all pairs are added
+    merged, changes = _merge(held, Derived(state, sources), deltas, first)
+    fresh = Derived(state, sources, merged=merged)
+    contents = _contents(held, fresh, merged, None if first else changes)
+    new = Derived(state, sources, merged=merged, coverage=fresh.coverage, contents=contents)
+    return new, changes
 
 
 def _statuses(state: State) -> list[StorageStatus]:
@@ -156,27 +223,31 @@ def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> b
 
 
 def _advance_source(
-    before: SourceState, outcome: SourceOutcome, now: datetime, policy: Policy, merging: bool
-) -> tuple[SourceState, SourceStatus, SourceDelta]:
-    """``before`` moved by ``outcome``; its index (if built) handed on only when ``merging``
-    (one source alone needs none: a one-source daemon holds no index)."""
+    before: SourceState,
+    known: SourceDerived,
+    outcome: SourceOutcome,
+    now: datetime,
+    *,
+    policy: Policy,
+    merging: bool,
+) -> tuple[SourceState, SourceDerived, SourceStatus, SourceDelta]:
+    """``before`` (``known``: what is derived from it) moved by ``outcome``; its index (if
+    built) handed on only when ``merging`` (one source alone needs none: a one-source daemon
+    holds no index), its site counts (if built) always."""
     if not merging:
-        counts = before.built_counts
-        before = replace(before)  # an empty memo: no index carried (its site counts are)
-        if counts is not None:
-            before.adopt_counts(counts)
+        known = SourceDerived(before.replicas, counts=known.built_counts)
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
-        after.inherit_index(before)
         kind = "permanent_error" if outcome.permanent else "transient_error"
-        return after, _status(after, kind, reason=outcome.error), SourceDelta()
+        status = _status(after, kind, reason=outcome.error)
+        return after, known.moved_to(after.replicas), status, SourceDelta()
     explained = explained_entries(before.storages, before.elements, outcome.storages)
     held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
     if held and explained:  # what storage newly stated unavailable held is explained
         unknown = frozenset(site for site, n in explained.items() if n is None)
-        known = sum(n for n in explained.values() if n is not None)
+        counted = sum(n for n in explained.values() if n is not None)
         held = _suspicious_drop(
-            count_outside(before.replicas, unknown) - known,
+            count_outside(before.replicas, unknown) - counted,
             count_outside(outcome.replicas, unknown),
             policy,
         )
@@ -193,10 +264,11 @@ def _advance_source(
             stale=True,
             error=reason,
             held_cycles=before.held_cycles + 1,
-        ).inherit_index(before)
-        return after, _status(after, "held", reason=reason, snapshot=outcome), SourceDelta()
+        )
+        status = _status(after, "held", reason=reason, snapshot=outcome)
+        return after, known.moved_to(after.replicas), status, SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
-    guard = _guard_sites(before, outcome, delta, policy, explained)
+    guard = _guard_sites(before, known, outcome, delta, policy=policy, explained=explained)
     delta = guard.delta
     moved = bool(delta.added or delta.removed)
     after = SourceState(
@@ -209,15 +281,22 @@ def _advance_source(
         elements=guard.elements,
         storages=outcome.storages,
     )
-    if not moved:
-        after.inherit_index(before)
-    else:
-        if before.built_index is not None:  # carried on where built (several sources merge)
-            after.adopt_index(_patched(before, delta, guard.replicas))
-        if before.built_counts is not None:  # carried on once the site guard needed them
-            after.adopt_counts(_recounted(before.built_counts, delta))
-    status = _status(after, "ok", snapshot=outcome)
-    return after, replace(status, held_sites=guard.reasons), delta
+    status = replace(_status(after, "ok", snapshot=outcome), held_sites=guard.reasons)
+    return after, _moved(known, delta, after.replicas) if moved else known, status, delta
+
+
+def _moved(
+    known: SourceDerived, delta: SourceDelta, replicas: AbstractSet[Replica]
+) -> SourceDerived:
+    """``known`` moved by a non-empty ``delta`` to ``replicas``: the index carried on where
+    built (several sources merge), the site counts once the site guard needed them."""
+    index = known.built_index
+    counts = known.built_counts
+    return SourceDerived(
+        replicas,
+        None if index is None else _patched(known, delta, replicas),
+        None if counts is None else _recounted(counts, delta),
+    )
 
 
 @dataclass(frozen=True)
@@ -236,8 +315,10 @@ class _Guarded:
 
 def _guard_sites(
     before: SourceState,
+    known: SourceDerived,
     outcome: Snapshot,
     delta: SourceDelta,
+    *,
     policy: Policy,
     explained: Mapping[Site, int | None],
 ) -> _Guarded:
@@ -247,7 +328,7 @@ def _guard_sites(
     time a site loses enough to be a candidate (then carried on, O(sites + delta) a cycle),
     and one copy of the answer in a cycle that holds a site. ``explained``: per site, the
     entries storage stated unavailable explains (:func:`explained_entries`)."""
-    found = _shrunken_sites(before, outcome, delta, policy, explained)
+    found = _shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
     accept_after = policy.accept_drop_after_cycles
     held: dict[Site, int] = {}
     reasons: dict[Site, str] = {}
@@ -280,8 +361,10 @@ def _guard_sites(
 
 def _shrunken_sites(
     before: SourceState,
+    known: SourceDerived,
     outcome: Snapshot,
     delta: SourceDelta,
+    *,
     policy: Policy,
     explained: Mapping[Site, int | None],
 ) -> dict[Site, str]:
@@ -294,7 +377,7 @@ def _shrunken_sites(
         return {}
     found = {
         s: f"{new} entries against {old} last time"
-        for s, (old, new) in _suspicious_sites(before, delta, policy, explained).items()
+        for s, (old, new) in _suspicious_sites(known, delta, policy, explained).items()
     }
     touched = frozenset(map(_site_of, delta.removed))
     down = unavailable_storages(outcome.storages)  # their entries leave at once
@@ -316,7 +399,7 @@ def _shrank(old: int, new: int, policy: Policy) -> bool:
 
 
 def _suspicious_sites(
-    before: SourceState,
+    before: SourceDerived,
     delta: SourceDelta,
     policy: Policy,
     explained: Mapping[Site, int | None],
@@ -356,7 +439,7 @@ def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int
 
 
 def _without_case_twins(
-    previous: State, outcomes: Mapping[str, SourceOutcome]
+    previous: Derived, outcomes: Mapping[str, SourceOutcome]
 ) -> tuple[dict[str, SourceOutcome], dict[str, dict[Site, str]]]:
     """``outcomes`` without the sites whose names differ only in case from a name kept (the
     one already held, else the first in sorted order), and per source the names refused and
@@ -364,9 +447,9 @@ def _without_case_twins(
     records are counted invalid. O(sites), plus a copy of an answer that names a twin."""
     kept_sites = [o.sites for o in outcomes.values() if isinstance(o, Snapshot)]
     kept_sites += [
-        previous.sources[n].sites
+        previous.state.sources[n].sites
         for n, o in outcomes.items()
-        if isinstance(o, SourceFailure) and n in previous.sources
+        if isinstance(o, SourceFailure) and n in previous.state.sources
     ]
     spellings: dict[str, set[Site]] = {}
     for site in chain.from_iterable(kept_sites):
@@ -436,7 +519,7 @@ def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceD
     return SourceDelta(added=after - before, removed=before - after)
 
 
-def _patched(before: SourceState, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
+def _patched(before: SourceDerived, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
     """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
     ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
     its answer between fetches shares it, so the daemon holds one set and one object per
@@ -483,15 +566,16 @@ _NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 
 
 def _merge(
-    previous: State, state: State, deltas: Mapping[str, SourceDelta], first: bool
+    previous: Derived, state: Derived, deltas: Mapping[str, SourceDelta], first: bool
 ) -> tuple[Index | None, Changes]:
     """The new merged view (None: not derived) and its changes. One source (now, and the
     only one before, if any): its delta is the change, no index. Several: the merged view
     is derived again only at the keys some delta touched (elsewhere every source reports
     what it reported before, so the merge is unchanged)."""
-    ordered = [state.sources[name] for name in sorted(state.sources)]
-    if len(ordered) == 1 and previous.sources.keys() <= state.sources.keys():
-        (name,) = state.sources
+    names = sorted(state.state.sources)
+    ordered = [state.state.sources[name] for name in names]
+    if len(ordered) == 1 and previous.state.sources.keys() <= state.state.sources.keys():
+        (name,) = names
         if first:
             return None, Changes.all_added(ordered[0].replicas)
         delta = deltas.get(name, SourceDelta())
@@ -505,11 +589,11 @@ def _merge(
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
     if len(ordered) == 1:
-        new = ordered[0].index
+        new = state.source(names[0]).index
     elif not ordered:
         new = {}
     else:
-        new = _remerged(old, [s.index for s in ordered], touched)
+        new = _remerged(old, [state.source(name).index for name in names], touched)
     return new, _changes(_at(old, touched), _at(new, touched), touched)
 
 
@@ -549,7 +633,7 @@ def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[
 
 
 def _contents(
-    previous: State, state: State, merged: Index | None, changes: Changes | None
+    previous: Derived, state: Derived, merged: Index | None, changes: Changes | None
 ) -> dict[Site, SiteView]:
     """Site views: the previous one for a site no change touched, the previous one patched
     with its changes for a touched site, a full build for a site not seen before, and for

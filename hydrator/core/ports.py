@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from hydrator.core.derived import Derived
 from hydrator.core.events import Ignored, ListenerStatus, RucioEvent
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
 from hydrator.core.locality import PoolJob, PoolSlot
+from hydrator.core.plan import Plan
 from hydrator.core.queue import QueueSnapshot
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Plan, Replica, Site, SiteView, Snapshot, State
+from hydrator.domain import DatasetId, Replica, Site, SiteView, Snapshot
 
 # -- sources ---------------------------------------------------------------------------------
 
@@ -175,7 +177,11 @@ class Publisher(Protocol):
 class StateStore(Protocol):
     """The state between cycles (and across restarts) and the operator's drains."""
 
-    def load(self) -> State: ...
+    def load(self) -> Derived:
+        """The saved state (empty on a new database) with what the store derived from it
+        while reading (the site views of one source's rows, in row order: twice as fast as
+        from a set)."""
+        ...
 
     @property
     def rejected_rows(self) -> Mapping[str, int]:

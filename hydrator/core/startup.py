@@ -9,12 +9,13 @@ from functools import partial
 from hydrator.config import ClassAdConfig
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.derived import Derived
 from hydrator.core.storage import Drain, with_storage
-from hydrator.domain import Site, SiteView, State
+from hydrator.domain import Site, SiteView
 
 
 def startup_views(
-    state: State,
+    derived: Derived,
     drains: Iterable[Drain],
     now: datetime,
     policy: AdvertisePolicy,
@@ -26,9 +27,10 @@ def startup_views(
     :func:`advertise` cuts them with no demand."""
     if policy.demand_only:
         return {}
+    sources = derived.state.sources
     views = with_storage(
-        state.stamped_views(),
-        [s for name in sorted(state.sources) for s in state.sources[name].storages],
+        derived.stamped_views(),
+        [s for name in sorted(sources) for s in sources[name].storages],
         drains,
         now,
     )

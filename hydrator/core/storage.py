@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 
+from hydrator.core.views import content_digest
 from hydrator.domain import (
     DatasetId,
     ElementCount,
@@ -42,7 +43,6 @@ from hydrator.domain import (
     SiteView,
     StorageStatus,
     combine,
-    content_digest,
 )
 
 MAX_REASON_CHARS = 200

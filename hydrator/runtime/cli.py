@@ -34,7 +34,6 @@ from hydrator.domain import (
     Replica,
     Site,
     SiteView,
-    State,
     StorageStatus,
     Transfer,
 )
@@ -43,6 +42,7 @@ from hydrator.logs import setup_logging
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
+    from hydrator.core.derived import Derived
     from hydrator.core.storage import Drain
     from hydrator.runtime.outcome import CycleReport
 
@@ -256,10 +256,10 @@ def _show(config: Config, site: str | None) -> int:
         return EXIT_FAILED
     store = state_store(path, read_only=True)
     try:
-        state, drained = store.load(), store.drains()
+        loaded, drained = store.load(), store.drains()
     finally:
         store.close()
-    views, notes = _with_storage(state, drained)
+    views, notes = _with_storage(loaded, drained)
     if site is not None:
         if Site(site) not in views:
             print(
@@ -282,15 +282,16 @@ def _show(config: Config, site: str | None) -> int:
     return EXIT_OK
 
 
-def _with_storage(state: State, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
+def _with_storage(loaded: Derived, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
     from hydrator.core.storage import with_storage  # noqa: PLC0415
     from hydrator.runtime.drains import drain_lines  # noqa: PLC0415
 
     now = datetime.now(UTC)
-    statuses = [s for name in sorted(state.sources) for s in state.sources[name].storages]
-    views = with_storage(state.stamped_views(), statuses, drained, now)
+    sources = loaded.state.sources
+    statuses = [s for name in sorted(sources) for s in sources[name].storages]
+    views = with_storage(loaded.stamped_views(), statuses, drained, now)
     return views, drain_lines(drained, now)
 
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.core.derived import Derived
 from hydrator.core.events import (
     Batch,
     Ignored,
@@ -42,7 +43,7 @@ from hydrator.core.events import (
     reread,
     unchanged,
 )
-from hydrator.core.plan import plan_cycle
+from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
     CountsCalls,
     EventListener,
@@ -51,7 +52,7 @@ from hydrator.core.ports import (
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Plan, Snapshot, State
+from hydrator.domain import DatasetId, Snapshot
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -269,13 +270,14 @@ class EventCycles:
         self,
         datasets: Sequence[DatasetId],
         files: Sequence[tuple[str, str]],
-        state: State,
+        previous: Derived,
         context: FetchContext,
     ) -> Plan:
         """The event cycle's decision: this source's last answer with ``datasets`` (and the
         datasets ``files`` belong to) read again, every other source as it stands; the
-        sources' read times kept."""
+        sources' read times kept (``previous``: the state before, with its views)."""
         name = self._label
+        state = previous.state
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
@@ -291,7 +293,7 @@ class EventCycles:
             other: unchanged(s) for other, s in state.sources.items() if other != name
         }
         outcomes[name] = patched(held, replicas, sites)
-        plan = plan_cycle(state, outcomes, context.now, self.service.policy, context.drains)
+        plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
         return keep_read_times(plan, state)
 
     def _parents(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:

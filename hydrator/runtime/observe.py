@@ -10,7 +10,8 @@ from datetime import datetime
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from hydrator.domain import ChangeKind, SourceStatus
+from hydrator.core.plan import SourceStatus
+from hydrator.domain import ChangeKind
 
 if TYPE_CHECKING:
     from hydrator.runtime.metrics import Metrics
@@ -30,7 +31,7 @@ def cycle_fields(report: CycleReport) -> dict[str, Any]:
             fresh=sum(1 for s in plan.sources if s.fresh),
             stale=sorted(s.name for s in plan.sources if not s.fresh),
             sites=len(plan.sites),
-            entries=plan.state.entries,
+            entries=plan.derived.entries,
             added=kinds.get(ChangeKind.ADDED, 0),
             removed=kinds.get(ChangeKind.REMOVED, 0),
             changed=kinds.get(ChangeKind.CHANGED, 0),

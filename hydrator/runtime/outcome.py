@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from hydrator.core.jobs import JobsReport, SiteDemand
+from hydrator.core.plan import Plan, SourceStatus
 from hydrator.core.ports import PublishReport
-from hydrator.domain import Plan, Site, SiteView, SourceStatus
+from hydrator.domain import Site, SiteView
 from hydrator.runtime.phases import PhaseTime
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hydrator.core.jobs import JobsReport
-from hydrator.domain import Change, SiteView, SourceStatus, StorageStatus
+from hydrator.core.plan import SourceStatus
+from hydrator.domain import Change, SiteView, StorageStatus
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:

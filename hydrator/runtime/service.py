@@ -16,9 +16,10 @@ from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.core.annotate import Annotator
+from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
     CountsCalls,
@@ -37,7 +38,6 @@ from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain
 from hydrator.domain import (
     DatasetId,
-    Plan,
     Site,
     SiteView,
     SourceFailure,
@@ -56,7 +56,7 @@ from hydrator.runtime.phases import phase, recording
 log = logging.getLogger(__name__)
 
 Demand = Callable[[], Mapping[DatasetId, int]]
-Planner = Callable[[State, FetchContext], Plan]
+Planner = Callable[[Derived, FetchContext], Plan]
 """An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.events`)."""
 
 
@@ -89,10 +89,11 @@ def render_ads(
 @dataclass(frozen=True)
 class Startup:
     """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
-    saved state, what it serves before its first cycle, and the operator's drains as read
-    (empty when they could not be; the next cycle reads them again)."""
+    saved state (with what was derived from it while loading), what it serves before its
+    first cycle, and the operator's drains as read (empty when they could not be; the next
+    cycle reads them again)."""
 
-    state: State
+    derived: Derived
     published: Published
     drains: Sequence[Drain] = ()
 
@@ -133,7 +134,7 @@ class Service:
         self.clock = clock
         self.policy = policy
         self.advertise_policy = advertise_policy
-        self._state = startup.state
+        self._derived = startup.derived  # the state, and its views and indexes
         self.published = startup.published
         self._drains: Sequence[Drain] = startup.drains  # the operator's, as last read
         self._drains_read: frozenset[Drain] | None = None  # active in the last full read
@@ -159,7 +160,7 @@ class Service:
 
     @property
     def state(self) -> State:
-        return self._state
+        return self._derived.state
 
     def readiness(self) -> tuple[bool, str]:
         """``(ready, reason)``: ready once every configured source has answered successfully
@@ -168,7 +169,7 @@ class Service:
         errors = {s.name: s.reason for s in self.published.sources}
         missing = []
         for source in self.sources:
-            saved = self._state.sources.get(source.name)
+            saved = self._derived.state.sources.get(source.name)
             if saved is None or saved.last_success is None:
                 error = errors.get(source.name)
                 missing.append(f"{source.name} ({error})" if error else source.name)
@@ -219,12 +220,12 @@ class Service:
         context = FetchContext(
             now=started,
             wanted=wanted or {},
-            previous={name: s.replicas for name, s in self._state.sources.items()},
+            previous={name: s.replicas for name, s in self._derived.state.sources.items()},
             drains=drains,
         )
         if planner is not None:
             with phase("plan"):
-                plan = planner(self._state, context)
+                plan = planner(self._derived, context)
         else:
             self._drains_read = frozenset(drains)
             with phase("fetch"):
@@ -232,12 +233,12 @@ class Service:
             if self.stop_event.is_set():
                 return CycleReport(started, time.monotonic() - t0, "abandoned")
             with phase("plan"):
-                plan = plan_cycle(self._state, outcomes, started, self.policy, drains)
+                plan = plan_cycle(self._derived, outcomes, started, self.policy, drains)
         if dry_run:
             return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
         with phase("save"):
             rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
-        self._state = plan.state
+        self._derived = plan.derived
         self._note_origins(plan, started, "event" if planner is not None else "full_read")
         if self.advertise_policy.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
@@ -325,7 +326,7 @@ class Service:
 
     def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
         policy, size = self.advertise_policy, self._ad_size
-        contents, memo = plan.state.contents, self._advertised
+        contents, memo = plan.derived.contents, self._advertised
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():

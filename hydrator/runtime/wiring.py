@@ -232,7 +232,7 @@ def load_startup(
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
-    state = store.load()
+    derived = store.load()
     for table, count in store.rejected_rows.items():
         metrics.state_rejected_rows.labels(table).set(count)
     drains: Sequence[Drain] = ()
@@ -244,11 +244,11 @@ def load_startup(
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
         metrics.set_drains((d.site, d.storage or "") for d in active)
-        views = startup_views(state, active, now, policy, config.classad)
+        views = startup_views(derived, active, now, policy, config.classad)
     else:
         views = {}
-    full = state.stamped_views() if views else {}
-    return Startup(state, Published(render_ads(views, config.classad), views=full), drains)
+    full = derived.stamped_views() if views else {}
+    return Startup(derived, Published(render_ads(views, config.classad), views=full), drains)
 
 
 def build_service(

@@ -22,11 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.core.derived import Derived
+from hydrator.core.index import Index, merge_replicas
 from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.views import site_contents
 from hydrator.domain import (
     ChangeKind,
     DatasetId,
-    Index,
     Site,
     Snapshot,
     SourceFailure,
@@ -34,8 +36,6 @@ from hydrator.domain import (
     State,
     Transfer,
     holding,
-    merge_replicas,
-    site_contents,
 )
 from tests.unit.factories import by_key, flat, t
 
@@ -115,14 +115,15 @@ def check_cycles(
     sequence: list[dict[str, Snapshot | None]], reuse: bool, store: SqliteStateStore
 ) -> None:
     state, first_seen = State(), dict[tuple[Site, DatasetId], datetime]()
+    held = Derived(state)  # carried from plan to plan, as the service does
     for i, raw in enumerate(sequence):
         before = flat(full_merge(state))
-        plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY)
+        plan = plan_cycle(held, as_outcomes(raw, state, reuse), t(i), POLICY)
         merged = full_merge(plan.state)
-        derived = plan.state.memo.merged  # not read: reading it would build what a plan may skip
+        derived = plan.derived.built_merged  # not read: reading it builds what a plan may skip
         assert derived is None or derived == merged
         after = flat(merged)
-        assert plan.state.entries == len(after)
+        assert plan.derived.entries == len(after)
         expected = sorted(
             (k, "added" if k not in before else "removed" if k not in after else "changed")
             for k in before.keys() | after.keys()
@@ -133,10 +134,11 @@ def check_cycles(
         assert all(c.new == after.get((c.site, c.dataset)) for c in plan.changes)
         kinds = Counter(c.kind for c in plan.changes)
         assert plan.changes.counts == kinds and len(plan.changes) == len(expected)
-        rebuilt = site_contents(merged, frozenset(plan.state.coverage))
-        assert plan.state.contents == rebuilt
-        assert list(plan.state.contents) == list(rebuilt)
-        for name, source in plan.state.sources.items():
+        rebuilt = site_contents(merged, frozenset(plan.derived.coverage))
+        assert plan.derived.contents == rebuilt
+        assert list(plan.derived.contents) == list(rebuilt)
+        for name in plan.state.sources:
+            source = plan.derived.source(name)
             index = source.built_index  # built only where several sources merge
             if index is None:
                 continue
@@ -146,4 +148,4 @@ def check_cycles(
         store.save(plan)
         first_seen = {k: first_seen.get(k, t(i)) for k in after}
         assert store.first_seen() == first_seen
-        state = plan.state
+        state, held = plan.state, plan.derived

@@ -6,15 +6,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from hydrator.domain import (
-    DatasetId,
-    Replica,
-    ReplicaState,
-    Site,
-    SiteView,
-    merge_replicas,
-    site_contents,
-)
+from hydrator.core.index import merge_replicas
+from hydrator.core.views import site_contents
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView
 
 
 def views(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+from hydrator.core.index import Index
 from hydrator.domain import (
     DatasetId,
-    Index,
     Replica,
     ReplicaState,
     Site,
@@ -21,7 +21,7 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def flat(index: Index) -> dict[tuple[Site, DatasetId], Replica]:
-    """An :data:`~hydrator.domain.Index` keyed by (site, dataset), as tests compare pairs."""
+    """An :data:`~hydrator.core.index.Index` keyed by (site, dataset), as tests compare pairs."""
     return {(site, d): r for site, held in index.items() for d, r in held.items()}
 
 

@@ -9,15 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hydrator.domain import (
-    DatasetId,
-    InvalidNameError,
-    Site,
-    Snapshot,
-    check_site,
-    content_digest,
-    holding,
-)
+from hydrator.core.views import content_digest
+from hydrator.domain import DatasetId, InvalidNameError, Site, Snapshot, check_site, holding
 from tests.unit.factories import rep
 
 DATASETS = [DatasetId(s, n) for s in ("ska", "lsst") for n in ("a", "b/c#1", "d.e", "f")]

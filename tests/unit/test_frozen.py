@@ -1,5 +1,6 @@
 """Domain values are truly frozen: no instance ``__dict__`` to write a cache into, no
-``object.__setattr__`` around the dataclass guard; derived views live in an explicit memo."""
+``object.__setattr__`` around the dataclass guard; derived views are held beside a state
+(:class:`hydrator.core.derived.Derived`), never on it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 import hydrator
 from hydrator import domain
+from hydrator.core.derived import Derived
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -52,30 +54,31 @@ def test_no_module_writes_behind_a_frozen_dataclass() -> None:
     assert found == []
 
 
-def test_a_state_refuses_writes_and_keeps_its_views_in_its_memo() -> None:
+def test_a_state_refuses_writes_and_its_views_are_held_beside_it() -> None:
     source = SourceState("rucio", replicas=frozenset({rep("SITE_A", "d1")}))
     state = State(sources={"rucio": source})
     with pytest.raises(TypeError):  # no instance __dict__ to write a cache into
         vars(state)
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.sources = {}  # type: ignore[misc]
-    assert state.merged == {Site("SITE_A"): {rep("SITE_A", "d1").dataset: rep("SITE_A", "d1")}}
-    assert state.memo.merged is state.merged  # built once, then reused
+    derived = Derived(state)
+    assert derived.merged == {Site("SITE_A"): {rep("SITE_A", "d1").dataset: rep("SITE_A", "d1")}}
+    assert derived.built_merged is derived.merged  # built once, then reused
 
 
-def test_a_replaced_state_does_not_reuse_the_views_of_the_old_sources() -> None:
-    """``replace`` gives the new value an empty memo: views of other sources never leak."""
+def test_the_views_of_a_replaced_state_are_its_own() -> None:
+    """A new state's derived data is built from it: views of other sources never leak."""
     before = SourceState("rucio", frozenset({rep("A", "d1")}), frozenset({Site("A")}))
-    old = State(sources={"rucio": before})
+    old = Derived(State(sources={"rucio": before}))
     assert list(old.contents) == ["A"] and old.merged == {
         "A": {rep("A", "d1").dataset: rep("A", "d1")}
     }
     source = SourceState("rucio", frozenset({rep("B", "d2")}), frozenset({Site("B")}))
-    new = dataclasses.replace(old, sources={"rucio": source})
+    new = Derived(dataclasses.replace(old.state, sources={"rucio": source}))
     assert list(new.contents) == ["B"]
     assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
     assert new.merged == {Site("B"): {rep("B", "d2").dataset: rep("B", "d2")}}
-    assert dataclasses.replace(source, stale=True).memo is not source.memo
+    assert not any(hasattr(v, "memo") for v in (before, source, old.state))
 
 
 @pytest.mark.parametrize(

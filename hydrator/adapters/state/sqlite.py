@@ -23,7 +23,7 @@ outlives restarts. (``--reset-state`` moves the file aside: drains go with it.)
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
 belongs to the pair across sources and lives only here (the daemon never holds it in memory):
 a save writes the row of a pair that no row of a source the plan knows held before with the
-plan's :attr:`~hydrator.domain.Plan.now`, and any other row (a second source's row of the
+plan's :attr:`~hydrator.core.plan.Plan.now`, and any other row (a second source's row of the
 pair, a row rewritten because its replica changed, a pair moving between sources) with the
 earliest valid time the pair's rows already hold (NULL if they hold none), so every
 source's row of a pair holds the same time, and a pair gone from every source loses it with
@@ -82,24 +82,24 @@ from pathlib import Path
 from typing import Any
 
 from hydrator.config import SOURCE_NAME_PATTERN
+from hydrator.core.derived import Derived
+from hydrator.core.plan import Plan, SourceDelta
 from hydrator.core.storage import Drain, clean_text
+from hydrator.core.views import views_of
 from hydrator.domain import (
     STORAGE_PATTERN,
     DatasetId,
     Detail,
     InvalidNameError,
-    Plan,
     Replica,
     ReplicaState,
     Site,
-    SourceDelta,
     SourceState,
     State,
     StorageStatus,
     Transfer,
     check_site,
     replica_key,
-    views_of,
 )
 from hydrator.errors import StateError
 
@@ -286,10 +286,10 @@ class SqliteStateStore:
     def rejected_rows(self) -> Mapping[str, int]:
         return dict(self._rejected)
 
-    def load(self) -> State:
+    def load(self) -> Derived:
         """The saved state (empty on a new database); invalid rows are left out."""
         if self._db is None:
-            return State()
+            return Derived(State())
         try:
             loader = _Loader()
             state = loader.load(self._db, _ROWS_OF[self._version])
@@ -632,7 +632,7 @@ class _Loader:
             self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
-    def load(self, db: sqlite3.Connection, query: str) -> State:
+    def load(self, db: sqlite3.Connection, query: str) -> Derived:
         loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         stated = _stated(db)
@@ -642,11 +642,13 @@ class _Loader:
                 sources[row[0]] = self.source(with_stated, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        state = State(sources=sources)
+        derived = Derived(State(sources=sources))
         if len(sources) == 1:  # its views from the rows in memory order: a set's is 2x slower
             (only,) = sources
-            state.adopt(None, views_of(loaded.get(only, ()), frozenset(state.coverage)))
-        return state
+            coverage = derived.coverage
+            views = views_of(loaded.get(only, ()), frozenset(coverage))
+            derived = Derived(derived.state, coverage=coverage, contents=views)
+        return derived
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False

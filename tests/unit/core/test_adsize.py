@@ -11,7 +11,8 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news, stamp_width
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised
 from hydrator.core.render import render_cron
-from hydrator.domain import DatasetId, Site, SiteView, StorageStatus, content_digest
+from hydrator.core.views import content_digest
+from hydrator.domain import DatasetId, Site, SiteView, StorageStatus
 
 ATTRS = ClassAdConfig()
 SITE = Site("S")

@@ -9,13 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.core.advertise import AdvertisePolicy, advertise
-from hydrator.domain import (
-    DatasetId,
-    ReplicaState,
-    Site,
-    SiteView,
-    content_digest,
-)
+from hydrator.core.views import content_digest
+from hydrator.domain import DatasetId, ReplicaState, Site, SiteView
 
 A, B, C, D, E = (DatasetId("ska", n) for n in "abcde")
 SITE = Site("S")

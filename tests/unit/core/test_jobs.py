@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from hydrator.core.annotate import Annotator
+from hydrator.core.index import merge_replicas
 from hydrator.core.jobs import (
     AnnotateSettings,
     Annotation,
@@ -23,7 +24,8 @@ from hydrator.core.jobs import (
     site_demand,
     state_epoch,
 )
-from hydrator.domain import Site, SiteView, merge_replicas, site_contents
+from hydrator.core.views import site_contents
+from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from tests.unit.factories import rep, t
 from tests.unit.fakes import Scripted

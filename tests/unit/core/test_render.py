@@ -15,14 +15,8 @@ from hypothesis import strategies as st
 from hydrator.config import ClassAdConfig
 from hydrator.core.render import CRON_UPDATE_LINE, render_cron, site_classad
 from hydrator.core.storage import Drain, with_storage
-from hydrator.domain import (
-    DatasetId,
-    InvalidNameError,
-    Site,
-    SiteView,
-    StorageStatus,
-    content_digest,
-)
+from hydrator.core.views import content_digest
+from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, StorageStatus
 
 ATTRS = ClassAdConfig()
 EXPECTED_ATTRS = {

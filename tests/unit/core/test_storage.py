@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.storage import (
     Downtime,
     Drain,
@@ -20,17 +20,16 @@ from hydrator.core.storage import (
     unavailable_text,
     with_storage,
 )
+from hydrator.core.views import content_digest
 from hydrator.domain import (
     ElementCount,
     InvalidNameError,
-    Plan,
     Replica,
     Site,
     Snapshot,
     SourceOutcome,
     State,
     StorageStatus,
-    content_digest,
 )
 from tests.unit.factories import fail, rep, t
 

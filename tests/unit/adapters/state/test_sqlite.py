@@ -21,14 +21,14 @@ from benchmarks.state_store import downgrade_to_schema_2
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.derived import Derived
+from hydrator.core.plan import Policy, SourceDelta, plan_cycle
 from hydrator.domain import (
     DatasetId,
     Replica,
     ReplicaState,
     Site,
     Snapshot,
-    SourceDelta,
     State,
     Transfer,
     holding,
@@ -45,7 +45,7 @@ Key = tuple[Site, DatasetId]
 
 def stamped(state: State, when: datetime) -> dict[Key, datetime]:
     """Every (site, dataset) of ``state`` first seen at ``when``."""
-    return dict.fromkeys(flat(state.merged), when)
+    return dict.fromkeys(flat(Derived(state).merged), when)
 
 
 def first_seen(path: Path) -> dict[Key, datetime]:
@@ -65,7 +65,7 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
 
     reopened = SqliteStateStore(tmp_path / "s.sqlite")
     loaded = reopened.load()
-    assert loaded.sources == plan.state.sources
+    assert loaded.state.sources == plan.state.sources
     assert reopened.first_seen() == stamped(plan.state, t(0))
     again = plan_cycle(loaded, outcome, t(1), POLICY)
     assert again.changes == () and again.changed_sites == frozenset()
@@ -79,7 +79,7 @@ def test_failed_source_state_survives_a_restart(tmp_path: Path) -> None:
     second = plan_cycle(first.state, {"r": fail("r", "HTTP 503")}, t(1), POLICY)
     store.save(second)
     loaded = SqliteStateStore(tmp_path / "s.sqlite").load()
-    source = loaded.sources["r"]
+    source = loaded.state.sources["r"]
     assert source.stale and source.error == "HTTP 503"
     assert source.last_success == t(0) and source.last_attempt == t(1)
     assert [str(r.dataset) for r in source.replicas] == ["ska:x"]
@@ -143,9 +143,9 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
     kill_after_start(delay_s, WRITER, "writing", str(path), str(n))
     store = SqliteStateStore(path)
     loaded = store.load()
-    names = {r.dataset.name for r in loaded.sources["r"].replicas}
+    names = {r.dataset.name for r in loaded.state.sources["r"].replicas}
     assert names in ({f"old{i}" for i in range(100)}, {f"new{i}" for i in range(n)})
-    assert store.first_seen() == stamped(loaded, t(0) if len(names) == 100 else t(5))
+    assert store.first_seen() == stamped(loaded.state, t(0) if len(names) == 100 else t(5))
 
 
 def _saved(path: Path) -> None:
@@ -155,7 +155,7 @@ def _saved(path: Path) -> None:
     store.close()
 
 
-def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, State]:
+def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, Derived]:
     """A reader of :func:`_saved`'s state after ``sql`` changed its file, and what it loads."""
     _saved(path)
     with sqlite3.connect(path) as db:
@@ -196,7 +196,7 @@ def test_invalid_rows_are_counted_and_left_out(
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     expected = {"replicas": 0, "sources": 0, "first_seen": 0, "drains": 0, table: 1}
     assert store.rejected_rows == expected
-    replicas = loaded.sources["r"].replicas
+    replicas = loaded.state.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
     assert {str(site) for view in [loaded.stamped_views()] for site in view} <= {"A", "B"}
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
@@ -225,7 +225,7 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
 def test_a_reader_creates_nothing_and_cannot_save(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     reader = SqliteStateStore(path, read_only=True)
-    assert reader.load() == State() and not path.exists()
+    assert reader.load().state == State() and not path.exists()
     with pytest.raises(StateError, match="read-only"):
         reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
     _saved(path)
@@ -249,7 +249,7 @@ def test_a_new_database_appears_complete_or_not_at_all(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     SqliteStateStore(path).close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
-    assert SqliteStateStore(path, read_only=True).load() == State()
+    assert SqliteStateStore(path, read_only=True).load().state == State()
 
 
 def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
@@ -422,7 +422,7 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
     with sqlite3.connect(path) as db:
         assert list(db.iterdump()) == before
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.sources == expected.sources and first_seen(path) == times
+    assert loaded.state.sources == expected.state.sources and first_seen(path) == times
     with sqlite3.connect(path) as db:
         db.execute("DROP VIEW times")
     assert SqliteStateStore(path).first_seen() == times
@@ -456,7 +456,8 @@ def test_a_kill_mid_migration_leaves_version_2_or_4_of_the_same_state(
         assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("4",))
     store = SqliteStateStore(path)  # migrated now if it was not
     loaded = store.load()
-    assert loaded.sources == plan.state.sources and store.first_seen() == stamped(plan.state, t(0))
+    assert loaded.state.sources == plan.state.sources
+    assert store.first_seen() == stamped(plan.state, t(0))
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
 
@@ -502,15 +503,15 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     store.close()
 
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.sources == second.state.sources
+    assert loaded.state.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
-    old = flat(plan.state.merged)
-    times = {k: t(0) if k in old else t(1) for k in flat(second.state.merged)}
+    old = flat(plan.derived.merged)
+    times = {k: t(0) if k in old else t(1) for k in flat(second.derived.merged)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
-    for name, source in loaded.sources.items():
-        assert source.index == by_key(second.state.sources[name].replicas)
-    assert loaded.merged == second.state.merged
+    for name in loaded.state.sources:
+        assert loaded.source(name).index == by_key(second.state.sources[name].replicas)
+    assert loaded.merged == second.derived.merged
     again = plan_cycle(loaded, outcomes, t(2), POLICY)
     assert again.changes == () and again.source_deltas == {}
 
@@ -529,7 +530,7 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     broken = replace(second, source_deltas={"r": SourceDelta(added=added)})
     with pytest.raises(AttributeError):
         store.save(broken)
-    assert SqliteStateStore(path, read_only=True).load().sources == first.state.sources
+    assert SqliteStateStore(path, read_only=True).load().state.sources == first.state.sources
     assert first_seen(path) == stamped(first.state, t(0))
     assert store.save(second) == 1
     assert first_seen(path) == {
@@ -555,7 +556,7 @@ def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
     times = store.first_seen()
     assert {f"{site}/{d.name}" for site, d in times} == first_seen
     assert times[(Site("A"), DatasetId("ska", "x"))] == t(0)
-    assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
+    assert {(r.site, r.dataset.name) for r in loaded.state.sources["r"].replicas} == {
         ("A", "x"),
         ("B", "y"),
     }

@@ -45,7 +45,8 @@ def test_a_version_3_file_loads_as_it_was_and_upgrades_to_hold_drains(
     assert cli_main(["show", "--config", str(config)]) == 0  # a reader: nothing written
     assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
     reader = SqliteStateStore(state, read_only=True)
-    assert reader.drains() == [] and all(not s.storages for s in reader.load().sources.values())
+    assert reader.drains() == []
+    assert all(not s.storages for s in reader.load().state.sources.values())
     reader.close()
     with sqlite3.connect(state) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
@@ -85,12 +86,12 @@ def test_storage_statuses_outlive_a_restart(tmp_path: Path) -> None:
     store.save(plan)
     store.close()
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.sources["r"].storages == stated
+    assert loaded.state.sources["r"].storages == stated
     again = plan_cycle(loaded, {}, t(1), Policy())  # the source dropped: its statuses go too
     store = SqliteStateStore(path)
     store.save(again)
     store.close()
-    assert SqliteStateStore(path, read_only=True).load().sources == {}
+    assert SqliteStateStore(path, read_only=True).load().state.sources == {}
 
 
 def test_drains_are_saved_while_the_writer_holds_the_lock(tmp_path: Path) -> None:
@@ -147,7 +148,7 @@ def test_invalid_storage_statuses_are_counted_and_left_out(tmp_path: Path) -> No
         bad = text[:-1] + ', {"site": "SITE_A", "storage": "a b"}]'
         db.execute("UPDATE storages SET statuses = ?", (bad,))
     reader = SqliteStateStore(path, read_only=True)
-    assert reader.load().sources["r"].storages == stated
+    assert reader.load().state.sources["r"].storages == stated
     assert reader.rejected_rows["sources"] == 1
 
 
