@@ -22,25 +22,12 @@ from hydrator.domain import DatasetId, Plan, Site, State
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
-from tests.pool.annotating import INVENTORY, SITES, annotated, jobs_of, submit_idle
+from tests.pool.annotating import INVENTORY, annotated, demand_config, jobs_of, submit_idle
 from tests.support.pool import IDLE, Pool
 
 pytestmark = pytest.mark.pool
 
 COMPLETE_AT_A = '{"ska:obs_1", "ska:sky"}'  # INVENTORY: complete at SITE_A, partly at SITE_B
-
-
-def config_text(pool: Pool, max_age: str) -> str:
-    sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
-    return (
-        '[daemon]\nstate_path = "state.sqlite"\ninterval_s = 60\n\n[http]\nenabled = false\n\n'
-        '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
-        f"settle_s = 0\n\n[sites]\n{sites}\n"
-        '[classad]\nadvertise = "demand"\n\n'
-        f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
-        f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\nlocality_metrics = true\n{max_age}\n'
-        "[jobs]\nannotate = true\n"
-    )
 
 
 @pytest.fixture
@@ -55,7 +42,7 @@ def make_service(condor_pool: Pool, tmp_path: Path) -> Iterator[Callable[[str], 
         directory.mkdir()
         (directory / "inventory.toml").write_text(INVENTORY)
         path = directory / "hydrator.toml"
-        path.write_text(config_text(condor_pool, max_age))
+        path.write_text(demand_config(condor_pool, max_age))
         made.append(build_service(load_config(path)))
         return made[-1]
 
