@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -10,7 +11,9 @@ from prometheus_client import CollectorRegistry
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
+from hydrator.core.annotate import Annotator
 from hydrator.core.events import keep_read_times, unchanged
+from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
@@ -20,15 +23,14 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import assemble
+from tests.unit.fakes import Scripted
 
 
 class Reader:
     """A QueueReader answering from a script (the last answer repeats), counting reads."""
 
-    pool = True
-
     def __init__(self, *answers: QueueSnapshot) -> None:
-        self.answers, self.reads = list(answers), 0
+        self.answers, self.reads, self.pool = list(answers), 0, True
 
     def read(self) -> QueueSnapshot:
         self.reads += 1
@@ -60,7 +62,7 @@ def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> S
     )
 
 
-def event(svc: Service) -> Plan:
+def planner_of(svc: Service) -> Callable[[State, FetchContext], Plan]:
     """An event cycle's planner that re-reads nothing (every source as it stands)."""
 
     def planner(state: State, context: FetchContext) -> Plan:
@@ -68,7 +70,12 @@ def event(svc: Service) -> Plan:
         plan = plan_cycle(state, outcomes, context.now, svc.policy, context.drains)
         return keep_read_times(plan, state)
 
-    return svc.run_cycle(planner=planner).plan  # type: ignore[return-value]
+    return planner
+
+
+def event(svc: Service) -> Plan:
+    """An event cycle that re-reads nothing."""
+    return svc.run_cycle(planner=planner_of(svc)).plan  # type: ignore[return-value]
 
 
 def advertised(svc: Service) -> list[str]:
@@ -137,3 +144,36 @@ def test_the_age_is_measured_from_the_read() -> None:
         assert reads_.take() is reads_.take()  # one take per cycle, however many ask
         assert reads_.outcome is outcome, at
     assert reader.reads == 3
+
+
+def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path: Path) -> None:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+        },
+        tmp_path,
+    )
+    reader = Reader(QueueSnapshot((ScheddRead("s1", (annotated_job(),), annotate=True),)))
+    reader.pool = False  # read for annotation alone, after the ads
+    edits = Scripted()
+    svc = assemble(
+        config,
+        sources=[StaticSource("static", tmp_path / "inv.toml", {})],
+        store=SqliteStateStore(config.daemon.state_path),
+        queue=reader,
+        annotator=Annotator(edits, AnnotateSettings()),
+    )
+    first = svc.run_cycle()
+    assert first.queue is QueueRead.READ and first.jobs is not None and first.jobs.edits == 1
+    later = [svc.run_cycle(planner=planner_of(svc)) for _ in range(3)]
+    assert [r.queue for r in later] == [QueueRead.REUSED] * 3
+    assert reader.reads == 1
+    assert len(edits.applied) == 1, "the held snapshot carries the first cycle's edit"
+    assert [r.jobs.seen for r in later if r.jobs is not None] == [1, 1, 1]
+    svc.close()
+
+
+def annotated_job() -> QueueJob:
+    return QueueJob("1.0", IDLE, ("ska:x",), annotate=True)
