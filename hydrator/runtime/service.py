@@ -258,17 +258,8 @@ class Service:
             reads.edited(jobs)
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
-        return CycleReport(
-            started,
-            duration,
-            outcome,
-            plan,
-            rows,
-            published,
-            errors,
-            jobs=jobs,
-            queue=reads.outcome,
-        )
+        report = CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
+        return replace(report, queue=reads.outcome)
 
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
