@@ -483,6 +483,12 @@ class CollectorConfig(_Model):
     """Read the schedds and slot ads each cycle for the matchmaking-quality metrics
     (``hydrator_jobs_running_data_local_ratio`` ...): one collector query and one projected
     query per schedd."""
+    queue_max_age_s: float | None = Field(None, ge=0)
+    """Seconds an event cycle (docs/events.md) reuses the last read of the schedds' queues
+    (the demand, the matchmaking probe and job annotation all take theirs from it) instead of
+    querying every schedd again; scheduled cycles always read. Unset: [daemon] interval_s
+    (event cycles between two scheduled ones reuse, at most one read per schedd per
+    interval). 0: every cycle reads."""
 
 
 class JobsConfig(_Model):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from hydrator.core.jobs import (
     AnnotateSettings,
     EditPlan,
+    GroupEdit,
     JobsReport,
     ScheddFailure,
     ScheddQueue,
@@ -78,12 +79,14 @@ class Annotator:
             failed_schedds=tuple(sorted({f.schedd for f in failed} | set(report.refused_schedds))),
             refused_schedds=report.refused_schedds,
             demand=demand,
+            applied=report.applied,
         )
 
     def _apply(self, plan: EditPlan) -> JobsReport:
         """Make the planned edits; a schedd that refuses one gets no more this cycle."""
         edits = calls = jobs = 0
         refused: dict[str, str] = {}
+        applied: list[GroupEdit] = []
         for edit in plan.edits:
             if edit.schedd in refused:
                 continue
@@ -93,11 +96,16 @@ class Annotator:
                 refused[edit.schedd] = str(exc)
                 continue
             edits, jobs = edits + 1, jobs + edit.jobs
+            applied.append(edit)
         for schedd in {e.schedd for e in plan.edits}:
             problem = refused.get(schedd)
             self._note(schedd, "edit", f"edit refused or failed: {problem}" if problem else None)
         return JobsReport(
-            edits=edits, edit_calls=calls, jobs_edited=jobs, refused_schedds=tuple(sorted(refused))
+            edits=edits,
+            edit_calls=calls,
+            jobs_edited=jobs,
+            refused_schedds=tuple(sorted(refused)),
+            applied=tuple(applied),
         )
 
     def _note(self, schedd: str, kind: str, problem: str | None) -> None:

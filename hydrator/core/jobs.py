@@ -146,6 +146,7 @@ class JobsReport:
     refused_schedds: tuple[str, ...] = ()  # the subset that refused an edit
     demand: SiteDemand = SiteDemand()
     error: str | None = None  # the schedds could not be listed at all
+    applied: tuple[GroupEdit, ...] = ()  # the edits made (a reused queue snapshot gets them)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ Ports and the adapters (under ``hydrator/adapters/``) that implement them:
 Optional capabilities (a source that has them is found by ``isinstance``; each is
 ``runtime_checkable``, so the runtime never probes attributes by name):
 :class:`CountsCalls`, :class:`DefersChecks`, :class:`ReusesAnswers` (numbers a source knows
-after each fetch, read into metrics), :class:`Abandonable` (ends a fetch that still runs at
-shutdown), :class:`TargetedReads` and :class:`ParentLookups` (what event cycles need of a
-source).
+after each fetch, read into metrics), :class:`CountsReadCalls` (its calls after a targeted
+read), :class:`Abandonable` (ends a fetch that still runs at shutdown), :class:`TargetedReads`
+and :class:`ParentLookups` (what event cycles need of a source).
 """
 
 from __future__ import annotations
@@ -90,6 +90,16 @@ class CountsCalls(Protocol):
 
     @property
     def calls_last_fetch(self) -> int | Mapping[str, int]: ...
+
+
+@runtime_checkable
+class CountsReadCalls(Protocol):
+    """A source with targeted reads (:class:`TargetedReads`, :class:`ParentLookups`) that
+    counts the requests of its last one (retries included) per client method: an event
+    cycle's reads go into ``hydrator_source_calls_total`` as a fetch's do."""
+
+    @property
+    def calls_last_read(self) -> Mapping[str, int]: ...
 
 
 @runtime_checkable

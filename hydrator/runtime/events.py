@@ -46,6 +46,7 @@ from hydrator.core.events import (
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
     CountsCalls,
+    CountsReadCalls,
     EventListener,
     FetchContext,
     ParentLookups,
@@ -286,7 +287,10 @@ class EventCycles:
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
-        read = list(self.source.read_datasets(datasets, context))
+        try:
+            read = list(self.source.read_datasets(datasets, context))
+        finally:
+            self._count_calls()
         replicas = reread(held.replicas, datasets, read)
         sites = held.sites | {r.site for r in read}
         outcomes: dict[str, Snapshot] = {
@@ -301,7 +305,10 @@ class EventCycles:
         say, finds none, or the lookup fails, the next full read covers them (marked)."""
         try:
             if isinstance(self.source, ParentLookups):
-                found = self.source.parent_datasets(files)
+                try:
+                    found = self.source.parent_datasets(files)
+                finally:
+                    self._count_calls()
                 if found:
                     return found
         except SourceError as exc:
@@ -311,6 +318,13 @@ class EventCycles:
         with self._lock:
             self._marked = True
         return []
+
+    def _count_calls(self) -> None:
+        """The requests of the source's last targeted read (:class:`CountsReadCalls`), into
+        ``hydrator_source_calls_total`` as a full read's are (failed reads' too)."""
+        if isinstance(self.source, CountsReadCalls):
+            for method, count in self.source.calls_last_read.items():
+                self.metrics.source_calls.labels(self._label, method).inc(count)
 
 
 class FullReadGate:

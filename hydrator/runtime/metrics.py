@@ -386,6 +386,14 @@ class Metrics:
         "phase",
         buckets=_CYCLE_BUCKETS,
     )
+    queue_reads = _counter(
+        "queue_reads",
+        "Cycles' takes of the schedds' queues: read (one query per schedd), reused (an event"
+        " cycle within [collector] queue_max_age_s: no query), failed (the collector or every"
+        " schedd asked failed; reused as such within the age).",
+        "outcome",
+        preset=("read", "reused", "failed"),
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry

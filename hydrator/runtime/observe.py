@@ -38,6 +38,8 @@ def cycle_fields(report: CycleReport) -> dict[str, Any]:
             invalid=sum(s.invalid for s in plan.sources),
             rows_written=report.rows_written,
         )
+    if report.queue is not None:
+        fields["queue"] = report.queue.value  # read, reused or failed
     if report.jobs is not None:
         fields.update(jobs_seen=report.jobs.seen, job_edits=report.jobs.edits)
         if report.jobs.failed_schedds:

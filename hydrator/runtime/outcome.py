@@ -14,6 +14,7 @@ from datetime import datetime
 from hydrator.core.jobs import JobsReport, SiteDemand
 from hydrator.core.plan import Plan, SourceStatus
 from hydrator.core.ports import PublishReport
+from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import Site, SiteView
 from hydrator.runtime.phases import PhaseTime
 
@@ -65,3 +66,6 @@ class CycleReport:
     ``fetch``, ``plan``, ``save``, ``advertise``, ``render``, ``publish``, ``jobs``, ``gc`` (the
     collector's passes) and ``other``, each present only if the cycle reached it; they add up to
     the cycle through its memory clean-up, a little over :attr:`duration_s`."""
+    queue: QueueRead | None = None
+    """How the cycle got the schedds' queues: read, reused (an event cycle within
+    ``[collector] queue_max_age_s``) or failed; None when it took none."""

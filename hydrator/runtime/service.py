@@ -52,6 +52,7 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
+from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class Service:
         self.probe = probe
         self.annotator = annotator
         self.queue = queue
+        self._queue_reads = QueueReads(queue, queue_max_age_s(config), metrics)  # see _cycle
         self.clock = clock
         self.policy = policy
         self.advertise_policy = advertise_policy
@@ -212,9 +214,12 @@ class Service:
     def _cycle(
         self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
     ) -> CycleReport:
-        # the cycle's one queue read: first when the demand needs it, else after the ads
+        # the cycle's one queue read: first when the demand needs it, else after the ads;
+        # an event cycle reuses a young one (queue_reads.py)
+        reads = self._queue_reads
+        reads.begin(scheduled=planner is None)
         with phase("queue"):
-            queue = self.queue.read() if self.queue is not None and self.queue.pool else None
+            queue = reads.take() if reads.pool else None
             wanted = self._wanted(queue)
         drains = self._read_drains(started)
         context = FetchContext(
@@ -247,13 +252,15 @@ class Service:
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
         with phase("jobs"):
-            if queue is None and self.queue is not None:
-                queue = self.queue.read()  # annotation alone: a slow schedd never delays the ads
+            if queue is None and reads.present:
+                queue = reads.take()  # annotation alone: a slow schedd never delays the ads
             self._measure_locality(plan, queue)
             jobs = self._annotate(plan, started, queue)
+            reads.edited(jobs)
         duration = time.monotonic() - t0
         outcome = _outcome(plan, errors)
-        return CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
+        report = CycleReport(started, duration, outcome, plan, rows, published, errors, jobs=jobs)
+        return replace(report, queue=reads.outcome)
 
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime

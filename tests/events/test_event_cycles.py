@@ -31,6 +31,7 @@ from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, u
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.rucio, pytest.mark.activemq]
+CALLS = "hydrator_source_api_calls_total"  # the sources' requests, by method
 
 
 @dataclass
@@ -126,6 +127,7 @@ def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
         daemon.dst, daemon.scope, rucio_admin.files(daemon.scope, name), "A"
     )
     assert rucio_admin.rule_info(rule)["state"] == "OK"
+    reads = daemon.sample(CALLS, source="rucio", method="list_dataset_replicas")
     sent = time.monotonic()
     hermes.run_once()  # the server's datasetlock_ok and rule_ok go to the broker
     wait_for(
@@ -142,6 +144,8 @@ def test_a_lock_ok_emitted_by_the_server_reaches_the_ad_in_an_event_cycle(
     )
     assert daemon.sample("hydrator_event_reads_total", source="rucio") >= 1
     assert daemon.sample("hydrator_event_lag_seconds_count", source="rucio") >= 1
+    # the event cycle's exact read is counted as a full read's calls are
+    assert daemon.sample(CALLS, source="rucio", method="list_dataset_replicas") > reads
     assert took < 10, took  # hermes' delivery to the ad (the machine is shared: loose bound)
 
 
@@ -277,6 +281,7 @@ def test_a_deletion_done_re_reads_the_dataset_of_its_file_in_an_event_cycle(
     assert did in daemon.lists()[0]
     rucio_admin.remove_rule_now(rule, daemon.dst)  # the replicas at the site go
     assert did in daemon.lists()[0]  # no message yet, no read: still published
+    assert daemon.sample(CALLS, source="rucio", method="list_parent_dids") == 0
     running_activemq.publish_as_hermes(
         [
             {
@@ -300,4 +305,5 @@ def test_a_deletion_done_re_reads_the_dataset_of_its_file_in_an_event_cycle(
     assert daemon.full_reads() == 2  # the fixture's and the one above: no other
     assert daemon.origin() == "event"
     assert daemon.sample("hydrator_event_reads_total", source="rucio") >= 1
+    assert daemon.sample(CALLS, source="rucio", method="list_parent_dids") >= 1  # counted
     assert not cycles.full_read_due()  # the deletion was settled, not marked

@@ -116,3 +116,19 @@ def annotated(ad: classad2.ClassAd) -> tuple[list[str] | None, list[str] | None]
         None if sites is None else list(sites),
         None if partial is None else list(partial),
     )
+
+
+def demand_config(pool: Pool, collector_extra: str = "") -> str:
+    """A configuration with demand-driven ads, the matchmaking metrics and annotation all on
+    (the static inventory in ``inventory.toml``); ``collector_extra``: more ``[collector]``
+    lines."""
+    sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
+    return (
+        '[daemon]\nstate_path = "state.sqlite"\n\n[http]\nenabled = false\n\n'
+        '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
+        f"settle_s = 0\n\n[sites]\n{sites}\n"
+        '[classad]\nadvertise = "demand"\n\n'
+        f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
+        f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\nlocality_metrics = true\n'
+        f"{collector_extra}\n[jobs]\nannotate = true\n"
+    )

@@ -14,25 +14,12 @@ from hydrator.config import load_config
 from hydrator.domain import DatasetId, Site
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
-from tests.pool.annotating import INVENTORY, SITES, annotated, jobs_of, submit_idle
+from tests.pool.annotating import INVENTORY, annotated, demand_config, jobs_of, submit_idle
 from tests.support.pool import IDLE, Pool
 
 pytestmark = pytest.mark.pool
 
 COMPLETE_AT_A = '{"ska:obs_1", "ska:sky"}'  # INVENTORY: complete at SITE_A, partly at SITE_B
-
-
-def config_text(pool: Pool) -> str:
-    sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
-    return (
-        '[daemon]\nstate_path = "state.sqlite"\n\n[http]\nenabled = false\n\n'
-        '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
-        f"settle_s = 0\n\n[sites]\n{sites}\n"
-        '[classad]\nadvertise = "demand"\n\n'
-        f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
-        f'token_dir = "{pool.token_dir}"\nrefresh_s = 600\nlocality_metrics = true\n\n'
-        "[jobs]\nannotate = true\n"
-    )
 
 
 @pytest.fixture
@@ -41,7 +28,7 @@ def service(condor_pool: Pool, tmp_path: Path) -> Iterator[Service]:
     condor_pool.remove_all_jobs()
     (tmp_path / "inventory.toml").write_text(INVENTORY)
     path = tmp_path / "hydrator.toml"
-    path.write_text(config_text(condor_pool))
+    path.write_text(demand_config(condor_pool))
     svc = build_service(load_config(path))
     yield svc
     svc.close()

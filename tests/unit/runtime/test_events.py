@@ -41,6 +41,7 @@ class Catalogue:
         self.targeted: list[list[DatasetId]] = []
         self.fail = False
         self.calls_last_fetch = {"list_datasets_per_rse": 40}
+        self.calls_last_read: dict[str, int] = {}
 
     def fetch(self, context: FetchContext) -> Snapshot:
         self.full_reads += 1
@@ -50,6 +51,7 @@ class Catalogue:
     def read_datasets(
         self, datasets: Sequence[DatasetId], context: FetchContext
     ) -> Iterable[Replica]:
+        self.calls_last_read = {"list_dataset_replicas": len(datasets)}  # failed ones too
         if self.fail:
             raise TransientSourceError("rucio: connection refused")
         self.targeted.append(list(datasets))
@@ -137,6 +139,8 @@ def test_an_event_cycle_rereads_exactly_the_named_datasets(setup: Any) -> None:
     sample = metrics.registry.get_sample_value
     assert sample("hydrator_event_reads_total", {"source": "rucio"}) == 1
     assert sample("hydrator_event_reads_saved_total", {"source": "rucio"}) == 39
+    calls = {"source": "rucio", "method": "list_dataset_replicas"}
+    assert sample("hydrator_source_api_calls_total", calls) == 1  # the event cycle's read
     assert (
         sample("hydrator_events_applied_total", {"source": "rucio", "type": "datasetlock_ok"}) == 1
     )

@@ -66,6 +66,7 @@ EXPECTED = {
     "hydrator_event_cycles": ("counter", ("source", "outcome")),
     "hydrator_full_reads_skipped": ("counter", ()),
     "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
+    "hydrator_queue_reads": ("counter", ("outcome",)),
 }
 
 

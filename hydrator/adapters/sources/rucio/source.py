@@ -138,7 +138,8 @@ class RucioSource:
     API calls made (retries included) and ``deep_checks_last_fetch`` /
     ``deep_checks_reused_last_fetch`` / ``deep_checks_skipped_last_fetch`` count exact checks
     made (one call each), answered by an earlier check whose inputs stand (no call), and left
-    out because of ``deep_check_limit``.
+    out because of ``deep_check_limit``; ``calls_last_read`` maps client method -> API calls
+    of the last targeted read (:meth:`read_datasets`, :meth:`parent_datasets`).
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class RucioSource:
         self._held_while_down = HeldWhileDown()  # what unavailable RSEs held (issue 24)
         self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: held_ids
         self.calls_last_fetch: dict[str, int] = {}
+        self.calls_last_read: dict[str, int] = {}  # of the last read_datasets/parent_datasets
         self.deep_checks_last_fetch = 0
         self.deep_checks_reused_last_fetch = 0
         self.deep_checks_skipped_last_fetch = 0
@@ -258,6 +260,7 @@ class RucioSource:
             self.wire.refresh()
             return read_datasets(self._deep, self._book, datasets)
         finally:
+            self.calls_last_read = dict(self.wire.calls)
             self.wire.end()
 
     def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
@@ -269,6 +272,7 @@ class RucioSource:
             self.wire.refresh()
             return parent_datasets(self.wire, files)
         finally:
+            self.calls_last_read = dict(self.wire.calls)
             self.wire.end()
 
     # -- summaries -----------------------------------------------------------------------

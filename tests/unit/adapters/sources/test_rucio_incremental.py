@@ -28,6 +28,7 @@ from hydrator.config import RucioSourceConfig
 from hydrator.core.ports import (
     Abandonable,
     CountsCalls,
+    CountsReadCalls,
     DefersChecks,
     FetchContext,
     ParentLookups,
@@ -448,6 +449,6 @@ def test_the_source_has_the_capabilities_the_daemon_finds_it_by() -> None:
     """Metrics, shutdown and event cycles find these through the ports' protocols
     (hydrator.core.ports), not by attribute name: a rename here would drop them silently."""
     source = make_source(World({}, {}, []))
-    for capability in (CountsCalls, DefersChecks, ReusesAnswers, Abandonable):
+    for capability in (CountsCalls, CountsReadCalls, DefersChecks, ReusesAnswers, Abandonable):
         assert isinstance(source, capability), capability.__name__
     assert isinstance(source, TargetedReads) and isinstance(source, ParentLookups)

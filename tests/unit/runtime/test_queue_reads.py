@@ -1,0 +1,181 @@
+"""Event cycles reuse a young queue snapshot, scheduled cycles read it afresh
+(:mod:`hydrator.runtime.queue_reads`): a service with a scripted queue reader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from hydrator.adapters.sources.static import StaticSource
+from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.config import parse_config
+from hydrator.core.annotate import Annotator
+from hydrator.core.derived import Derived
+from hydrator.core.events import keep_read_times, unchanged
+from hydrator.core.jobs import AnnotateSettings
+from hydrator.core.plan import Plan, plan_cycle
+from hydrator.core.ports import FetchContext
+from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
+from hydrator.core.queue_reuse import QueueRead
+from hydrator.domain import Site
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.queue_reads import QueueReads
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import assemble
+from tests.unit.fakes import Scripted
+
+
+class Reader:
+    """A QueueReader answering from a script (the last answer repeats), counting reads."""
+
+    def __init__(self, *answers: QueueSnapshot) -> None:
+        self.answers, self.reads, self.pool = list(answers), 0, True
+
+    def read(self) -> QueueSnapshot:
+        self.reads += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def wanting(*names: str) -> QueueSnapshot:
+    jobs = tuple(QueueJob(f"1.{i}", IDLE, (n,)) for i, n in enumerate(names))
+    return QueueSnapshot((ScheddRead("s1", jobs),))
+
+
+def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> Service:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x", "ska:y"]\n')
+    collector = {} if max_age_s is None else {"queue_max_age_s": max_age_s}
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite", "interval_s": 3600},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+            "classad": {"advertise": "demand"},
+            "collector": collector,
+        },
+        tmp_path,
+    )
+    return assemble(
+        config,
+        sources=[StaticSource("static", tmp_path / "inv.toml", {})],
+        store=SqliteStateStore(config.daemon.state_path),
+        queue=reader,
+    )
+
+
+def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
+    """An event cycle's planner that re-reads nothing (every source as it stands)."""
+
+    def planner(previous: Derived, context: FetchContext) -> Plan:
+        state = previous.state
+        outcomes = {name: unchanged(s) for name, s in state.sources.items()}
+        plan = plan_cycle(previous, outcomes, context.now, svc.policy, context.drains)
+        return keep_read_times(plan, state)
+
+    return planner
+
+
+def event(svc: Service) -> Plan:
+    """An event cycle that re-reads nothing."""
+    return svc.run_cycle(planner=planner_of(svc)).plan  # type: ignore[return-value]
+
+
+def advertised(svc: Service) -> list[str]:
+    return [str(d) for d in svc.published.ads[Site("A")].view.available]
+
+
+def reads(svc: Service, outcome: str) -> float | None:
+    return svc.metrics.registry.get_sample_value("hydrator_queue_reads_total", {"outcome": outcome})
+
+
+def test_event_cycles_within_the_age_reuse_and_a_scheduled_cycle_reads(tmp_path: Path) -> None:
+    reader = Reader(wanting("ska:x"), wanting("ska:y"))
+    svc = service(tmp_path, reader)  # the age: [daemon] interval_s, an hour
+    assert svc.run_cycle().queue is QueueRead.READ
+    assert advertised(svc) == ["ska:x"]
+
+    for _ in range(5):
+        event(svc)
+    assert reader.reads == 1, "event cycles within the age ask no schedd"
+    assert advertised(svc) == ["ska:x"], "the demand cut works off the reused snapshot"
+
+    report = svc.run_cycle()
+    assert reader.reads == 2 and report.queue is QueueRead.READ
+    assert advertised(svc) == ["ska:y"]
+    assert (reads(svc, "read"), reads(svc, "reused"), reads(svc, "failed")) == (2, 5, 0)
+    svc.close()
+
+
+def test_an_age_of_0_reads_every_cycle_and_a_failed_read_keeps_the_demand(tmp_path: Path) -> None:
+    reader = Reader(wanting("ska:x"), QueueSnapshot(error="collector down"), wanting("ska:y"))
+    svc = service(tmp_path, reader, max_age_s=0)
+    svc.run_cycle()
+    svc.run_cycle()  # fails
+    event(svc)
+    assert reader.reads == 3
+    assert (reads(svc, "read"), reads(svc, "reused"), reads(svc, "failed")) == (2, 0, 1)
+    assert advertised(svc) == ["ska:y"]
+    svc.close()
+
+
+def test_a_failed_read_is_reused_as_a_failure_the_last_good_demand_standing(
+    tmp_path: Path,
+) -> None:
+    reader = Reader(wanting("ska:x"), QueueSnapshot(error="collector down"), wanting("ska:y"))
+    svc = service(tmp_path, reader)
+    svc.run_cycle()
+    assert svc.run_cycle().queue is QueueRead.FAILED
+    event(svc)  # within the age: the failing pool is not asked again
+    assert reader.reads == 2 and advertised(svc) == ["ska:x"]
+    svc.close()
+
+
+def test_the_age_is_measured_from_the_read() -> None:
+    now = [0.0]
+    reader = Reader(wanting("ska:x"))
+    reads_ = QueueReads(reader, 10.0, Metrics(CollectorRegistry()), clock=lambda: now[0])
+    for at, scheduled, outcome in [
+        (0.0, False, QueueRead.READ),  # no snapshot yet: even an event cycle reads
+        (9.9, False, QueueRead.REUSED),
+        (10.0, False, QueueRead.READ),
+        (12.0, True, QueueRead.READ),
+        (13.0, False, QueueRead.REUSED),
+    ]:
+        now[0] = at
+        reads_.begin(scheduled=scheduled)
+        assert reads_.take() is reads_.take()  # one take per cycle, however many ask
+        assert reads_.outcome is outcome, at
+    assert reader.reads == 3
+
+
+def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path: Path) -> None:
+    (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+        },
+        tmp_path,
+    )
+    reader = Reader(QueueSnapshot((ScheddRead("s1", (annotated_job(),), annotate=True),)))
+    reader.pool = False  # read for annotation alone, after the ads
+    edits = Scripted()
+    svc = assemble(
+        config,
+        sources=[StaticSource("static", tmp_path / "inv.toml", {})],
+        store=SqliteStateStore(config.daemon.state_path),
+        queue=reader,
+        annotator=Annotator(edits, AnnotateSettings()),
+    )
+    first = svc.run_cycle()
+    assert first.queue is QueueRead.READ and first.jobs is not None and first.jobs.edits == 1
+    later = [svc.run_cycle(planner=planner_of(svc)) for _ in range(3)]
+    assert [r.queue for r in later] == [QueueRead.REUSED] * 3
+    assert reader.reads == 1
+    assert len(edits.applied) == 1, "the held snapshot carries the first cycle's edit"
+    assert [r.jobs.seen for r in later if r.jobs is not None] == [1, 1, 1]
+    svc.close()
+
+
+def annotated_job() -> QueueJob:
+    return QueueJob("1.0", IDLE, ("ska:x",), annotate=True)
