@@ -18,8 +18,11 @@ Two facts per (site, dataset), each from its own listing:
   rules towards one site: the more urgent transfer wins (stuck over replicating, then
   progress: :func:`merge_transfers`, by :attr:`~hydrator.domain.Transfer.rank`).
 
-Presence decides the list a pair is advertised in (:func:`~hydrator.domain.holding`): files
-present are advertised whatever the rules do; a stuck rule is reported beside them.
+Presence decides the list a pair is advertised in (:func:`holding`: which list, and so which
+attribute, a pair goes into): files present are advertised whatever the rules do; a stuck rule
+is reported beside them. Several reports of one pair (from several sources, or twice in one
+answer) are one by :func:`combine`: presence from the one that holds more, the transfer from
+the more urgent one.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from hydrator.domain import DatasetId, Replica, Site, Transfer, holding
+from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Transfer
 
 # -- presence from counts ------------------------------------------------------------------
 
@@ -197,6 +200,71 @@ def vouched(covered: Coverage | None, sites: Iterable[Site]) -> bool:
     return covered is not None and any(
         (moving := towards(covered, site)) is not None and moving.floor > 0 for site in sites
     )
+
+
+# -- the record of a pair, and several reports of it as one ---------------------------------
+
+# The one rankings (ReplicaState.rank, Transfer.rank) as tables: a lookup, not a property call,
+# per report that combine() weighs.
+_RANK = {state: state.rank for state in ReplicaState}
+_TRANSFER_RANK = {transfer: transfer.rank for transfer in Transfer}
+
+
+def holding(
+    dataset: DatasetId,
+    site: Site,
+    files: float,
+    bytes_: float,
+    *,
+    transfer: Transfer = Transfer.NONE,
+    progress: float = 0.0,
+) -> Replica | None:
+    """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
+    transfer, in its one canonical form; None when nothing is present and nothing moves."""
+    files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
+    progress = min(1.0, max(0.0, progress))
+    if files >= 1.0:
+        if transfer is Transfer.NONE:
+            return Replica(dataset, site, ReplicaState.AVAILABLE)
+        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, Detail(transfer, progress, 1.0))
+    if files > 0.0:
+        if transfer is Transfer.NONE and bytes_ == files:
+            return Replica(dataset, site, ReplicaState.PARTIAL, files)
+        detail = Detail(transfer, progress if transfer is not Transfer.NONE else 0.0, bytes_)
+        return Replica(dataset, site, ReplicaState.PARTIAL, files, detail)
+    if transfer is Transfer.NONE:
+        return None
+    state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
+    return Replica(dataset, site, state, 0.0, Detail(transfer, progress, 0.0))
+
+
+def combine(a: Replica, b: Replica) -> Replica:
+    """Two reports of the same (site, dataset) as one; total and deterministic.
+
+    Presence from the report that holds more (complete > partial by files, then bytes >
+    absent); the transfer from the one with the more urgent transfer (stuck > replicating >
+    none, then progress). One source's absent-and-stuck never hides another's files.
+    """
+    if a == b:
+        return a
+    pa = (_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
+    pb = (_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
+    present = a if pa >= pb else b
+    ta = (_TRANSFER_RANK[a.transfer], a.progress)
+    tb = (_TRANSFER_RANK[b.transfer], b.progress)
+    moving = a if ta >= tb else b
+    if present is moving or not present.present:  # both absent: the transfer decides
+        return moving
+    merged = holding(
+        present.dataset,
+        present.site,
+        present.fraction,
+        present.bytes_fraction,
+        transfer=moving.transfer,
+        progress=moving.progress,
+    )
+    assert merged is not None  # present: never None
+    return merged
 
 
 # -- the pair's replica --------------------------------------------------------------------

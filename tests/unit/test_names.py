@@ -11,7 +11,8 @@ import pytest
 
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.core.ports import FetchContext
-from hydrator.domain import DatasetId, InvalidNameError, check_site
+from hydrator.domain import DatasetId, check_site
+from hydrator.names import InvalidNameError
 from hydrator.runtime.cli import main
 
 LONG = "x" * 10_000
