@@ -82,7 +82,8 @@ class ReplicaState(enum.Enum):
     """Which list a (site, dataset) goes into: presence first, then the transfer.
 
     Presence (how much of the dataset is at the site) decides whenever files are there; only
-    a dataset absent from the site is classed by its transfer. Best first.
+    a dataset absent from the site is classed by its transfer. Best first (the ranking that
+    orders and budgets entries: :data:`hydrator.core.presence.STATE_RANK`).
     """
 
     AVAILABLE = "available"  # every file is at the site, whatever any rule says
@@ -94,37 +95,16 @@ class ReplicaState(enum.Enum):
     # Python call, paid for every replica a set or dict hashes.
     __hash__ = object.__hash__
 
-    @property
-    def rank(self) -> int:
-        """Higher is better; used to order and budget entries deterministically."""
-        return _RANK[self]
-
-
-_RANK = {
-    ReplicaState.AVAILABLE: 3,
-    ReplicaState.PARTIAL: 2,
-    ReplicaState.REPLICATING: 1,
-    ReplicaState.STUCK: 0,
-}
-
 
 class Transfer(enum.Enum):
-    """The transfer towards a site, independent of what is already there."""
+    """The transfer towards a site, independent of what is already there (which one is more
+    urgent: :data:`hydrator.core.presence.TRANSFER_RANK`)."""
 
     NONE = "none"  # nothing is being moved there (or the source cannot tell: DMAPI)
     REPLICATING = "replicating"  # an active rule/transfer towards the site
     STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
 
     __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
-
-    @property
-    def rank(self) -> int:
-        """Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one
-        ranking of transfers (:mod:`hydrator.core.presence`: ``combine``, ``merge_transfers``)."""
-        return _TRANSFER_RANK[self]
-
-
-_TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 
 
 class Detail(NamedTuple):
@@ -186,10 +166,6 @@ class Replica(_ReplicaFields):
                 f"needs a {state.value} transfer, not {detail.transfer.value}"
             )
         return tuple.__new__(cls, (dataset, site, state, fraction, detail))
-
-    @property
-    def key(self) -> tuple[Site, DatasetId]:
-        return (self.site, self.dataset)
 
     @property
     def present(self) -> bool:
@@ -278,7 +254,7 @@ class Snapshot:
         ``storages``: the source's storage elements with their availability
         (:class:`StorageStatus`); the replicas leave out what unavailable ones hold.
         """
-        stated = tuple(sorted(storages, key=_storage_key))
+        stated = tuple(sorted(storages, key=attrgetter("site", "storage")))
         kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
         covered = frozenset(sites)
         if not sites_named:
@@ -412,13 +388,9 @@ class StorageStatus:
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, str) or not STORAGE_PATTERN.fullmatch(self.storage):
-            raise InvalidNameError(f"invalid storage element name {self.storage!r}")
+            raise InvalidNameError(f"invalid storage element name {shown(self.storage)}")
 
     @property
     def label(self) -> str:
         """``RSE X_DISK``: how messages and ads name it."""
         return f"{self.kind} {self.storage}"
-
-
-def _storage_key(status: StorageStatus) -> tuple[str, str]:
-    return (status.site, status.storage)

@@ -24,7 +24,8 @@ replica's own), smaller tables, a site's replicas at hand for its view (issue 15
 
 
 replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
-"""``replica_key(r) == r.key``, without a Python call: for loops over a million replicas."""
+"""``replica_key(r) == (r.site, r.dataset)``, without a Python call: for loops over a million
+replicas."""
 
 
 def index_of(replicas: Iterable[Replica]) -> Index:

@@ -16,7 +16,7 @@ Two facts per (site, dataset), each from its own listing:
   one of the site's: any STUCK lock -> stuck, else any REPLICATING lock -> replicating, with
   progress = OK locks / all locks (:func:`rule_transfer`, :func:`lock_progress`); several
   rules towards one site: the more urgent transfer wins (stuck over replicating, then
-  progress: :func:`merge_transfers`, by :attr:`~hydrator.domain.Transfer.rank`).
+  progress: :func:`merge_transfers`, by :data:`TRANSFER_RANK`).
 
 Presence decides the list a pair is advertised in (:func:`holding`: which list, and so which
 attribute, a pair goes into): files present are advertised whatever the rules do; a stuck rule
@@ -33,6 +33,26 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Transfer
+
+# -- the rankings --------------------------------------------------------------------------
+
+STATE_RANK: Mapping[ReplicaState, int] = {
+    ReplicaState.AVAILABLE: 3,
+    ReplicaState.PARTIAL: 2,
+    ReplicaState.REPLICATING: 1,
+    ReplicaState.STUCK: 0,
+}
+"""Higher is better: how much of a dataset a state holds (:func:`combine`), and the order in
+which a site's entries are budgeted (:mod:`hydrator.core.advertise`)."""
+
+TRANSFER_RANK: Mapping[Transfer, int] = {
+    Transfer.NONE: 0,
+    Transfer.REPLICATING: 1,
+    Transfer.STUCK: 2,
+}
+"""Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one ranking of
+transfers, where several rules towards a site meet (:func:`merge_transfers`) and where
+several reports of a pair meet (:func:`combine`)."""
 
 # -- presence from counts ------------------------------------------------------------------
 
@@ -152,9 +172,10 @@ class RuleLike(Protocol):
 
 def merge_transfers(a: SiteTransfer, b: SiteTransfer) -> SiteTransfer:
     """Two rules towards one site as one: the more urgent transfer wins (stuck, which needs an
-    operator, over replicating: :attr:`Transfer.rank`), then the higher progress; the larger
+    operator, over replicating: :data:`TRANSFER_RANK`), then the higher progress; the larger
     floor counts. The merge of two rules is never "only" one rule. Order-free."""
-    a_first = (a.transfer.rank, a.progress) >= (b.transfer.rank, b.progress)
+    rank = TRANSFER_RANK
+    a_first = (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress)
     first = a if a_first else b
     return SiteTransfer(first.site, first.transfer, first.progress, max(a.floor, b.floor))
 
@@ -204,11 +225,6 @@ def vouched(covered: Coverage | None, sites: Iterable[Site]) -> bool:
 
 # -- the record of a pair, and several reports of it as one ---------------------------------
 
-# The one rankings (ReplicaState.rank, Transfer.rank) as tables: a lookup, not a property call,
-# per report that combine() weighs.
-_RANK = {state: state.rank for state in ReplicaState}
-_TRANSFER_RANK = {transfer: transfer.rank for transfer in Transfer}
-
 
 def holding(
     dataset: DatasetId,
@@ -247,11 +263,11 @@ def combine(a: Replica, b: Replica) -> Replica:
     """
     if a == b:
         return a
-    pa = (_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
-    pb = (_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
+    pa = (STATE_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
+    pb = (STATE_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
     present = a if pa >= pb else b
-    ta = (_TRANSFER_RANK[a.transfer], a.progress)
-    tb = (_TRANSFER_RANK[b.transfer], b.progress)
+    ta = (TRANSFER_RANK[a.transfer], a.progress)
+    tb = (TRANSFER_RANK[b.transfer], b.progress)
     moving = a if ta >= tb else b
     if present is moving or not present.present:  # both absent: the transfer decides
         return moving
