@@ -31,6 +31,7 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 
+from hydrator.core.index import merged_snapshot
 from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Snapshot, Transfer
 
 STATES = (
@@ -245,7 +246,7 @@ class Federation:
 
     def snapshot(self, intern: bool = False) -> Snapshot:
         """The :class:`Snapshot` a source covering every site would return this cycle."""
-        return Snapshot.of(SOURCE, self.replicas(intern), sites=[Site(s) for s in self.sites])
+        return merged_snapshot(SOURCE, self.replicas(intern), sites=[Site(s) for s in self.sites])
 
     def summary(self) -> dict[str, object]:
         states = Counter(STATES[c & 3].value for c in self.holdings.values())

@@ -19,9 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hydrator.domain import SCOPE_PATTERN, InvalidNameError, check_site
+from hydrator.domain import check_site
 from hydrator.errors import ConfigError
 from hydrator.files import FileRefused, open_regular, read_capped
+from hydrator.names import SCOPE_PATTERN, InvalidNameError
 
 DEFAULT_CONFIG_PATH = Path("/etc/hydrator/hydrator.toml")
 ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")

@@ -10,54 +10,30 @@ instance ``__dict__``) and holds no cache; what the core derives from a state (i
 views) it holds beside it (:mod:`hydrator.core.derived`). The values a cycle handles by the
 million (:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead,
 validated in ``__new__``: as immutable, and hashed and compared by C code rather than by
-generated Python methods (issue 15).
-
-Names are checked against strict patterns so that nothing a catalogue returns can break a
-ClassAd or a string list: quotes, backslashes, whitespace, commas and control characters are
-rejected; ``/ # + @ =`` (used in real catalogues, e.g. CMS block names) are allowed.
+generated Python methods (issue 15). Names are checked by the rules of :mod:`hydrator.names`.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple, NewType
 
-# Rucio's generic schema allows scopes of [A-Za-z0-9_.-]; 30 characters is Rucio's column size.
-SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
-# Names: Rucio's generic DID character set plus what experiments' schemas add (/, #, +, @, =).
-# No quote, backslash, whitespace, comma, colon, `$` or control character; 250 is Rucio's limit.
-# `$` never: HTCondor expands $(...) and $ENV(...) in the configuration the glidein hook writes
-# these names into (issue 26), so a name holding one is an invalid record, counted and skipped.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9/_][A-Za-z0-9/_.\-+#@=]{0,249}")
-# GLIDEIN_Site values seen in production: SRCNET_CH, T2_US_Nebraska, UKI-NORTHGRID-MAN-HEP.
-SITE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+from hydrator.names import (
+    NAME_PATTERN,
+    SCOPE_PATTERN,
+    SITE_PATTERN,
+    STORAGE_PATTERN,
+    InvalidNameError,
+    shown,
+)
 
 Site = NewType("Site", str)
-
-
-class InvalidNameError(ValueError):
-    """A dataset or site name outside the allowed character set (the message quotes it safely,
-    at most :data:`SHOWN_NAME_CHARS` of it: :func:`shown`)."""
-
-
-SHOWN_NAME_CHARS = 64  # of a rejected name, in messages and logs (issue 26: 10 kB lines)
-
-
-def shown(name: object) -> str:
-    """``name`` quoted for a message, bounded: whole up to :data:`SHOWN_NAME_CHARS`
-    characters, else its first ones and its length (``'xxxx'... (10000 characters)``)."""
-    if isinstance(name, str) and len(name) > SHOWN_NAME_CHARS:
-        return f"{name[:SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
-    text = repr(name)
-    return text if len(text) <= 2 * SHOWN_NAME_CHARS else f"{text[:SHOWN_NAME_CHARS]}..."
 
 
 def check_site(name: str) -> Site:
@@ -106,7 +82,8 @@ class ReplicaState(enum.Enum):
     """Which list a (site, dataset) goes into: presence first, then the transfer.
 
     Presence (how much of the dataset is at the site) decides whenever files are there; only
-    a dataset absent from the site is classed by its transfer. Best first.
+    a dataset absent from the site is classed by its transfer. Best first (the ranking that
+    orders and budgets entries: :data:`hydrator.core.presence.STATE_RANK`).
     """
 
     AVAILABLE = "available"  # every file is at the site, whatever any rule says
@@ -118,37 +95,16 @@ class ReplicaState(enum.Enum):
     # Python call, paid for every replica a set or dict hashes.
     __hash__ = object.__hash__
 
-    @property
-    def rank(self) -> int:
-        """Higher is better; used to order and budget entries deterministically."""
-        return _RANK[self]
-
-
-_RANK = {
-    ReplicaState.AVAILABLE: 3,
-    ReplicaState.PARTIAL: 2,
-    ReplicaState.REPLICATING: 1,
-    ReplicaState.STUCK: 0,
-}
-
 
 class Transfer(enum.Enum):
-    """The transfer towards a site, independent of what is already there."""
+    """The transfer towards a site, independent of what is already there (which one is more
+    urgent: :data:`hydrator.core.presence.TRANSFER_RANK`)."""
 
     NONE = "none"  # nothing is being moved there (or the source cannot tell: DMAPI)
     REPLICATING = "replicating"  # an active rule/transfer towards the site
     STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
 
     __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
-
-    @property
-    def rank(self) -> int:
-        """Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one
-        ranking of transfers (:func:`combine`, :func:`hydrator.core.presence.merge_transfers`)."""
-        return _TRANSFER_RANK[self]
-
-
-_TRANSFER_RANK = {Transfer.NONE: 0, Transfer.REPLICATING: 1, Transfer.STUCK: 2}
 
 
 class Detail(NamedTuple):
@@ -178,8 +134,9 @@ class Replica(_ReplicaFields):
 
     Most records (complete or partial, nothing moving, bytes share = files share) carry no
     :class:`Detail` (``detail`` None), so a million of them cost one slot more than a record of
-    presence alone, and hash as fast. Build anything else with :func:`holding`, which keeps
-    one form per meaning (equal facts, equal records).
+    presence alone, and hash as fast. Build anything else with
+    :func:`hydrator.core.presence.holding`, which keeps one form per meaning (equal facts,
+    equal records).
 
     A validated tuple ``(dataset, site, state, fraction, detail)``: immutable, and hashed and
     compared by C code (snapshots of a million replicas are hashed and diffed every cycle).
@@ -211,10 +168,6 @@ class Replica(_ReplicaFields):
         return tuple.__new__(cls, (dataset, site, state, fraction, detail))
 
     @property
-    def key(self) -> tuple[Site, DatasetId]:
-        return (self.site, self.dataset)
-
-    @property
     def present(self) -> bool:
         """True when some or all files are at the site (AVAILABLE or PARTIAL)."""
         return self.state is ReplicaState.AVAILABLE or self.state is ReplicaState.PARTIAL
@@ -234,66 +187,7 @@ class Replica(_ReplicaFields):
         return self.fraction if self.detail is None else self.detail.bytes_fraction
 
 
-replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
 _site_of: Callable[[Replica], Site] = attrgetter("site")
-"""``replica_key(r) == r.key``, without a Python call: for loops over a million replicas."""
-
-
-def holding(
-    dataset: DatasetId,
-    site: Site,
-    files: float,
-    bytes_: float,
-    *,
-    transfer: Transfer = Transfer.NONE,
-    progress: float = 0.0,
-) -> Replica | None:
-    """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
-    transfer, in its one canonical form; None when nothing is present and nothing moves."""
-    files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
-    progress = min(1.0, max(0.0, progress))
-    if files >= 1.0:
-        if transfer is Transfer.NONE:
-            return Replica(dataset, site, ReplicaState.AVAILABLE)
-        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, Detail(transfer, progress, 1.0))
-    if files > 0.0:
-        if transfer is Transfer.NONE and bytes_ == files:
-            return Replica(dataset, site, ReplicaState.PARTIAL, files)
-        detail = Detail(transfer, progress if transfer is not Transfer.NONE else 0.0, bytes_)
-        return Replica(dataset, site, ReplicaState.PARTIAL, files, detail)
-    if transfer is Transfer.NONE:
-        return None
-    state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
-    return Replica(dataset, site, state, 0.0, Detail(transfer, progress, 0.0))
-
-
-def combine(a: Replica, b: Replica) -> Replica:
-    """Two reports of the same (site, dataset) as one; total and deterministic.
-
-    Presence from the report that holds more (complete > partial by files, then bytes >
-    absent); the transfer from the one with the more urgent transfer (stuck > replicating >
-    none, then progress). One source's absent-and-stuck never hides another's files.
-    """
-    if a == b:
-        return a
-    pa = (_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
-    pb = (_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
-    present = a if pa >= pb else b
-    ta = (_TRANSFER_RANK[a.transfer], a.progress)
-    tb = (_TRANSFER_RANK[b.transfer], b.progress)
-    moving = a if ta >= tb else b
-    if present is moving or not present.present:  # both absent: the transfer decides
-        return moving
-    merged = holding(
-        present.dataset,
-        present.site,
-        present.fraction,
-        present.bytes_fraction,
-        transfer=moving.transfer,
-        progress=moving.progress,
-    )
-    assert merged is not None  # present: never None
-    return merged
 
 
 class ElementCount(NamedTuple):
@@ -307,7 +201,8 @@ class ElementCount(NamedTuple):
 class Snapshot:
     """What one source answered in one cycle.
 
-    ``replicas`` holds at most one replica per (site, dataset) (build with :meth:`of`).
+    ``replicas`` holds at most one replica per (site, dataset) (build with :meth:`of`, or
+    :func:`hydrator.core.index.merged_snapshot` to merge several reports of a pair).
     ``sites`` are the sites the source covers, including those where it found nothing, so an
     emptied site keeps an (empty) ad instead of vanishing. ``invalid`` counts records skipped
     because they were malformed or named an unknown storage element or an invalid dataset.
@@ -335,24 +230,23 @@ class Snapshot:
         invalid: int = 0,
         unmapped: Iterable[str] = (),
         *,
-        unique: bool = False,
         sites_named: bool = False,
         unmapped_more: int = 0,
         storages: Iterable[StorageStatus] = (),
     ) -> Snapshot:
-        """Merge ``replicas`` to one per (site, dataset) (:func:`combine`).
+        """The snapshot of ``replicas``, which hold at most one replica per (site, dataset):
+        the caller vouches for it (a source that keeps its answer keyed by pair; reports to
+        merge first go through :func:`hydrator.core.index.merged_snapshot`).
 
-        ``unique``: the caller vouches that ``replicas`` already holds at most one replica per
-        (site, dataset) (a source that keeps its answer keyed by pair); a ``frozenset``, or a
-        ``set`` that the caller hands over and never changes again, is then used as it is, so
-        a source that hands back last cycle's objects where nothing changed costs no hashing
-        here and lets the core compare snapshots by identity (a ``set`` saves the copy that
-        freezing it costs: a source building its next answer from its last copies that one
-        anyway).
+        A ``frozenset``, or a ``set`` that the caller hands over and never changes again, is
+        used as it is, so a source that hands back last cycle's objects where nothing changed
+        costs no hashing here and lets the core compare snapshots by identity (a ``set`` saves
+        the copy that freezing it costs: a source building its next answer from its last
+        copies that one anyway).
 
-        ``sites_named`` (with ``unique``): the caller vouches that ``sites`` names the site of
-        every replica (a source that makes replicas only at the sites it maps), so no pass
-        over the replicas collects their sites (2 s a cycle at ten million).
+        ``sites_named``: the caller vouches that ``sites`` names the site of every replica (a
+        source that makes replicas only at the sites it maps), so no pass over the replicas
+        collects their sites (2 s a cycle at ten million).
 
         ``unmapped_more``: storage elements with no site that a source counted but did not
         list in ``unmapped`` (a bounded list: issue 26).
@@ -360,24 +254,11 @@ class Snapshot:
         ``storages``: the source's storage elements with their availability
         (:class:`StorageStatus`); the replicas leave out what unavailable ones hold.
         """
-        stated = tuple(sorted(storages, key=_storage_key))
-        if unique:
-            kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
-            covered = frozenset(sites)
-            if not sites_named:
-                covered = covered.union(map(_site_of, kept))  # C-level loop
-            return cls(
-                source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
-            )
-        by_site: dict[Site, dict[DatasetId, Replica]] = {}  # no key object per replica
-        for r in replicas:
-            held = by_site.get(r[1])
-            if held is None:
-                held = by_site[r[1]] = {}
-            old = held.get(r[0])
-            held[r[0]] = r if old is None else combine(old, r)
-        kept = frozenset(chain.from_iterable(map(dict.values, by_site.values())))
-        covered = frozenset(sites).union(by_site)
+        stated = tuple(sorted(storages, key=attrgetter("site", "storage")))
+        kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
+        covered = frozenset(sites)
+        if not sites_named:
+            covered = covered.union(map(_site_of, kept))  # C-level loop
         return cls(
             source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
         )
@@ -482,10 +363,6 @@ class SiteView:
     unavailable: tuple[str, ...] = ()  # why some of its storage cannot serve, one line each
 
 
-STORAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-:]{0,127}")
-"""Storage element names: RSE names (``[A-Z0-9_-]``), storage-area names and ids (uuids)."""
-
-
 @dataclass(frozen=True, slots=True)
 class StorageStatus:
     """One storage element of a site (a Rucio RSE, an SRCNet storage area) and whether it can
@@ -511,13 +388,9 @@ class StorageStatus:
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, str) or not STORAGE_PATTERN.fullmatch(self.storage):
-            raise InvalidNameError(f"invalid storage element name {self.storage!r}")
+            raise InvalidNameError(f"invalid storage element name {shown(self.storage)}")
 
     @property
     def label(self) -> str:
         """``RSE X_DISK``: how messages and ads name it."""
         return f"{self.kind} {self.storage}"
-
-
-def _storage_key(status: StorageStatus) -> tuple[str, str]:
-    return (status.site, status.storage)

@@ -33,6 +33,7 @@ from functools import partial
 from itertools import chain, compress, islice, repeat
 from operator import is_, itemgetter
 
+from hydrator.core.presence import STATE_RANK
 from hydrator.core.storage import unavailable_digest
 from hydrator.core.views import content_digest, stuck_digest
 from hydrator.domain import DatasetId, ReplicaState, SiteView
@@ -148,7 +149,7 @@ def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
         demanded = [e for e in map(partial(_entry, view), wanted) if e is not None]
     else:
         demanded = list(_entries(view, wanted.__contains__))
-    demanded.sort(key=lambda e: (-wanted[e[0]], -e[2].rank, e[0]))
+    demanded.sort(key=lambda e: (-wanted[e[0]], -STATE_RANK[e[2]], e[0]))
     return demanded
 
 

@@ -33,15 +33,8 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from hydrator.core.plan import Plan, SourceStatus
-from hydrator.domain import (
-    DatasetId,
-    InvalidNameError,
-    Replica,
-    Site,
-    Snapshot,
-    SourceState,
-    State,
-)
+from hydrator.domain import DatasetId, Replica, Site, Snapshot, SourceState, State
+from hydrator.names import InvalidNameError
 
 K = TypeVar("K")
 TRANSFER_TYPES = frozenset({"transfer-done", "transfer-failed"})
@@ -296,9 +289,7 @@ def patched(
 ) -> Snapshot:
     """``state``'s last good snapshot with ``replicas`` and ``sites`` instead (an event
     cycle's answer for the source it re-read), its storage statuses and element counts kept."""
-    snapshot = Snapshot.of(
-        state.name, replicas, sites, unique=True, sites_named=True, storages=state.storages
-    )
+    snapshot = Snapshot.of(state.name, replicas, sites, sites_named=True, storages=state.storages)
     return replace(snapshot, elements=state.elements)
 
 

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 
 from hydrator.core.locality import SiteSets, site_sets
 from hydrator.core.queue import QueueJob, QueueSnapshot
-from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView
+from hydrator.domain import DatasetId, Site, SiteView
 from hydrator.errors import PublishError
+from hydrator.names import InvalidNameError
 
 Value = tuple[str, ...] | int | str
 """An attribute value to write: a ClassAd list of strings, an integer, or a string."""

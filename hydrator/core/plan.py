@@ -19,7 +19,7 @@ No I/O, no clock, no globals. The rules it enforces:
 * Several sources merge deterministically, each fact on its own: per (site, dataset) the
   presence of the report holding more (complete > partial, by files then bytes > absent) and
   the transfer of the report with the more urgent one (stuck > replicating > none)
-  (:func:`~hydrator.domain.combine`).
+  (:func:`~hydrator.core.presence.combine`).
 * A site is known while any source covers it; its ``updated`` time is the oldest last success
   of the sources covering it (:attr:`~hydrator.core.derived.Derived.site_updated`).
 * Storage stated unavailable (:mod:`hydrator.core.storage`): a source leaves out what it
@@ -43,7 +43,8 @@ from operator import attrgetter
 
 from hydrator.core.changes import Changes
 from hydrator.core.derived import Derived, SourceDerived
-from hydrator.core.index import Index, each_replica, index_of, merge_replicas
+from hydrator.core.index import Index, each_replica, index_of, merge_replicas, replica_key
+from hydrator.core.presence import combine
 from hydrator.core.storage import (
     Drain,
     count_outside,
@@ -66,8 +67,6 @@ from hydrator.domain import (
     SourceState,
     State,
     StorageStatus,
-    combine,
-    replica_key,
 )
 
 Key = tuple[Site, DatasetId]

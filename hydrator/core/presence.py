@@ -16,10 +16,13 @@ Two facts per (site, dataset), each from its own listing:
   one of the site's: any STUCK lock -> stuck, else any REPLICATING lock -> replicating, with
   progress = OK locks / all locks (:func:`rule_transfer`, :func:`lock_progress`); several
   rules towards one site: the more urgent transfer wins (stuck over replicating, then
-  progress: :func:`merge_transfers`, by :attr:`~hydrator.domain.Transfer.rank`).
+  progress: :func:`merge_transfers`, by :data:`TRANSFER_RANK`).
 
-Presence decides the list a pair is advertised in (:func:`~hydrator.domain.holding`): files
-present are advertised whatever the rules do; a stuck rule is reported beside them.
+Presence decides the list a pair is advertised in (:func:`holding`: which list, and so which
+attribute, a pair goes into): files present are advertised whatever the rules do; a stuck rule
+is reported beside them. Several reports of one pair (from several sources, or twice in one
+answer) are one by :func:`combine`: presence from the one that holds more, the transfer from
+the more urgent one.
 """
 
 from __future__ import annotations
@@ -29,7 +32,27 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from hydrator.domain import DatasetId, Replica, Site, Transfer, holding
+from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Transfer
+
+# -- the rankings --------------------------------------------------------------------------
+
+STATE_RANK: Mapping[ReplicaState, int] = {
+    ReplicaState.AVAILABLE: 3,
+    ReplicaState.PARTIAL: 2,
+    ReplicaState.REPLICATING: 1,
+    ReplicaState.STUCK: 0,
+}
+"""Higher is better: how much of a dataset a state holds (:func:`combine`), and the order in
+which a site's entries are budgeted (:mod:`hydrator.core.advertise`)."""
+
+TRANSFER_RANK: Mapping[Transfer, int] = {
+    Transfer.NONE: 0,
+    Transfer.REPLICATING: 1,
+    Transfer.STUCK: 2,
+}
+"""Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one ranking of
+transfers, where several rules towards a site meet (:func:`merge_transfers`) and where
+several reports of a pair meet (:func:`combine`)."""
 
 # -- presence from counts ------------------------------------------------------------------
 
@@ -149,9 +172,10 @@ class RuleLike(Protocol):
 
 def merge_transfers(a: SiteTransfer, b: SiteTransfer) -> SiteTransfer:
     """Two rules towards one site as one: the more urgent transfer wins (stuck, which needs an
-    operator, over replicating: :attr:`Transfer.rank`), then the higher progress; the larger
+    operator, over replicating: :data:`TRANSFER_RANK`), then the higher progress; the larger
     floor counts. The merge of two rules is never "only" one rule. Order-free."""
-    a_first = (a.transfer.rank, a.progress) >= (b.transfer.rank, b.progress)
+    rank = TRANSFER_RANK
+    a_first = (rank[a.transfer], a.progress) >= (rank[b.transfer], b.progress)
     first = a if a_first else b
     return SiteTransfer(first.site, first.transfer, first.progress, max(a.floor, b.floor))
 
@@ -197,6 +221,66 @@ def vouched(covered: Coverage | None, sites: Iterable[Site]) -> bool:
     return covered is not None and any(
         (moving := towards(covered, site)) is not None and moving.floor > 0 for site in sites
     )
+
+
+# -- the record of a pair, and several reports of it as one ---------------------------------
+
+
+def holding(
+    dataset: DatasetId,
+    site: Site,
+    files: float,
+    bytes_: float,
+    *,
+    transfer: Transfer = Transfer.NONE,
+    progress: float = 0.0,
+) -> Replica | None:
+    """The record for ``files``/``bytes_`` (shares present, 0..1; files 1.0 = complete) and a
+    transfer, in its one canonical form; None when nothing is present and nothing moves."""
+    files, bytes_ = min(1.0, max(0.0, files)), min(1.0, max(0.0, bytes_))
+    progress = min(1.0, max(0.0, progress))
+    if files >= 1.0:
+        if transfer is Transfer.NONE:
+            return Replica(dataset, site, ReplicaState.AVAILABLE)
+        return Replica(dataset, site, ReplicaState.AVAILABLE, 1.0, Detail(transfer, progress, 1.0))
+    if files > 0.0:
+        if transfer is Transfer.NONE and bytes_ == files:
+            return Replica(dataset, site, ReplicaState.PARTIAL, files)
+        detail = Detail(transfer, progress if transfer is not Transfer.NONE else 0.0, bytes_)
+        return Replica(dataset, site, ReplicaState.PARTIAL, files, detail)
+    if transfer is Transfer.NONE:
+        return None
+    state = ReplicaState.STUCK if transfer is Transfer.STUCK else ReplicaState.REPLICATING
+    return Replica(dataset, site, state, 0.0, Detail(transfer, progress, 0.0))
+
+
+def combine(a: Replica, b: Replica) -> Replica:
+    """Two reports of the same (site, dataset) as one; total and deterministic.
+
+    Presence from the report that holds more (complete > partial by files, then bytes >
+    absent); the transfer from the one with the more urgent transfer (stuck > replicating >
+    none, then progress). One source's absent-and-stuck never hides another's files.
+    """
+    if a == b:
+        return a
+    pa = (STATE_RANK[a.state] if a.present else 0, a.fraction, a.bytes_fraction)
+    pb = (STATE_RANK[b.state] if b.present else 0, b.fraction, b.bytes_fraction)
+    present = a if pa >= pb else b
+    ta = (TRANSFER_RANK[a.transfer], a.progress)
+    tb = (TRANSFER_RANK[b.transfer], b.progress)
+    moving = a if ta >= tb else b
+    if present is moving or not present.present:  # both absent: the transfer decides
+        return moving
+    merged = holding(
+        present.dataset,
+        present.site,
+        present.fraction,
+        present.bytes_fraction,
+        transfer=moving.transfer,
+        progress=moving.progress,
+    )
+    assert merged is not None  # present: never None
+    return merged
 
 
 # -- the pair's replica --------------------------------------------------------------------

@@ -23,8 +23,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hydrator.domain import DatasetId, InvalidNameError
+from hydrator.domain import DatasetId
 from hydrator.errors import PublishError
+from hydrator.names import InvalidNameError
 
 IDLE, RUNNING = 1, 2
 """HTCondor ``JobStatus`` values of idle and running jobs."""

@@ -28,7 +28,8 @@ import classad2
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.storage import unavailable_text
-from hydrator.domain import NAME_PATTERN, SCOPE_PATTERN, DatasetId, SiteView
+from hydrator.domain import DatasetId, SiteView
+from hydrator.names import NAME_PATTERN, SCOPE_PATTERN
 
 log = logging.getLogger(__name__)
 

@@ -34,16 +34,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 
+from hydrator.core.presence import combine
 from hydrator.core.views import content_digest
-from hydrator.domain import (
-    DatasetId,
-    ElementCount,
-    Replica,
-    Site,
-    SiteView,
-    StorageStatus,
-    combine,
-)
+from hydrator.domain import DatasetId, ElementCount, Replica, Site, SiteView, StorageStatus
 
 MAX_REASON_CHARS = 200
 """A reason is cut to this many characters: it goes into every slot ad of its site."""
@@ -167,7 +160,7 @@ def present_at(
 ) -> Replica | None:
     """A site's replica of one dataset from its storage elements' ``(storage, replica)``
     reports, leaving out those of ``unavailable`` storage elements; None when no available one
-    holds it. Several reports combine as sources do (:func:`~hydrator.domain.combine`)."""
+    holds it. Several reports combine as sources do (:func:`~hydrator.core.presence.combine`)."""
     kept = [replica for storage, replica in holdings if storage not in unavailable]
     return reduce(combine, kept) if kept else None
 

@@ -28,17 +28,10 @@ from hydrator.config import (
     default_config_path,
     load_config,
 )
-from hydrator.domain import (
-    DatasetId,
-    InvalidNameError,
-    Replica,
-    Site,
-    SiteView,
-    StorageStatus,
-    Transfer,
-)
+from hydrator.domain import DatasetId, Replica, Site, SiteView, StorageStatus, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
+from hydrator.names import InvalidNameError
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ from datetime import UTC, datetime, timedelta
 
 from hydrator.config import Config
 from hydrator.core.storage import Drain, clean_text, stamp
-from hydrator.domain import STORAGE_PATTERN, InvalidNameError, Site, check_site
+from hydrator.domain import Site, check_site
 from hydrator.errors import ConfigError
+from hydrator.names import STORAGE_PATTERN, InvalidNameError
 
 _DURATION = re.compile(r"(\d+)([mhd])")
 _UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}

@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.derived import Derived
-from hydrator.core.index import Index, merge_replicas
+from hydrator.core.index import Index, merge_replicas, merged_snapshot
 from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.presence import holding
 from hydrator.core.views import site_contents
 from hydrator.domain import (
     ChangeKind,
@@ -35,7 +36,6 @@ from hydrator.domain import (
     SourceOutcome,
     State,
     Transfer,
-    holding,
 )
 from tests.unit.factories import by_key, flat, t
 
@@ -53,7 +53,7 @@ replicas = st.builds(
     progress=st.sampled_from([0.0, 0.5]),
 ).filter(lambda r: r is not None)
 snapshots = st.builds(
-    lambda name, rs, sites: Snapshot.of(name, rs, sites=sites),
+    lambda name, rs, sites: merged_snapshot(name, rs, sites=sites),
     st.just(""),
     st.lists(replicas, max_size=12),
     st.lists(st.sampled_from(SITES), max_size=2),
@@ -82,9 +82,9 @@ def as_outcomes(
             kept = state.sources[name].replicas if name in state.sources else frozenset()
             held = {r: r for r in kept}
             same = frozenset(held.get(r, r) for r in snap.replicas)
-            out[name] = Snapshot.of(name, same, sites=snap.sites, unique=True)
+            out[name] = Snapshot.of(name, same, sites=snap.sites)
         else:
-            out[name] = Snapshot.of(name, snap.replicas, sites=snap.sites)
+            out[name] = merged_snapshot(name, snap.replicas, sites=snap.sites)
     return out
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from hydrator.core.index import Index
+from hydrator.core.index import Index, merged_snapshot
+from hydrator.core.presence import holding
 from hydrator.domain import (
     DatasetId,
     Replica,
@@ -14,7 +15,6 @@ from hydrator.domain import (
     Snapshot,
     SourceFailure,
     Transfer,
-    holding,
 )
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -59,7 +59,7 @@ def rep(
 
 
 def snap(source: str, *replicas: Replica, sites: tuple[str, ...] = ()) -> Snapshot:
-    return Snapshot.of(source, replicas, sites=[Site(s) for s in sites])
+    return merged_snapshot(source, replicas, sites=[Site(s) for s in sites])
 
 
 def fail(source: str, error: str = "connection refused") -> SourceFailure:

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hydrator.core.views import content_digest
-from hydrator.domain import DatasetId, InvalidNameError, Site, Snapshot, check_site, holding
+from hydrator.domain import DatasetId, Site, Snapshot, check_site
+from hydrator.names import InvalidNameError
 from tests.unit.factories import rep
 
 DATASETS = [DatasetId(s, n) for s in ("ska", "lsst") for n in ("a", "b/c#1", "d.e", "f")]
@@ -20,18 +21,9 @@ def test_a_snapshot_of_unique_replicas_keeps_the_given_objects() -> None:
     a = rep("SITE_A", "a", "available")
     b = rep("SITE_B", "a", "partial", 0.5)
     given = frozenset({a, b})
-    snapshot = Snapshot.of("rucio", given, sites=[Site("SITE_C")], unique=True)
+    snapshot = Snapshot.of("rucio", given, sites=[Site("SITE_C")])
     assert snapshot.replicas is given  # no copy: the core can compare by identity
     assert snapshot.sites == {"SITE_A", "SITE_B", "SITE_C"}
-
-
-def test_without_unique_two_reports_of_one_pair_merge_to_the_better() -> None:
-    dataset = DatasetId("ska", "a")
-    half = holding(dataset, Site("SITE_A"), 0.5, 0.5)
-    full = holding(dataset, Site("SITE_A"), 1.0, 1.0)
-    assert half is not None and full is not None
-    snapshot = Snapshot.of("rucio", [half, full])
-    assert snapshot.replicas == {full}
 
 
 def _digest_as_specified(site: str, lists: list[list[DatasetId]]) -> str:

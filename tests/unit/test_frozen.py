@@ -19,13 +19,13 @@ from hydrator.domain import (
     Change,
     ChangeKind,
     DatasetId,
-    InvalidNameError,
     Replica,
     ReplicaState,
     Site,
     SourceState,
     State,
 )
+from hydrator.names import InvalidNameError
 from tests.unit.factories import rep
 
 DOMAIN_DATACLASSES = [

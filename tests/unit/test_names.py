@@ -11,7 +11,8 @@ import pytest
 
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.core.ports import FetchContext
-from hydrator.domain import DatasetId, InvalidNameError, check_site
+from hydrator.domain import DatasetId, Site, StorageStatus, check_site
+from hydrator.names import InvalidNameError
 from hydrator.runtime.cli import main
 
 LONG = "x" * 10_000
@@ -24,6 +25,7 @@ LONG = "x" * 10_000
         lambda: DatasetId(LONG, "obs_1"),
         lambda: DatasetId.parse(LONG),
         lambda: check_site(LONG),
+        lambda: StorageStatus(Site("SITE_A"), LONG + " "),
     ],
 )
 def test_an_invalid_name_is_quoted_as_a_prefix_and_its_length(make: object) -> None:

@@ -49,8 +49,9 @@ from hydrator.core.queue import (
     ScheddRead,
     data_bound_jobs,
 )
-from hydrator.domain import DatasetId, InvalidNameError, Site, shown
+from hydrator.domain import DatasetId, Site
 from hydrator.errors import ConfigError, PublishError
+from hydrator.names import InvalidNameError, shown
 
 log = logging.getLogger(__name__)
 

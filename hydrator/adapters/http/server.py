@@ -71,7 +71,7 @@ log = logging.getLogger("hydrator.adapters.http.server")
 
 CLASSAD_TYPE = "text/plain; charset=utf-8"
 JSON_TYPE = "application/json"
-SITE = r"{site:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}}"  # domain.SITE_PATTERN: safe as a file name
+SITE = r"{site:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}}"  # names.SITE_PATTERN: safe as a file name
 MAX_HEADERS = 64
 """Header fields per request; a hook or a squid sends fewer than ten."""
 

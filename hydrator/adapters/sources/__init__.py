@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from hydrator.domain import InvalidNameError, Site, check_site
+from hydrator.domain import Site, check_site
+from hydrator.names import InvalidNameError
 
 MAX_REMEMBERED_PROBLEMS = 10_000
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from hydrator.adapters.sources import site_or_none
 from hydrator.core.storage import Downtime, Statement, clean_text
-from hydrator.domain import STORAGE_PATTERN
+from hydrator.names import STORAGE_PATTERN
 
 NODES_QUERY = "?include_inactive=true"
 """Asked with /nodes: the elements in downtime or force-disabled too, to apply (and report)

@@ -45,10 +45,11 @@ from typing import Any
 
 from hydrator.adapters.sources import OnceLog, site_or_none
 from hydrator.config import StaticSourceConfig
+from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
+from hydrator.core.presence import holding
 from hydrator.core.storage import Statement, judge
 from hydrator.domain import (
-    STORAGE_PATTERN,
     DatasetId,
     ElementCount,
     Replica,
@@ -57,11 +58,10 @@ from hydrator.domain import (
     Snapshot,
     StorageStatus,
     Transfer,
-    holding,
-    shown,
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.files import FileRefused, open_regular, read_at_most
+from hydrator.names import STORAGE_PATTERN, shown
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class StaticSource:
             if status is None or status.available:
                 replicas += held
                 elements[element] = ElementCount(site, len(held))
-        answer = Snapshot.of(self.name, replicas, sites, invalid, unmapped, storages=statuses)
+        answer = merged_snapshot(self.name, replicas, sites, invalid, unmapped, storages=statuses)
         return replace(answer, elements=elements)
 
     def _status(

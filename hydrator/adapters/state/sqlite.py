@@ -83,14 +83,13 @@ from typing import Any
 
 from hydrator.config import SOURCE_NAME_PATTERN
 from hydrator.core.derived import Derived
+from hydrator.core.index import replica_key
 from hydrator.core.plan import Plan, SourceDelta
 from hydrator.core.storage import Drain, clean_text
 from hydrator.core.views import views_of
 from hydrator.domain import (
-    STORAGE_PATTERN,
     DatasetId,
     Detail,
-    InvalidNameError,
     Replica,
     ReplicaState,
     Site,
@@ -99,9 +98,9 @@ from hydrator.domain import (
     StorageStatus,
     Transfer,
     check_site,
-    replica_key,
 )
 from hydrator.errors import StateError
+from hydrator.names import STORAGE_PATTERN, InvalidNameError
 
 log = logging.getLogger(__name__)
 

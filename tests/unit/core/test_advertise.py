@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.presence import STATE_RANK
 from hydrator.core.views import content_digest
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView
 
@@ -83,7 +84,8 @@ def test_budget_order_matches_a_full_sort(size: int) -> None:
         budget = rng.randint(1, 12)
         policy = AdvertisePolicy(max_datasets_per_site=budget)
         result = advertise(view, wanted, policy)
-        expected = sorted(pool, key=lambda d: (-wanted.get(d, 0), -states[d].rank, d))[:budget]
+        rank = {d: (-wanted.get(d, 0), -STATE_RANK[states[d]], d) for d in pool}
+        expected = sorted(pool, key=rank.__getitem__)[:budget]
         assert sorted(names(result.view)) == sorted(d.name for d in expected)
         shares = dict(pa + rp)
         assert all(shares[d] == share for d, share in result.view.partial)

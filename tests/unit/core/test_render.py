@@ -16,7 +16,8 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.render import CRON_UPDATE_LINE, render_cron, site_classad
 from hydrator.core.storage import Drain, with_storage
 from hydrator.core.views import content_digest
-from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, StorageStatus
+from hydrator.domain import DatasetId, Site, SiteView, StorageStatus
+from hydrator.names import InvalidNameError
 
 ATTRS = ClassAdConfig()
 EXPECTED_ATTRS = {

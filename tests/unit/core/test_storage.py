@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.storage import (
     Downtime,
@@ -23,7 +24,6 @@ from hydrator.core.storage import (
 from hydrator.core.views import content_digest
 from hydrator.domain import (
     ElementCount,
-    InvalidNameError,
     Replica,
     Site,
     Snapshot,
@@ -31,6 +31,7 @@ from hydrator.domain import (
     State,
     StorageStatus,
 )
+from hydrator.names import InvalidNameError
 from tests.unit.factories import fail, rep, t
 
 A = Site("SITE_A")
@@ -141,7 +142,7 @@ def available(site: str, storage: str) -> StorageStatus:
 
 
 def answer(*replicas: object, storages: tuple[StorageStatus, ...] = ()) -> Snapshot:
-    return Snapshot.of("r", replicas, [A, Site("SITE_B")], storages=storages)  # type: ignore[arg-type]
+    return merged_snapshot("r", replicas, [A, Site("SITE_B")], storages=storages)  # type: ignore[arg-type]
 
 
 def run(

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from hydrator.adapters.state.sqlite import SqliteStateStore, remove_drain, set_drain
 from hydrator.config import RucioEventsConfig, parse_config
 from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
+from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, Snapshot
@@ -46,7 +47,7 @@ class Catalogue:
     def fetch(self, context: FetchContext) -> Snapshot:
         self.full_reads += 1
         self.fetched_at.append(time.monotonic())
-        return Snapshot.of(self.name, self.replicas, [Site("A"), Site("B")])
+        return merged_snapshot(self.name, self.replicas, [Site("A"), Site("B")])
 
     def read_datasets(
         self, datasets: Sequence[DatasetId], context: FetchContext

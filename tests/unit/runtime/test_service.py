@@ -16,6 +16,7 @@ import pytest
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
+from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext, PublishReport
 from hydrator.domain import Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
@@ -394,7 +395,7 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
     from tests.unit.factories import rep
 
     def answer(invalid: int) -> Snapshot:
-        return Snapshot.of("s", [rep("A", "x")], [], invalid, frozenset())
+        return merged_snapshot("s", [rep("A", "x")], [], invalid, frozenset())
 
     script = [answer(1), answer(1), TransientSourceError("HTTP 503"), answer(3)]
     service = make(config, [Scripted("s", script)], clock)
@@ -543,9 +544,9 @@ def test_a_source_past_its_deadline_fails_and_the_cycle_goes_on(
 
     def hang() -> Snapshot:
         release.wait(60)  # a server sending one header line a second, for ever
-        return Snapshot.of("slow", [], ())
+        return merged_snapshot("slow", [], ())
 
-    fast = Scripted("fast", [lambda: Snapshot.of("fast", good(two_sources).replicas)] * 3)
+    fast = Scripted("fast", [lambda: merged_snapshot("fast", good(two_sources).replicas)] * 3)
     slow = Scripted("slow", [hang, hang])
     service = make(two_sources, [fast, slow], clock)
     try:

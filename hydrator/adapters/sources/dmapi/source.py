@@ -13,7 +13,7 @@ status for an unknown DID (taken as 404: located nowhere), the status for an exp
 token (401 retried once with a fresh token; 403 taken as "not allowed to see this dataset"),
 and whether a listed RSE holds *all* files of a dataset (taken as yes: :mod:`.answers`).
 Merged with a Rucio source for the same site, its presence and Rucio's transfer are combined
-fact by fact (:func:`hydrator.domain.combine`).
+fact by fact (:func:`hydrator.core.presence.combine`).
 
 Errors: any locate that still fails after its retries fails the whole fetch
 (TransientSourceError), because a dataset whose locate failed must not vanish from the sites
@@ -61,17 +61,11 @@ from hydrator.adapters.sources.dmapi.tokens import (
     token_provider,
 )
 from hydrator.config import DmapiSourceConfig
+from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
-from hydrator.domain import (
-    DatasetId,
-    ElementCount,
-    InvalidNameError,
-    Replica,
-    ReplicaState,
-    Site,
-    Snapshot,
-)
+from hydrator.domain import DatasetId, ElementCount, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.names import InvalidNameError
 
 log = logging.getLogger("hydrator.adapters.sources.dmapi")
 
@@ -382,7 +376,7 @@ class DmapiSource:
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         listed = self._listed_unmapped(unmapped)
         more = len(unmapped) - len(listed)
-        answer = Snapshot.of(
+        answer = merged_snapshot(
             self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
         )
         elements = {e: ElementCount(site, len(found)) for e, (site, found) in held.items()}

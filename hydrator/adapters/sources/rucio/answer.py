@@ -2,7 +2,7 @@
 
 * **Identity.** A pair whose new replica equals the last keeps the last object; the answer is
   one set, built from the last one by delta (:func:`record`: a copy, never changed once
-  handed over with ``Snapshot.of(..., unique=True)``), so an unchanged fetch returns the very
+  handed over with ``Snapshot.of(...)``), so an unchanged fetch returns the very
   same set and the core compares by identity. A replica that says only "complete" (most of
   them) is kept in that set alone and found there by value; the others also per site and
   dataset (``Book.answer``).

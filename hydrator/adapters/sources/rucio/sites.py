@@ -37,8 +37,9 @@ from hydrator.adapters.sources import OnceLog, site_or_none
 from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.storage import Drain, Statement, judge
-from hydrator.domain import STORAGE_PATTERN, Site, StorageStatus
+from hydrator.domain import Site, StorageStatus
 from hydrator.errors import PermanentSourceError
+from hydrator.names import STORAGE_PATTERN
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
 

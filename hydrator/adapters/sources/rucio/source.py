@@ -103,16 +103,9 @@ from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.ports import FetchContext
 from hydrator.core.presence import Wait, says_complete, settled, towards
-from hydrator.domain import (
-    DatasetId,
-    ElementCount,
-    InvalidNameError,
-    Replica,
-    Site,
-    Snapshot,
-    check_site,
-)
+from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, check_site
 from hydrator.errors import PermanentSourceError
+from hydrator.names import InvalidNameError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
 
@@ -239,13 +232,12 @@ class RucioSource:
             self.deep_checks_skipped_last_fetch = self._deep.skipped
             self._held_ids = {}
             self.wire.end()
-        answer = Snapshot.of(
+        answer = Snapshot.of(  # one replica per (site, dataset): the book is keyed by pair
             self.name,
             book.replicas,
             sites=cycle.table.covered,  # with the sites whose RSEs cannot serve
             invalid=cycle.invalid,
             unmapped=cycle.table.unmapped,
-            unique=True,  # one replica per (site, dataset): the book is keyed by pair
             sites_named=True,  # every pair's site is one an RSE maps to (remap drops others)
             storages=statuses,
         )

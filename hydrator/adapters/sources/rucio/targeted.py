@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from hydrator.adapters.sources.rucio.book import Book, Cycle, Dataset
 from hydrator.adapters.sources.rucio.deep import DeepChecks
 from hydrator.adapters.sources.rucio.wire import RucioWire
-from hydrator.domain import DatasetId, InvalidNameError, Replica
+from hydrator.domain import DatasetId, Replica
 from hydrator.errors import TransientSourceError
+from hydrator.names import InvalidNameError
 
 
 def read_datasets(deep: DeepChecks, book: Book, datasets: Sequence[DatasetId]) -> list[Replica]:

@@ -14,6 +14,7 @@ import pytest
 from hydrator.adapters.htcondor.collector import Rendered, Target, defer_merges, plan_merges
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.render import published_updated
 from hydrator.domain import Site, Snapshot, State, StorageStatus
@@ -30,7 +31,7 @@ def answer(down: bool) -> Snapshot:
     x = StorageStatus(A, "X_DISK", "RSE", not down, "availability_read false" if down else None)
     statuses = (x, StorageStatus(A, "Y_DISK", "RSE"), StorageStatus(B, "B_DISK", "RSE"))
     held = [rep("SITE_A", "d2"), rep("SITE_B", "b")] + ([] if down else [rep("SITE_A", "d1")])
-    return Snapshot.of("rucio", held, [A, B], storages=statuses)
+    return merged_snapshot("rucio", held, [A, B], storages=statuses)
 
 
 def merges_in_an_hour(min_interval_s: float) -> dict[Site, int]:

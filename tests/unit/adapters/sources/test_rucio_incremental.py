@@ -25,6 +25,7 @@ from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.adapters.sources.rucio.listing import line_blocks
 from hydrator.adapters.sources.rucio.source import BULK_SHARE
 from hydrator.config import RucioSourceConfig
+from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import (
     Abandonable,
     CountsCalls,
@@ -441,7 +442,7 @@ def test_a_failed_fetch_is_followed_by_one_reusing_the_held_objects() -> None:
     world.fail = set()
     after = source.fetch(FetchContext(now=datetime.now(UTC), previous={"rucio": held}))
     assert after.replicas == held
-    assert_kept(Snapshot.of("rucio", held), after)
+    assert_kept(merged_snapshot("rucio", held), after)
     assert after.replicas is not held  # one new set of the same objects
 
 

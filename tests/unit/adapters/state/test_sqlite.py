@@ -22,17 +22,10 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
 from hydrator.core.derived import Derived
+from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Policy, SourceDelta, plan_cycle
-from hydrator.domain import (
-    DatasetId,
-    Replica,
-    ReplicaState,
-    Site,
-    Snapshot,
-    State,
-    Transfer,
-    holding,
-)
+from hydrator.core.presence import holding
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.wiring import assemble
@@ -492,12 +485,12 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     assert {r.state for r in a} == set(ReplicaState) and {r.transfer for r in a} == set(Transfer)
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
-    outcomes = {"a": Snapshot.of("a", a), "b": Snapshot.of("b", b)}
+    outcomes = {"a": merged_snapshot("a", a), "b": merged_snapshot("b", b)}
     plan = plan_cycle(State(), outcomes, t(0), POLICY)
     store.save(plan)
     half = [holding(r.dataset, r.site, 0.5, 0.25) for r in b[:500]]  # changed or new in "a"
     churned = a[1000:] + pool[10_000:] + [r for r in half if r is not None]
-    outcomes["a"] = Snapshot.of("a", churned)
+    outcomes["a"] = merged_snapshot("a", churned)
     second = plan_cycle(plan.state, outcomes, t(1), POLICY)
     assert second.changes and store.save(second) > 0
     store.close()

@@ -16,9 +16,10 @@ from hydrator.adapters.state.sqlite import (
     remove_drain,
     set_drain,
 )
+from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.storage import Drain
-from hydrator.domain import Site, Snapshot, State, StorageStatus
+from hydrator.domain import Site, State, StorageStatus
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from tests.support.state_files import old_state_config
@@ -80,7 +81,7 @@ def test_storage_statuses_outlive_a_restart(tmp_path: Path) -> None:
         StorageStatus(A, "X_DISK", "RSE", False, "availability_read false", t(60), None, 2),
         StorageStatus(A, "Y_DISK", "RSE", upcoming="downtime from ... to ..."),
     )
-    answer = Snapshot.of("r", [rep("SITE_A", "a")], [A], storages=stated)
+    answer = merged_snapshot("r", [rep("SITE_A", "a")], [A], storages=stated)
     plan = plan_cycle(State(), {"r": answer}, t(0), Policy())
     store = SqliteStateStore(path)
     store.save(plan)
@@ -139,7 +140,7 @@ def test_invalid_drain_rows_are_counted_and_left_out(
 def test_invalid_storage_statuses_are_counted_and_left_out(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     stated = (StorageStatus(A, "X_DISK", "RSE", False, "down"),)
-    answer = Snapshot.of("r", [rep("SITE_A", "a")], [A], storages=stated)
+    answer = merged_snapshot("r", [rep("SITE_A", "a")], [A], storages=stated)
     store = SqliteStateStore(path)
     store.save(plan_cycle(State(), {"r": answer}, t(0), Policy()))
     store.close()
