@@ -6,7 +6,7 @@ and annotating idle jobs. A file declared bad, and one set TEMPORARY_UNAVAILABLE
 within one cycle of the change; a dataset complete at the site's other RSE stays; the
 necromancer and abacus change nothing the pool sees afterwards; the expired replica
 (``rucio-minos-temporary-expiration``) brings the dataset back within one cycle. The delays
-are printed (``-s``): they are what docs/provisioning.md quotes."""
+are printed (``-s``): benchmarks/bad_replicas_pool_delays.json holds them, README quotes them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import classad2
 import pytest
 import requests
 
@@ -71,8 +72,6 @@ def names(value: Any) -> frozenset[str]:
 
 def shown(d: Daemon) -> tuple[frozenset[str], frozenset[str]]:
     """SITE_A's AvailableDatasets and PartialDatasets as ``hydrator show SITE_A`` prints them."""
-    import classad2
-
     done = subprocess.run(
         [sys.executable, "-m", "hydrator", "show", "SITE_A", "--config", str(d.config)],
         capture_output=True,
@@ -104,8 +103,10 @@ def slot_a(pool: Pool) -> tuple[frozenset[str], frozenset[str]] | None:
 
 
 def total(d: Daemon, metric: str) -> float:
-    """A counter's samples summed over its labels."""
-    return sum(v for (name, _), v in d.metrics().items() if name == metric)
+    """A counter's samples summed over its labels (AssertionError if it is not exported)."""
+    samples = [v for (name, _), v in d.metrics().items() if name == metric]
+    assert samples, f"{metric} not exported"
+    return sum(samples)
 
 
 def cycles(d: Daemon) -> float:
@@ -192,7 +193,7 @@ class Scene:
         return delay
 
     def steady(self, what: str, want: Seen, cycles_n: int = 3) -> None:
-        """``want`` through ``cycles_n`` more cycles: nothing flaps."""
+        """``want`` through ``cycles_n`` more cycles, and no change planned: nothing flaps."""
         first, merged = cycles(self.d), 0
         changes = total(self.d, "hydrator_changes_total")
         while cycles(self.d) < first + cycles_n:
@@ -203,6 +204,7 @@ class Scene:
         assert merged > 0, f"{what}: the slot ad never carried the lists"
         changed = total(self.d, "hydrator_changes_total") - changes
         print(f"{what}: {changed:.0f} changes planned in {cycles_n} cycles")
+        assert changed == 0, f"{what}: {changed:.0f} changes planned"
 
 
 @pytest.fixture
