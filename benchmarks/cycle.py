@@ -174,6 +174,9 @@ def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -
         username="root",
         password_file=password,
         timeout_s=120.0,
+        # the default 30 s abandons a 1M first fetch on a loaded 2-core machine (the cycle
+        # then comes out degraded and the step fails): the harness times it, it does not cut it
+        deadline_s=600.0,
     )
     return Config(
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),

@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         writer.add_argument(
             "--reset-state",
             action="store_true",
-            help="move the state file aside (to <state>.reset-<time>) and start empty",
+            help="move the state file aside (to <state>.reset-<time>) and start empty; "
+            "the operator's drains (hydrator drain) are kept",
         )
     once.add_argument("--json", action="store_true", help="print a machine-readable report")
     with_config("check-config", "validate the configuration; exit 2 naming the bad key")

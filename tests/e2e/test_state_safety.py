@@ -218,3 +218,24 @@ def test_a_hand_edited_state_cannot_inject_classad_lines(demo: Path) -> None:
     assert "obs_9" not in shown.stdout
     warning = one_line(shown)
     assert "3 invalid row(s) ignored" in warning and "\\nRequirements" in warning
+
+
+def test_reset_state_keeps_the_operators_drains(demo: Path) -> None:
+    """Resetting what the catalogues said does not undo what the operator decided."""
+    assert hydrator(demo, "once").returncode == 0
+    drained = hydrator(demo, "drain", "SRCNET_CH", "--reason", "disk swap", "--until", "3d")
+    assert drained.returncode == 0, drained.stderr
+
+    def drain_lines() -> list[str]:
+        shown = hydrator(demo, "show", "SRCNET_CH").stdout.splitlines()
+        return [line for line in shown if "disk swap" in line or "Datasets = " in line]
+
+    before = drain_lines()
+    assert len(before) == 5, before  # no dataset listed, the reason in the ad and a comment
+    reset = hydrator(demo, "once", "--reset-state")
+    assert reset.returncode == 0, reset.stderr
+    assert "1 operator drain(s) kept" in reset.stderr
+    assert [p for p in demo.parent.iterdir() if p.name.startswith("demo-state.sqlite.reset-")]
+    assert drain_lines() == before
+    assert hydrator(demo, "undrain", "SRCNET_CH").returncode == 0
+    assert not any("disk swap" in line for line in drain_lines())

@@ -18,7 +18,8 @@ Schema version 4::
 ``undrain`` write it in a transaction of their own (:func:`set_drain`, :func:`remove_drain`)
 without the writer lock, which the running daemon holds; the daemon reads it at the start of
 every cycle (:meth:`SqliteStateStore.drains`), so a drain takes effect within one cycle and
-outlives restarts. (``--reset-state`` moves the file aside: drains go with it.)
+outlives restarts, also ``--reset-state``, which moves the file aside but keeps the drains
+(:func:`reset_state`).
 
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
 belongs to the pair across sources and lives only here (the daemon never holds it in memory):
@@ -183,10 +184,13 @@ class StateLock:
 
 def reset_state(path: Path, now: datetime) -> Path | None:
     """Move the state file (and its ``-wal``/``-shm``) aside to ``<path>.reset-<UTC time>``, so
-    the next open starts empty; return the new name, or None if there was no file. Call it only
-    while holding the :class:`StateLock`."""
+    the next open starts with no replica state; return the new name, or None if there was no
+    file. The operator's drains are kept (written into a new state file): resetting what the
+    catalogues said does not undo what the operator decided. Drains that cannot be read (a
+    damaged file) are lost, with a warning. Call it only while holding the :class:`StateLock`."""
     if not path.exists():
         return None
+    drains = _readable_drains(path)
     kept = path.with_name(f"{path.name}.reset-{now.strftime('%Y%m%dT%H%M%SZ')}")
     try:
         for suffix in ("-wal", "-shm", ""):  # the database last: its name marks completion
@@ -195,8 +199,30 @@ def reset_state(path: Path, now: datetime) -> Path | None:
                 side.rename(kept.with_name(kept.name + suffix))
     except OSError as exc:
         raise StateError(f"state database {path}: cannot move it aside: {exc.strerror}") from exc
-    log.warning("state database %s moved to %s (--reset-state): starting empty", path, kept)
+    if drains:
+        SqliteStateStore(path).close()  # a new empty state, under the caller's lock
+        for drain in drains:
+            set_drain(path, drain)
+    log.warning(
+        "state database %s moved to %s (--reset-state): starting empty, %d operator drain(s) kept",
+        path,
+        kept,
+        len(drains),
+    )
     return kept
+
+
+def _readable_drains(path: Path) -> list[Drain]:
+    """The drains saved in the state at ``path``; none (with a warning) if it is unreadable."""
+    try:
+        store = SqliteStateStore(path, read_only=True)
+        try:
+            return store.drains()
+        finally:
+            store.close()
+    except StateError as exc:
+        log.warning("--reset-state: the operator's drains cannot be read, not kept: %s", exc)
+        return []
 
 
 class SqliteStateStore:

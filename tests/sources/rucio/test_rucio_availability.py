@@ -15,7 +15,7 @@ from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
-from hydrator.domain import Site
+from hydrator.domain import DatasetId, Site
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service
@@ -152,3 +152,46 @@ def test_a_drained_rse_and_one_gone_from_the_expression_leave_explicitly(
         assert [s.storage for s in later.storages] == [r1], "stated gone for one fetch only"
     finally:
         source.close()
+
+
+def test_an_rse_already_down_at_a_restart_counts_the_wanted_datasets_it_holds(
+    running_rucio: RucioServer, rucio_admin: RucioAdmin
+) -> None:
+    """The alert on storage holding data idle jobs want (``HydratorStorageUnavailableWithDemand``,
+    fed by ``wanted``) must not wait after a restart: a source started while an RSE is
+    read-disabled reads what its summary table lists once (Rucio leaves it as it was)."""
+    tag = unique("rs").lower()
+    site = f"SITE-{tag}"
+    a1, a2 = (rucio_admin.rse(site, attributes={"fed": tag}) for _ in range(2))
+    scope = rucio_admin.scope()
+    at_a1 = [rucio_admin.dataset(scope, 2, at=[a1]) for _ in range(3)]
+    at_a2 = rucio_admin.dataset(scope, 2, at=[a2])
+    for name in at_a1:
+        rucio_admin.rule(scope, name, a1)
+    rucio_admin.rule(scope, at_a2, a2)
+    running_rucio.run_abacus()
+    wanted = {DatasetId(scope, n): 2 for n in (*at_a1[:2], at_a2)}  # two of a1's, a2's one
+    now = datetime.now(UTC)
+
+    def statuses(source: RucioSource) -> dict[str, tuple[bool, int]]:
+        snapshot = source.fetch(FetchContext(now=now, wanted=wanted))
+        return {s.storage: (s.available, s.wanted) for s in snapshot.storages}
+
+    config = source_config(running_rucio, rse_expression=f"rse_type=DISK&fed={tag}")
+    before = RucioSource(config, {})
+    try:
+        assert statuses(before) == {a1: (True, 0), a2: (True, 0)}
+        rucio_admin.client.update_rse(a1, {"availability_read": False})
+        assert statuses(before) == {a1: (False, 2), a2: (True, 0)}
+    finally:
+        before.close()
+    restarted = RucioSource(config, {})
+    try:
+        assert statuses(restarted) == {a1: (False, 2), a2: (True, 0)}, "counted at once"
+        calls = restarted.calls_last_fetch["list_datasets_per_rse"]
+        assert calls == 2, "a2's, and a1's once"
+        assert statuses(restarted) == {a1: (False, 2), a2: (True, 0)}
+        assert restarted.calls_last_fetch["list_datasets_per_rse"] == 1, "a1's kept"
+    finally:
+        restarted.close()
+        rucio_admin.client.update_rse(a1, {"availability_read": True})

@@ -450,21 +450,30 @@ class HeldWhileDown:
     """The datasets each unavailable RSE held when it went down (its summary rows, which
     leave the book then), kept while it stays down, to count those queued jobs want
     (:attr:`~hydrator.domain.StorageStatus.wanted`: the alert on storage holding wanted data).
-    In memory: after a restart an RSE already down counts none."""
+    In memory: an RSE already down when the source starts (a restart) has no rows in the
+    book, so its summary table is read once (``read``): Rucio leaves it as it was when the
+    RSE went read-disabled (FACTS.md), one ``list_datasets_per_rse`` call per such RSE."""
 
     def __init__(self) -> None:
         self._held: dict[str, frozenset[DatasetId]] = {}
 
     def update(
-        self, book: Book, table: RseTable, wanted: Mapping[DatasetId, int]
+        self,
+        book: Book,
+        table: RseTable,
+        wanted: Mapping[DatasetId, int],
+        read: Callable[[str], frozenset[DatasetId]],
     ) -> tuple[StorageStatus, ...]:
         """``table``'s statuses with their wanted counts; call before the book is remapped
-        (an RSE going down still has its rows there)."""
+        (an RSE going down still has its rows there). ``read(rse)``: the datasets an RSE's
+        summary table lists, for one down with no rows in the book."""
         down = table.down
         for rse in down - self._held.keys():
             listing = book.listings.get(rse)
-            values = listing.values if listing is not None else []
-            self._held[rse] = frozenset(d.id for d in listed(values))
+            if listing is None:
+                self._held[rse] = read(rse)
+                continue
+            self._held[rse] = frozenset(d.id for d in listed(listing.values))
         for rse in self._held.keys() - down:
             del self._held[rse]
         return tuple(

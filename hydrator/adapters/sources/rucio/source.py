@@ -211,7 +211,7 @@ class RucioSource:
             table = self._sites.read(self.wire, book.rses, context.now, context.drains)
             cycle = Cycle(table, invalid=table.invalid)
             dirty = Dirty()
-            statuses = self._held_while_down.update(book, table, context.wanted)
+            statuses = self._held_while_down.update(book, table, context.wanted, self._held_at)
             remap(book, cycle.table, dirty)
             self._read_summaries(book, cycle, dirty)
             read_rules(self.wire, book, cycle, dirty)
@@ -328,6 +328,24 @@ class RucioSource:
         unique = first_only(values_all)
         apply_rows(rse, values_all, old.values, site, dirty)
         return Lines(hashes, values_all, unique=unique)
+
+    def _held_at(self, rse: str) -> frozenset[DatasetId]:
+        """The datasets ``rse``'s summary table lists (in scope, valid names; one request):
+        what an RSE already down when this source started holds (:class:`~.book.HeldWhileDown`)."""
+        lines = list(filter(None, self.wire.summary(rse).splitlines()))
+        held: set[DatasetId] = set()
+        for row in parse_lines(
+            SUMMARY_LINES, lines, f"the dataset summary of RSE {rse} (list_datasets_per_rse)"
+        ):
+            if isinstance(row, Mark) or (
+                self.config.scopes and row["scope"] not in self.config.scopes
+            ):
+                continue
+            try:
+                held.add(DatasetId(row["scope"], row["name"]))
+            except InvalidNameError:
+                continue  # no job can want it (its name is refused there too)
+        return frozenset(held)
 
     def _row_values(
         self, lines: list[bytes], book: Book, dirty: Dirty, rse: str
