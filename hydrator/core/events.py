@@ -41,6 +41,7 @@ from hydrator.domain import (
     Snapshot,
     SourceState,
     State,
+    StorageStatus,
 )
 
 K = TypeVar("K")
@@ -300,6 +301,15 @@ def patched(
         state.name, replicas, sites, unique=True, sites_named=True, storages=state.storages
     )
     return replace(snapshot, elements=state.elements)
+
+
+def restated(state: SourceState, storages: tuple[StorageStatus, ...] | None) -> Snapshot:
+    """A refresh cycle's answer for a source (docs/events.md): its last good snapshot, as
+    :func:`unchanged`, with the storage statuses it has just read instead; with ``None`` (it
+    cannot read them, or the read failed) the last good statuses stay (unknown is not
+    unavailable)."""
+    kept = unchanged(state)
+    return kept if storages is None else replace(kept, storages=storages)
 
 
 def keep_read_times(plan: Plan, previous: State) -> Plan:

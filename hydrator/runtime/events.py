@@ -41,6 +41,7 @@ from hydrator.core.events import (
     lag_seconds,
     patched,
     reread,
+    restated,
     unchanged,
 )
 from hydrator.core.plan import Plan, plan_cycle
@@ -50,10 +51,11 @@ from hydrator.core.ports import (
     EventListener,
     FetchContext,
     ParentLookups,
+    ReadsStorages,
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Snapshot
+from hydrator.domain import DatasetId, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -355,15 +357,72 @@ class FullReadGate:
         due = self.poll_all or any(c.full_read_due() for c in self.cycles)
         if not due and not self.service.drains_changed():
             self.service.metrics.full_reads_skipped.inc()
+            self.refresh()
             return
         started = time.monotonic()
         report = self.service.run_cycle()
         for cycles in self.cycles:
             cycles.after_full_read(report, started)
 
+    def refresh(self) -> CycleReport:
+        """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
+        cycle that reads no dataset but every source's storage statuses where it can
+        (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
+        time; counted in ``hydrator_refresh_cycles_total`` and logged in one line."""
+        read: list[str] = []
+        planner = partial(refresh_plan, self.service, read)
+        report = self.service.run_cycle(planner=planner, scheduled=True)
+        self.service.metrics.refresh_cycles.labels(report.outcome).inc()
+        self.service.notify_listeners()
+        log.info(
+            "refresh cycle (no full read due): storage of %s read again, %s in %.2f s",
+            ", ".join(read) or "no source",
+            report.outcome,
+            report.duration_s,
+        )
+        return report
+
     def stop(self) -> None:
         for cycles in self.cycles:
             cycles.stop()
+
+
+def refresh_plan(
+    service: Service, read: list[str], previous: Derived, context: FetchContext
+) -> Plan:
+    """The refresh cycle's decision: every source's last good answer, with the storage
+    statuses read now from those that can (:class:`ReadsStorages`; the names appended to
+    ``read``), the last good ones from the others (:func:`restated`); read times kept."""
+    state = previous.state
+    by_name = {s.name: s for s in service.sources}
+    busy = set(service.busy_sources())  # an abandoned full read still uses its wire
+    outcomes: dict[str, Snapshot] = {}
+    for name, held in state.sources.items():
+        source = by_name.get(name)
+        statuses = None
+        if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
+            statuses = _read_storages(service, name, source, context)
+        if statuses is not None:
+            read.append(name)
+        outcomes[name] = restated(held, statuses)
+    plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
+    return keep_read_times(plan, state)
+
+
+def _read_storages(
+    service: Service, name: str, source: ReadsStorages, context: FetchContext
+) -> tuple[StorageStatus, ...] | None:
+    """``source``'s storage statuses now, or None (logged in one line) when the read
+    fails: the last good ones stay. Its requests go into ``hydrator_source_calls_total``."""
+    try:
+        return source.read_storages(context)
+    except SourceError as exc:
+        log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
+        return None
+    finally:
+        if isinstance(source, CountsReadCalls):
+            for method, count in source.calls_last_read.items():
+                service.metrics.source_calls.labels(name, method).inc(count)
 
 
 def start_events(
