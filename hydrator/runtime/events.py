@@ -37,6 +37,7 @@ from hydrator.core.events import (
     RucioEvent,
     Triage,
     full_read_due,
+    inexact,
     keep_read_times,
     lag_seconds,
     patched,
@@ -356,20 +357,24 @@ class FullReadGate:
             self._subscribe_wait_s = 0.0
         due = self.poll_all or any(c.full_read_due() for c in self.cycles)
         if not due and not self.service.drains_changed():
-            self.service.metrics.full_reads_skipped.inc()
-            self.refresh()
-            return
+            inexact = self.refresh()
+            if not inexact:
+                self.service.metrics.full_reads_skipped.inc()
+                return
+            log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
         started = time.monotonic()
         report = self.service.run_cycle()
         for cycles in self.cycles:
             cycles.after_full_read(report, started)
 
-    def refresh(self) -> CycleReport:
+    def refresh(self) -> list[str]:
         """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
         cycle that reads no dataset but every source's storage statuses where it can
         (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
-        time; counted in ``hydrator_refresh_cycles_total`` and logged in one line."""
-        read: list[str] = []
+        time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
+        the storage elements whose new availability only a full read applies exactly
+        (:func:`~hydrator.core.events.inexact`)."""
+        read: dict[str, tuple[str, ...]] = {}
         planner = partial(refresh_plan, self.service, read)
         report = self.service.run_cycle(planner=planner, scheduled=True)
         self.service.metrics.refresh_cycles.labels(report.outcome).inc()
@@ -380,7 +385,7 @@ class FullReadGate:
             report.outcome,
             report.duration_s,
         )
-        return report
+        return [name for names in read.values() for name in names]
 
     def stop(self) -> None:
         for cycles in self.cycles:
@@ -388,11 +393,12 @@ class FullReadGate:
 
 
 def refresh_plan(
-    service: Service, read: list[str], previous: Derived, context: FetchContext
+    service: Service, read: dict[str, tuple[str, ...]], previous: Derived, context: FetchContext
 ) -> Plan:
     """The refresh cycle's decision: every source's last good answer, with the storage
-    statuses read now from those that can (:class:`ReadsStorages`; the names appended to
-    ``read``), the last good ones from the others (:func:`restated`); read times kept."""
+    statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
+    the storage elements only a full read applies exactly, :func:`inexact`), the last good
+    ones from the others (:func:`restated`); read times kept."""
     state = previous.state
     by_name = {s.name: s for s in service.sources}
     busy = set(service.busy_sources())  # an abandoned full read still uses its wire
@@ -403,7 +409,7 @@ def refresh_plan(
         if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
             statuses = _read_storages(service, name, source, context)
         if statuses is not None:
-            read.append(name)
+            read[name] = inexact(held, statuses)
         outcomes[name] = restated(held, statuses)
     plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
     return keep_read_times(plan, state)

@@ -17,8 +17,8 @@ from hydrator.domain import Site
 from hydrator.runtime.events import start_events
 from hydrator.runtime.report import site_json
 from hydrator.runtime.wiring import build_service, event_listener
-from tests.events.test_event_cycles import CALLS, EventService, daemon_config
 from tests.support.activemq import Broker
+from tests.support.event_service import CALLS, EventService, daemon_config
 from tests.support.rucio_server import RucioAdmin, RucioServer, unique
 from tests.support.wait import wait_for
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from hydrator.config import RucioEventsConfig, parse_config
 from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Replica, Site, Snapshot, StorageStatus
+from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, StorageStatus
 from hydrator.errors import TransientSourceError
 from hydrator.runtime.events import EventCycles, FullReadGate
 from hydrator.runtime.metrics import Metrics
@@ -48,7 +49,11 @@ class Catalogue:
     def fetch(self, context: FetchContext) -> Snapshot:
         self.full_reads += 1
         self.fetched_at.append(time.monotonic())
-        return Snapshot.of(self.name, self.replicas, [Site("A"), Site("B")], storages=self.storages)
+        answer = Snapshot.of(
+            self.name, self.replicas, [Site("A"), Site("B")], storages=self.storages
+        )
+        at_a = sum(1 for r in self.replicas if r.site == Site("A"))
+        return replace(answer, elements={"A_DISK": ElementCount(Site("A"), at_a)})
 
     def read_storages(self, context: FetchContext) -> tuple[StorageStatus, ...]:
         self.calls_last_read = {"list_rses": 1}

@@ -189,7 +189,7 @@ def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Pa
     reader = Reader(wanting("ska:x"), wanting("ska:y"))
     svc = service(tmp_path, reader)  # the age: an hour
     svc.run_cycle()
-    report = svc.run_cycle(planner=partial(refresh_plan, svc, []), scheduled=True)
+    report = svc.run_cycle(planner=partial(refresh_plan, svc, {}), scheduled=True)
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
     event(svc)
