@@ -14,7 +14,9 @@
   full read runs when :func:`~hydrator.core.events.full_read_due` says so (start-up, after a
   reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
   read reads every source: a daemon with other sources beside event-driven Rucio ones reads
-  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise.
+  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise;
+  when none is due, a *refresh cycle* (:meth:`FullReadGate.refresh`) reads the storage
+  statuses, drains and queues again, and no dataset.
 """
 
 from __future__ import annotations
@@ -335,7 +337,9 @@ class FullReadGate:
     cycle when one of them says it is due (:meth:`EventCycles.full_read_due`) or the active
     drains changed since the last full read (:meth:`Service.drains_changed`), or always when
     a source without events is configured (it is polled at the normal interval: such a daemon
-    gains freshness from events, not fewer reads)."""
+    gains freshness from events, not fewer reads). Otherwise a refresh cycle
+    (:meth:`refresh`), followed by the full read when it found a storage change only a full
+    read applies exactly."""
 
     def __init__(
         self,
