@@ -33,7 +33,16 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from hydrator.core.plan import Plan, SourceStatus
-from hydrator.domain import DatasetId, Replica, Site, Snapshot, SourceState, State
+from hydrator.core.storage import unavailable_storages
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    Site,
+    Snapshot,
+    SourceState,
+    State,
+    StorageStatus,
+)
 from hydrator.names import InvalidNameError
 
 K = TypeVar("K")
@@ -291,6 +300,38 @@ def patched(
     cycle's answer for the source it re-read), its storage statuses and element counts kept."""
     snapshot = Snapshot.of(state.name, replicas, sites, sites_named=True, storages=state.storages)
     return replace(snapshot, elements=state.elements)
+
+
+def restated(state: SourceState, storages: tuple[StorageStatus, ...] | None) -> Snapshot:
+    """A refresh cycle's answer for a source (docs/events.md): its last good snapshot, as
+    :func:`unchanged`, with the storage statuses it has just read instead; with ``None`` (it
+    cannot read them, or the read failed) the last good statuses stay (unknown is not
+    unavailable)."""
+    kept = unchanged(state)
+    return kept if storages is None else replace(kept, storages=storages)
+
+
+def inexact(state: SourceState, statuses: Iterable[StorageStatus]) -> tuple[str, ...]:
+    """The storage elements, by name, whose change of availability read by a refresh cycle
+    (``statuses`` against ``state``'s) only a full read applies exactly, the refresh cycle
+    keeping the replicas it does not read: one gone down that held entries at the last full
+    read (:attr:`~hydrator.domain.SourceState.elements`; unknown counts as held) at a site
+    where another one still serves (a site with none left lists nothing at once:
+    :func:`~hydrator.core.storage.with_storage`), and one back that the last full read did
+    not count (it was down then: what it holds is not in the state)."""
+    statuses = tuple(statuses)
+    was = unavailable_storages(state.storages)
+    now = unavailable_storages(statuses)
+    serving = {s.site for s in statuses if s.available}
+    out: list[str] = []
+    for status in statuses:
+        name, count = status.storage, state.elements.get(status.storage)
+        if name in now and name not in was:
+            if status.site in serving and (count is None or count.entries > 0):
+                out.append(name)
+        elif name in was and name not in now and count is None:
+            out.append(name)
+    return tuple(sorted(out))
 
 
 def keep_read_times(plan: Plan, previous: State) -> Plan:

@@ -23,7 +23,8 @@ Optional capabilities (a source that has them is found by ``isinstance``; each i
 :class:`CountsCalls`, :class:`DefersChecks`, :class:`ReusesAnswers` (numbers a source knows
 after each fetch, read into metrics), :class:`CountsReadCalls` (its calls after a targeted
 read), :class:`Abandonable` (ends a fetch that still runs at shutdown), :class:`TargetedReads`
-and :class:`ParentLookups` (what event cycles need of a source).
+and :class:`ParentLookups` (what event cycles need of a source), :class:`ReadsStorages` (what
+refresh cycles read between full reads).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from hydrator.core.locality import PoolJob, PoolSlot
 from hydrator.core.plan import Plan
 from hydrator.core.queue import QueueSnapshot
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Replica, Site, SiteView, Snapshot
+from hydrator.domain import DatasetId, Replica, Site, SiteView, Snapshot, StorageStatus
 
 # -- sources ---------------------------------------------------------------------------------
 
@@ -140,6 +141,17 @@ class TargetedReads(Protocol):
     ) -> Iterable[Replica]:
         """This source's replicas of exactly ``datasets`` (a dataset found nowhere has none),
         or raise a SourceError."""
+        ...
+
+
+@runtime_checkable
+class ReadsStorages(Protocol):
+    """A source that can re-read the statuses of its storage elements cheaply, without
+    reading any dataset (the Rucio source: one ``list_rses()``), for refresh cycles."""
+
+    def read_storages(self, context: FetchContext) -> tuple[StorageStatus, ...]:
+        """Every storage element's status as of now (``context.now``, its drains), within
+        the source's deadline, or raise a SourceError."""
         ...
 
 

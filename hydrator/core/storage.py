@@ -20,8 +20,8 @@ site's replica from its *available* storage elements only (:func:`present_at`), 
 held only there leaves the site's lists while one also complete at another storage element of
 the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard does not hold
 what such storage held back (:func:`explained_entries`: that part of the drop is explained,
-not the rest of the site's), and a drained site
-advertises nothing (:func:`with_storage`).
+not the rest of the site's), and a drained site, or one whose every stated storage element
+cannot serve, advertises nothing (:func:`with_storage`).
 """
 
 from __future__ import annotations
@@ -232,8 +232,15 @@ def with_storage(
             out[site] = view
             continue
         stated = replace(view, storages=held, unavailable=site_reasons(held, drain))
-        out[site] = _emptied(stated) if drain is not None else stated
+        out[site] = _emptied(stated) if drain is not None or _all_down(held) else stated
     return out
+
+
+def _all_down(statuses: Collection[StorageStatus]) -> bool:
+    """Every storage element stated at a site cannot serve: the site lists no dataset (a
+    full read has already left out what they held; a refresh cycle, which re-reads
+    statuses but no dataset, needs this to take them out within one cycle)."""
+    return bool(statuses) and not any(s.available for s in statuses)
 
 
 def _emptied(view: SiteView) -> SiteView:

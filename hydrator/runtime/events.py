@@ -14,7 +14,9 @@
   full read runs when :func:`~hydrator.core.events.full_read_due` says so (start-up, after a
   reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
   read reads every source: a daemon with other sources beside event-driven Rucio ones reads
-  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise.
+  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise;
+  when none is due, a *refresh cycle* (:meth:`FullReadGate.refresh`) reads the storage
+  statuses, drains and queues again, and no dataset.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ from hydrator.core.events import (
     RucioEvent,
     Triage,
     full_read_due,
+    inexact,
     keep_read_times,
     lag_seconds,
     patched,
     reread,
+    restated,
     unchanged,
 )
 from hydrator.core.plan import Plan, plan_cycle
@@ -50,10 +54,11 @@ from hydrator.core.ports import (
     EventListener,
     FetchContext,
     ParentLookups,
+    ReadsStorages,
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Snapshot
+from hydrator.domain import DatasetId, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -332,7 +337,9 @@ class FullReadGate:
     cycle when one of them says it is due (:meth:`EventCycles.full_read_due`) or the active
     drains changed since the last full read (:meth:`Service.drains_changed`), or always when
     a source without events is configured (it is polled at the normal interval: such a daemon
-    gains freshness from events, not fewer reads)."""
+    gains freshness from events, not fewer reads). Otherwise a refresh cycle
+    (:meth:`refresh`), followed by the full read when it found a storage change only a full
+    read applies exactly."""
 
     def __init__(
         self,
@@ -354,16 +361,78 @@ class FullReadGate:
             self._subscribe_wait_s = 0.0
         due = self.poll_all or any(c.full_read_due() for c in self.cycles)
         if not due and not self.service.drains_changed():
-            self.service.metrics.full_reads_skipped.inc()
-            return
+            inexact = self.refresh()
+            if not inexact:
+                self.service.metrics.full_reads_skipped.inc()
+                return
+            log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
         started = time.monotonic()
         report = self.service.run_cycle()
         for cycles in self.cycles:
             cycles.after_full_read(report, started)
 
+    def refresh(self) -> list[str]:
+        """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
+        cycle that reads no dataset but every source's storage statuses where it can
+        (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
+        time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
+        the storage elements whose new availability only a full read applies exactly
+        (:func:`~hydrator.core.events.inexact`)."""
+        read: dict[str, tuple[str, ...]] = {}
+        planner = partial(refresh_plan, self.service, read)
+        report = self.service.run_cycle(planner=planner, scheduled=True)
+        self.service.metrics.refresh_cycles.labels(report.outcome).inc()
+        self.service.notify_listeners()
+        log.info(
+            "refresh cycle (no full read due): storage of %s read again, %s in %.2f s",
+            ", ".join(read) or "no source",
+            report.outcome,
+            report.duration_s,
+        )
+        return [name for names in read.values() for name in names]
+
     def stop(self) -> None:
         for cycles in self.cycles:
             cycles.stop()
+
+
+def refresh_plan(
+    service: Service, read: dict[str, tuple[str, ...]], previous: Derived, context: FetchContext
+) -> Plan:
+    """The refresh cycle's decision: every source's last good answer, with the storage
+    statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
+    the storage elements only a full read applies exactly, :func:`inexact`), the last good
+    ones from the others (:func:`restated`); read times kept."""
+    state = previous.state
+    by_name = {s.name: s for s in service.sources}
+    busy = set(service.busy_sources())  # an abandoned full read still uses its wire
+    outcomes: dict[str, Snapshot] = {}
+    for name, held in state.sources.items():
+        source = by_name.get(name)
+        statuses = None
+        if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
+            statuses = _read_storages(service, name, source, context)
+        if statuses is not None:
+            read[name] = inexact(held, statuses)
+        outcomes[name] = restated(held, statuses)
+    plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
+    return keep_read_times(plan, state)
+
+
+def _read_storages(
+    service: Service, name: str, source: ReadsStorages, context: FetchContext
+) -> tuple[StorageStatus, ...] | None:
+    """``source``'s storage statuses now, or None (logged in one line) when the read
+    fails: the last good ones stay. Its requests go into ``hydrator_source_calls_total``."""
+    try:
+        return source.read_storages(context)
+    except SourceError as exc:
+        log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
+        return None
+    finally:
+        if isinstance(source, CountsReadCalls):
+            for method, count in source.calls_last_read.items():
+                service.metrics.source_calls.labels(name, method).inc(count)
 
 
 def start_events(

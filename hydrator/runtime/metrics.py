@@ -394,6 +394,12 @@ class Metrics:
         "outcome",
         preset=("read", "reused", "failed"),
     )
+    refresh_cycles = _counter(
+        "refresh_cycles",
+        "Refresh cycles (a scheduled full read skipped while events flow: storage statuses,"
+        " drains, queues and jobs read again, no dataset) by outcome (ok, degraded, failed).",
+        "outcome",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry

@@ -179,15 +179,18 @@ class Service:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
         return True, f"every source ({len(self.sources)}) has answered at least once"
 
-    def run_cycle(self, dry_run: bool = False, planner: Planner | None = None) -> CycleReport:
+    def run_cycle(
+        self, dry_run: bool = False, planner: Planner | None = None, *, scheduled: bool = False
+    ) -> CycleReport:
         """Fetch, plan, save, publish. Never raises for source, state or publish failures.
-        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan."""
+        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan;
+        ``scheduled`` (a refresh cycle) reads the queues afresh as a full cycle does."""
         with self._lock, recording() as phases:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
-                    report = self._cycle(started, t0, dry_run, planner)
+                    report = self._cycle(started, t0, dry_run, planner, scheduled)
                 except HydratorError as exc:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
@@ -212,12 +215,17 @@ class Service:
                 log.exception("after-cycle listener %r failed", listener)
 
     def _cycle(
-        self, started: datetime, t0: float, dry_run: bool, planner: Planner | None
+        self,
+        started: datetime,
+        t0: float,
+        dry_run: bool,
+        planner: Planner | None,
+        scheduled: bool = False,
     ) -> CycleReport:
         # the cycle's one queue read: first when the demand needs it, else after the ads;
         # an event cycle reuses a young one (queue_reads.py)
         reads = self._queue_reads
-        reads.begin(scheduled=planner is None)
+        reads.begin(scheduled=planner is None or scheduled)
         with phase("queue"):
             queue = reads.take() if reads.pool else None
             wanted = self._wanted(queue)

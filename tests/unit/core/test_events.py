@@ -18,15 +18,25 @@ from hydrator.core.events import (
     Triage,
     full_read_due,
     hint_of,
+    inexact,
     keep_read_times,
     lag_seconds,
     patched,
     reread,
+    restated,
     unchanged,
 )
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Site, SourceOutcome, State, StorageStatus
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    Site,
+    SourceOutcome,
+    SourceState,
+    State,
+    StorageStatus,
+)
 from tests.unit.factories import fail, rep, snap, t
 
 DS = DatasetId("ska", "obs1")
@@ -258,3 +268,36 @@ def test_an_event_cycle_keeps_the_storage_reasons_and_drains_in_the_site_views()
 def test_lag_is_never_negative() -> None:
     assert lag_seconds([t(0), t(2)], t(1)) == [60.0, 0.0]
     assert lag_seconds([t(0)], t(0) + timedelta(seconds=1.5)) == [1.5]
+
+
+def _rse(site: str, name: str, up: bool = True) -> StorageStatus:
+    return StorageStatus(Site(site), name, "RSE", available=up, reason=None if up else "off")
+
+
+def test_a_refresh_answer_carries_the_new_statuses_or_keeps_the_last_on_failure() -> None:
+    state = SourceState("rucio", frozenset({rep("A", "x")}), storages=(_rse("A", "A1"),))
+    down = (_rse("A", "A1", up=False),)
+    assert restated(state, down).storages == down
+    assert restated(state, down).replicas is state.replicas  # no dataset read
+    assert restated(state, None).storages == state.storages  # unknown is not unavailable
+
+
+def test_which_availability_changes_only_a_full_read_applies_exactly() -> None:
+    counted = {
+        "A1": ElementCount(Site("A"), 3),
+        "A2": ElementCount(Site("A"), 1),
+        "B1": ElementCount(Site("B"), 2),
+        "C2": ElementCount(Site("C"), 0),
+    }
+    before = (_rse("A", "A1"), _rse("A", "A2"), _rse("B", "B1"), _rse("C", "C1"), _rse("C", "C2"))
+    state = SourceState("rucio", frozenset(), elements=counted, storages=before)
+    # B1 alone at B: the site lists nothing at once; A1 shares A with A2: a full read
+    now = (_rse("A", "A1", False), _rse("A", "A2"), _rse("B", "B1", False), *before[3:])
+    assert inexact(state, now) == ("A1",)
+    # C2 held nothing at the last full read: nothing to take out
+    assert inexact(state, (*before[:4], _rse("C", "C2", False))) == ()
+    assert inexact(state, before) == ()
+    # back: counted by the last full read (down and back between full reads) or not
+    gone = replace(state, storages=now)
+    assert inexact(gone, before) == ()
+    assert inexact(replace(gone, elements={}), before) == ("A1", "B1")

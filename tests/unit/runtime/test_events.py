@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from hydrator.core.events import ListenerStatus, ReconcilePolicy, RucioEvent
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
-from hydrator.domain import DatasetId, Replica, Site, Snapshot
+from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, StorageStatus
 from hydrator.errors import TransientSourceError
 from hydrator.runtime.events import EventCycles, FullReadGate
 from hydrator.runtime.metrics import Metrics
@@ -43,11 +44,24 @@ class Catalogue:
         self.fail = False
         self.calls_last_fetch = {"list_datasets_per_rse": 40}
         self.calls_last_read: dict[str, int] = {}
+        self.storages = (StorageStatus(Site("A"), "A_DISK", "RSE"),)
+        self.storage_reads = 0
 
     def fetch(self, context: FetchContext) -> Snapshot:
         self.full_reads += 1
         self.fetched_at.append(time.monotonic())
-        return merged_snapshot(self.name, self.replicas, [Site("A"), Site("B")])
+        answer = merged_snapshot(
+            self.name, self.replicas, [Site("A"), Site("B")], storages=self.storages
+        )
+        at_a = sum(1 for r in self.replicas if r.site == Site("A"))
+        return replace(answer, elements={"A_DISK": ElementCount(Site("A"), at_a)})
+
+    def read_storages(self, context: FetchContext) -> tuple[StorageStatus, ...]:
+        self.calls_last_read = {"list_rses": 1}
+        if self.fail:
+            raise TransientSourceError("rucio: connection refused")
+        self.storage_reads += 1
+        return self.storages
 
     def read_datasets(
         self, datasets: Sequence[DatasetId], context: FetchContext
@@ -286,3 +300,38 @@ def test_a_drain_or_undrain_runs_a_full_read_at_the_next_gate(setup: Any, tmp_pa
     assert catalogue.full_reads == 5
     gate()
     assert catalogue.full_reads == 5
+
+
+def test_a_skipped_full_read_is_a_refresh_cycle_that_reads_storage_and_no_dataset(
+    setup: Any,
+) -> None:
+    """Issue 24: storage set unavailable (no message says so) leaves the ads at the next
+    scheduled gate, not the reconcile interval later; it comes back when available again;
+    a failed storage read keeps the last statuses (unknown is not unavailable)."""
+    service, catalogue, cycles, metrics, _now = setup
+    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    gate()  # start-up: a full read
+    assert (catalogue.full_reads, catalogue.storage_reads) == (1, 0)
+    down = StorageStatus(
+        Site("A"), "A_DISK", "RSE", available=False, reason="availability_read false"
+    )
+    catalogue.storages = (down,)
+    gate()  # not due: a refresh cycle
+    assert (catalogue.full_reads, catalogue.storage_reads, catalogue.targeted) == (1, 1, [])
+    assert available(service, "A") == []
+    assert service.published.ads[Site("A")].view.unavailable == (
+        "RSE A_DISK: availability_read false",
+    )
+    catalogue.fail = True
+    gate()  # the read fails: still down, not back
+    assert available(service, "A") == []
+    catalogue.fail = False
+    catalogue.storages = (StorageStatus(Site("A"), "A_DISK", "RSE"),)
+    gate()
+    assert available(service, "A") == ["ska:obs1"]
+    assert catalogue.full_reads == 1
+    sample = metrics.registry.get_sample_value
+    assert sample("hydrator_full_reads_skipped_total") == 3
+    assert sample("hydrator_refresh_cycles_total", {"outcome": "ok"}) == 3
+    calls = {"source": "rucio", "method": "list_rses"}
+    assert sample("hydrator_source_api_calls_total", calls) == 3  # the failed one too

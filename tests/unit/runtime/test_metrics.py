@@ -67,6 +67,7 @@ EXPECTED = {
     "hydrator_full_reads_skipped": ("counter", ()),
     "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
     "hydrator_queue_reads": ("counter", ("outcome",)),
+    "hydrator_refresh_cycles": ("counter", ("outcome",)),
 }
 
 

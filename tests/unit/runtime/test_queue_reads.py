@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +21,7 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import Site
+from hydrator.runtime.events import refresh_plan
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.service import Service
@@ -179,3 +181,17 @@ def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path:
 
 def annotated_job() -> QueueJob:
     return QueueJob("1.0", IDLE, ("ska:x",), annotate=True)
+
+
+def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Path) -> None:
+    """The refresh cycle the events gate runs instead of a skipped full read refreshes the
+    demand (new jobs, their annotation) as a full cycle would, within the age too."""
+    reader = Reader(wanting("ska:x"), wanting("ska:y"))
+    svc = service(tmp_path, reader)  # the age: an hour
+    svc.run_cycle()
+    report = svc.run_cycle(planner=partial(refresh_plan, svc, {}), scheduled=True)
+    assert reader.reads == 2 and report.queue is QueueRead.READ
+    assert advertised(svc) == ["ska:y"]
+    event(svc)
+    assert reader.reads == 2, "an event cycle after it reuses its read"
+    svc.close()

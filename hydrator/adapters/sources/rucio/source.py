@@ -97,14 +97,22 @@ from hydrator.adapters.sources.rucio.listing import (
     parse_lines,
 )
 from hydrator.adapters.sources.rucio.rules import apply_rules, read_rules
-from hydrator.adapters.sources.rucio.sites import SiteMap
+from hydrator.adapters.sources.rucio.sites import RseTable, SiteMap, availability
 from hydrator.adapters.sources.rucio.targeted import parent_datasets, read_datasets
 from hydrator.adapters.sources.rucio.wire import ClientFactory, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.ports import FetchContext
 from hydrator.core.presence import Wait, says_complete, settled, towards
-from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, check_site
-from hydrator.errors import PermanentSourceError
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    Replica,
+    Site,
+    Snapshot,
+    StorageStatus,
+    check_site,
+)
+from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.names import InvalidNameError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -263,6 +271,25 @@ class RucioSource:
         try:
             self.wire.refresh()
             return parent_datasets(self.wire, files)
+        finally:
+            self.calls_last_read = dict(self.wire.calls)
+            self.wire.end()
+
+    def read_storages(self, context: FetchContext) -> tuple[StorageStatus, ...]:
+        """The mapped RSEs' statuses now, for a refresh cycle (docs/events.md): one
+        ``list_rses()`` (:func:`.sites.availability`) over the RSEs and sites the last full
+        read mapped, judged at ``context.now`` with its drains, with the wanted counts of
+        what an RSE down held; the book is not changed. Ends within ``deadline_s``."""
+        table = self._book.rses
+        if not table.rses:
+            raise TransientSourceError("rucio: no full read yet to read storage against")
+        self.wire.begin(self.config.deadline_s)
+        try:
+            self.wire.refresh()
+            statuses = availability(self.wire, table.rses, table, context.now, context.drains)
+            now = RseTable(table.rses, table.invalid, statuses)
+            # an RSE down with no rows in the book has its summary read once (a request)
+            return self._held_while_down.update(self._book, now, context.wanted, self._held_at)
         finally:
             self.calls_last_read = dict(self.wire.calls)
             self.wire.end()
