@@ -110,10 +110,6 @@ class Derived:
             found = self._sources[name] = SourceDerived(self.state.sources[name].replicas)
         return found
 
-    def built_source(self, name: str) -> SourceDerived | None:
-        """:meth:`source` if it was asked for or given, else None (never makes it)."""
-        return self._sources.get(name)
-
     def sharing(self, state: State, sources: Mapping[str, SourceDerived] | None = None) -> Derived:
         """The derived data of ``state``, whose sources hold the same replicas and sites as
         :attr:`state`'s (read times may differ: :attr:`site_updated` is not shared);
