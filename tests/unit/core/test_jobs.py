@@ -190,7 +190,7 @@ def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
     ]
     adapter.refuse = {"s1"}
     annotator = Annotator(adapter, AnnotateSettings())
-    with caplog.at_level(logging.INFO, logger="hydrator.core.jobs"):
+    with caplog.at_level(logging.INFO, logger="hydrator.core.annotate"):
         reports = [annotator.run(VIEWS, EPOCH) for _ in range(5)]
     assert [len(r.failed_schedds) for r in reports] == [1, 2, 2, 2, 1]
     assert [r.refused_schedds for r in reports] == [("s1",), ("s1",), ("s1",), (), ("s1",)]
