@@ -14,15 +14,14 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from operator import itemgetter
 
-from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised
-from hydrator.core.render import render_cron
+from hydrator.core.render import AdAttributes, render_cron
 from hydrator.domain import DatasetId, Site, SiteView
 
 _first = itemgetter(0)
 
 
-def ad_size(view: SiteView, attrs: ClassAdConfig, max_ad_bytes: int) -> int:
+def ad_size(view: SiteView, attrs: AdAttributes, max_ad_bytes: int) -> int:
     """Bytes of ``view``'s ad as the hook gets it (:func:`~hydrator.core.render.render_cron`),
     or a bound on the same side of ``max_ad_bytes`` (all :func:`advertise` compares it with):
     bounds from the names over the empty ad (each name costs its length and two quotes, plus

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import classad2
 
-from hydrator.config import ClassAdConfig
+from hydrator.core.render import AdAttributes
 from hydrator.domain import DatasetId
 
 
@@ -32,7 +32,7 @@ def _member(dataset: DatasetId, attribute: str) -> str:
 
 def job_expressions(
     datasets: Sequence[DatasetId],
-    attrs: ClassAdConfig,
+    attrs: AdAttributes,
     partial_ok: bool = False,
     fallback_after_s: int | None = None,
 ) -> JobExpressions:

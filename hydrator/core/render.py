@@ -23,10 +23,10 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterable
+from typing import Protocol
 
 import classad2
 
-from hydrator.config import ClassAdConfig
 from hydrator.core.storage import unavailable_text
 from hydrator.domain import DatasetId, SiteView
 from hydrator.names import NAME_PATTERN, SCOPE_PATTERN
@@ -34,6 +34,33 @@ from hydrator.names import NAME_PATTERN, SCOPE_PATTERN
 log = logging.getLogger(__name__)
 
 CRON_UPDATE_LINE = "- update:true"
+
+
+class AdAttributes(Protocol):
+    """The attribute names an ad is written with, and how it is written: what the core reads
+    of ``[classad]``. The configuration's ``ClassAdConfig`` is one; the core does not import
+    the configuration (its validation and defaults are the config layer's business)."""
+
+    @property
+    def available_attribute(self) -> str: ...
+    @property
+    def partial_attribute(self) -> str: ...
+    @property
+    def replicating_attribute(self) -> str: ...
+    @property
+    def stuck_attribute(self) -> str: ...
+    @property
+    def advertise_stuck(self) -> bool: ...
+    @property
+    def site_attribute(self) -> str: ...
+    @property
+    def updated_attribute(self) -> str: ...
+    @property
+    def digest_attribute(self) -> str: ...
+    @property
+    def updated_resolution_s(self) -> int: ...
+    @property
+    def unavailable_attribute(self) -> str: ...
 
 
 # ``scope:name`` as one pattern: neither part may contain a colon, so this accepts exactly the
@@ -55,7 +82,7 @@ def safe_names(datasets: Iterable[DatasetId]) -> list[str]:
     return out
 
 
-def published_updated(view: SiteView, attrs: ClassAdConfig) -> int:
+def published_updated(view: SiteView, attrs: AdAttributes) -> int:
     """``DataLocalityUpdated`` as published: epoch seconds rounded down to the resolution."""
     if view.updated is None:
         return 0
@@ -64,7 +91,7 @@ def published_updated(view: SiteView, attrs: ClassAdConfig) -> int:
 
 
 def site_classad(
-    view: SiteView, attrs: ClassAdConfig, *, says_available: bool = False
+    view: SiteView, attrs: AdAttributes, *, says_available: bool = False
 ) -> classad2.ClassAd:
     """The site's attributes as a ClassAd (lists of strings, site, epoch, digest), and why
     some of its storage cannot serve (``unavailable_attribute``) when that is so.
@@ -89,13 +116,13 @@ def site_classad(
     return ad
 
 
-def render_old(view: SiteView, attrs: ClassAdConfig) -> str:
+def render_old(view: SiteView, attrs: AdAttributes) -> str:
     """Old-syntax ``Attr = value`` lines, one per attribute, newline-terminated."""
     text: str = site_classad(view, attrs).printOld()
     return text
 
 
-def render_cron(view: SiteView, attrs: ClassAdConfig) -> str:
+def render_cron(view: SiteView, attrs: AdAttributes) -> str:
     """What a STARTD_CRON job prints: the old-syntax lines, then ``- update:true``.
 
     ``- update:true`` ends the ad and asks the startd for an immediate collector update

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from functools import partial
 
-from hydrator.config import ClassAdConfig
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.derived import Derived
+from hydrator.core.render import AdAttributes
 from hydrator.core.storage import Drain, with_storage
 from hydrator.domain import Site, SiteView
 
@@ -19,7 +19,7 @@ def startup_views(
     drains: Iterable[Drain],
     now: datetime,
     policy: AdvertisePolicy,
-    attrs: ClassAdConfig,
+    attrs: AdAttributes,
 ) -> dict[Site, SiteView]:
     """Nothing in demand mode (the demand is not known yet; hooks keep their last good
     copy); else the saved views with the saved storage statuses and the ``drains`` active at
