@@ -1,19 +1,13 @@
 """Whole-cycle benchmark (issues 15, 22): from the catalogue's bytes to the published ad.
 
 One cycle exactly as the daemon runs it: :meth:`hydrator.runtime.service.Service.run_cycle` on a
-service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its real
-``rucio-clients`` calls against :mod:`benchmarks.replay` (a loopback server answering in
-Rucio's wire format for a generated federation: 50 sites, 200 RSEs, 20k slots), with a
-SQLite state file, the collector publisher (its htcondor2 ``Collector`` replaced at the
-network call by :class:`PoolStub`, which encodes every ad as the wire needs) and the HTTP
-endpoint's file writes (the files the aiohttp child serves; the child is not started).
-
-Phases are the service's own (``CycleReport.phases``, :mod:`hydrator.runtime.phases`): wall
-seconds of ``queue``, ``fetch`` (the source's calls, reading, validating and building its
-snapshot; wall time includes waiting for the replay server on the other core:
-``fetch_cpu_s`` is the daemon's own CPU), ``plan``, ``save``, ``advertise``, ``render``,
-``publish``, ``jobs``, ``gc`` (the collector's passes) and ``other``; the harness adds
-``after`` (the cycle's wall time past its report: log line, metrics, the HTTP files). Code
+service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its
+real ``rucio-clients`` calls against :mod:`benchmarks.replay` (the generated federation in
+Rucio's wire format), with a SQLite state file, the collector publisher up to the network call
+(:class:`PoolStub`) and the HTTP endpoint's file writes (benchmarks/RESULTS.md describes the
+set-up). Phases are the service's own (``CycleReport.phases``); the harness adds ``after`` (the
+wall time past the report: log line, metrics, the HTTP files) and ``fetch_cpu_s`` (the daemon's
+own CPU in the fetch, whose wall time includes waiting for the replay on the other core). Code
 older than that report (``--code`` of an earlier checkout) gets whole-cycle figures only.
 
 Steps, each in a fresh process so that its peak RSS is its own:
@@ -24,30 +18,15 @@ Steps, each in a fresh process so that its peak RSS is its own:
 ``restart``  start on the saved state as a restarted daemon does (``startup_s``), then one
              cycle after a churn.
 
-``python -m benchmarks cycle --replicas 1000000 --json out.json`` prints and writes medians
-(seconds), peak RSS (MiB), the machine (CPU model, cores, RAM, swap, load before and after)
-and the replay server's own peak RSS and CPU seconds (not part of ``peak_rss_mib``).
-``--profile DIR`` writes a cProfile per kind of cycle (``DIR/<kind>.prof`` and ``.txt``).
-``--merge-min-interval-s S`` sets ``[collector] merge_min_interval_s``; ``--startd-updates F``
-has that fraction of the slots' startds re-advertise (wiping what was merged) before each
-cycle; ``--bad-replicas N`` has the replay list N BAD replicas (issue 24 item 2).
-
-Old and new code in one run: ``--code DIR`` runs both steps first with the ``hydrator`` package
-of the checkout ``DIR`` (the harness and the replay stay this checkout's; the run stops if a
-step imported another ``hydrator``), then with this checkout's, each against a fresh replay of
-the same federation; the JSON holds ``old``, ``new`` (each a summary as above, with ``code``
-its commit) and ``new_vs_old`` (new / old - 1 of the whole, no-change, startup and first
-cycle times and the peak RSS); ``--rounds N`` alternates N such pairs and adds each pair's
-figures and the median change (``new_vs_old_median``)::
-
-    git worktree add --detach /tmp/old <old commit>
-    python -m benchmarks cycle --replicas 1000000 --code /tmp/old --json old_vs_new.json
-    git worktree remove /tmp/old
-
-At 10M replicas the replay caches its answers (room for all by default; ``--replay-cache-mib``
-less). A step that dies is recorded, not a crash: ``failed`` names the step and why (the OOM
-killer, seen in ``/proc/vmstat``; or this harness's watchdog when the machine's available
-memory falls under ``--min-available-mib``, default 3 GiB); its figures are ``null``.
+The summary (printed; all of it, with each cycle's record, in ``--json``): medians in seconds,
+peak RSS in MiB, the machine (CPU, cores, memory, load before and after) and the replay's own
+peak RSS and CPU (not in ``peak_rss_mib``). Old and new code in one run: ``--code DIR`` runs
+both steps first with the ``hydrator`` package of the checkout ``DIR`` (harness and replay stay
+this checkout's; the run stops if a step imported another ``hydrator``), then with this
+checkout's, each against a fresh replay of the same federation (:func:`compare`;
+benchmarks/README.md gives the command). A step that dies is recorded, not a crash: ``failed``
+names the step and why (the OOM killer, seen in ``/proc/vmstat``, or this harness's watchdog
+when the machine's available memory falls under ``--min-available-mib``); its figures are null.
 """
 
 from __future__ import annotations
@@ -59,8 +38,6 @@ import json
 import os
 import pstats
 import random
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +46,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -88,10 +66,8 @@ from hydrator.runtime import wiring
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import build_source
 
 HERE = Path(__file__).resolve().parent
-PHASES = ("fetch_parse", "snapshot", "plan", "save", "render", "publish", "other")
 N_SITES, N_SLOTS = 50, 20_000
 
 
@@ -117,17 +93,16 @@ class PoolStub:
         attrs = ClassAdConfig()
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
 
-    def startd_updates(self, fraction: float) -> int:
+    def startd_updates(self, fraction: float) -> None:
         """The next ``fraction`` of the slots (in turn, so every slot's startd updates once per
         ``1 / fraction`` calls, as startds do once per ``UPDATE_INTERVAL``) re-advertise: their
-        ads lose what was merged into them. Returns how many."""
+        ads lose what was merged into them."""
         names = list(self.bare)
         count = min(len(names), round(len(names) * fraction))
         for i in range(self._next_update, self._next_update + count):
             name = names[i % len(names)]
             self.slots[name] = dict(self.bare[name])
         self._next_update = (self._next_update + count) % max(1, len(names))
-        return count
 
     def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
         ads = self.site_ads if constraint.startswith("MyType") else self.slots
@@ -182,16 +157,17 @@ def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
         http=HttpConfig(listen="127.0.0.1:0"),
         classad=ClassAdConfig(),
-        collector=CollectorConfig(enabled=True, **collector_options(merge_min_interval_s)),
+        collector=collector_config(merge_min_interval_s),
         sources=[source],
     )
 
 
-def collector_options(merge_min_interval_s: float | None) -> dict[str, Any]:
-    """``[collector]`` keys given on the command line (none: the config's defaults)."""
-    if merge_min_interval_s is None:
-        return {}
-    return {"merge_min_interval_s": merge_min_interval_s}
+def collector_config(merge_min_interval_s: float | None) -> CollectorConfig:
+    """``[collector]``, enabled, with ``merge_min_interval_s`` if given (else the default)."""
+    given: dict[str, Any] = {}
+    if merge_min_interval_s is not None:
+        given["merge_min_interval_s"] = merge_min_interval_s
+    return CollectorConfig(enabled=True, **given)
 
 
 class BenchService:
@@ -201,15 +177,14 @@ class BenchService:
 
     def __init__(self, cfg: Config, pool: PoolStub) -> None:
         path = cfg.daemon.state_path
-        self.lock = StateLock(path)
         publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)
         # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
         # has the Service build its policies and load the state itself, with the same keys
         build: Callable[..., Service] = getattr(wiring, "assemble", Service)
         self.service: Service = build(
             cfg,
-            sources=[build_source(cfg.sources[0], cfg.sites)],
-            store=SqliteStateStore(path, lock=self.lock),
+            sources=[wiring.build_source(cfg.sources[0], cfg.sites)],
+            store=SqliteStateStore(path, lock=StateLock(path)),
             publishers=[publisher],
             metrics=Metrics(CollectorRegistry()),
         )
@@ -231,13 +206,14 @@ class BenchService:
             out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
             out["phases"]["after"] = max(0.0, whole - sum(out["phases"].values()))
             out["fetch_cpu"] = phases["fetch"].cpu_s if "fetch" in phases else 0.0
-        sources = self.service.sources
         out["replicas"] = sum(len(s.replicas) for s in self.service.state.sources.values())
         out["calls"] = {
-            k: v for s in sources for k, v in getattr(s, "calls_last_fetch", {}).items()
+            k: v
+            for s in self.service.sources
+            for k, v in getattr(s, "calls_last_fetch", {}).items()
         }
-        out["rss_mib"] = status_mib("VmRSS")
-        out["peak_rss_mib"] = status_mib("VmHWM")  # the step's so far: which cycle raised it
+        out["rss_mib"] = kib("self/status")["VmRSS"] / 1024
+        out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
         return out
 
     def close(self) -> None:
@@ -245,62 +221,46 @@ class BenchService:
         self.service.close()
 
 
-def status_mib(key: str) -> float:
-    """``key`` of ``/proc/self/status`` (``VmRSS``, ``VmHWM``: the peak) in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB, the peak
-
-
-def churn(url: str) -> dict[str, int]:
-    with urllib.request.urlopen(urllib.request.Request(f"{url}/_bench/churn", method="POST")) as r:
-        answer: dict[str, int] = json.load(r)
-        return answer
-
-
-class Profiles:
-    """One cProfile per kind of cycle with ``--profile DIR`` (nothing without)."""
-
-    def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
-
-    @contextmanager
-    def kind(self, name: str) -> Iterator[None]:
-        if self.directory is None:
-            yield
-            return
-        profile = cProfile.Profile()
-        with profile:
-            yield
-        self.directory.mkdir(parents=True, exist_ok=True)
-        profile.dump_stats(self.directory / f"{name}.prof")
-        text = io.StringIO()
-        for order in ("cumulative", "tottime"):
-            pstats.Stats(profile, stream=text).sort_stats(order).print_stats(30)
-        (self.directory / f"{name}.txt").write_text(text.getvalue())
-
-
-def _setup(args: argparse.Namespace) -> tuple[PoolStub, Config, Profiles]:
+def started(args: argparse.Namespace) -> tuple[PoolStub, BenchService, float]:
+    """A pool and a service started on what ``--workdir`` holds, and the seconds it took."""
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
     cfg = config(args.url, args.workdir, args.merge_min_interval_s)
-    return pool, cfg, Profiles(args.profile)
+    t0 = time.perf_counter()
+    return pool, BenchService(cfg, pool), time.perf_counter() - t0
+
+
+def churn(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{url}/_bench/churn", method="POST")).close()
+
+
+@contextmanager
+def profiled(directory: Path | None, kind: str) -> Iterator[None]:
+    """With ``--profile DIR``, a cProfile of the block as ``DIR/<kind>.prof`` and ``.txt``."""
+    if directory is None:
+        yield
+        return
+    profile = cProfile.Profile()
+    with profile:
+        yield
+    directory.mkdir(parents=True, exist_ok=True)
+    profile.dump_stats(directory / f"{kind}.prof")
+    text = io.StringIO()
+    for order in ("cumulative", "tottime"):
+        pstats.Stats(profile, stream=text).sort_stats(order).print_stats(30)
+    (directory / f"{kind}.txt").write_text(text.getvalue())
 
 
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
-    pool, cfg, profiles = _setup(args)
-    t0 = time.perf_counter()
-    daemon = BenchService(cfg, pool)
-    startup_empty = time.perf_counter() - t0
-    with profiles.kind("first"):
+    pool, daemon, startup_empty = started(args)
+    with profiled(args.profile, "first"):
         first = daemon.cycle()
     churned, nochange = [], []
-    with profiles.kind("churn"):
+    with profiled(args.profile, "churn"):
         for _ in range(args.cycles):
             churn(args.url)
             pool.startd_updates(args.startd_updates)
             churned.append(daemon.cycle())
-    with profiles.kind("nochange"):
+    with profiled(args.profile, "nochange"):
         for _ in range(args.cycles):
             pool.startd_updates(args.startd_updates)
             nochange.append(daemon.cycle())
@@ -311,25 +271,22 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
         "churn": churned,
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
-        "peak_rss_mib": status_mib("VmHWM"),
+        "peak_rss_mib": peak_rss_mib(),
     }
 
 
 def step_restart(args: argparse.Namespace) -> dict[str, Any]:
-    pool, cfg, profiles = _setup(args)
-    t0 = time.perf_counter()
-    daemon = BenchService(cfg, pool)
-    startup = time.perf_counter() - t0
-    rss_after_startup = status_mib("VmRSS")
+    _, daemon, startup = started(args)
+    rss_after_startup = kib("self/status")["VmRSS"] / 1024
     churn(args.url)
-    with profiles.kind("restart"):
+    with profiled(args.profile, "restart"):
         after = daemon.cycle()
     daemon.close()
     return {
         "startup_s": startup,
         "rss_after_startup_mib": rss_after_startup,
         "cycle_after_restart": after,
-        "peak_rss_mib": status_mib("VmHWM"),
+        "peak_rss_mib": peak_rss_mib(),
     }
 
 
@@ -360,11 +317,7 @@ class ReplayServer:
         if cache_mib is not None:
             command += ["--cache-mib", str(cache_mib)]
         self.proc = subprocess.Popen(
-            command,
-            cwd=HERE.parent,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+            command, cwd=HERE.parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -393,9 +346,8 @@ def run_step(
     step: str, url: str, workdir: Path, args: argparse.Namespace, code: Path | None
 ) -> dict[str, Any]:
     """One step in a child process with ``code``'s hydrator (None: this checkout's), watched:
-    its result, or a record of why it has none
-    (``failed``: killed by the OOM killer or by the watchdog when the machine's available
-    memory fell under ``--min-available-mib``, or its error) and the swapping it caused."""
+    its result, or a record of why it has none (``failed``: killed by the OOM killer or by the
+    watchdog, or its error) and the swapping it caused."""
     command = [
         sys.executable, "-m", "benchmarks.cycle", "--step", step, "--url", url,
         "--workdir", str(workdir), "--cycles", str(args.cycles), "--slots", str(args.slots),
@@ -451,7 +403,7 @@ def watch(proc: subprocess.Popen[str], min_available_mib: int) -> str | None:
     """Wait for ``proc``; kill it if the machine's available memory falls under
     ``min_available_mib`` (other work shares the machine) and say so."""
     while proc.poll() is None:
-        if meminfo().get("MemAvailable", 1 << 40) / 1024 < min_available_mib:
+        if kib("meminfo").get("MemAvailable", 1 << 40) / 1024 < min_available_mib:
             proc.kill()
             proc.wait()
             return f"stopped by the watchdog: MemAvailable < {min_available_mib} MiB"
@@ -459,13 +411,15 @@ def watch(proc: subprocess.Popen[str], min_available_mib: int) -> str | None:
     return None
 
 
-def meminfo() -> dict[str, int]:
-    """``/proc/meminfo`` in KiB."""
-    out = {}
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        out[key] = int(value.split()[0])
-    return out
+def kib(name: str) -> dict[str, int]:
+    """The figures in KiB of ``/proc/<name>`` (``meminfo``, ``self/status``), by name."""
+    rows = (line.split() for line in Path("/proc", name).read_text().splitlines())
+    return {row[0].rstrip(":"): int(row[1]) for row in rows if row[-1] == "kB"}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS so far (the kernel's high-water mark), in MiB."""
+    return kib("self/status")["VmHWM"] / 1024
 
 
 def vmstat() -> dict[str, int]:
@@ -476,15 +430,12 @@ def vmstat() -> dict[str, int]:
 
 def machine() -> dict[str, Any]:
     """The machine a run was measured on: CPU model, cores, memory, swap, load."""
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    memory = meminfo()
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    memory = kib("meminfo")
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -497,8 +448,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
+# -- the summary ---------------------------------------------------------------------------
 
 
 def phase_medians(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -536,8 +486,7 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
     """Medians of both steps' records; a step that failed (``failed``) leaves its figures
     ``None`` and is named in ``failed``."""
     out: dict[str, Any] = {"replicas": replicas}
-    steps = (("daemon", daemon), ("restart", restart))
-    failed = {step: r["failed"] for step, r in steps if "failed" in r}
+    steps = {"daemon": daemon, "restart": restart}
     if "failed" not in daemon:
         out |= cycle_figures(daemon)
     if "failed" not in restart:
@@ -547,17 +496,17 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
             "restart_phases_s": phase_medians([restart["cycle_after_restart"]]),
             "peak_rss_steady_mib": restart["peak_rss_mib"],
         }
-    peaks = [r["peak_rss_mib"] for r in (daemon, restart) if "peak_rss_mib" in r]
+    peaks = [r["peak_rss_mib"] for r in steps.values() if "peak_rss_mib" in r]
     out["peak_rss_mib"] = max(peaks) if peaks else None
     for key in ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s"):
         out.setdefault(key, None)
-    out["failed"] = failed
+    out["failed"] = {step: r["failed"] for step, r in steps.items() if "failed" in r}
     out["swapped_pages"] = {
-        k: sum(r["swapped_pages"][k] for _, r in steps if "swapped_pages" in r)
+        k: sum(r["swapped_pages"][k] for r in steps.values() if "swapped_pages" in r)
         for k in ("pswpin", "pswpout")
     }
     out["hydrator"] = daemon.get("hydrator") or restart.get("hydrator")
-    out["raw"] = {"daemon": daemon, "restart": restart}
+    out["raw"] = steps
     return out
 
 
@@ -573,6 +522,12 @@ def new_vs_old(old: dict[str, Any], new: dict[str, Any]) -> dict[str, float | No
     }
 
 
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None (None if none is)."""
+    found = [v for v in values if v is not None]
+    return median(found) if found else None
+
+
 def revision(code: Path) -> str:
     """``code``'s git commit (and ``+dirty`` when its work tree differs), or ``unknown``."""
     found = subprocess.run(
@@ -582,6 +537,9 @@ def revision(code: Path) -> str:
         text=True,
     )
     return found.stdout.strip() or "unknown"
+
+
+# -- the command ---------------------------------------------------------------------------
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -645,12 +603,6 @@ def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
     }
 
 
-def median_of(values: Iterable[float | None]) -> float | None:
-    """The median of the values that are not None (None if none is)."""
-    found = [v for v in values if v is not None]
-    return median(found) if found else None
-
-
 def brief(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary without its raw records (what is printed)."""
     if "new_vs_old" in summary:
@@ -677,16 +629,16 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
     checkout = (code or HERE.parent).resolve()
     if summary["hydrator"] not in (None, str(checkout)):
         raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {checkout}")
-    summary["code"] = revision(checkout)
-    summary["merge_min_interval_s"] = CollectorConfig(
-        **collector_options(args.merge_min_interval_s)
-    ).merge_min_interval_s
-    summary |= {"startd_updates": args.startd_updates, "bad_replicas": args.bad_replicas}
-    summary["replay"] = replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]}
-    summary["replay_peak_rss_mib"] = replay["peak_rss_mib"]
-    summary["machine"] = before
-    summary["machine_after"] = machine()
-    return summary
+    return summary | {
+        "code": revision(checkout),
+        "merge_min_interval_s": collector_config(args.merge_min_interval_s).merge_min_interval_s,
+        "startd_updates": args.startd_updates,
+        "bad_replicas": args.bad_replicas,
+        "replay": replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]},
+        "replay_peak_rss_mib": replay["peak_rss_mib"],
+        "machine": before,
+        "machine_after": machine(),
+    }
 
 
 if __name__ == "__main__":

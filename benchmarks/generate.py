@@ -3,11 +3,9 @@
 At full scale: 50 sites, 200 storage elements (RSEs, 4 per site), 100k datasets, 1M dataset
 replicas (one per (site, dataset)), 20k glidein slots, and 1 % churn per cycle. Smaller scales
 keep the sites, RSEs and slots and shrink the datasets with the replicas (10 replicas per
-dataset on average), so the growth with the catalogue's size shows.
-
-The model is kept compact (one ``dict[int, int]`` entry per replica) so that it does not weigh
-much in the peak RSS of the process that benchmarks the core; :meth:`Federation.snapshot`
-builds the domain objects a source would hand to the core, freshly, as a source does each fetch.
+dataset on average). The model is an integer per replica (in a ``dict``, or in two bytes:
+:class:`CompactHoldings`); :meth:`Federation.snapshot` builds the domain objects afresh, as a
+source does each fetch.
 
 Mix of replica states (initial): 80 % available, 10 % partial, ~9.9 % replicating, 0.1 % stuck.
 Churn per cycle (of the current replica count): 40 % removals, 40 % additions (half new
@@ -34,12 +32,7 @@ from itertools import compress
 from hydrator.core.index import merged_snapshot
 from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Snapshot, Transfer
 
-STATES = (
-    ReplicaState.AVAILABLE,
-    ReplicaState.PARTIAL,
-    ReplicaState.REPLICATING,
-    ReplicaState.STUCK,
-)
+STATES = tuple(ReplicaState)  # best first: indexed by the codes below
 AVAILABLE, PARTIAL, REPLICATING, STUCK = range(4)
 TRANSFERS = {REPLICATING: Transfer.REPLICATING, STUCK: Transfer.STUCK}
 SCOPES = ("ska", "ska_low", "ska_mid", "ska_user")
@@ -105,19 +98,10 @@ class Federation:
     def key(self, dataset: int, site: int) -> int:
         return dataset * self.scale.sites + site
 
-    def split(self, key: int) -> tuple[int, int]:
-        return divmod(key, self.scale.sites)
-
     @staticmethod
     def dataset_text(index: int) -> tuple[str, str]:
         """(scope, name) of dataset ``index``, e.g. ``("ska_low", "obs_0000001")``."""
         return SCOPES[index % len(SCOPES)], f"obs_{index:07d}"
-
-    def rse_of(self, key: int) -> str:
-        """The RSE of the site that holds this replica (for per-RSE call counts)."""
-        dataset, site = self.split(key)
-        per_site = len(self.rses) // self.scale.sites
-        return self.rses[site * per_site + dataset % per_site][0]
 
     # -- initial placement --------------------------------------------------------------
     def _place_initial(self) -> None:
@@ -267,12 +251,9 @@ class CompactHoldings(MutableMapping[int, int]):
     Per possible key (``dataset * sites + site``, dense up to the highest dataset) one byte of
     state (0: absent, else ``state + 1``) and one of percent; the present keys in insertion
     order in an ``array('i')`` (what :meth:`Federation.churn` samples from, so a federation
-    built on this store equals one built on a ``dict`` with the same seed). About 2 bytes per
-    possible key plus 4 per replica: ~150 MB at 10M replicas instead of ~1 GB.
-
-    Once :meth:`take_touched` was called, :attr:`touched` collects every key written or
-    deleted since the last call, with its state before the first touch (for a cache of
-    answers that churn invalidates).
+    built on this store equals one built on a ``dict`` with the same seed): ~150 MB at 10M
+    replicas instead of ~1 GB. Once :meth:`take_touched` was called, :attr:`touched` collects
+    every key written or deleted since, with its state before (for a cache of answers).
     """
 
     def __init__(self, sites: int) -> None:

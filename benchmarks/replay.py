@@ -1,38 +1,22 @@
 """A loopback Rucio for the whole-cycle benchmark: a synthetic federation served in Rucio's wire
 format (issue 15).
 
-It answers the REST calls the hydrator's Rucio source makes through ``rucio-clients``, with the
-bytes a Rucio 41.5.1 server sends: ``application/x-json-stream`` (one JSON object per line)
-with the fields, key order and date format recorded from the real test server in
-``benchmarks/rucio_wire.json`` (``benchmarks/record_rucio.py`` re-records it;
-``tests/benchmarks/test_cycle.py`` checks that these answers have the recorded shape).
+It answers the REST calls the hydrator's Rucio source makes through ``rucio-clients`` with the
+bytes a Rucio 41.5.1 server sends: JSON lines whose fields, key order and date format are those
+recorded from the real test server in ``benchmarks/rucio_wire.json`` (``record_rucio.py``
+re-records it, ``tests/benchmarks/test_cycle.py`` compares). Each (dataset, site) holding of
+the federation (:mod:`benchmarks.generate`) is a ``collection_replicas`` row at one RSE of its
+site: AVAILABLE, or UNAVAILABLE with the files present (REPLICATING and STUCK also have a
+dataset rule in state R / S); one complete holding in :data:`SPLIT_EVERY` is spread over two
+RSEs of its site, so the source needs the per-file listing to see it complete
+(:meth:`Catalogue.placements`; benchmarks/RESULTS.md describes the federation).
 
-The federation is :class:`benchmarks.generate.Federation` (50 sites of 4 RSEs each), mapped to
-Rucio as a catalogue would hold it:
-
-* every (dataset, site) holding is a ``collection_replicas`` row at one RSE of the site
-  (``GET /replicas/rse/<rse>``); a dataset has 2..10 files;
-* AVAILABLE: the row says AVAILABLE, every file there; one in 50 complete holdings is spread
-  over two RSEs of its site (each row UNAVAILABLE with its share), so the source needs the
-  per-file listing (``POST /replicas/list``) to see the union is complete;
-* PARTIAL: the row is UNAVAILABLE with ``available_length`` < ``length``;
-* REPLICATING / STUCK: a dataset rule on the RSE in state R / S with its lock counts
-  (``GET /rules/?state=R``), and an UNAVAILABLE row with the OK locks as available files;
-* ``GET /replicas/<scope>/<name>/datasets?deep=True`` and ``POST /replicas/list`` answer from
-  the same holdings.
-
-The federation is held compactly (:class:`benchmarks.generate.CompactHoldings`: a byte of
-state and one of percent per possible (dataset, site), the keys in insertion order; the same
-federation as the ``dict`` one for a seed, churned the same way) and every answer is generated
-from it when asked, streamed in chunks (``StreamResponse``, chunked transfer encoding, as Rucio
-streams its JSON lines). Encoded chunks are cached until a churn touches their rows, within
-``--cache-mib`` (first come, first kept); ``POST /_bench/churn`` (not timed by the benchmark)
-churns the compact form and drops the touched chunks. An unchanged federation gives
-byte-identical answers, as a real catalogue does. ``GET /_bench/stats`` says what the replay
-cost: its peak RSS, CPU seconds, cache use.
-
-What it costs (measured with ``--sweep 3``: every bulk answer once per cycle, a churn
-between cycles; 2 shared cores at load 4-5, so wall times are noisy: CPU seconds given):
+Each answer is generated when asked and streamed in chunks, as Rucio streams its JSON lines;
+encoded chunks are kept until a churn touches their rows, within ``--cache-mib``, so an
+unchanged federation gives byte-identical answers, as a real catalogue does. ``POST
+/_bench/churn`` churns (untimed by the benchmark); ``GET /_bench/stats`` says what the replay
+cost. Measured with ``--sweep 3`` (every bulk answer once per cycle, a churn between cycles;
+2 shared cores at load 4-5, so CPU seconds):
 
 ========  ===============  ======  ====================  ==================  ========
 replicas  build the model  bodies  first sweep (no hit)  churn + next sweep  peak RSS
@@ -41,14 +25,9 @@ replicas  build the model  bodies  first sweep (no hit)  churn + next sweep  pea
 10M       13 s CPU         4.1 GB  17 s CPU              18 s CPU            1.15 GiB
 ========  ===============  ======  ====================  ==================  ========
 
-At 1M the default cache (768 MiB) holds every answer, so a cycle regenerates only the
-chunks churn touched; at 10M it holds a fifth, so most of each cycle's 4.1 GB is formatted
-again (about 1.5 µs a row) on the core the daemon leaves while it reads the bytes.
-In a whole benchmark at 1M (``benchmarks/cycle.py``, 8 fetches) the replay used 9 s of CPU
-serving (~1.1 s a fetch, HTTP included) and peaked at 500 MiB; at 10M, streaming the
-777 MiB rules answer over HTTP took 10 s and the replay peaked at 1.05 GiB.
-Without a cache (``--cache-mib 0``) the replay holds ~180 MiB at 10M (the model: 2 bytes
-per possible key, 4 per replica) plus the chunk being written.
+At 1M the default cache (768 MiB) holds every answer; at 10M a fifth, so most of each cycle's
+4.1 GB is formatted again (about 1.5 µs a row; ``benchmarks/cycle.py`` sizes the cache for all).
+Without a cache the replay holds ~180 MiB at 10M plus the chunk being written.
 
 Run: ``python -m benchmarks.replay --replicas N`` prints ``port <n>`` and serves on 127.0.0.1
 until its stdin closes; ``--sweep 3`` (no server) prints the costs above as JSON lines.
@@ -65,6 +44,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from functools import cache
 from typing import Any
 
 from aiohttp import web
@@ -95,11 +75,6 @@ _ROW_TAIL = (
     b'"bytes": %d, "length": %d, "available_bytes": %d, "available_length": %d, "state": "%s", '
     b'"created_at": "%s", "updated_at": "%s", "accessed_at": null}\n'
 )
-_DEEP_ROW = (
-    '{"scope": "%s", "name": "%s", "rse_id": "%s", "rse": "%s", "available_bytes": %d, '
-    '"available_length": %d, "created_at": "%s", "updated_at": "%s", "accessed_at": null, '
-    '"length": %d, "bytes": %d, "state": "%s"}\n'
-)
 _RULE = (
     '{"did_type": "DATASET", "locks_ok_cnt": %d, "purge_replicas": false, '
     '"split_container": false, "state": "%s", "locks_replicating_cnt": %d, '
@@ -118,8 +93,6 @@ RULE_KEYS = 256  # keys (dataset * sites + site) per chunk of a rules answer (~5
 RULES = {"R": -1, "S": -2}  # chunk owners of the two rules answers (RSEs are 0..199)
 DEFAULT_CACHE_BYTES = 768 * 2**20
 WRITE_BYTES = 256 * 1024  # the streamed body is written in pieces of about this size
-
-
 MAX_FILES = 10
 
 
@@ -128,8 +101,11 @@ def files_of(dataset: int) -> int:
     return 2 + dataset % (MAX_FILES - 1)
 
 
-def rse_id(rse: str) -> str:
-    return hashlib.md5(rse.encode()).hexdigest()
+@cache
+def _tail(n: int, ok: int, state: str) -> bytes:
+    """The end of a summary row (sizes, state, dates): few distinct ones, each made once."""
+    values = (n * FILE_BYTES, n, ok * FILE_BYTES, ok, state.encode(), DATE_BYTES, DATE_BYTES)
+    return _ROW_TAIL % values
 
 
 class Catalogue:
@@ -137,11 +113,9 @@ class Catalogue:
 
     The two bulk answers (the per-RSE summary rows and the rules in state R / S) are cut into
     chunks by key range (:data:`BLOCK_DATASETS` datasets of one RSE; :data:`RULE_KEYS` keys of
-    rules) and each chunk is encoded when first asked for and kept while the cache has room
-    (``cache_bytes``; first come, first kept: a sequential sweep larger than the cache would
-    evict everything an LRU keeps). :meth:`churn` drops the chunks the churned keys touch, so
-    an unchanged chunk is served from memory and the answers stay byte-identical across
-    cycles while nothing changed. Rows come in key order (dataset, then site).
+    rules), each encoded when first asked for and kept while ``cache_bytes`` has room (first
+    come, first kept: a sequential sweep larger than the cache would evict everything an LRU
+    keeps); :meth:`churn` drops the chunks it touches. Rows come in key order (dataset, site).
     """
 
     def __init__(self, fed: Federation, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
@@ -149,17 +123,16 @@ class Catalogue:
             raise TypeError("the replay needs a Federation built on CompactHoldings")
         self.fed = fed
         self.holdings: CompactHoldings = fed.holdings
-        self.holdings.take_touched()
+        self.holdings.take_touched()  # from now on churn records the keys it touches
         self.per_site = len(fed.rses) // fed.scale.sites
         self.rse_names = [rse for rse, _ in fed.rses]
         self.rse_index = {rse: i for i, rse in enumerate(self.rse_names)}
         self.rse_site = dict(fed.rses)
-        self.rse_ids = {rse: rse_id(rse) for rse in self.rse_names}
+        self.rse_ids = {rse: hashlib.md5(rse.encode()).hexdigest() for rse in self.rse_names}
         self._rse_part = [
             b'"rse_id": "%s", "rse": "%s", ' % (self.rse_ids[r].encode(), r.encode())
             for r in self.rse_names
         ]
-        self._tails: dict[tuple[int, int, str], bytes] = {}
         self.cache: dict[tuple[int, int], bytes] = {}  # (RSE index or -1/-2 rules, block)
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
@@ -188,16 +161,11 @@ class Catalogue:
         return [(rse, n, min(n - 1, n * percent // 100), "UNAVAILABLE")]
 
     # -- the bulk answers, chunk by chunk ----------------------------------------------------
-    def blocks(self) -> int:
-        return -(-len(self.holdings.states) // (self.fed.scale.sites * BLOCK_DATASETS))
-
-    def rule_blocks(self) -> int:
-        return -(-len(self.holdings.states) // RULE_KEYS)
-
     def answer(self, which: int) -> Iterator[bytes]:
         """The body of one bulk answer, chunk by chunk: RSE ``which``'s summary rows, or the
         rules (``which`` = ``RULES[letter]``)."""
-        blocks = self.rule_blocks() if which < 0 else self.blocks()
+        per_block = RULE_KEYS if which < 0 else self.fed.scale.sites * BLOCK_DATASETS
+        blocks = -(-len(self.holdings.states) // per_block)
         return (self.chunk(which, block) for block in range(blocks))
 
     def chunk(self, which: int, block: int) -> bytes:
@@ -213,20 +181,6 @@ class Catalogue:
         self.served_bytes += len(body)
         return body
 
-    def _tail(self, n: int, ok: int, state: str) -> bytes:
-        tail = self._tails.get((n, ok, state))
-        if tail is None:
-            tail = self._tails[(n, ok, state)] = _ROW_TAIL % (
-                n * FILE_BYTES,
-                n,
-                ok * FILE_BYTES,
-                ok,
-                state.encode(),
-                DATE_BYTES,
-                DATE_BYTES,
-            )
-        return tail
-
     def _rse_chunk(self, rse: int, block: int) -> bytes:
         """Rows at RSE ``rse`` of the datasets in ``block``, in dataset order: its own
         (``dataset % per_site`` selects the RSE of a site) and the second half of its
@@ -239,7 +193,7 @@ class Catalogue:
         first = lo + (j - lo) % per_site  # the first dataset of the block at this RSE
         rows: list[tuple[int, bytes]] = []
         head, part, scopes = _ROW_HEAD, self._rse_part[rse], _SCOPE_BYTES
-        complete = [self._tail(n, n, "AVAILABLE") for n in range(MAX_FILES + 1)]
+        complete = [_tail(n, n, "AVAILABLE") for n in range(MAX_FILES + 1)]
         sliced = states[first * n_sites + site : hi * n_sites : per_site * n_sites]
         for i, st in enumerate(sliced):
             if not st:
@@ -282,11 +236,12 @@ class Catalogue:
 
     def _row(self, dataset: int, rse: int, n: int, ok: int, state: str) -> bytes:
         scope = _SCOPE_BYTES[dataset % len(SCOPES)]
-        return _ROW_HEAD % (scope, dataset) + self._rse_part[rse] + self._tail(n, ok, state)
+        return _ROW_HEAD % (scope, dataset) + self._rse_part[rse] + _tail(n, ok, state)
 
     def _rule_chunk(self, which: int, block: int) -> bytes:
-        """The rules in state ``RULE_LETTERS[which]`` of the keys in ``block``."""
+        """The rules in state ``which`` (``RULES[letter]``) of the keys in ``block``."""
         kind = REPLICATING if which == RULES["R"] else STUCK
+        state = "REPLICATING" if kind == REPLICATING else "STUCK"
         states, percents = self.holdings.states, self.holdings.percents
         n_sites = self.fed.scale.sites
         lo, hi = block * RULE_KEYS, min(len(states), (block + 1) * RULE_KEYS)
@@ -294,24 +249,12 @@ class Catalogue:
         key = states.find(kind + 1, lo, hi)
         while key >= 0:
             dataset, site = divmod(key, n_sites)
-            code = encode(kind, percents[key])
-            rse, n, ok, _ = self.placements(dataset, site, code)[0]
+            rse, n, ok, _ = self.placements(dataset, site, encode(kind, percents[key]))[0]
             scope, name = self.fed.dataset_text(dataset)
             stuck = (n - ok) if kind == STUCK else 0
+            rule_id = hashlib.md5(f"{key}".encode()).hexdigest()
             out.append(
-                _RULE
-                % (
-                    ok,
-                    "REPLICATING" if kind == REPLICATING else "STUCK",
-                    n - ok - stuck,
-                    stuck,
-                    rse,
-                    DATE,
-                    hashlib.md5(f"{key}".encode()).hexdigest(),
-                    DATE,
-                    scope,
-                    name,
-                )
+                _RULE % (ok, state, n - ok - stuck, stuck, rse, DATE, rule_id, DATE, scope, name)
             )
             key = states.find(kind + 1, key + 1, hi)
         return "".join(out).encode()
@@ -373,25 +316,13 @@ class Catalogue:
         out = []
         for dataset, site, code in self.holdings_of(scope, name):
             for rse, n, ok, _ in self.placements(dataset, site, code):
-                if ok == 0:
-                    continue
-                state = "AVAILABLE" if ok >= n else "UNAVAILABLE"
-                out.append(
-                    _DEEP_ROW
-                    % (
-                        scope,
-                        name,
-                        self.rse_ids[rse],
-                        rse,
-                        ok * FILE_BYTES,
-                        ok,
-                        DATE,
-                        DATE,
-                        n,
-                        n * FILE_BYTES,
-                        state,
-                    )
-                )
+                if ok:
+                    row = {"scope": scope, "name": name, "rse_id": self.rse_ids[rse], "rse": rse,
+                           "available_bytes": ok * FILE_BYTES, "available_length": ok,
+                           "created_at": DATE, "updated_at": DATE, "accessed_at": None,
+                           "length": n, "bytes": n * FILE_BYTES,
+                           "state": "AVAILABLE" if ok >= n else "UNAVAILABLE"}  # fmt: skip
+                    out.append(json.dumps(row) + "\n")
         return "".join(out).encode()
 
     def files(self, scope: str, name: str) -> bytes:
@@ -412,28 +343,17 @@ class Catalogue:
                 start += rse_files
         lines = []
         for i, at in enumerate(states):
-            pfns = {
-                f"root://{rse.lower()}.example.org:1094//{scope}/{name}.f{i:03d}": {
-                    "rse_id": self.rse_ids[rse],
-                    "rse": rse,
-                    "type": "DISK",
-                    "volatile": False,
-                    "domain": "wan",
-                    "priority": 1,
-                    "client_extract": False,
-                }
-                for rse in at
-            }
+            file = f"{name}.f{i:03d}"
+            pfns = {rse: f"root://{rse.lower()}.example.org:1094//{scope}/{file}" for rse in at}
             record = {
-                "scope": scope,
-                "name": f"{name}.f{i:03d}",
-                "bytes": FILE_BYTES,
-                "md5": None,
+                "scope": scope, "name": file, "bytes": FILE_BYTES, "md5": None,
                 "adler32": "0cc737eb",
-                "pfns": pfns,
-                "rses": {rse: [p for p, v in pfns.items() if v["rse"] == rse] for rse in at},
+                "pfns": {pfn: {"rse_id": self.rse_ids[rse], "rse": rse, "type": "DISK",
+                               "volatile": False, "domain": "wan", "priority": 1,
+                               "client_extract": False} for rse, pfn in pfns.items()},
+                "rses": {rse: [pfn] for rse, pfn in pfns.items()},
                 "states": at,
-            }
+            }  # fmt: skip
             lines.append(json.dumps(record) + "\n")
         return "".join(lines).encode()
 

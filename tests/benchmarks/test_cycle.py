@@ -171,7 +171,7 @@ def _expected(catalogue: Catalogue, fed: Federation) -> tuple[set[tuple[Any, ...
     holdings of ``fed`` (a plain-``dict`` federation) imply, by :meth:`Catalogue.placements`."""
     rows, rules = set(), set()
     for key, code in fed.holdings.items():
-        dataset, site = fed.split(key)
+        dataset, site = divmod(key, fed.scale.sites)
         scope, name = fed.dataset_text(dataset)
         placed = catalogue.placements(dataset, site, code)
         rows |= {(rse, scope, name, n, ok, state) for rse, n, ok, state in placed}
