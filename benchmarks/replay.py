@@ -15,22 +15,14 @@ Each answer is generated when asked and streamed in chunks, as Rucio streams its
 encoded chunks are kept until a churn touches their rows, within ``--cache-mib``, so an
 unchanged federation gives byte-identical answers, as a real catalogue does. ``POST
 /_bench/churn`` churns (untimed by the benchmark); ``GET /_bench/stats`` says what the replay
-cost. Measured with ``--sweep 3`` (every bulk answer once per cycle, a churn between cycles;
-2 shared cores at load 4-5, so CPU seconds):
-
-========  ===============  ======  ====================  ==================  ========
-replicas  build the model  bodies  first sweep (no hit)  churn + next sweep  peak RSS
-========  ===============  ======  ====================  ==================  ========
-1M        1.5 s CPU        410 MB  2.5 s CPU             0.5 s CPU           490 MiB
-10M       13 s CPU         4.1 GB  17 s CPU              18 s CPU            1.15 GiB
-========  ===============  ======  ====================  ==================  ========
-
-At 1M the default cache (768 MiB) holds every answer; at 10M a fifth, so most of each cycle's
-4.1 GB is formatted again (about 1.5 µs a row; ``benchmarks/cycle.py`` sizes the cache for all).
-Without a cache the replay holds ~180 MiB at 10M plus the chunk being written.
+cost, which ``benchmarks/cycle.py`` records with each run (``replay`` in its JSON). Its bodies
+are 410 MB at 1M replicas and 4.1 GB at 10M (about 1.5 µs of CPU a row to format): the default
+cache (768 MiB) holds them all at 1M, a fifth at 10M, so ``cycle.py`` sizes it for all. (The
+``--sweep`` mode that measured this alone in issue 15 was removed in issue 22: ``git show
+7d386f0:benchmarks/replay.py``.)
 
 Run: ``python -m benchmarks.replay --replicas N`` prints ``port <n>`` and serves on 127.0.0.1
-until its stdin closes; ``--sweep 3`` (no server) prints the costs above as JSON lines.
+until its stdin closes.
 """
 
 from __future__ import annotations
@@ -39,11 +31,10 @@ import argparse
 import asyncio
 import hashlib
 import json
-import math
 import resource
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -205,10 +196,9 @@ class Catalogue:
                 rows.append((dataset, row))
             else:
                 rows += self._placed(dataset, site, rse)
-        start, step = self._split_start(lo, j), math.lcm(SPLIT_EVERY, per_site)
-        if start is not None:
-            for dataset in range(start, hi, step):
-                if states[dataset * n_sites + site]:
+        if per_site > 1:  # the second halves of the split holdings whose first is at RSE j - 1
+            for dataset in range(lo + (7 - lo) % SPLIT_EVERY, hi, SPLIT_EVERY):
+                if (dataset + 1) % per_site == j and states[dataset * n_sites + site]:
                     rows += self._placed(dataset, site, rse)
             rows.sort()
         return b"".join(row for _, row in rows)
@@ -218,25 +208,12 @@ class Catalogue:
         key = dataset * self.fed.scale.sites + site
         code = encode(self.holdings.states[key] - 1, self.holdings.percents[key])
         name = self.rse_names[rse]
+        head = _ROW_HEAD % (_SCOPE_BYTES[dataset % len(SCOPES)], dataset) + self._rse_part[rse]
         return [
-            (dataset, self._row(dataset, rse, n, ok, state))
+            (dataset, head + _tail(n, ok, state))
             for at, n, ok, state in self.placements(dataset, site, code)
             if at == name
         ]
-
-    def _split_start(self, lo: int, j: int) -> int | None:
-        """The first dataset >= ``lo`` whose split holding puts a half at RSE ``j`` of a site
-        (``dataset % SPLIT_EVERY == 7`` and ``(dataset + 1) % per_site == j``)."""
-        if self.per_site < 2:
-            return None
-        for dataset in range(lo, lo + math.lcm(SPLIT_EVERY, self.per_site)):
-            if dataset % SPLIT_EVERY == 7 and (dataset + 1) % self.per_site == j:
-                return dataset
-        return None
-
-    def _row(self, dataset: int, rse: int, n: int, ok: int, state: str) -> bytes:
-        scope = _SCOPE_BYTES[dataset % len(SCOPES)]
-        return _ROW_HEAD % (scope, dataset) + self._rse_part[rse] + _tail(n, ok, state)
 
     def _rule_chunk(self, which: int, block: int) -> bytes:
         """The rules in state ``which`` (``RULES[letter]``) of the keys in ``block``."""
@@ -303,12 +280,8 @@ class Catalogue:
         if SCOPES[dataset % len(SCOPES)] != scope:
             return []
         n_sites = self.fed.scale.sites
-        found = []
-        for site in range(n_sites):
-            code = self.fed.holdings.get(dataset * n_sites + site)
-            if code is not None:
-                found.append((dataset, site, code))
-        return found
+        codes = ((site, self.holdings.get(dataset * n_sites + site)) for site in range(n_sites))
+        return [(dataset, site, code) for site, code in codes if code is not None]
 
     def deep(self, scope: str, name: str) -> bytes:
         """``list_dataset_replicas(deep=True)``: per RSE, files present (COPYING-only RSEs
@@ -393,14 +366,17 @@ def make_app(catalogue: Catalogue) -> web.Application:
     def stream(body: bytes) -> web.Response:
         return web.Response(body=body, content_type=STREAM)
 
-    async def streamed(request: web.Request, chunks: Iterable[bytes]) -> web.StreamResponse:
-        """Chunks written as they are made (chunked transfer encoding, as Rucio streams),
-        at most about :data:`WRITE_BYTES` held at once beyond the cache."""
+    async def bulk(request: web.Request, which: int | None) -> web.StreamResponse:
+        """Bulk answer ``which`` (nothing: none) written chunk by chunk as it is made (chunked
+        transfer encoding, as Rucio streams), at most about :data:`WRITE_BYTES` held at once
+        beyond the cache."""
+        if which is None:
+            return stream(b"")
         response = web.StreamResponse(headers={"Content-Type": STREAM})
         await response.prepare(request)
         pending: list[bytes] = []
         size = 0
-        for body in chunks:
+        for body in catalogue.answer(which):
             pending.append(body)
             size += len(body)
             if size >= WRITE_BYTES:
@@ -429,16 +405,10 @@ def make_app(catalogue: Catalogue) -> web.Application:
         return web.Response(text=body, content_type="application/json")
 
     async def per_rse(request: web.Request) -> web.StreamResponse:
-        rse = catalogue.rse_index.get(request.match_info["rse"])
-        if rse is None:
-            return stream(b"")
-        return await streamed(request, catalogue.answer(rse))
+        return await bulk(request, catalogue.rse_index.get(request.match_info["rse"]))
 
     async def rules(request: web.Request) -> web.StreamResponse:
-        which = RULES.get(request.query.get("state", ""))
-        if which is None:
-            return stream(b"")
-        return await streamed(request, catalogue.answer(which))
+        return await bulk(request, RULES.get(request.query.get("state", "")))
 
     async def deep(request: web.Request) -> web.Response:
         return stream(catalogue.deep(request.match_info["scope"], request.match_info["name"]))
@@ -490,29 +460,6 @@ async def serve(catalogue: Catalogue, port: int) -> None:
     await runner.cleanup()
 
 
-def sweep(catalogue: Catalogue, cycles: int) -> None:
-    """Make every bulk answer once per cycle, churning between cycles, as a benchmark's fetch
-    would ask for them (no HTTP): prints JSON lines of seconds and memory per cycle."""
-    owners = [*range(len(catalogue.rse_names)), *RULES.values()]
-    for cycle in range(cycles):
-        churn_s = 0.0
-        if cycle:
-            t0 = time.perf_counter()
-            catalogue.churn()
-            churn_s = time.perf_counter() - t0
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        served = sum(len(body) for which in owners for body in catalogue.answer(which))
-        answers_s, answers_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
-        line = {
-            "cycle": cycle,
-            "churn_s": churn_s,
-            "answers_s": answers_s,
-            "answers_cpu_s": answers_cpu_s,
-            "body_mib": served / 2**20,
-        }
-        print(json.dumps(line | catalogue.stats()), flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", type=int, required=True)
@@ -522,10 +469,6 @@ def main() -> None:
         "--cache-mib", type=int, default=DEFAULT_CACHE_BYTES // 2**20,
         help="memory for encoded answer chunks kept across requests",
     )  # fmt: skip
-    parser.add_argument(
-        "--sweep", type=int, metavar="CYCLES",
-        help="no server: make every bulk answer CYCLES times (churning between) and print costs",
-    )  # fmt: skip
     parser.add_argument("--bad-replicas", type=int, default=0, help="BAD replicas listed")
     args = parser.parse_args()
     t0 = time.perf_counter()
@@ -533,10 +476,6 @@ def main() -> None:
     catalogue = Catalogue(fed, args.cache_mib * 2**20)
     catalogue.generate_s = time.perf_counter() - t0
     catalogue.bad_replicas = args.bad_replicas
-    if args.sweep:
-        print(json.dumps({"generate_s": catalogue.generate_s} | catalogue.stats()), flush=True)
-        sweep(catalogue, args.sweep)
-        return
     asyncio.run(serve(catalogue, args.port))
 
 

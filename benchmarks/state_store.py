@@ -12,9 +12,8 @@ an empty state and times, in seconds (wall clock; ``*_cpu_s`` the process's CPU 
 ``load_migrated_s``    the load after that upgrade; ``same_after_migration`` checks it equals
                        the state the schema-3 file holds
 
-Each call timed as the daemon runs it, without garbage-collector passes. Single runs (not
-medians) on whatever else the machine runs: ``load_average`` says how busy it was. The files
-go to a temporary directory unless ``--dir`` is given (1M replicas: ~140 MB).
+Single runs (not medians) on whatever else the machine runs: ``load_average`` says how busy it
+was. The files go to a temporary directory unless ``--dir`` is given (1M replicas: ~140 MB).
 """
 
 from __future__ import annotations
@@ -77,10 +76,8 @@ def downgrade_to_schema_2(path: Path) -> None:
 
 def timed(call: Callable[[], T], into: dict[str, object], name: str) -> T:
     """``call()``, its wall-clock and CPU seconds put in ``into`` as ``<name>_s`` and
-    ``<name>_cpu_s`` (CPU time says more on a busy machine); run without garbage-collector
-    passes as the daemon runs its startup and cycles
-    (:func:`~hydrator.runtime.memory.collector_paused`; its one collection afterwards is not
-    timed)."""
+    ``<name>_cpu_s``, run as the daemon runs its startup and cycles: without garbage-collector
+    passes (:func:`~hydrator.runtime.memory.collector_paused`; its one pass after is untimed)."""
     with collector_paused():
         wall, cpu = time.perf_counter(), time.process_time()
         result = call()
@@ -130,12 +127,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--dir", type=Path, help="keep the files here (default: temporary)")
     args = parser.parse_args()
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-        figures = run(args.replicas, args.dir)
-    else:
-        with tempfile.TemporaryDirectory() as workdir:
-            figures = run(args.replicas, Path(workdir))
+    with tempfile.TemporaryDirectory() as workdir:
+        if args.dir is not None:
+            args.dir.mkdir(parents=True, exist_ok=True)
+        figures = run(args.replicas, args.dir or Path(workdir))
     text = json.dumps(figures, indent=1)
     print(text)
     if args.json is not None:
