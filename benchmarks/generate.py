@@ -3,9 +3,8 @@
 At full scale: 50 sites, 200 storage elements (RSEs, 4 per site), 100k datasets, 1M dataset
 replicas (one per (site, dataset)), 20k glidein slots, and 1 % churn per cycle. Smaller scales
 keep the sites, RSEs and slots and shrink the datasets with the replicas (10 replicas per
-dataset on average). The model is an integer per replica (in a ``dict``, or in two bytes:
-:class:`CompactHoldings`); :meth:`Federation.snapshot` builds the domain objects afresh, as a
-source does each fetch.
+dataset on average). The model is compact (:class:`CompactHoldings`: 10M replicas in ~150 MB);
+:meth:`Federation.snapshot` builds the domain objects afresh, as a source does each fetch.
 
 Mix of replica states (initial): 80 % available, 10 % partial, ~9.9 % replicating, 0.1 % stuck.
 Churn per cycle (of the current replica count): 40 % removals, 40 % additions (half new
@@ -25,7 +24,7 @@ import argparse
 import random
 from array import array
 from collections import Counter
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from itertools import compress
 
@@ -75,11 +74,7 @@ def decode(code: int) -> tuple[int, int]:
 class Federation:
     """The synthetic catalogue: which site holds which dataset, in which state."""
 
-    def __init__(
-        self, scale: Scale, seed: int = 2026, holdings: MutableMapping[int, int] | None = None
-    ) -> None:
-        """``holdings``: an empty store for the replicas (default a ``dict``; a
-        :class:`CompactHoldings` keeps 10M replicas in ~150 MB and gives the same federation)."""
+    def __init__(self, scale: Scale, seed: int = 2026) -> None:
         self.scale = scale
         self.rng = random.Random(seed)
         n_sites = scale.sites
@@ -90,7 +85,7 @@ class Federation:
         self.rses = [(f"{site}_DISK{j}", site) for site in self.sites for j in range(per_site)]
         self.next_dataset = scale.dataset_count
         # dataset * sites + site -> encode(state, percent), in insertion order
-        self.holdings: MutableMapping[int, int] = {} if holdings is None else holdings
+        self.holdings = CompactHoldings(n_sites)
         self._place_initial()
         self.slots = self._slots()
 
@@ -151,7 +146,7 @@ class Federation:
         total = max(1, round(len(self.holdings) * self.scale.churn_fraction))
         n_remove, n_add = int(total * 0.4), int(total * 0.4)
         n_change = total - n_remove - n_add
-        keys = self._ordered_keys()
+        keys = self.holdings.ordered()
         # sampling positions picks what sampling the keys themselves would (same draws)
         picked = [keys[j] for j in self.rng.sample(range(len(keys)), n_remove + n_change)]
         del keys
@@ -161,11 +156,6 @@ class Federation:
         added = self._add(n_add - n_add // 2, new_datasets=True)
         added += self._add(n_add // 2, new_datasets=False)
         return Churn(added=added, removed=n_remove, changed=changed)
-
-    def _ordered_keys(self) -> Sequence[int]:
-        if isinstance(self.holdings, CompactHoldings):
-            return self.holdings.ordered()
-        return list(self.holdings)
 
     def _change(self, key: int) -> bool:
         state, percent = decode(self.holdings[key])
@@ -246,13 +236,13 @@ class Federation:
 
 
 class CompactHoldings(MutableMapping[int, int]):
-    """The ``holdings`` of a :class:`Federation` in flat arrays instead of a ``dict``.
+    """The ``holdings`` of a :class:`Federation`: a mapping as a ``dict`` of them would be, in
+    flat arrays (~150 MB at 10M replicas instead of ~1 GB).
 
     Per possible key (``dataset * sites + site``, dense up to the highest dataset) one byte of
     state (0: absent, else ``state + 1``) and one of percent; the present keys in insertion
-    order in an ``array('i')`` (what :meth:`Federation.churn` samples from, so a federation
-    built on this store equals one built on a ``dict`` with the same seed): ~150 MB at 10M
-    replicas instead of ~1 GB. Once :meth:`take_touched` was called, :attr:`touched` collects
+    order in an ``array('i')``, as a ``dict`` keeps them (what :meth:`Federation.churn` samples
+    from). Once :meth:`take_touched` was called, :attr:`touched` collects
     every key written or deleted since, with its state before (for a cache of answers).
     """
 

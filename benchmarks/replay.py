@@ -47,7 +47,6 @@ from benchmarks.generate import (
     SCOPES,
     STUCK,
     Churn,
-    CompactHoldings,
     Federation,
     Scale,
     decode,
@@ -100,7 +99,7 @@ def _tail(n: int, ok: int, state: str) -> bytes:
 
 
 class Catalogue:
-    """The federation as Rucio rows, generated on request from a :class:`CompactHoldings`.
+    """The federation as Rucio rows, generated on request from its compact holdings.
 
     The two bulk answers (the per-RSE summary rows and the rules in state R / S) are cut into
     chunks by key range (:data:`BLOCK_DATASETS` datasets of one RSE; :data:`RULE_KEYS` keys of
@@ -110,10 +109,8 @@ class Catalogue:
     """
 
     def __init__(self, fed: Federation, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        if not isinstance(fed.holdings, CompactHoldings):
-            raise TypeError("the replay needs a Federation built on CompactHoldings")
         self.fed = fed
-        self.holdings: CompactHoldings = fed.holdings
+        self.holdings = fed.holdings
         self.holdings.take_touched()  # from now on churn records the keys it touches
         self.per_site = len(fed.rses) // fed.scale.sites
         self.rse_names = [rse for rse, _ in fed.rses]
@@ -472,7 +469,7 @@ def main() -> None:
     parser.add_argument("--bad-replicas", type=int, default=0, help="BAD replicas listed")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    fed = Federation(Scale(args.replicas), args.seed, CompactHoldings(Scale(args.replicas).sites))
+    fed = Federation(Scale(args.replicas), args.seed)
     catalogue = Catalogue(fed, args.cache_mib * 2**20)
     catalogue.generate_s = time.perf_counter() - t0
     catalogue.bad_replicas = args.bad_replicas

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks.cycle import ReplayServer
-from benchmarks.generate import CompactHoldings, Federation, Scale
+from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,12 +163,12 @@ def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
 
 
 def _catalogue(scale: Scale, seed: int, cache_bytes: int) -> Catalogue:
-    return Catalogue(Federation(scale, seed, CompactHoldings(50)), cache_bytes)
+    return Catalogue(Federation(scale, seed), cache_bytes)
 
 
 def _expected(catalogue: Catalogue, fed: Federation) -> tuple[set[tuple[Any, ...]], set[str]]:
-    """The summary rows (RSE, scope, name, files, available, state) and the rule names the
-    holdings of ``fed`` (a plain-``dict`` federation) imply, by :meth:`Catalogue.placements`."""
+    """The summary rows (RSE, scope, name, files, available, state) and the rule names that the
+    holdings of ``fed`` (churned apart from the catalogue) imply by :meth:`Catalogue.placements`."""
     rows, rules = set(), set()
     for key, code in fed.holdings.items():
         dataset, site = divmod(key, fed.scale.sites)
@@ -197,9 +197,9 @@ def _served(catalogue: Catalogue) -> tuple[list[tuple[Any, ...]], list[str]]:
 
 
 def test_answers_made_on_the_fly_hold_the_federation_through_churn() -> None:
-    """The compact federation equals the dict one for a seed, the answers generated from it
-    chunk by chunk hold exactly its holdings (no row twice), and a cache too small for
-    everything serves the same bytes as none while churn drops what it touched."""
+    """The catalogue's federation equals one of the same seed churned apart, the answers
+    generated from it chunk by chunk hold exactly its holdings (no row twice), and a cache too
+    small for everything serves the same bytes as none while churn drops what it touched."""
     scale = Scale(3000, churn_fraction=0.1)  # churn enough to touch split holdings and rules
     reference = Federation(scale, 11)
     # all cached, cached as room allows (the summary rows come first), never cached

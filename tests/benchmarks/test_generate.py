@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks.generate import Federation, Scale
+import random
+
+from benchmarks.generate import CompactHoldings, Federation, Scale
 
 
 def test_generator_produces_the_requested_counts_deterministically() -> None:
@@ -29,3 +31,20 @@ def test_generator_produces_the_requested_counts_deterministically() -> None:
 
     snapshot = a.snapshot()
     assert len(snapshot.replicas) == 10_000 and len(snapshot.sites) == 50
+
+
+def test_compact_holdings_keep_what_a_dict_keeps_in_its_order() -> None:
+    """The federation's store answers as a ``dict`` would after the same writes and deletions,
+    in the same order (a key deleted and written again moves last): churn samples by position,
+    so the order is the federation."""
+    rng = random.Random(3)
+    compact, plain = CompactHoldings(50), dict[int, int]()
+    for _ in range(5000):
+        key = rng.randrange(3000)
+        if key in plain and rng.random() < 0.4:
+            del compact[key], plain[key]
+        else:
+            compact[key] = plain[key] = rng.randrange(4) | rng.randrange(101) << 2
+        if rng.random() < 0.01:
+            assert list(compact.items()) == list(plain.items())
+    assert list(compact.items()) == list(plain.items()) and len(compact) == len(plain)
