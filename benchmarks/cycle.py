@@ -206,11 +206,10 @@ class BenchService:
             out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
             out["phases"]["after"] = max(0.0, whole - sum(out["phases"].values()))
             out["fetch_cpu"] = phases["fetch"].cpu_s if "fetch" in phases else 0.0
+        sources = self.service.sources
         out["replicas"] = sum(len(s.replicas) for s in self.service.state.sources.values())
         out["calls"] = {
-            k: v
-            for s in self.service.sources
-            for k, v in getattr(s, "calls_last_fetch", {}).items()
+            k: v for s in sources for k, v in getattr(s, "calls_last_fetch", {}).items()
         }
         out["rss_mib"] = kib("self/status")["VmRSS"] / 1024
         out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
