@@ -552,7 +552,8 @@ def arguments() -> argparse.ArgumentParser:
     add("--profile", type=Path, help="write a cProfile per kind of cycle here")
     add("--code", type=Path, help="also run, first, the hydrator package of this checkout "
         "(the old code, e.g. in a temporary worktree): old and new in one run")  # fmt: skip
-    add("--rounds", type=int, default=1, help="with --code: pairs of runs, old then new")
+    add("--rounds", type=int, default=1, help="with --code: pairs of runs (old first in odd, "
+        "new first in even pairs)")  # fmt: skip
     add("--min-available-mib", type=int, default=3072,
         help="stop a step when the machine's available memory falls under this")  # fmt: skip
     add("--replay-cache-mib", type=int, help="the replay's answer cache (default: room for "
@@ -583,11 +584,13 @@ def main() -> None:
 
 
 def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
-    """``--rounds`` pairs of runs, old (``code``) then new: the first pair in full (``old``,
+    """``--rounds`` pairs of runs of old (``code``) and new: the first pair in full (``old``,
     ``new``, ``new_vs_old``), every pair's :data:`COMPARED` figures (``rounds``) and the median
     of each figure's change over the pairs (``new_vs_old_median``: on a shared machine the
-    load moves between runs; alternating and taking the median lessens its weight)."""
-    pairs = [(run(args, code), run(args, None)) for _ in range(args.rounds)]
+    load moves between runs; alternating and taking the median lessens its weight). Old runs
+    first in the first pair, new first in the second, and so on: a load that rises (or falls)
+    through the run weighs on both sides alike, not always on the side that runs second."""
+    pairs = [pair(args, code, old_first=i % 2 == 0) for i in range(args.rounds)]
     changes = [new_vs_old(old, new) for old, new in pairs]
     return {
         "old": pairs[0][0],
@@ -600,6 +603,15 @@ def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
         ],
         "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
     }
+
+
+def pair(args: argparse.Namespace, code: Path, old_first: bool) -> tuple[dict[str, Any], ...]:
+    """One run of old and one of new, in the order asked; returned as (old, new)."""
+    if old_first:
+        old = run(args, code)
+        return old, run(args, None)
+    new = run(args, None)
+    return run(args, code), new
 
 
 def brief(summary: dict[str, Any]) -> dict[str, Any]:
