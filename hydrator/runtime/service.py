@@ -48,7 +48,7 @@ from hydrator.errors import HydratorError, PermanentSourceError, PublishError, S
 from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
-from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.metrics import JOB_NAMES, Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
@@ -440,7 +440,8 @@ class Service:
         return reports, errors
 
     def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
-        """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
+        """Matchmaking quality from the pool, and the invalid names its jobs declare; a pool
+        that cannot be read skips both this cycle."""
         if self.probe is None:
             return
         try:
@@ -453,6 +454,7 @@ class Service:
             self.metrics.pool_queries.labels("error").inc()
             return
         self.metrics.pool_queries.labels("ok").inc()
+        self.metrics.invalid_records.labels(JOB_NAMES).inc(self.probe.invalid_last_query)
         self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
     def _annotate(
