@@ -32,8 +32,8 @@ from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
 from tests.support.daemon import Daemon
 from tests.support.pool import EDITOR_IDENTITY, IDLE, RUNNING, SUBMIT_USER, Pool, running_pool
-from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook
-from tests.support.static_inventory import CYCLE_S, TRANSIENT, start_static
+from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook  # noqa: F401
+from tests.support.static_inventory import CYCLE_S, TRANSIENT, start_static  # noqa: F401
 from tests.support.wait import wait_for
 
 HERE = Path(__file__).parent
@@ -343,11 +343,10 @@ def run_all(only: Sequence[str]) -> dict[str, Any]:
         "utc_window": [start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")],
         "commit": subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip(),
         "condor_version": version,
-        "hydrator_cycle_s": CYCLE_S,
-        "hook_period_s": HOOK_PERIOD_S,
     }
-    plain = (int, float, str, tuple, list, dict)
+    plain = (int, float, str, tuple, list, dict)  # with CYCLE_S, HOOK_PERIOD_S from tests/support
     constants = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, plain)}
+    constants.pop("TRANSIENT")  # exception types
     return {"meta": meta, "parameters": constants, "scenarios": results}
 
 
