@@ -26,8 +26,9 @@ No I/O, no clock, no globals. The rules it enforces:
   holds, and the shrink guards do not count what it held last time (that drop is explained,
   so it takes effect at once; the rest of its site is guarded as ever, by the site's count
   where the element's is known, and by each available element's count); a drained site's
-  view lists nothing. The site views carry their storage elements and the reasons
-  (:func:`~hydrator.core.storage.with_storage`).
+  view lists nothing, and so does a site whose every source there says all its storage
+  there cannot serve. The site views carry their storage elements and the reasons
+  (:func:`~hydrator.core.storage.served_views`).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from hydrator.core.storage import (
     Drain,
     count_outside,
     explained_entries,
+    served_views,
     unavailable_storages,
-    with_storage,
 )
 from hydrator.core.views import patch_view, views_of
 from hydrator.domain import (
@@ -66,7 +67,6 @@ from hydrator.domain import (
     SourceOutcome,
     SourceState,
     State,
-    StorageStatus,
 )
 
 Key = tuple[Site, DatasetId]
@@ -186,7 +186,7 @@ def plan_cycle(
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites=with_storage(new.stamped_views(), _statuses(new.state), drains, now),
+        sites=served_views(new, drains, now),
         changed_sites=changed_sites,
         removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,
@@ -210,11 +210,6 @@ def _derive(
     contents = _contents(held, fresh, merged, None if first else changes)
     new = Derived(state, sources, merged=merged, coverage=fresh.coverage, contents=contents)
     return new, changes
-
-
-def _statuses(state: State) -> list[StorageStatus]:
-    """Every source's storage statuses (a storage element two sources state twice)."""
-    return [status for name in sorted(state.sources) for status in state.sources[name].storages]
 
 
 def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> bool:

@@ -264,6 +264,12 @@ class PoolProbe(Protocol):
         read of its own) and all slots; raises PublishError if the pool cannot be read."""
         ...
 
+    @property
+    def invalid_last_query(self) -> int:
+        """Dataset names the last :meth:`jobs_and_slots` skipped as invalid (the jobs'
+        ``RequiredDatasets``), for ``hydrator_invalid_records_total``."""
+        ...
+
 
 # -- event streams ---------------------------------------------------------------------------
 

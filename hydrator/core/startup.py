@@ -10,7 +10,7 @@ from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.derived import Derived
 from hydrator.core.render import AdAttributes
-from hydrator.core.storage import Drain, with_storage
+from hydrator.core.storage import Drain, served_views
 from hydrator.domain import Site, SiteView
 
 
@@ -27,12 +27,6 @@ def startup_views(
     :func:`advertise` cuts them with no demand."""
     if policy.demand_only:
         return {}
-    sources = derived.state.sources
-    views = with_storage(
-        derived.stamped_views(),
-        [s for name in sorted(sources) for s in sources[name].storages],
-        drains,
-        now,
-    )
+    views = served_views(derived, drains, now)
     size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
     return {s: advertise(v, {}, policy, size).view for s, v in views.items()}

@@ -20,8 +20,10 @@ site's replica from its *available* storage elements only (:func:`present_at`), 
 held only there leaves the site's lists while one also complete at another storage element of
 the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard does not hold
 what such storage held back (:func:`explained_entries`: that part of the drop is explained,
-not the rest of the site's), and a drained site, or one whose every stated storage element
-cannot serve, advertises nothing (:func:`with_storage`).
+not the rest of the site's), and a drained site advertises nothing (:func:`with_storage`).
+A source whose every storage element stated at a site cannot serve counts for nothing there
+(:func:`served_views`); another source's entries at that site, on storage nobody said is
+down (it states none there, or some that serves), stay.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 
+from hydrator.core.derived import Derived
+from hydrator.core.index import merge_replicas
 from hydrator.core.presence import combine
-from hydrator.core.views import content_digest
+from hydrator.core.views import content_digest, site_contents
 from hydrator.domain import DatasetId, ElementCount, Replica, Site, SiteView, StorageStatus
 
 MAX_REASON_CHARS = 200
@@ -211,15 +215,60 @@ def site_reasons(statuses: Iterable[StorageStatus], site_drain: Drain | None) ->
     return tuple(reasons)
 
 
+def served_views(derived: Derived, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+    """The views of ``derived`` as its sites' ads say them: every source's storage statuses
+    and the ``drains`` active at ``now`` applied (:func:`with_storage`), and at each site
+    the entries of the sources whose every storage element stated there cannot serve left
+    out (:func:`_down_sources`; a full read has already left them out, a refresh cycle,
+    which re-reads statuses but no dataset, needs this to take them out within one cycle).
+    Another source's entries there stay: nobody said the storage holding them is down."""
+    sources = derived.state.sources
+    statuses = [s for name in sorted(sources) for s in sources[name].storages]
+    views = derived.stamped_views()
+    emptied: set[Site] = set()
+    for site, down in _down_sources(derived).items():
+        covering = derived.coverage.get(site, frozenset())
+        others = [n for n in covering - down if derived.source(n).index.get(site)]
+        if not others:  # a one-source daemon always ends here, reading no index
+            emptied.add(site)
+        elif any(derived.source(n).index.get(site) for n in covering & down):
+            views[site] = _held_by(derived, site, others, views[site])  # a refresh cycle's
+    return with_storage(views, statuses, drains, now, frozenset(emptied))
+
+
+def _down_sources(derived: Derived) -> dict[Site, frozenset[str]]:
+    """Site -> the sources covering it whose every storage element stated there cannot serve
+    (a source that states none there is not among them)."""
+    stated: dict[tuple[Site, str], bool] = {}  # (site, source) -> one of them serves
+    for name, source in derived.state.sources.items():
+        for status in source.storages:
+            key = (status.site, name)
+            stated[key] = stated.get(key, False) or status.available
+    down: dict[Site, set[str]] = {}
+    for (site, name), serves in stated.items():
+        if not serves:
+            down.setdefault(site, set()).add(name)
+    return {site: frozenset(names) for site, names in down.items()}
+
+
+def _held_by(derived: Derived, site: Site, names: Iterable[str], view: SiteView) -> SiteView:
+    """``site``'s view from the entries of the sources ``names`` only (merged as any
+    several reports of a pair are), stamped as ``view``."""
+    reports = (r for n in sorted(names) for r in derived.source(n).index[site].values())
+    (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
+    return replace(kept, updated=view.updated)
+
+
 def with_storage(
     views: Mapping[Site, SiteView],
     statuses: Iterable[StorageStatus],
     drains: Iterable[Drain],
     now: datetime,
+    emptied: AbstractSet[Site] = frozenset(),
 ) -> dict[Site, SiteView]:
     """``views`` with each site's storage elements and the reasons some cannot serve; a site
-    drained as a whole lists no dataset (every list empty, its digest that of empty lists).
-    A site with nothing to add is the very same view object."""
+    drained as a whole, or one of ``emptied``, lists no dataset (every list empty, its digest
+    that of empty lists). A site with nothing to add is the very same view object."""
     by_site: dict[Site, list[StorageStatus]] = {}
     for status in statuses:
         by_site.setdefault(status.site, []).append(status)
@@ -232,15 +281,8 @@ def with_storage(
             out[site] = view
             continue
         stated = replace(view, storages=held, unavailable=site_reasons(held, drain))
-        out[site] = _emptied(stated) if drain is not None or _all_down(held) else stated
+        out[site] = _emptied(stated) if drain is not None or site in emptied else stated
     return out
-
-
-def _all_down(statuses: Collection[StorageStatus]) -> bool:
-    """Every storage element stated at a site cannot serve: the site lists no dataset (a
-    full read has already left out what they held; a refresh cycle, which re-reads
-    statuses but no dataset, needs this to take them out within one cycle)."""
-    return bool(statuses) and not any(s.available for s in statuses)
 
 
 def _emptied(view: SiteView) -> SiteView:

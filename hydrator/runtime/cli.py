@@ -279,13 +279,11 @@ def _show(config: Config, site: str | None) -> int:
 def _with_storage(loaded: Derived, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
-    from hydrator.core.storage import with_storage  # noqa: PLC0415
+    from hydrator.core.storage import served_views  # noqa: PLC0415
     from hydrator.runtime.drains import drain_lines  # noqa: PLC0415
 
     now = datetime.now(UTC)
-    sources = loaded.state.sources
-    statuses = [s for name in sorted(sources) for s in sources[name].storages]
-    views = with_storage(loaded.stamped_views(), statuses, drained, now)
+    views = served_views(loaded, drained, now)
     return views, drain_lines(drained, now)
 
 

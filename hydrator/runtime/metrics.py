@@ -19,6 +19,9 @@ from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 NAMESPACE = "hydrator"
+JOB_NAMES = "RequiredDatasets"
+"""The ``source`` of ``hydrator_invalid_records_total`` for jobs' dataset names: no source can
+be named so (source names are lower case)."""
 
 M = TypeVar("M", Counter, Gauge, Histogram)  # the kind of one declared metric
 
@@ -162,7 +165,8 @@ class Metrics:
     invalid_records = _counter(
         "invalid_records",
         "Records skipped as malformed or with invalid names (a bad record is counted in"
-        " every answer that holds it).",
+        f" every answer that holds it); source {JOB_NAMES}: the dataset names queued jobs"
+        " declare, per pool read for matchmaking quality.",
         "source",
     )
     source_invalid = _gauge(

@@ -39,7 +39,7 @@ class Published:
     views: Mapping[Site, SiteView] = field(default_factory=dict)
     """Each published site's full lists as held (the ads may be cut to fit or to demand):
     what ``/v1/sites`` and ``/v1/sites/<site>`` list (issue 26 item 7)."""
-    # per site, where its data last came from ("full_read" or "event") and when
+    # per site, where its lists last came from ("full_read", "event", "refresh") and when
     origins: Mapping[Site, tuple[str, datetime]] = field(default_factory=dict)
 
     def view(self, site: Site) -> SiteView:

@@ -102,7 +102,8 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "held": held.get(v.site),
                 "unavailable": list(v.unavailable),
                 "storages": [storage_json(s) for s in v.storages],
-                # "full_read" or "event" (an event cycle re-read some of its datasets)
+                # "full_read", "event" (an event cycle re-read some of its datasets) or
+                # "refresh" (a refresh cycle's storage statuses or drains changed its lists)
                 "origin": origin,
                 "origin_time": origin_at.isoformat() if origin_at else None,
             }

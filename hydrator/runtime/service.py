@@ -48,7 +48,7 @@ from hydrator.errors import HydratorError, PermanentSourceError, PublishError, S
 from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
-from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.metrics import JOB_NAMES, Metrics
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
@@ -252,7 +252,7 @@ class Service:
         with phase("save"):
             rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._derived = plan.derived
-        self._note_origins(plan, started, "event" if planner is not None else "full_read")
+        self._note_origins(plan, started, _origin(planner, scheduled))
         if self.advertise_policy.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
@@ -315,13 +315,17 @@ class Service:
         return frozenset(d for d in drains if d.active(now)) != self._drains_read
 
     def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
-        """Where each site's data last came from: a full read sets every site, an event
-        cycle the sites whose content it changed (``/v1/sites`` says it)."""
+        """Where each site's data last came from: a full read sets every site, an event or
+        refresh cycle the sites whose lists it changed (``/v1/sites`` says it): their content,
+        or what storage and drains let them serve (a refresh cycle changes only that)."""
         if origin == "full_read":
             self._origins = {site: (origin, started) for site in plan.sites}
             return
-        for site in plan.changed_sites:
-            self._origins[site] = (origin, started)
+        served = self.published.views  # the last cycle's lists, storage and drains applied
+        for site, view in plan.sites.items():
+            last = served.get(site)
+            if site in plan.changed_sites or (last is not None and last.digest != view.digest):
+                self._origins[site] = (origin, started)
         for site in plan.removed_sites:
             self._origins.pop(site, None)
 
@@ -440,7 +444,8 @@ class Service:
         return reports, errors
 
     def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
-        """Matchmaking quality from the pool; a pool that cannot be read skips it this cycle."""
+        """Matchmaking quality from the pool, and the invalid names its jobs declare; a pool
+        that cannot be read skips both this cycle."""
         if self.probe is None:
             return
         try:
@@ -453,6 +458,7 @@ class Service:
             self.metrics.pool_queries.labels("error").inc()
             return
         self.metrics.pool_queries.labels("ok").inc()
+        self.metrics.invalid_records.labels(JOB_NAMES).inc(self.probe.invalid_last_query)
         self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
 
     def _annotate(
@@ -495,3 +501,13 @@ def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
     if publish_errors or any(not s.fresh for s in plan.sources):
         return "degraded"
     return "ok"
+
+
+def _origin(planner: Planner | None, scheduled: bool) -> str:
+    """What a cycle's changes are labelled with in ``/v1/sites``: ``full_read`` (every source
+    fetched), ``refresh`` (a planner on a scheduled run: storage statuses, drains and queues
+    read again, :meth:`~hydrator.runtime.events.FullReadGate.refresh`) or ``event`` (a planner
+    re-reading the datasets messages named)."""
+    if planner is None:
+        return "full_read"
+    return "refresh" if scheduled else "event"

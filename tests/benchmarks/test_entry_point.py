@@ -23,7 +23,15 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_entry_point_lists_every_scenario() -> None:
     listed = _run("--help")
     assert listed.returncode == 0
-    for name in ("cycle", "state-store", "demand", "annotation", "events", "record-rucio"):
+    for name in (
+        "cycle",
+        "state-store",
+        "demand",
+        "annotation",
+        "events",
+        "locality",
+        "record-rucio",
+    ):
         assert f"  {name} " in listed.stdout
 
 

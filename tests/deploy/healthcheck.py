@@ -8,7 +8,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from tests.deploy.conftest import DEPLOY
+from tests.support.deploy import DEPLOY
 
 HEALTHCHECK = DEPLOY / "docker" / "healthcheck.py"
 

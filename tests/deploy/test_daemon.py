@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY, REPO, venv_command
 from tests.deploy.healthcheck import run_healthcheck, status
 from tests.deploy.sandbox import address_families, allowed_syscalls, preexec
+from tests.support.deploy import DEPLOY, REPO, venv_command
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow

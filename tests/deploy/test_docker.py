@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY, REPO, venv_command
 from tests.deploy.healthcheck import HEALTHCHECK, run_healthcheck
+from tests.support.deploy import DEPLOY, REPO, venv_command
 from tests.support.ports import free_port
 
 DOCKERFILE = REPO / "Dockerfile"

@@ -20,7 +20,7 @@ from hydrator.config import load_config
 from hydrator.core.locality import LocalityReport
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.wiring import build_service
-from tests.deploy.conftest import DEPLOY, REPO
+from tests.support.deploy import DEPLOY, REPO
 
 DASHBOARD = DEPLOY / "grafana" / "hydrator.json"
 # Exported but deliberately not on the dashboard (bookkeeping, not operations).

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes
 from tests.deploy.healthcheck import HEALTHCHECK, status
+from tests.support.deploy import DEPLOY, REPO, quantity_bytes
 
 pytestmark = pytest.mark.image
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from hydrator.config import parse_config
-from tests.deploy.conftest import DEPLOY, REPO, quantity_bytes, venv_command
+from tests.support.deploy import DEPLOY, REPO, quantity_bytes, venv_command
 
 BASE = DEPLOY / "kubernetes"
 BENCHMARKS = REPO / "benchmarks"

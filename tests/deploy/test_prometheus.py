@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY
+from tests.support.deploy import DEPLOY
 
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "hydrator.rules.yml"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY
 from tests.deploy.sandbox import address_families, allowed_syscalls, preexec, unit_settings
+from tests.support.deploy import DEPLOY
 
 UNIT = DEPLOY / "systemd" / "hydrator.service"
 SYSUSERS = DEPLOY / "systemd" / "hydrator.sysusers.conf"

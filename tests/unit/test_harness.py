@@ -4,6 +4,9 @@
   (tests/support/wait.py), :func:`free_port` (tests/support/ports.py) and the daemon runner
   (tests/support/daemon.py); a module elsewhere that defines its own gets a second contract.
 - No module imports a ``test_*`` module: what two tests share lives in ``tests/support/``.
+- No module imports a ``conftest``: pytest imports each conftest itself (as a plugin, under
+  its own rules), so an import of one as a module is a second, fragile copy; fixtures stay in
+  conftests, what tests import from them lives in ``tests/support/``.
 - No test starts ``hydrator run`` by hand (``subprocess.Popen``) but the two named in
   :data:`OWN_DAEMON`, which :class:`tests.support.daemon.Daemon` cannot run yet.
 - No test assigns a private attribute of an object it did not make (``source._client = ...``,
@@ -53,6 +56,21 @@ def imported_tests(tree: ast.Module) -> list[str]:
 
 def _names_a_test(module: str) -> bool:
     return any(part.startswith("test_") for part in module.split("."))
+
+
+def imported_conftests(tree: ast.Module) -> list[str]:
+    """The ``conftest`` modules ``tree`` imports (``import a.conftest``, ``from a.conftest
+    import b``, ``from a import conftest``, relative forms too)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if "conftest" in a.name.split(".")]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if "conftest" in module.split("."):
+                found.append(module)
+            found += [f"{module}.conftest" for a in node.names if a.name == "conftest"]
+    return found
 
 
 def own_helpers(tree: ast.Module) -> list[str]:
@@ -127,6 +145,11 @@ def test_no_module_imports_a_test_module() -> None:
     assert found == {}, "move what is shared into tests/support/"
 
 
+def test_no_module_imports_a_conftest() -> None:
+    found = {path: names for path, tree in modules() if (names := imported_conftests(tree))}
+    assert found == {}, "move what is imported into tests/support/; keep fixtures in conftest"
+
+
 def test_only_tests_support_defines_the_shared_helpers() -> None:
     found = {
         path: names
@@ -169,6 +192,14 @@ def test_no_test_writes_a_private_attribute() -> None:
         ("from tests.pool import test_end_to_end", imported_tests, 1),
         ("from .test_cycle import run", imported_tests, 1),
         ("from tests.support.wait import wait_for", imported_tests, 0),
+        ("from tests.deploy.conftest import DEPLOY", imported_conftests, 1),
+        ("import tests.sources.dmapi.conftest as dmapi", imported_conftests, 1),
+        ("from tests.deploy import conftest", imported_conftests, 1),
+        ("from .conftest import MakeSource", imported_conftests, 1),
+        ("from . import conftest", imported_conftests, 1),
+        ("import conftest", imported_conftests, 1),
+        ("from tests.support.deploy import DEPLOY", imported_conftests, 0),
+        ("from tests.support.conftest_like import x", imported_conftests, 0),
         ("def wait_for(what):\n    pass", own_helpers, 1),
         ("def eventually(check):\n    pass", own_helpers, 1),
         ("def free_port():\n    pass", own_helpers, 1),

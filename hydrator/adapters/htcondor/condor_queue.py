@@ -309,7 +309,7 @@ class CondorPoolProbe:
         self._collector = collector
         self._site_attribute = slot_site_attribute
         self._warned: set[str] = set()
-        self.invalid_last_query = 0  # invalid dataset names skipped in the last query
+        self.invalid_last_query = 0  # the port's: invalid names the last read skipped
 
     def jobs_and_slots(
         self, queue: QueueSnapshot | None = None

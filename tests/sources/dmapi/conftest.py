@@ -11,23 +11,8 @@ import pytest
 
 from hydrator.adapters.sources.dmapi import DmapiSource
 from hydrator.config import DmapiSourceConfig
+from tests.support.dmapi import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand (seconds)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-MakeSource = Callable[..., DmapiSource]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hydrator.core.ports import CountsCalls, DefersChecks, FetchContext
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.logs import setup_logging
-from tests.sources.dmapi.conftest import FakeClock, MakeSource
+from tests.support.dmapi import FakeClock, MakeSource
 from tests.support.fake_dmapi import (
     DM_AUDIENCE,
     DM_SCOPE,

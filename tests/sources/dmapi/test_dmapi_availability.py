@@ -12,7 +12,7 @@ from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
-from tests.sources.dmapi.conftest import MakeSource
+from tests.support.dmapi import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet, area, downtime, node, site, storage
 
 NOW = datetime.now(UTC).replace(microsecond=0)  # the fake judges /nodes on the real clock

@@ -299,3 +299,61 @@ def test_an_unavailable_element_explains_only_its_own_entries(
     assert {str(d) for d in plan.sites[A].available} == (
         after if expected == "published" else before
     )
+
+
+def source_answer(
+    name: str, *replicas: Replica, storages: tuple[StorageStatus, ...] = ()
+) -> Snapshot:
+    return merged_snapshot(name, replicas, [A, Site("SITE_B")], storages=storages)
+
+
+@pytest.mark.parametrize(
+    ("r_holds", "r_storages", "s_holds", "s_storages", "lists"),
+    [
+        # a full read: R left out what its storage held; S states no storage at SITE_A
+        ([], [unavailable("SITE_A", "X_DISK")], ["s1"], [], {"s1"}),
+        # a refresh cycle: R's entries still held, its storage read down since
+        (["r1"], [unavailable("SITE_A", "X_DISK")], ["s1"], [], {"s1"}),
+        # S states its own storage there, available
+        (["r1"], [unavailable("SITE_A", "X_DISK")], ["s1"], [available("SITE_A", "Y")], {"s1"}),
+        # both state all their storage at SITE_A down: nothing
+        (["r1"], [unavailable("SITE_A", "X_DISK")], ["s1"], [unavailable("SITE_A", "Y")], set()),
+        # S covers SITE_A but holds nothing there: nothing
+        (["r1"], [unavailable("SITE_A", "X_DISK")], [], [], set()),
+        # R's other storage element serves: R's entries stay (a full read follows a refresh)
+        (
+            ["r1"],
+            [unavailable("SITE_A", "X_DISK"), available("SITE_A", "Z_DISK")],
+            ["s1"],
+            [],
+            {"r1", "s1"},
+        ),
+        # the same dataset from both: S's report of it stays, R's does not
+        (["s1"], [unavailable("SITE_A", "X_DISK")], ["s1"], [], {"s1"}),
+    ],
+)
+def test_a_source_whose_storage_at_a_site_is_all_down_loses_only_its_own_entries(
+    r_holds: list[str],
+    r_storages: list[StorageStatus],
+    s_holds: list[str],
+    s_storages: list[StorageStatus],
+    lists: set[str],
+) -> None:
+    """Two sources at SITE_A, R stating every storage element it has there down: what S holds
+    there, on storage nobody said is down, stays advertised (a site is emptied only when every
+    source holding entries there says all its storage there cannot serve)."""
+    r = source_answer("r", *(rep("SITE_A", d) for d in r_holds), storages=tuple(r_storages))
+    s = source_answer("s", *(rep("SITE_A", d) for d in s_holds), storages=tuple(s_storages))
+    (plan,) = run([{"r": r, "s": s}])
+    view = plan.sites[A]
+    assert {str(d.name) for d in view.available} == lists
+    assert "RSE X_DISK: availability_read false" in view.unavailable
+    assert view.digest == content_digest(A, tuple(sorted(view.available)), (), ())
+
+
+def test_a_partial_report_from_the_other_source_stays_partial() -> None:
+    r = source_answer("r", rep("SITE_A", "d"), storages=(unavailable("SITE_A", "X_DISK"),))
+    s = source_answer("s", rep("SITE_A", "d", "partial", 0.5))
+    (plan,) = run([{"r": r, "s": s}])
+    assert plan.sites[A].available == ()
+    assert [str(d.name) for d, _ in plan.sites[A].partial] == ["d"]

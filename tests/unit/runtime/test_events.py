@@ -319,6 +319,8 @@ def test_a_skipped_full_read_is_a_refresh_cycle_that_reads_storage_and_no_datase
     gate()  # not due: a refresh cycle
     assert (catalogue.full_reads, catalogue.storage_reads, catalogue.targeted) == (1, 1, [])
     assert available(service, "A") == []
+    origins = {s["site"]: s["origin"] for s in sites_json(service.published)["sites"]}
+    assert origins == {"A": "refresh", "B": "full_read"}, "its storage read emptied A only"
     assert service.published.ads[Site("A")].view.unavailable == (
         "RSE A_DISK: availability_read false",
     )

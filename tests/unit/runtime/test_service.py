@@ -229,6 +229,7 @@ def test_cycles_never_overlap(config: Config, clock: object) -> None:
 class Probe:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
+        self.invalid_last_query = 0 if fail else 2  # names its jobs declare, skipped
 
     def jobs_and_slots(self) -> tuple[list[object], list[object]]:
         from hydrator.core.locality import PoolJob, PoolSlot
@@ -255,9 +256,12 @@ def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: objec
     assert m("hydrator_jobs_running", {"locality": "remote"}) == 1
     assert m("hydrator_jobs_idle_data_bound", {"reason": "missed_locality"}) == 1
     assert m("hydrator_sites_unclaimed_slots_with_data", {"site": "A"}) == 1
+    invalid = {"source": "RequiredDatasets"}  # the jobs' invalid names, counted per read
+    assert m("hydrator_invalid_records_total", invalid) == 2
     service.probe = Probe(fail=True)  # type: ignore[assignment]
     assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
     assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
+    assert m("hydrator_invalid_records_total", invalid) == 2
 
 
 def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: object) -> None:

@@ -79,7 +79,8 @@ class DmapiSource:
     """Locates a list of datasets through the DMAPI; one instance per configured source.
 
     After each :meth:`fetch`, ``calls_last_fetch`` is the number of HTTP requests it sent
-    (token, /nodes, locate, retries included) and ``seconds_last_fetch`` its duration.
+    (token, /nodes, locate, retries included); its duration is the runtime's to measure
+    (``hydrator_source_fetch_duration_seconds``).
     """
 
     def __init__(
@@ -114,7 +115,6 @@ class DmapiSource:
         self._fetches = 0
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
         self.calls_last_fetch = 0
-        self.seconds_last_fetch = 0.0
         self.deferred_last_fetch = 0  # known datasets not located again (over the budget)
 
     @property
@@ -129,14 +129,12 @@ class DmapiSource:
     def fetch(self, context: FetchContext) -> Snapshot:
         """Locate this cycle's datasets; raise TransientSourceError if any locate failed or
         ``deadline_s`` passed."""
-        started = time.monotonic()
-        run = Run(deadline=started + self._config.deadline_s)
+        run = Run(deadline=time.monotonic() + self._config.deadline_s)
         try:
             with run.watchdog():
                 return self._fetch(context, run)
         finally:
             self.calls_last_fetch = run.calls
-            self.seconds_last_fetch = time.monotonic() - started
 
     def _fetch(self, context: FetchContext, run: Run) -> Snapshot:
         try:

@@ -1,0 +1,379 @@
+"""The locality experiment (issue 11): do data-bound jobs and glideins go where the data is?
+Seven ways, on the real test pool, with the daemon and its execute-node hook running.
+
+    .venv/bin/python -m benchmarks locality [--only a c e2] [--json PATH]
+
+Needs root; holds the pool lock throughout (~5 min); writes ``benchmarks/locality.json`` and
+prints the table of ``benchmarks/LOCALITY.md``, which describes the design and the scoring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from benchmarks.annotate import machine
+from hydrator.config import ClassAdConfig
+from hydrator.core.expr import job_expressions
+from hydrator.domain import DatasetId
+from tests.support.daemon import Daemon
+from tests.support.pool import EDITOR_IDENTITY, IDLE, RUNNING, SUBMIT_USER, Pool, running_pool
+from tests.support.pool_hook import HOOK_PERIOD_S, install_hook, remove_hook  # noqa: F401
+from tests.support.static_inventory import CYCLE_S, TRANSIENT, start_static  # noqa: F401
+from tests.support.wait import wait_for
+
+HERE = Path(__file__).parent
+PROVISIONING = HERE.parent / "docs" / "provisioning.md"
+Inventory = Mapping[str, frozenset[str]]  # site -> datasets complete there
+SITES, PER_SITE = ("SITE_A", "SITE_B", "SITE_C", "SITE_D"), 3
+SLOTS = {f"slot{i + 1}": SITES[i // PER_SITE] for i in range(len(SITES) * PER_SITE)}
+DATASETS = ("ska:exp_a", "ska:exp_b", "ska:exp_c")
+INITIAL: Inventory = {site: frozenset(DATASETS[i : i + 1]) for i, site in enumerate(SITES)}
+MOVING, MOVE_FROM, MOVE_TO, OVERLAP_S = "ska:exp_a", "SITE_A", "SITE_D", 5.0
+JOBS_PER_DATASET, SLEEP_S, DEADLINE_S, POLL_S = 16, 2, 150.0, 1.0
+TOTAL = JOBS_PER_DATASET * len(DATASETS)
+# (d2): 2/3 of the strict drain (16 jobs on 3 slots: 6 negotiation cycles of 5 s), above the
+# usual wait for a local slot (~10 s median in (c)).
+FALLBACK_AFTER_S = 20
+# glideins: half the pool, at most PER_SITE at a site; GLIDEINS: the config fragment toggling them
+FRONTEND_PERIOD_S, BUDGET, GLIDEINS = 5.0, 6, "61-locality-glideins"
+JOB_ATTRS = ["ProcId", "JobStatus", "QDate", "JobStartDate", "RemoteHost", "RequiredDatasets"]
+JOB_ATTRS += ["MATCH_EXP_JOB_GLIDEIN_Site", "DataLocalitySites"]
+# CLAIM_WORKLIFE = 0: every start goes through the negotiator (no claim reused against an older
+# slot ad); START by GlideinOn: a slot takes jobs only while its "glidein" runs (scenario e).
+LAYOUT = f"""NUM_CPUS = {len(SLOTS)}
+MEMORY = {256 * len(SLOTS)}
+SLOT_TYPE_1 = cpus=1, memory=256
+SLOT_TYPE_1_PARTITIONABLE = false
+NUM_SLOTS_TYPE_1 = {len(SLOTS)}
+NUM_SLOTS_TYPE_2 = 0
+STARTD_ATTRS = GLIDEIN_Site GlideinOn
+GlideinOn = True
+START = GlideinOn =?= True
+CLAIM_WORKLIFE = 0
+""" + "".join(f'{slot.upper()}_GLIDEIN_Site = "{site}"\n' for slot, site in SLOTS.items())
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    lines: tuple[str, ...]  # submit lines besides RequiredDatasets
+    match_expr: str | None = None  # slots run jobs only when the model frontend starts them
+    annotate: bool = False  # the daemon runs with [jobs] annotate = true
+
+    def submit(self) -> str:
+        """One cluster, datasets interleaved; ``$(Sites)``: the dataset's site at submit."""
+        rows = [f"{d} {SITES[i]}" for _ in range(JOBS_PER_DATASET) for i, d in enumerate(DATASETS)]
+        head = "universe = vanilla\nexecutable = /bin/sleep\noutput = /dev/null\nerror = /dev/null"
+        glidein_site = '+JOB_GLIDEIN_Site = "$$(GLIDEIN_Site:Unknown)"'
+        required = f"My.RequiredDatasets = {_expr('required')}"
+        body = [head, f"arguments = {SLEEP_S}", glidein_site, required, *self.lines]
+        return "\n".join([*body, "queue Dataset, Sites from (", *rows, ")", ""])
+
+
+def _expr(attribute: str, fallback_after_s: int | None = None) -> str:
+    """One line of ``hydrator expr`` for one dataset, its name the submit macro ``$(Dataset)``."""
+    e = job_expressions([DatasetId.parse("ska:x")], ClassAdConfig(), False, fallback_after_s)
+    return str(getattr(e, attribute)).replace('"ska:x"', '"$(Dataset)"')
+
+
+def scenarios() -> list[Scenario]:
+    """(e1)/(e2): a match_expr blind to data; docs/provisioning.md's, over annotated jobs."""
+    rank, strict = f"rank = {_expr('rank')}", f"requirements = {_expr('requirements')}"
+    fallback = f"requirements = {_expr('requirements', FALLBACK_AFTER_S)}"
+    desired = 'My.DESIRED_Sites = "$(Sites)"'
+    by_list = "requirements = stringListMember(TARGET.GLIDEIN_Site, MY.DESIRED_Sites)"
+    fence = r"^```python match_expr[ \t]*\n(.*?)^```[ \t]*$"
+    (documented,) = re.findall(fence, PROVISIONING.read_text(encoding="utf-8"), re.M | re.S)
+    return [
+        Scenario("a", "no locality", ()),
+        Scenario("b", "site list fixed at submit (DESIRED_Sites)", (desired, by_list)),
+        Scenario("c", "hydrator, strict requirements", (strict, rank)),
+        Scenario("d", "hydrator, rank only", (rank,)),
+        Scenario("d2", f"rank, local first, fallback after {FALLBACK_AFTER_S} s", (fallback, rank)),
+        Scenario("e1", "provisioning, no annotation", (strict, rank), "True"),
+        Scenario("e2", "provisioning, annotation", (strict, rank), documented.strip(), True),
+    ]
+
+
+def count_requests(
+    idle: Sequence[Mapping[str, Any]], match_expr: str, holders: Callable[[Any], frozenset[str]]
+) -> tuple[dict[str, float], float, float]:
+    """Each idle job adds 1/n to each of the n sites whose entry ``match_expr`` (``eval`` with
+    ``job`` and ``glidein`` dicts; an exception: no match) accepts. Returns (per site, weight at
+    sites holding the job's data, jobs matched)."""
+    code = compile(match_expr, "<match_expr>", "eval")
+
+    def matches(job: Mapping[str, Any], site: str) -> bool:
+        try:
+            return bool(eval(code, {}, {"job": job, "glidein": {"attrs": {"GLIDEIN_Site": site}}}))
+        except Exception:
+            return False
+
+    by_site, at_data, total = dict.fromkeys(SITES, 0.0), 0.0, 0.0
+    for job in idle:
+        matched = [s for s in SITES if matches(job, s)]
+        data_sites = holders(frozenset(job.get("RequiredDatasets") or []))
+        for site in matched:
+            by_site[site] += 1 / len(matched)
+            at_data += 1 / len(matched) if site in data_sites else 0.0
+        total += 1.0 if matched else 0.0
+    return by_site, at_data, total
+
+
+def allocate(demand: Mapping[str, float]) -> dict[str, int]:
+    """BUDGET glideins in proportion to ``demand`` (largest remainder, ties to the site named
+    first), never more than ``ceil(demand)`` nor PER_SITE at a site."""
+    wanted = {s: min(PER_SITE, math.ceil(d - 1e-9)) for s, d in demand.items()}
+    if sum(wanted.values()) <= BUDGET:
+        return wanted
+    quota = {s: BUDGET * d / sum(demand.values()) for s, d in demand.items()}
+    out = {s: min(wanted[s], math.floor(q)) for s, q in quota.items()}
+    order = sorted(SITES, key=lambda s: (math.floor(quota[s]) - quota[s], SITES.index(s)))
+    while sum(out.values()) < BUDGET:
+        for s in order:
+            if sum(out.values()) < BUDGET and out[s] < wanted[s]:
+                out[s] += 1
+    return out
+
+
+def _slot(host: object) -> str:
+    return str(host).split("@")[0].split("_")[0]  # slot4_1@vm -> slot4
+
+
+class Experiment:
+    """The pool, the daemon and the data timeline for one run of the scenarios."""
+
+    def __init__(self, pool: Pool, daemon: Daemon) -> None:
+        self.pool, self.daemon = pool, daemon
+        self.timeline: list[tuple[float, Inventory]] = []
+        self.on: frozenset[str] | None = None  # slots running a glidein; None: all
+        self.annotating = False
+        self.at: dict[str, float] = {}  # the current scenario's events, epoch seconds
+        self.passes: list[dict[str, Any]] = []  # the current scenario's frontend passes
+
+    def holders(self, required: frozenset[str], when: float) -> frozenset[str]:
+        """Sites holding all of ``required`` at ``when`` by the inventory written."""
+        held = next((inv for t, inv in reversed(self.timeline) if t <= when), {})
+        return frozenset(site for site, names in held.items() if required <= names)
+
+    def set_data(self, inventory: Inventory) -> None:
+        """Rewrite the daemon's inventory (renamed into place) and record it as the truth."""
+        path = self.daemon.directory / "inventory.toml"
+        entry = '[storage.{}_DISK]\nsite = "{}"\navailable = {}\n\n'
+        text = "".join(entry.format(s[-1], s, json.dumps(sorted(h))) for s, h in inventory.items())
+        path.with_suffix(".tmp").write_text(text, encoding="utf-8")
+        path.with_suffix(".tmp").replace(path)
+        self.timeline.append((time.time(), inventory))
+
+    def prepare(self, scenario: Scenario) -> None:
+        """The daemon as the scenario needs; slots idle, with the initial data, glideins set."""
+        if scenario.annotate and not self.annotating:  # (e2) runs last: no way back needed
+            tokens = self.pool.token_dir_for(EDITOR_IDENTITY, self.daemon.directory / "editor")
+            extra = f'[collector]\nenabled = false\npool = "{self.pool.collector_address}"\n'
+            extra += f'token_dir = "{tokens}"\n\n[jobs]\nannotate = true\n'
+            self.daemon.stop()
+            start_static(self.daemon, extra)
+            self.annotating = True
+        self.set_data(INITIAL)
+        self.set_glideins(None if scenario.match_expr is None else frozenset())
+        want = {(s, INITIAL[SLOTS[s]], self.on is None or s in self.on, "Unclaimed") for s in SLOTS}
+
+        def seen() -> set[tuple[str, frozenset[str], bool, str]]:
+            ads = self.pool.slot_ads(["AvailableDatasets", "State", "GlideinOn"])
+            return {(_slot(a["Name"]), frozenset(a.get("AvailableDatasets", [])),
+                     a.get("GlideinOn") is True, a.get("State")) for a in ads}  # fmt: skip
+
+        wait_for("slots as set", seen, done=want.__eq__, timeout_s=60.0, ignore=TRANSIENT)
+        self.at, self.passes = {}, []
+
+    def set_glideins(self, on: frozenset[str] | None) -> None:
+        """Glideins on exactly these slots (None: all): ``SLOTn_GlideinOn`` + startd reconfig."""
+        if on == self.on:
+            return
+        self.pool.remove_config(GLIDEINS)
+        if on is not None:
+            text = "".join(f"{s.upper()}_GlideinOn = {s in on}\n" for s in SLOTS)
+            self.pool.write_config(GLIDEINS, text)
+        self.pool.run_in_chroot(["condor_reconfig", "-daemon", "startd"])
+        self.on = on
+
+    def run(self, scenario: Scenario) -> dict[str, Any]:
+        """Prepare, submit, poll every POLL_S until the cluster is gone or DEADLINE_S, score."""
+        self.prepare(scenario)
+        self.at["submitted"] = float(int(time.time()))  # QDate has whole seconds
+        cluster, schedd = self.pool.submit(scenario.submit()), self.pool.schedd
+        next_pass = self.at["submitted"] + FRONTEND_PERIOD_S / 2  # a periodic frontend's phase
+        while True:
+            now = time.time()
+            ads = schedd.query(constraint=f"ClusterId == {cluster}", projection=JOB_ATTRS)
+            if not ads or now - self.at["submitted"] > DEADLINE_S:
+                self.at["ended"] = now
+                return self.score(scenario, self.records(cluster))
+            self.move_data(TOTAL - sum(ad["JobStatus"] == IDLE for ad in ads), now)
+            if scenario.match_expr is not None and now >= next_pass:
+                self.passes.append(self.frontend_pass(scenario.match_expr, ads))
+                next_pass = now + FRONTEND_PERIOD_S
+            time.sleep(POLL_S)
+
+    def move_data(self, started: int, now: float) -> None:
+        """Half the jobs started: replicate MOVING to MOVE_TO, OVERLAP_S later remove it from
+        MOVE_FROM; note the first poll at which the collector's slot ads followed each step."""
+        inv, at = dict(self.timeline[-1][1]), self.at
+        if "replicated" not in at and 2 * started >= TOTAL:
+            self.set_data({**inv, MOVE_TO: inv[MOVE_TO] | {MOVING}})
+            at["replicated"] = now
+        elif "moved" not in at and now - at.get("replicated", math.inf) >= OVERLAP_S:
+            self.set_data({**inv, MOVE_FROM: inv[MOVE_FROM] - {MOVING}})
+            at["moved"] = time.time()
+        if "replicated" not in at or "ads_moved" in at:
+            return
+        ads = self.pool.slot_ads(["AvailableDatasets"])
+        held = {(SLOTS[_slot(a["Name"])], MOVING in a.get("AvailableDatasets", [])) for a in ads}
+        if (MOVE_TO, False) not in held:
+            at.setdefault("ads_replicated", now)
+        if "moved" in at and (MOVE_FROM, True) not in held:
+            at["ads_moved"] = now
+
+    def frontend_pass(self, match_expr: str, ads: Sequence[Any]) -> dict[str, Any]:
+        """Requests from the idle jobs' ads (lists stay lists, as with the bindings), glideins
+        per site (a busy one stays until its job ends), slots switched on."""
+        now = time.time()
+        idle = [{k: ad.eval(k) for k in ad} for ad in ads if ad["JobStatus"] == IDLE]
+        by_site, at_data, total = count_requests(idle, match_expr, lambda r: self.holders(r, now))
+        target, slots = allocate(by_site), self.pool.slot_ads(["State"])
+        busy = {_slot(ad["RemoteHost"]) for ad in ads if ad["JobStatus"] == RUNNING}
+        busy |= {_slot(a["Name"]) for a in slots if a.get("State") == "Claimed"}
+        per_site = {s: max(target[s], [SLOTS[b] for b in busy].count(s)) for s in SITES}
+        on: set[str] = set()
+        for site, count in per_site.items():
+            mine = [s for s in SLOTS if SLOTS[s] == site]
+            on.update(sorted(mine, key=lambda s: (s not in busy, int(s[4:])))[:count])
+        self.set_glideins(frozenset(on))
+        return {"t_s": round(now - self.at["submitted"], 1), "idle": len(idle), "total": total,
+                "requests": {s: round(v, 3) for s, v in by_site.items()}, "glideins": per_site,
+                "at_data_sites": round(at_data, 3)}  # fmt: skip
+
+    def records(self, cluster: int) -> list[Any]:
+        """Remove what is left, then every job of the cluster from the history."""
+        self.pool.run_in_chroot(["condor_rm", str(cluster)], user=SUBMIT_USER, check=False)
+        query = partial(self.pool.schedd.history, f"ClusterId == {cluster}", JOB_ATTRS, TOTAL)
+        what, complete = f"cluster {cluster} in the history", lambda ads: len(ads) >= TOTAL
+        return wait_for(what, query, done=complete, timeout_s=60.0, ignore=TRANSIENT)
+
+    def job(self, ad: Any) -> list[Any]:  # [proc, required, site, started_s, wait_s, local]
+        site, start = ad.get("MATCH_EXP_JOB_GLIDEIN_Site"), ad.get("JobStartDate")
+        required = frozenset(str(d) for d in ad.get("RequiredDatasets") or [])
+        local = start is not None and site in self.holders(required, float(start))
+        wait = (self.at["ended"] if start is None else float(start)) - float(ad["QDate"])
+        started = None if start is None else round(float(start) - self.at["submitted"], 1)
+        return [int(ad["ProcId"]), sorted(required), site, started, round(wait, 1), local]
+
+    def score(self, scenario: Scenario, ads: Sequence[Any]) -> dict[str, Any]:
+        """The scenario's numbers (LOCALITY.md says what each is) and every job."""
+        jobs = sorted(self.job(ad) for ad in ads)
+        started = [j for j in jobs if j[3] is not None]
+        moved = self.at.get("moved", math.inf) - self.at["submitted"]
+        local = {"": [j[5] for j in started]}
+        local["_before_move"] = [j[5] for j in started if j[3] < moved]
+        local["_after_move"] = [j[5] for j in started if j[3] >= moved]
+        stranded = [j for j in jobs if j[3] is None and self.holders(frozenset(j[1]), math.inf)]
+        waits, passes = [j[4] for j in jobs], self.passes
+        requested = sum(p["total"] for p in passes)
+        at_data = sum(p["at_data_sites"] for p in passes) / requested if requested else None
+        return {
+            **asdict(scenario),
+            "started": len(started),
+            "local": sum(local[""]),
+            **{f"local_fraction{k}": sum(v) / len(v) if v else None for k, v in local.items()},
+            "started_after_move": len(local["_after_move"]),
+            "stranded": len(stranded),
+            "wait_median_s": statistics.median(waits),
+            "wait_p95_s": statistics.quantiles(waits, n=20, method="inclusive")[-1],
+            "last_start_s": max((j[3] for j in started), default=None),
+            **{f"{k}_at_s": round(t - self.at["submitted"], 1) for k, t in self.at.items()},
+            "request_share_at_data_sites": at_data,
+            "frontend_passes": passes,
+            "jobs": jobs,
+        }
+
+
+def run_all(only: Sequence[str]) -> dict[str, Any]:
+    """The scenarios (all, or those in ``only``) on the real pool; stopped and unmounted after."""
+    load, start, results = os.getloadavg(), datetime.now(UTC), []
+    with tempfile.TemporaryDirectory(prefix="hydrator-locality-") as tmp:
+        work = Path(tmp)
+        (work / "layout.conf").write_text(LAYOUT, encoding="utf-8")
+        extra = {"HYDRATOR_POOL_EXTRA_CONFIG": str(work / "layout.conf")}
+        with mock.patch.dict(os.environ, extra), running_pool(work / "token") as pool:
+            version = pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0]
+            experiment = Experiment(pool, Daemon(work))
+            experiment.set_data(INITIAL)
+            try:
+                start_static(experiment.daemon)
+                install_hook(pool, experiment.daemon.url, SITES)
+                for scenario in (s for s in scenarios() if not only or s.key in only):
+                    print(f"scenario {scenario.key}: {scenario.title}", flush=True)
+                    results.append(experiment.run(scenario))
+                    print(row(results[-1]), flush=True)
+            finally:
+                pool.remove_all_jobs()
+                experiment.daemon.stop()
+                pool.remove_config(GLIDEINS)
+                remove_hook(pool)
+    end, git = datetime.now(UTC), ["git", "-C", str(HERE), "log", "-1", "--format=%h %s"]
+    meta = {
+        **machine(),
+        "load_avg_start_end": [[round(x, 2) for x in avg] for avg in (load, os.getloadavg())],
+        "utc_window": [start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")],
+        "commit": subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip(),
+        "condor_version": version,
+    }
+    plain = (int, float, str, tuple, list, dict)  # with CYCLE_S, HOOK_PERIOD_S from tests/support
+    constants = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, plain)}
+    constants.pop("TRANSIENT")  # exception types
+    return {"meta": meta, "parameters": constants, "scenarios": results}
+
+
+def _fmt(value: float | None, percent: bool = True) -> str:
+    return "-" if value is None else f"{100 * value:.0f} %" if percent else f"{value:.0f}"
+
+
+def row(s: Mapping[str, Any]) -> str:
+    """One line of the table of LOCALITY.md (columns as in :func:`main`)."""
+    local = f"{_fmt(s['local_fraction'])} ({s['local']}/{s['started']})"
+    cells = [f"({s['key']}) {s['title']}", local, s["stranded"]]
+    cells[2:2] = [_fmt(s[f"local_fraction_{k}_move"]) for k in ("before", "after")]
+    cells += [_fmt(s[k], False) for k in ("wait_median_s", "wait_p95_s", "last_start_s")]
+    return "| " + " | ".join(map(str, [*cells, _fmt(s["request_share_at_data_sites"])])) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", nargs="*", default=(), help="scenario keys (a b c d d2 e1 e2)")
+    parser.add_argument("--json", type=Path, default=HERE / "locality.json")
+    args = parser.parse_args()
+    results = run_all(args.only)
+    args.json.write_text(json.dumps(results, indent=1, default=sorted) + "\n", encoding="utf-8")
+    print("| scenario | data-local | before move | after move | stranded | wait median s ", end="")
+    print("| wait p95 s | last start s | requests at data sites |\n" + "|---" + "|---:" * 8 + "|")
+    print("\n".join(row(s) for s in results["scenarios"]))
+
+
+if __name__ == "__main__":
+    main()
