@@ -25,7 +25,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, suppress
@@ -55,25 +54,18 @@ end
 """
 
 
-def get(url: str, etag: str = "") -> tuple[int, str, bytes]:
-    """Status, ETag and body of a GET (``etag``: sent as ``If-None-Match``)."""
-    request = urllib.request.Request(url, headers={"If-None-Match": etag} if etag else {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, r.headers.get("ETag", ""), r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("ETag", ""), b""
+def get(url: str) -> tuple[str, bytes]:
+    """The ETag and body of a GET (an answer other than 2xx raises ``HTTPError``)."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.headers.get("ETag", ""), answer.read()
 
 
 def site_etags(base: str) -> dict[str, tuple[str, int]]:
     """Every site's ClassAd path -> (its ETag now, body bytes)."""
     out = {}
-    for site in json.loads(get(base + "/v1/sites")[2])["sites"]:
-        path = f"/v1/sites/{site['site']}/classad"
-        status, etag, body = get(base + path)
-        if status != 200:
-            raise RuntimeError(f"{path}: GET {status}")
-        out[path] = (etag, len(body))
+    for site in json.loads(get(base + "/v1/sites")[1])["sites"]:
+        etag, body = get(base + f"/v1/sites/{site['site']}/classad")
+        out[f"/v1/sites/{site['site']}/classad"] = (etag, len(body))
     return out
 
 
@@ -95,14 +87,17 @@ def wrk(args: argparse.Namespace, rate_per_s: int = 0) -> dict[str, Any]:
 
 def answers(base: str) -> dict[str, int]:
     """The server's ClassAd answers so far by status (prometheus_client sorts the labels)."""
-    text = get(base + "/metrics")[2].decode()
+    text = get(base + "/metrics")[1].decode()
     found = re.findall(r'requests_total\{code="(\d+)",route="classad"\} (\S+)', text)
     return {code: int(float(count)) for code, count in found}
 
 
 def memory(reset: bool = False) -> dict[str, int]:
     """The HTTP server's RSS and peak in KiB (``reset``: the peak restarts, proc(5) clear_refs)."""
-    pids = " ".join((t / "children").read_text() for t in Path("/proc/self/task").iterdir()).split()
+    pids: list[str] = []
+    for task in Path("/proc/self/task").iterdir():  # the server's parent: the thread that began it
+        with suppress(OSError):  # a thread that has ended since
+            pids += (task / "children").read_text().split()
     pid = next(p for p in pids if b".http.server" in Path(f"/proc/{p}/cmdline").read_bytes())
     if reset:
         Path(f"/proc/{pid}/clear_refs").write_text("5")
@@ -112,31 +107,35 @@ def memory(reset: bool = False) -> dict[str, int]:
 
 
 def step_cycling(daemon: cycle.BenchService, args: argparse.Namespace) -> dict[str, Any]:
-    """Conditional GETs paced and saturated while churn cycles run back to back, then none."""
-    stop, cycles, errors = threading.Event(), list[float](), list[str]()
+    """Conditional GETs paced and saturated while churn cycles run back to back, then none;
+    when each wrk run and each cycle ended, and each cycle began, in seconds from the start."""
+    stop, cycles, errors, t0 = threading.Event(), list[list[float]](), list[str](), time.monotonic()
 
     def run() -> None:
         while not stop.is_set():
             try:
                 cycle.churn(args.replay)
-                cycles.append(round(daemon.cycle()["whole"], 2))
+                began = time.monotonic() - t0
+                cycles.append([round(began, 1), round(began + daemon.cycle()["whole"], 1)])
             except (OSError, RuntimeError) as exc:
                 errors.append(str(exc))
 
+    out: dict[str, Any] = {}
     with ThreadPoolExecutor(1, "cycles") as daemon_thread:
         daemon_thread.submit(run)
         try:
-            out = {"paced": wrk(args, args.rate), "saturated": wrk(args)}
+            for name, rate in (("paced", args.rate), ("saturated", 0)):
+                out[name] = wrk(args, rate) | {"ended_s": round(time.monotonic() - t0, 1)}
         finally:
             stop.set()
     out["saturated_no_cycles"] = wrk(args)
-    return out | {"cycles_s": cycles, "cycle_errors": errors}
+    return out | {"cycles_began_ended_s": cycles, "cycle_errors": errors}
 
 
 def step_idle(args: argparse.Namespace) -> dict[str, Any]:
     """``--idle`` connections opened at once, held 2 s, then one request on each."""
     out: dict[str, Any] = {"connections": args.idle, "before": memory(reset=True)}
-    socks, out["connect_errors"], out["answered_200"], out["request_errors"] = [], 0, 0, 0
+    socks, out["connect_errors"], out["answered_200"] = [], 0, 0
     t0 = time.monotonic()
     for _ in range(args.idle):
         try:
@@ -147,11 +146,9 @@ def step_idle(args: argparse.Namespace) -> dict[str, Any]:
     time.sleep(2)
     out["held"] = memory()
     for sock in socks:
-        try:
+        with suppress(OSError):  # an error: neither answered nor counted
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             out["answered_200"] += sock.recv(4096).startswith(b"HTTP/1.1 200")
-        except OSError:
-            out["request_errors"] += 1
         sock.close()
     return out | {"after": memory()}
 
