@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,
@@ -17,6 +18,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
 
 
@@ -29,6 +31,7 @@ def test_the_entry_point_lists_every_scenario() -> None:
         "demand",
         "annotation",
         "events",
+        "http",
         "locality",
         "record-rucio",
     ):
@@ -44,3 +47,11 @@ def test_a_scenario_runs_with_its_own_options_and_an_unknown_one_is_refused() ->
     assert "--rounds" in cycle_help.stdout
     unknown = _run("http_compare")
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+
+
+def test_the_http_scenario_says_in_one_line_that_wrk_is_missing(tmp_path: Path) -> None:
+    refused = _run("http", "--replicas", "1000", env={**os.environ, "PATH": str(tmp_path)})
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "http: wrk is not installed (apt-get install --no-install-recommends wrk)"
+    ]
