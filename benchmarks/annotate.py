@@ -15,10 +15,11 @@ For each it records the cycle's duration and, from the cycle's own report
 idle data-bound job), deciding (pure) and editing (``Schedd.edit`` calls). Then it checks
 every job's ``DataLocalitySites`` against the inventory, removes the jobs and stops the pool.
 
-    .venv/bin/python -m benchmarks annotation [--jobs 10000] [--values 200]
+    .venv/bin/python -m benchmarks annotation [--jobs 10000] [--values 200] [--json F] [--out F]
 
 Needs root and the test pool (``scripts/condor-pool build``); holds the pool lock throughout
-(about 2-4 minutes). Writes ``benchmarks/ANNOTATE.md`` and ``benchmarks/annotate_results.json``.
+(about 2-4 minutes). Prints the result; ``--json FILE`` and ``--out FILE`` (the Markdown) write it
+(the committed record: ``--json benchmarks/annotate_results.json --out benchmarks/ANNOTATE.md``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from hydrator.config import load_config
 from hydrator.runtime.wiring import build_service
 from tests.support.pool import EDITOR_IDENTITY, NEVER_MATCHING, SLOT_SITES, Pool, running_pool
 
-HERE = Path(__file__).parent
 SITES = sorted(set(SLOT_SITES.values()))
 ELEMENTS = {site: f"{site}_DISK" for site in SITES}
 COLUMNS = ["cycle", "jobs seen", "edits", "edit calls", "jobs edited"]
@@ -215,15 +215,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--values", type=int, default=200)
+    parser.add_argument("--json", type=Path, help="write the result here (default: print only)")
+    parser.add_argument("--out", type=Path, help="write the Markdown table here")
     args = parser.parse_args()
     result = run(args.jobs, args.values)
-    (HERE / "annotate_results.json").write_text(json.dumps(result, indent=1) + "\n")
-    kept = ""  # sections other benchmarks wrote (benchmarks/queue_read.py) stay
-    old = (HERE / "ANNOTATE.md").read_text() if (HERE / "ANNOTATE.md").exists() else ""
-    if QUEUE_SECTION in old:
-        kept = "\n" + old[old.index(QUEUE_SECTION) :]
-    (HERE / "ANNOTATE.md").write_text(markdown(result) + kept)
     print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    if args.out:
+        kept = ""  # a later section of an existing file (the dated queue-read record) stays
+        old = args.out.read_text() if args.out.exists() else ""
+        if QUEUE_SECTION in old:
+            kept = "\n" + old[old.index(QUEUE_SECTION) :]
+        args.out.write_text(markdown(result) + kept)
 
 
 if __name__ == "__main__":
