@@ -152,6 +152,9 @@ def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -
         # the default 30 s abandons a 1M first fetch on a loaded 2-core machine (the cycle
         # then comes out degraded and the step fails): the harness times it, it does not cut it
         deadline_s=600.0,
+        # the default 512 MiB is less than this federation's REPLICATING rules listing at 10M
+        # replicas (776 MiB; 78 MiB at 1M): the operator raises it at that scale, as here
+        max_answer_bytes=2 * 1024**3,
     )
     return Config(
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
