@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from benchmarks.conditions import machine
 from tests.support.activemq import Broker, running_broker
-from tests.support.hermes import EventDaemon, Hermes, running_event_daemon
+from tests.support.hermes import EventDaemon, Hermes, running_event_daemon, transfer_done
 from tests.support.pool import SLOT_SITES, Pool, running_pool
 from tests.support.rucio_server import RucioAdmin, make_server, unique
 from tests.support.static_inventory import invalidate_site_ads
@@ -165,22 +164,6 @@ def idle_cpu(daemon: EventDaemon, seconds: float = 30.0) -> float:
     return (cpu() - before) / (time.monotonic() - t0)
 
 
-def transfer_done(daemon: EventDaemon, name: str) -> dict[str, Any]:
-    """A ``transfer-done`` as hermes sends it (the fields the hydrator reads, abridged)."""
-    return {
-        "event_type": "transfer-done",
-        "payload": {
-            "scope": daemon.scope,
-            "name": f"{name}.f000",
-            "dataset": name,
-            "datasetScope": daemon.scope,
-            "dst-rse": daemon.dst,
-            "tool-id": "rucio-conveyor",
-        },
-        "created_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
-    }
-
-
 @contextmanager
 def watching(daemon: EventDaemon, forged: set[str]) -> Iterator[list[str]]:
     """Polls the site while the block runs; yields the forged datasets ever published."""
@@ -256,10 +239,10 @@ def chaos(
         retried(admin.dataset, daemon.scope, 1, at=[daemon.src]) for _ in range(count // 5)
     ]
     forged = {f"{daemon.scope}:{n}" for n in forged_names}
-    messages = [transfer_done(daemon, n) for n in real if rng.random() >= 0.10]
+    messages = [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() >= 0.10]
     dropped = count - len(messages)
-    messages += [transfer_done(daemon, n) for n in real if rng.random() < 0.20]
-    messages += [transfer_done(daemon, n) for n in forged_names]
+    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() < 0.20]
+    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in forged_names]
     rng.shuffle(messages)
     half = len(messages) // 2
     with watching(daemon, forged) as published_forged:
