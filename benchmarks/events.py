@@ -201,9 +201,7 @@ def hermes_away(
     interval_s is 600) within 60 s of the restart."""
     hermes.stop()
     stopped = time.monotonic()
-    made: set[str] = set()
-    for _ in range(count):
-        made.add(retried(daemon.lock_ok, admin))
+    made = {retried(daemon.lock_ok, admin) for _ in range(count)}  # a retry: a new dataset
     time.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
     queued = queued_messages(admin)
     early = made & available(daemon)  # none: nothing told the daemon yet
