@@ -9,16 +9,20 @@ from typing import Any
 
 
 def machine() -> dict[str, Any]:
-    """CPU model, cores, Python and the load averages (1, 5, 15 min) now: this session's
-    machine is shared with other engineers, so a result names how busy it was."""
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    """CPU model, cores, memory and swap (GiB), Python and the load averages (1, 5, 15 min)
+    now: this session's machine is shared with other engineers, so a result names how busy
+    it was."""
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in info if "model name" in line), "?")
+    memory = Path("/proc/meminfo").read_text().splitlines()
+    kib = {k: int(v.split()[0]) for k, v in (line.split(":") for line in memory)}
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "python": platform.python_version(),
+        "ram_gib": round(kib["MemTotal"] / 2**20, 1),
+        "available_gib": round(kib["MemAvailable"] / 2**20, 1),
+        "swap_gib": round(kib["SwapTotal"] / 2**20, 1),
+        "swap_used_gib": round((kib["SwapTotal"] - kib["SwapFree"]) / 2**20, 1),
         "load_average": os.getloadavg(),
+        "python": platform.python_version(),
     }
