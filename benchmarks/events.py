@@ -1,32 +1,10 @@
 """Issue 23's measurements of the event stream on the real stack: a Rucio 41.5.1 server with its
-own ``rucio-hermes`` daemon (``--sleep-time 1``), Debian's ActiveMQ, and ``hydrator run`` with
-``[sources.events]`` (default ``event_debounce_s`` = 1 s, ``interval_s`` = 600 s, so only the
-stream explains a change seen within seconds).
+own ``rucio-hermes`` (``--sleep-time 1``), ActiveMQ, ``hydrator run`` with ``[sources.events]``
+(``interval_s`` = 600 s: only the stream explains a change seen within seconds) and the test
+pool. Change-to-ad latency, catalogue load, a chaos run and idle CPU: benchmarks/EVENTS.md says
+how each is taken and what it found.
 
-    .venv/bin/python -m benchmarks.events --changes 100 --json benchmarks/events_results.json
-
-* **Latency**: ``--changes`` times, a dataset whose rule has ``notify = "Y"`` gets its files
-  AVAILABLE through the public API (the conveyor's part: the server queues ``datasetlock_ok``
-  and ``rule_ok``); timed from just before that call to the dataset in slot1's
-  ``AvailableDatasets`` in the real pool's collector (``latency_*``; the shared pool is taken
-  through tests/support/pool.py's lock for this phase only; ``--no-pool``: HTTP only) and in
-  the daemon's ``/v1/sites/<site>`` (``http_latency_*``), both polled every 50 ms.
-* **Catalogue load**: bytes a targeted read costs (the exact listing ``read_datasets`` makes,
-  measured here) and event reads per change (``hydrator_event_reads_total``), against a full
-  read at 1M replicas (480 bytes a replica of answers, benchmarks/RESULTS.md), at 0.1 %
-  churn an hour: polling every 60 s vs events with a full read every 30 min.
-* **Chaos**: first hermes is stopped for 20 s while rules go OK (their messages wait in the
-  server's ``messages`` table), then started again: they must reach the ad by event cycles.
-  Then datasets completed at the site with no message of the server's own; the benchmark
-  publishes ``transfer-done`` for them in hermes' format with 10 % dropped, 20 % duplicated,
-  all shuffled, plus forged ones naming datasets that are not there, restarts the broker
-  half way, and stops the daemon while the rest queue on its durable subscription. After the
-  restart (its start-up full read is the reconcile) the published site is compared with a
-  fresh full read (``hydrator once --json`` on an empty state): ``divergent_pairs``.
-  ``confirmed_by_read``: no forged dataset was ever published (polled throughout).
-* **Idle CPU** of the daemon over 30 s with no change.
-
-The machine is shared with other engineers this session: figures carry the CPU and load.
+    .venv/bin/python -m benchmarks events --changes 100 --json benchmarks/events_results.json
 """
 
 from __future__ import annotations
@@ -34,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -46,79 +23,60 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import requests
 from rucio.common.exception import RucioException
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.support.activemq import Broker, running_broker  # noqa: E402
-from tests.support.hermes import EventDaemon, Hermes, running_event_daemon  # noqa: E402
-from tests.support.pool import SLOT_SITES, Pool, running_pool  # noqa: E402
-from tests.support.rucio_server import RucioAdmin, make_server, unique  # noqa: E402
+from benchmarks.conditions import machine
+from tests.support.activemq import Broker, running_broker
+from tests.support.hermes import EventDaemon, Hermes, running_event_daemon, transfer_done
+from tests.support.pool import SLOT_SITES, Pool, running_pool
+from tests.support.rucio_server import RucioAdmin, make_server, unique
+from tests.support.static_inventory import invalidate_site_ads
+from tests.support.wait import wait_for
 
 REPLICA_ANSWER_BYTES = 480  # a full read's answers per replica at 1M (benchmarks/RESULTS.md)
 SCALE_REPLICAS = 1_000_000
 CHURN_PER_HOUR = 0.001
 POLL_S = 0.05
-T = TypeVar("T")
+IGNORED = (requests.RequestException,)  # the daemon is restarting
 
 
-def machine() -> dict[str, Any]:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    return {
-        "cpu_model": model,
-        "nproc": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "note": "a machine shared with other engineers during the run",
-    }
+# A catalogue call is tried again (5 times at most) when the test server's SQLite database was
+# busy: hermes writes beside the API, a harness limit, not Rucio's.
+retried = Retrying(
+    retry=retry_if_exception_type(RucioException),
+    stop=stop_after_attempt(5),
+    wait=wait_incrementing(start=0.2, increment=0.2),
+    reraise=True,
+)
 
 
-def wait(predicate: Callable[[], bool], timeout_s: float) -> float | None:
+def seconds_until(predicate: Callable[[], bool], timeout_s: float) -> float | None:
     """Seconds until ``predicate()`` held (polled every POLL_S), None after ``timeout_s``."""
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        try:
-            if predicate():
-                return time.monotonic() - started
-        except requests.RequestException:
-            pass
-        time.sleep(POLL_S)
-    return None
-
-
-def retried(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call(*args, **kwargs)``, tried again (5 times at most) when the test server's SQLite
-    database was busy (hermes writes beside the API: a harness limit, not Rucio's)."""
-    for attempt in range(5):
-        try:
-            return call(*args, **kwargs)
-        except RucioException:
-            if attempt == 4:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
+    try:
+        wait_for("a change", predicate, timeout_s=timeout_s, ignore=IGNORED, interval_s=POLL_S)
+    except AssertionError:
+        return None
+    return time.monotonic() - started
 
 
 def available(daemon: EventDaemon) -> set[str]:
     return set(daemon.get(f"/v1/sites/{daemon.site}")["available"])
 
 
-def percentile(values: list[float], share: float) -> float:
+def summary(prefix: str, values: list[float]) -> dict[str, float]:
+    """``<prefix>_p50_s``, ``<prefix>_p99_s`` (nearest rank) and ``<prefix>_max_s``."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+    def at(share: float) -> float:
+        return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+    return {f"{prefix}_p50_s": at(0.5), f"{prefix}_p99_s": at(0.99), f"{prefix}_max_s": at(1)}
 
 
 def slot_available(pool: Pool, slot: str = "slot1") -> set[str]:
@@ -152,28 +110,17 @@ def latency(
                 seen["slot"] = time.monotonic() - t0
             return "http" in seen and (pool is None or "slot" in seen)
 
-        if wait(both, 60) is None:
+        if seconds_until(both, 60) is None:
             missed += 1
         http += [seen["http"]] if "http" in seen else []
         slots += [seen["slot"]] if "slot" in seen else []
         if (i + 1) % 10 == 0 and http:
             print(f"  {i + 1}/{changes} changes, HTTP p50 so far {statistics.median(http):.2f} s")
-    results: dict[str, Any] = {
-        "changes": changes,
-        "missed": missed,
-        "http_latency_p50_s": percentile(http, 0.5),
-        "http_latency_p99_s": percentile(http, 0.99),
-        "http_latency_max_s": max(http),
-        "http_latencies_s": http,
-    }
+    results: dict[str, Any] = {"changes": changes, "missed": missed}
+    results |= summary("http_latency", http) | {"http_latencies_s": http}
     if slots:
-        results |= {
-            "latency_p50_s": percentile(slots, 0.5),
-            "latency_p99_s": percentile(slots, 0.99),
-            "latency_max_s": max(slots),
-            "latencies_s": slots,
-            "latency_path": "catalogue change to slot1's AvailableDatasets in the collector",
-        }
+        results |= summary("latency", slots) | {"latencies_s": slots}
+        results["latency_path"] = "catalogue change to slot1's AvailableDatasets in the collector"
     return results
 
 
@@ -217,22 +164,6 @@ def idle_cpu(daemon: EventDaemon, seconds: float = 30.0) -> float:
     return (cpu() - before) / (time.monotonic() - t0)
 
 
-def transfer_done(daemon: EventDaemon, name: str) -> dict[str, Any]:
-    """A ``transfer-done`` as hermes sends it (the fields the hydrator reads, abridged)."""
-    return {
-        "event_type": "transfer-done",
-        "payload": {
-            "scope": daemon.scope,
-            "name": f"{name}.f000",
-            "dataset": name,
-            "datasetScope": daemon.scope,
-            "dst-rse": daemon.dst,
-            "tool-id": "rucio-conveyor",
-        },
-        "created_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
-    }
-
-
 @contextmanager
 def watching(daemon: EventDaemon, forged: set[str]) -> Iterator[list[str]]:
     """Polls the site while the block runs; yields the forged datasets ever published."""
@@ -270,20 +201,14 @@ def hermes_away(
     interval_s is 600) within 60 s of the restart."""
     hermes.stop()
     stopped = time.monotonic()
-    made: set[str] = set()
-    for _ in range(count):
-        name = retried(admin.dataset, daemon.scope, 2, at=[daemon.src])
-        retried(admin.rule, daemon.scope, name, daemon.dst, notify="Y")
-        files = retried(admin.files, daemon.scope, name)
-        retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
-        made.add(f"{daemon.scope}:{name}")
+    made = {retried(daemon.lock_ok, admin) for _ in range(count)}  # a retry: a new dataset
     time.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
     queued = queued_messages(admin)
     early = made & available(daemon)  # none: nothing told the daemon yet
     full_reads = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
     restarted = time.monotonic()
     hermes.start(sleep_time_s=1)
-    took = wait(lambda: made <= available(daemon), 60)
+    took = seconds_until(lambda: made <= available(daemon), 60)
     after = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
     return {
         "chaos_hermes_away_s": restarted - stopped,
@@ -312,10 +237,10 @@ def chaos(
         retried(admin.dataset, daemon.scope, 1, at=[daemon.src]) for _ in range(count // 5)
     ]
     forged = {f"{daemon.scope}:{n}" for n in forged_names}
-    messages = [transfer_done(daemon, n) for n in real if rng.random() >= 0.10]
+    messages = [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() >= 0.10]
     dropped = count - len(messages)
-    messages += [transfer_done(daemon, n) for n in real if rng.random() < 0.20]
-    messages += [transfer_done(daemon, n) for n in forged_names]
+    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() < 0.20]
+    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in forged_names]
     rng.shuffle(messages)
     half = len(messages) // 2
     with watching(daemon, forged) as published_forged:
@@ -326,7 +251,7 @@ def chaos(
         broker.publish_as_hermes(messages[half:])
         before = {f"{daemon.scope}:{n}" for n in real}
         daemon.start()  # start-up full read: the reconcile
-        wait(lambda: before <= available(daemon), 60)
+        seconds_until(lambda: before <= available(daemon), 60)
         time.sleep(3)  # the queued messages' event cycles
         ours = {d for d in available(daemon) if d.startswith(f"{daemon.scope}:")}
     fresh = fresh_read(daemon)
@@ -370,7 +295,7 @@ def measure_latency(
             tokens = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             print("taking the HTCondor test pool (waits for its lock)")
             pool = stack.enter_context(running_pool(tokens))
-            stack.callback(invalidate_locality_ads, pool)
+            stack.callback(invalidate_site_ads, pool)  # our merges out
             site = SLOT_SITES["slot1"]
             extra = (
                 f'\n[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
@@ -380,54 +305,31 @@ def measure_latency(
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work / "latency", site, extra, debounce_s=1.0)
         )
-        wait(lambda: daemon.metric('hydrator_events_listener_connected{source="rucio"} 1.0'), 30)
+        daemon.wait_subscribed()
         results = latency(admin, daemon, changes, pool)
         results.update(load(admin, daemon, changes))
         return results
 
 
-def invalidate_locality_ads(pool: Pool) -> None:
-    """Take the daemon's merges out of the shared pool's collector."""
-    import classad2
-
-    invalidate = classad2.ClassAd({"MyType": "Query", "TargetType": "DataLocality"})
-    invalidate["Requirements"] = classad2.ExprTree('MyType == "DataLocality"')
-    pool.advertise([invalidate], "INVALIDATE_ADS_GENERIC")
-
-
 def plot(results: dict[str, Any], path: Path) -> None:
-    """The latencies' distribution (sorted, with p50 and p99) as a PNG."""
+    """The latencies' distribution (cumulative, p50 and p99 dashed) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    curves = (
-        ("latencies_s", "latency", "collector slot ad"),
-        ("http_latencies_s", "http_latency", "HTTP ad"),
-    )
-    for row, (key, prefix, label) in enumerate(curves):
-        if key not in results:
-            continue
-        lags = sorted(results[key])
-        shares = [(i + 1) / len(lags) for i in range(len(lags))]
-        ax.plot(lags, shares, drawstyle="steps-post", label=label)
-        for q in ("p50", "p99"):
-            at = results[f"{prefix}_{q}_s"]
+    curves = (("latency", "collector slot ad"), ("http_latency", "HTTP ad"))
+    for prefix, label in (c for c in curves if f"{c[0]}_p50_s" in results):
+        p50, p99 = results[f"{prefix}_p50_s"], results[f"{prefix}_p99_s"]
+        lags = results["latencies_s" if prefix == "latency" else "http_latencies_s"]
+        ax.ecdf(lags, label=f"{label}: p50 {p50:.2f} s, p99 {p99:.2f} s")
+        for at in (p50, p99):
             ax.axvline(at, linestyle="--", color="grey", linewidth=0.8)
-            ax.annotate(
-                f"{label} {q} {at:.2f} s",
-                (at, 0.15 + 0.1 * row + (0.4 if q == "p99" else 0.0)),
-                xycoords=("data", "axes fraction"),
-                xytext=(4, 0),
-                textcoords="offset points",
-                fontsize=7,
-            )
     ax.legend(loc="lower right", fontsize=7)
     ax.set_xlabel("catalogue change to the ad (s)")
     ax.set_ylabel("share of changes")
-    cpu = results["machine_before"]["cpu_model"]
+    cpu = results["machine_before"]["cpu"]
     ax.set_title(
         f"{results['changes']} changes, Rucio + hermes + ActiveMQ + hydrator ({cpu})", fontsize=8
     )
@@ -441,16 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chaos", type=int, default=50, help="datasets in the chaos run")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="a PNG of the latencies")
-    parser.add_argument("--from-json", type=Path, default=None, help="only plot that result")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument(
         "--no-pool", action="store_true", help="latency to the HTTP ad only (no collector)"
     )
     args = parser.parse_args(argv)
-    if args.from_json is not None:
-        if args.plot is not None:
-            plot(json.loads(args.from_json.read_text()), args.plot)
-        return 0
     results: dict[str, Any] = {"machine_before": machine(), "started": time.time()}
     with ExitStack() as stack:
         broker = stack.enter_context(running_broker())
@@ -472,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work / "chaos", site, debounce_s=1.0)
         )
-        wait(lambda: daemon.metric('hydrator_events_listener_connected{source="rucio"} 1.0'), 30)
+        daemon.wait_subscribed()
         print("idle CPU over 30 s")
         results["idle_cpu_share"] = idle_cpu(daemon)
         print(f"chaos over {args.chaos} datasets")

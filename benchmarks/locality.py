@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from benchmarks.annotate import machine
+from benchmarks.conditions import machine
 from hydrator.config import ClassAdConfig
 from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId

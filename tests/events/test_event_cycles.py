@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -22,7 +21,7 @@ from hydrator.runtime.events import start_events
 from hydrator.runtime.wiring import build_service, event_listener
 from tests.support.activemq import Broker
 from tests.support.event_service import CALLS, EventService, daemon_config
-from tests.support.hermes import Hermes
+from tests.support.hermes import Hermes, transfer_done
 from tests.support.rucio_server import RucioAdmin, RucioServer, unique
 from tests.support.wait import wait_for
 
@@ -107,23 +106,8 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
     rucio_admin.rule(daemon.scope, there, daemon.dst)  # placed without a transfer message
     absent = rucio_admin.dataset(daemon.scope, 1, at=[daemon.src])
     assert f"{daemon.scope}:{there}" not in daemon.lists()[0]
-    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-    def transfer_done(dataset: str) -> dict[str, Any]:
-        return {
-            "event_type": "transfer-done",
-            "payload": {
-                "scope": daemon.scope,
-                "name": f"{dataset}.f000",
-                "dataset": dataset,
-                "datasetScope": daemon.scope,
-                "dst-rse": daemon.dst,
-                "tool-id": "rucio-conveyor",
-            },
-            "created_at": now,
-        }
-
-    running_activemq.publish_as_hermes([transfer_done(there), transfer_done(absent)])
+    messages = [transfer_done(daemon.scope, name, daemon.dst) for name in (there, absent)]
+    running_activemq.publish_as_hermes(messages)
     wait_for(
         "the complete dataset published",
         lambda: f"{daemon.scope}:{there}" in daemon.lists()[0],

@@ -15,6 +15,7 @@ import contextlib
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,23 @@ reconnect_initial_s = 0.2
 reconnect_max_s = 1
 event_debounce_s = {debounce_s}
 """
+
+
+def transfer_done(scope: str, dataset: str, dst_rse: str) -> dict[str, Any]:
+    """A ``transfer-done`` of ``dataset``'s first file as hermes sends it (the fields the
+    hydrator reads, abridged): what the conveyor would queue, which needs FTS to happen."""
+    return {
+        "event_type": "transfer-done",
+        "payload": {
+            "scope": scope,
+            "name": f"{dataset}.f000",
+            "dataset": dataset,
+            "datasetScope": scope,
+            "dst-rse": dst_rse,
+            "tool-id": "rucio-conveyor",
+        },
+        "created_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
+    }
 
 
 @dataclass

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.state_store import downgrade_to_schema_2
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
@@ -29,7 +28,7 @@ from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Trans
 from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.wiring import assemble
-from tests.support.state_files import old_state_config
+from tests.support.state_files import downgrade_to_schema_2, old_state_config
 from tests.unit.factories import by_key, fail, flat, rep, snap, t
 
 POLICY = Policy()
@@ -391,7 +390,7 @@ def test_a_version_2_state_file_is_migrated_with_every_row_and_time(
 def test_the_schema_2_writer_of_the_benchmark_writes_what_the_release_wrote(
     tmp_path: Path,
 ) -> None:
-    """:func:`benchmarks.state_store.downgrade_to_schema_2` (the migration benchmark's, and
+    """:func:`tests.support.state_files.downgrade_to_schema_2` (the migration benchmark's, and
     the kill test's, schema-2 files) makes the tables of the real schema-2 file."""
     path = tmp_path / "s.sqlite"
     _saved(path)

@@ -1,0 +1,28 @@
+"""The machine a scenario's result was measured on, as its result file records it."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory and swap (GiB), Python and the load averages (1, 5, 15 min)
+    now: this session's machine is shared with other engineers, so a result names how busy
+    it was."""
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in info if "model name" in line), "?")
+    memory = Path("/proc/meminfo").read_text().splitlines()
+    kib = {k: int(v.split()[0]) for k, v in (line.split(":") for line in memory)}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(kib["MemTotal"] / 2**20, 1),
+        "available_gib": round(kib["MemAvailable"] / 2**20, 1),
+        "swap_gib": round(kib["SwapTotal"] / 2**20, 1),
+        "swap_used_gib": round((kib["SwapTotal"] - kib["SwapFree"]) / 2**20, 1),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+    }
