@@ -52,6 +52,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 import hydrator
+from benchmarks.conditions import machine
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE, CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
@@ -428,26 +429,6 @@ def vmstat() -> dict[str, int]:
     """``/proc/vmstat`` counters (pages swapped in/out, OOM kills)."""
     pairs = (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
     return {key: int(value) for key, value in pairs}
-
-
-def machine() -> dict[str, Any]:
-    """The machine a run was measured on: CPU model, cores, memory, swap, load."""
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    memory = kib("meminfo")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "ram_gib": round(memory["MemTotal"] / 2**20, 1),
-        "available_gib": round(memory["MemAvailable"] / 2**20, 1),
-        "swap_gib": round(memory["SwapTotal"] / 2**20, 1),
-        "swap_used_gib": round((memory["SwapTotal"] - memory["SwapFree"]) / 2**20, 1),
-        "load_average": os.getloadavg(),
-        "python": sys.version.split()[0],
-    }
 
 
 # -- the summary ---------------------------------------------------------------------------

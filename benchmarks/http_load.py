@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import cycle
+from benchmarks.conditions import machine
 from hydrator.config import ClassAdConfig, CollectorConfig, HttpConfig
 
 LUA = """local paths, etags, index, i = {%(paths)s}, {ETAGS}, {}, 0
@@ -192,7 +193,7 @@ def main() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # room for --idle connections
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     version = subprocess.run(["wrk", "--version"], capture_output=True, text=True, check=False)
-    result: dict[str, Any] = {"code": cycle.revision(cycle.HERE.parent), "machine": cycle.machine()}
+    result: dict[str, Any] = {"code": cycle.revision(cycle.HERE.parent), "machine": machine()}
     result |= {"options": dict(vars(args)), "wrk": version.stdout.split(" [")[0]}
     result["utc_start"] = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="hydrator-http-bench-") as work, ExitStack() as stack:
@@ -211,7 +212,7 @@ def main() -> None:
         result |= {"cycling": step_cycling(daemon, args), "idle": step_idle(args)}
         result["slow"] = step_slow(args)
     result["utc_end"] = datetime.now(UTC).isoformat(timespec="seconds")
-    result["machine_after"] = cycle.machine()
+    result["machine_after"] = machine()
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
