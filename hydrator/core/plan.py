@@ -262,7 +262,8 @@ def _advance_source(
         status = _status(after, "held", reason=reason, snapshot=outcome)
         return after, known.moved_to(after.replicas), status, SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
-    guard = _guard_sites(before, known, outcome, delta, policy=policy, explained=explained)
+    shrunk = _shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
+    guard = _guard_sites(before, outcome, delta, shrunk, policy)
     delta = guard.delta
     moved = bool(delta.added or delta.removed)
     after = SourceState(
@@ -309,20 +310,16 @@ class _Guarded:
 
 def _guard_sites(
     before: SourceState,
-    known: SourceDerived,
     outcome: Snapshot,
     delta: SourceDelta,
-    *,
+    found: Mapping[Site, str],
     policy: Policy,
-    explained: Mapping[Site, int | None],
 ) -> _Guarded:
-    """The site guard (module doc) on an answer the source guard let through: the sites it
-    holds keep ``before``'s replicas (and storage element counts), and leave ``delta``. Costs
-    O(delta + elements) per cycle, plus one count of ``before``'s replicas per site the first
-    time a site loses enough to be a candidate (then carried on, O(sites + delta) a cycle),
-    and one copy of the answer in a cycle that holds a site. ``explained``: per site, the
-    entries storage stated unavailable explains (:func:`explained_entries`)."""
-    found = _shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
+    """The site guard (module doc) on an answer the source guard let through, given the sites
+    whose drop it holds and how each shrank (``found``: :func:`_shrunken_sites`): they keep
+    ``before``'s replicas (and storage element counts) unless held long enough, and leave
+    ``delta``. Costs O(delta + elements) per cycle, and one copy of the answer in a cycle that
+    holds a site."""
     accept_after = policy.accept_drop_after_cycles
     held: dict[Site, int] = {}
     reasons: dict[Site, str] = {}
@@ -364,9 +361,12 @@ def _shrunken_sites(
 ) -> dict[Site, str]:
     """Site -> how it shrank, for each site whose drop the site guard holds (before the count
     of cycles decides): the site's own entries (:func:`_suspicious_sites`; less those that
-    storage stated unavailable explains, and not at all where that is not known), else one of
-    its available storage elements' (where the source reports them) at a site that lost
-    entries. Only the entries of unavailable storage are explained, not the whole site's."""
+    storage stated unavailable explains, ``explained``, and not at all where that is not
+    known), else one of its available storage elements' (where the source reports them) at a
+    site that lost entries. Only the entries of unavailable storage are explained, not the
+    whole site's. Costs O(delta) per cycle, plus one count of ``before``'s replicas per site
+    the first time a site loses enough to be a candidate (then carried on, O(sites + delta) a
+    cycle)."""
     if not delta.removed:
         return {}
     found = {
