@@ -44,7 +44,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -203,7 +203,9 @@ class BenchService:
         report = self.service.run_cycle()
         whole = time.perf_counter() - t0
         if report.outcome != "ok":
-            raise RuntimeError(f"cycle {report.outcome}: {report.error or report.publish_errors}")
+            stale = [s.reason for s in report.plan.sources if s.reason] if report.plan else []
+            why = report.error or report.publish_errors or stale
+            raise RuntimeError(f"cycle {report.outcome}: {why}")
         out: dict[str, Any] = {"whole": whole}
         phases = getattr(report, "phases", None)  # None: code older than the phase report
         if phases:
@@ -255,19 +257,19 @@ def profiled(directory: Path | None, kind: str) -> Iterator[None]:
 
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
     pool, daemon, startup_empty = started(args)
-    with profiled(args.profile, "first"):
-        first = daemon.cycle()
-    churned, nochange = [], []
-    with profiled(args.profile, "churn"):
-        for _ in range(args.cycles):
-            churn(args.url)
-            pool.startd_updates(args.startd_updates)
-            churned.append(daemon.cycle())
-    with profiled(args.profile, "nochange"):
-        for _ in range(args.cycles):
-            pool.startd_updates(args.startd_updates)
-            nochange.append(daemon.cycle())
-    daemon.close()
+    with closing(daemon):  # also when a cycle fails: its files and token directory go
+        with profiled(args.profile, "first"):
+            first = daemon.cycle()
+        churned, nochange = [], []
+        with profiled(args.profile, "churn"):
+            for _ in range(args.cycles):
+                churn(args.url)
+                pool.startd_updates(args.startd_updates)
+                churned.append(daemon.cycle())
+        with profiled(args.profile, "nochange"):
+            for _ in range(args.cycles):
+                pool.startd_updates(args.startd_updates)
+                nochange.append(daemon.cycle())
     return {
         "startup_empty_s": startup_empty,
         "first": first,
@@ -280,11 +282,11 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_restart(args: argparse.Namespace) -> dict[str, Any]:
     _, daemon, startup = started(args)
-    rss_after_startup = kib("self/status")["VmRSS"] / 1024
-    churn(args.url)
-    with profiled(args.profile, "restart"):
-        after = daemon.cycle()
-    daemon.close()
+    with closing(daemon):
+        rss_after_startup = kib("self/status")["VmRSS"] / 1024
+        churn(args.url)
+        with profiled(args.profile, "restart"):
+            after = daemon.cycle()
     return {
         "startup_s": startup,
         "rss_after_startup_mib": rss_after_startup,
