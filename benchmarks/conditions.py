@@ -14,15 +14,20 @@ def machine() -> dict[str, Any]:
     it was."""
     info = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in info if "model name" in line), "?")
-    memory = Path("/proc/meminfo").read_text().splitlines()
-    kib = {k: int(v.split()[0]) for k, v in (line.split(":") for line in memory)}
+    memory = kib("meminfo")
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "ram_gib": round(kib["MemTotal"] / 2**20, 1),
-        "available_gib": round(kib["MemAvailable"] / 2**20, 1),
-        "swap_gib": round(kib["SwapTotal"] / 2**20, 1),
-        "swap_used_gib": round((kib["SwapTotal"] - kib["SwapFree"]) / 2**20, 1),
+        "ram_gib": round(memory["MemTotal"] / 2**20, 1),
+        "available_gib": round(memory["MemAvailable"] / 2**20, 1),
+        "swap_gib": round(memory["SwapTotal"] / 2**20, 1),
+        "swap_used_gib": round((memory["SwapTotal"] - memory["SwapFree"]) / 2**20, 1),
         "load_average": os.getloadavg(),
         "python": platform.python_version(),
     }
+
+
+def kib(name: str) -> dict[str, int]:
+    """The figures in KiB of ``/proc/<name>`` (``meminfo``, ``self/status``), by name."""
+    rows = (line.split() for line in Path("/proc", name).read_text().splitlines())
+    return {row[0].rstrip(":"): int(row[1]) for row in rows if row[-1] == "kB"}

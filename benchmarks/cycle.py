@@ -52,7 +52,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 import hydrator
-from benchmarks.conditions import machine
+from benchmarks.conditions import kib, machine
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE, CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
@@ -416,12 +416,6 @@ def watch(proc: subprocess.Popen[str], min_available_mib: int) -> str | None:
     return None
 
 
-def kib(name: str) -> dict[str, int]:
-    """The figures in KiB of ``/proc/<name>`` (``meminfo``, ``self/status``), by name."""
-    rows = (line.split() for line in Path("/proc", name).read_text().splitlines())
-    return {row[0].rstrip(":"): int(row[1]) for row in rows if row[-1] == "kB"}
-
-
 def peak_rss_mib() -> float:
     """This process's peak RSS so far (the kernel's high-water mark), in MiB."""
     return kib("self/status")["VmHWM"] / 1024
@@ -591,7 +585,9 @@ def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
     }
 
 
-def pair(args: argparse.Namespace, code: Path, old_first: bool) -> tuple[dict[str, Any], ...]:
+def pair(
+    args: argparse.Namespace, code: Path, old_first: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One run of old and one of new, in the order asked; returned as (old, new)."""
     if old_first:
         old = run(args, code)
@@ -610,7 +606,8 @@ def brief(summary: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
     """The replay server, then both steps against it with ``code``'s hydrator (None: this
     checkout's); the summary with the machine, the code measured and the replay's own cost."""
-    before = machine()
+    before, checkout = machine(), (code or HERE.parent).resolve()
+    measured = revision(checkout)  # before the steps: a commit made meanwhile is not theirs
     server = ReplayServer(args.replicas, args.seed, replay_cache_mib(args), args.bad_replicas)
     try:
         replay_start = server.stats()
@@ -623,11 +620,10 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
     finally:
         server.stop()
     summary = summarise(args.replicas, daemon, restart)
-    checkout = (code or HERE.parent).resolve()
     if summary["hydrator"] not in (None, str(checkout)):
         raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {checkout}")
     return summary | {
-        "code": revision(checkout),
+        "code": measured,
         "merge_min_interval_s": collector_config(args.merge_min_interval_s).merge_min_interval_s,
         "startd_updates": args.startd_updates,
         "bad_replicas": args.bad_replicas,

@@ -123,12 +123,13 @@ def step_cycling(daemon: cycle.BenchService, args: argparse.Namespace) -> dict[s
 
     out: dict[str, Any] = {}
     with ThreadPoolExecutor(1, "cycles") as daemon_thread:
-        daemon_thread.submit(run)
+        cycling = daemon_thread.submit(run)
         try:
             for name, rate in (("paced", args.rate), ("saturated", 0)):
                 out[name] = wrk(args, rate) | {"ended_s": round(time.monotonic() - t0, 1)}
         finally:
             stop.set()
+        cycling.result()  # an error run() does not record ends the scenario, not its cycles
     out["saturated_no_cycles"] = wrk(args)
     return out | {"cycles_began_ended_s": cycles, "cycle_errors": errors}
 

@@ -3,8 +3,8 @@ Seven ways, on the real test pool, with the daemon and its execute-node hook run
 
     .venv/bin/python -m benchmarks locality [--only a c e2] [--json PATH]
 
-Needs root; holds the pool lock throughout (~5 min); writes ``benchmarks/locality.json`` and
-prints the table of ``benchmarks/LOCALITY.md``, which describes the design and the scoring.
+Needs root; holds the pool lock throughout (~5 min); prints the table of LOCALITY.md (design
+and scoring); ``--json PATH`` writes the record (committed: ``benchmarks/locality.json``).
 """
 
 from __future__ import annotations
@@ -366,10 +366,11 @@ def row(s: Mapping[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", nargs="*", default=(), help="scenario keys (a b c d d2 e1 e2)")
-    parser.add_argument("--json", type=Path, default=HERE / "locality.json")
+    parser.add_argument("--json", type=Path, help="write the record here (default: print only)")
     args = parser.parse_args()
     results = run_all(args.only)
-    args.json.write_text(json.dumps(results, indent=1, default=sorted) + "\n", encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=sorted) + "\n", "utf-8")
     print("| scenario | data-local | before move | after move | stranded | wait median s ", end="")
     print("| wait p95 s | last start s | requests at data sites |\n" + "|---" + "|---:" * 8 + "|")
     print("\n".join(row(s) for s in results["scenarios"]))
