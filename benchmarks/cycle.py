@@ -82,7 +82,7 @@ class PoolStub:
     ads carry the merged attributes; site ads with ``LastHeardFrom``); ``advertise`` encodes
     every ad as HTCondor's wire format needs it (``printOld``), which is the last step before
     the bytes go out. Startds re-advertising, which wipes what was merged into their slots
-    (FACTS.md), is modelled only when asked (:meth:`startd_updates`).
+    (docs/platform.md), is modelled only when asked (:meth:`startd_updates`).
     """
 
     def __init__(self, slots: Mapping[str, str], slot_site_attribute: str) -> None:

@@ -481,7 +481,7 @@ class CollectorConfig(_Model):
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU
-    and ~0.75 ms of wall time, a 60 kB ad copy ~0.25 ms (issue 15)."""
+    and ~0.75 ms of wall time, a 60 kB ad copy ~0.25 ms."""
     timeout_s: PositiveSeconds = 20.0
     locality_metrics: bool = True
     """Read the schedds and slot ads each cycle for the matchmaking-quality metrics

@@ -10,7 +10,7 @@ instance ``__dict__``) and holds no cache; what the core derives from a state (i
 views) it holds beside it (:mod:`hydrator.core.derived`). The values a cycle handles by the
 million (:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead,
 validated in ``__new__``: as immutable, and hashed and compared by C code rather than by
-generated Python methods (issue 15). Names are checked by the rules of :mod:`hydrator.names`.
+generated Python methods. Names are checked by the rules of :mod:`hydrator.names`.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class Snapshot:
         collects their sites (2 s a cycle at ten million).
 
         ``unmapped_more``: storage elements with no site that a source counted but did not
-        list in ``unmapped`` (a bounded list: issue 26).
+        list in ``unmapped`` (a bounded list).
 
         ``storages``: the source's storage elements with their availability
         (:class:`StorageStatus`); the replicas leave out what unavailable ones hold.

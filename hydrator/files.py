@@ -4,7 +4,7 @@ Every file named in the configuration (the configuration itself, static inventor
 secrets) goes through :func:`open_regular` and :func:`read_capped`, because what sits at a
 configured path is not always a file: a FIFO blocks ``open`` until someone writes (and then
 SIGTERM waits for it), ``/dev/zero`` never ends and grows memory by gigabytes in seconds, a
-200 MB file takes gigabytes once parsed (issue 26, item 4).
+200 MB file takes gigabytes once parsed.
 
 The file is opened with ``O_NONBLOCK`` (so that opening a FIFO returns at once) and judged by
 ``fstat`` on that very descriptor (no window between a check and the open); symlinks are

@@ -18,7 +18,7 @@ SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,29}")
 # Names: Rucio's generic DID character set plus what experiments' schemas add (/, #, +, @, =).
 # No quote, backslash, whitespace, comma, colon, `$` or control character; 250 is Rucio's limit.
 # `$` never: HTCondor expands $(...) and $ENV(...) in the configuration the glidein hook writes
-# these names into (issue 26), so a name holding one is an invalid record, counted and skipped.
+# these names into, so a name holding one is an invalid record, counted and skipped.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9/_][A-Za-z0-9/_.\-+#@=]{0,249}")
 # GLIDEIN_Site values seen in production: SRCNET_CH, T2_US_Nebraska, UKI-NORTHGRID-MAN-HEP.
 SITE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
@@ -31,7 +31,7 @@ class InvalidNameError(ValueError):
     at most :data:`SHOWN_NAME_CHARS` of it: :func:`shown`)."""
 
 
-SHOWN_NAME_CHARS = 64  # of a rejected name, in messages and logs (issue 26: 10 kB lines)
+SHOWN_NAME_CHARS = 64  # of a rejected name, in messages and logs (a whole name can be kilobytes)
 
 
 def shown(name: object) -> str:

@@ -8,7 +8,7 @@ error reasons without authentication). It replaces with ``[REDACTED]``:
   passwords, client secrets, access tokens from a token endpoint), wherever it appears; never
   an identifier (a client id, an account or user name: :data:`IDENTIFIER_KINDS`), which is no
   secret and as a word would mangle every text holding it (``client_id = hydrator`` made
-  ``/var/lib/hydrator/...`` read ``/var/lib/[REDACTED]/...``, issue 26);
+  ``/var/lib/hydrator/...`` read ``/var/lib/[REDACTED]/...``);
 * ``Authorization``-style credentials: ``Bearer X``, ``Basic X`` (requests puts a header value
   it refuses into its error message: ``... in header value: 'Bearer <token>'``);
 * credentials in URLs: the password of ``https://user:password@host`` (the user name is
@@ -146,7 +146,7 @@ def checked_secret(value: str, where: str, *, remember: bool = True) -> str:
 IDENTIFIER_KINDS = frozenset({"client id", "account", "user name", "username"})
 """Kinds of credential file (:func:`read_secret`'s ``what``) that name who the client is:
 checked like a secret (they go into a header or a form too), never remembered for
-:func:`redact` (issue 26: only secret values are redacted)."""
+:func:`redact` (only secret values are redacted)."""
 
 
 def read_secret(path: Path, what: str) -> str:

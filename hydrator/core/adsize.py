@@ -51,7 +51,7 @@ def stamp_width(view: SiteView) -> int:
 class AdvertiseMemo:
     """A site's :func:`advertise` answer, reused while its inputs are the same: the same
     unstamped view object (the core hands on an unchanged site's view as is), the same
-    demand, the same storage statuses and reasons (issue 24), and an ``updated`` time of the
+    demand, the same storage statuses and reasons, and an ``updated`` time of the
     same width in the ad (the size checks see the rendered ad). Everything else
     :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
     view (the held replicas of its site). Saves re-rendering over-size ads each cycle to find
@@ -70,7 +70,7 @@ class AdvertiseMemo:
         self.stamp_width = stamp_width(view)
         self.wanted = wanted
         self.advertised = advertised
-        self.stated = (view.storages, view.unavailable)  # storage and drains (issue 24)
+        self.stated = (view.storages, view.unavailable)  # storage and drains
 
     def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
         """The remembered answer holds for ``view`` (whose unstamped contents are

@@ -1,7 +1,8 @@
 """What to advertise: the core's full site views, narrowed to what queued jobs need.
 
-Every attribute is copied into every slot ad and shipped to the negotiator each cycle (FACTS.md:
-keep lists to hundreds of names per slot), so a big site's full list is costly. Two knobs
+Every attribute is copied into every slot ad and shipped to the negotiator each cycle
+(docs/platform.md: keep lists to hundreds of names per slot), so a big site's full list is costly.
+Two knobs
 (``[classad]``):
 
 * ``advertise = "demand"``: only datasets that queued jobs declare in ``RequiredDatasets``.
@@ -19,7 +20,7 @@ With ``[classad] advertise_stuck`` the ads also carry the stuck transfers (``Stu
 not budgeted (they claim nothing usable), narrowed to demanded datasets in demand mode, and
 folded into the digest so a change of that list reaches the ads.
 
-The reasons a site's storage cannot serve (``DataLocalityUnavailable``, issue 24) are folded
+The reasons a site's storage cannot serve (``DataLocalityUnavailable``) are folded
 into the digest too, so a storage element going down or coming back reaches the ads even when
 no list changes (:func:`~hydrator.core.storage.unavailable_digest`).
 """
@@ -108,7 +109,7 @@ def _narrow(
     limit = policy.max_ad_bytes
     if size is None or not limit or size(narrowed.view) <= limit:
         return narrowed
-    # only the entries that could fit are built: a big site lists far more (issue 15)
+    # only the entries that could fit are built: a big site lists far more
     entries, _, listed = _ranked(view, wanted, policy, limit // MIN_NAME_BYTES + 1)
     keep = _kept(wanted, policy)
     count = _fitting(view, entries, size, limit, keep)

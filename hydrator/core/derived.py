@@ -8,7 +8,7 @@ the state. Whoever holds a state holds its :class:`Derived` beside it: the servi
 store's load, then from each plan), a plan (:attr:`hydrator.core.plan.Plan.derived`). Each
 part is built on first use or handed over by the core (which patches the previous cycle's
 by its delta, so a cycle costs O(changes), not O(replicas)), set at most once and never
-mutated after. A one-source daemon builds no index (issue 15: ~30 MB a million replicas,
+mutated after. A one-source daemon builds no index (~30 MB a million replicas,
 twice while a cycle patches it).
 """
 

@@ -2,7 +2,7 @@
 hints an event cycle reads, when the full read (reconciliation) is due, and an event cycle's
 answer for the sources it did not read.
 
-Messages are hints, never facts (Rucio 41.5.1, ``rucio-hermes``; FACTS.md): at-least-once,
+Messages are hints, never facts (Rucio 41.5.1, ``rucio-hermes``; docs/platform.md): at-least-once,
 unordered, no event for a replica added without a transfer. A message only names datasets to
 read again through the source's exact (deep) path; what is published always comes from a
 read. Mapping (:func:`hint_of`):

@@ -1,6 +1,6 @@
 """Job-side expressions: ``requirements`` and ``rank`` for a job that needs some datasets.
 
-ClassAds have no ``subset()`` or ``intersection()`` (FACTS.md); the working forms are a
+ClassAds have no ``subset()`` or ``intersection()`` (docs/platform.md); the working forms are a
 conjunction of ``identicalMember`` (case-sensitive, unlike ``member``) and, for ranking, the sum
 of a list of booleans (0 when the slot has no such attribute; ``a + b`` would be UNDEFINED).
 Names are validated :class:`~hydrator.domain.DatasetId` objects and are quoted with

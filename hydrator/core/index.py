@@ -4,7 +4,7 @@
 
 The core builds an index only where several sources merge, or where a source's replicas
 must be looked up by site (:mod:`hydrator.core.derived` holds them between cycles); a
-one-source daemon works from its set and its delta, and holds none (issue 15).
+one-source daemon works from its set and its delta, and holds none.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ Index = dict[Site, dict[DatasetId, Replica]]
 """Site -> dataset -> replica: at most one replica per (site, dataset), and no site without
 one (no empty inner dict), so two indexes of the same replicas are equal. Keyed per site
 rather than by a ``(site, dataset)`` tuple: no key object per replica (the dataset is the
-replica's own), smaller tables, a site's replicas at hand for its view (issue 15)."""
+replica's own), smaller tables, a site's replicas at hand for its view."""
 
 
 replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")

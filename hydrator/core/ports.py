@@ -1,4 +1,4 @@
-"""Every port: what the runtime calls on an adapter, declared once (issue 22).
+"""Every port: what the runtime calls on an adapter, declared once.
 
 An adapter implements one of these ``typing.Protocol`` classes structurally (no base class to
 inherit); the runtime types its parts with them and gets the concrete adapters from

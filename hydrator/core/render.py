@@ -126,7 +126,7 @@ def render_cron(view: SiteView, attrs: AdAttributes) -> str:
     """What a STARTD_CRON job prints: the old-syntax lines, then ``- update:true``.
 
     ``- update:true`` ends the ad and asks the startd for an immediate collector update
-    (FACTS.md: STARTD_CRON output format).
+    (docs/platform.md, "STARTD_CRON output").
     """
     return render_old(view, attrs) + CRON_UPDATE_LINE + "\n"
 

@@ -179,7 +179,7 @@ def _without_stragglers(code: int, before: set[threading.Thread]) -> int:
     A fetch abandoned at its deadline may sit in a read that never ends (a server sending a
     byte a second), in a thread Python cannot stop; the interpreter would wait for it at exit
     (rucio-clients' and concurrent.futures' worker threads are not daemon threads), so SIGTERM
-    or the end of ``once`` would not end the process (issue 26, item 3). Everything worth
+    or the end of ``once`` would not end the process. Everything worth
     keeping is done by then: the state is saved and closed, the output printed.
     """
     until = time.monotonic() + STRAGGLER_WAIT_S

@@ -1,5 +1,5 @@
 """``hydrator drain`` / ``hydrator undrain``: take a site, or one storage element of it, out of
-advertising without touching the catalogue and without a restart (issue 24).
+advertising without touching the catalogue and without a restart.
 
 The drain is saved in the state file (:func:`hydrator.adapters.state.sqlite.set_drain`), which
 the daemon reads at the start of every cycle: it takes effect within one cycle, survives

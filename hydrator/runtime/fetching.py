@@ -1,6 +1,6 @@
 """Each source's fetch in a thread of its own, awaited up to the source's deadline.
 
-Why threads that may be abandoned, rather than a pool that is waited for (issue 26, item 3): a
+Why threads that may be abandoned, rather than a pool that is waited for: a
 catalogue can hold a request open for ever while sending a byte now and then (a status line,
 then one header line a second): per-read timeouts never fire, and a cycle that waits for every
 source would wait for ever, delaying every other source's changes and SIGTERM. So a fetch runs

@@ -92,7 +92,7 @@ class Spool:
 
     No fsync: ``rename`` alone makes readers see the old file or the new one, never a part,
     and durability buys nothing here: the directory is made at start-up and removed at stop,
-    so after a crash nothing reads it again (issue 15: ~100 fsyncs per cycle, 0.15 s)."""
+    so after a crash nothing reads it again (~100 fsyncs per cycle, 0.15 s)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -266,7 +266,7 @@ def _site_file(view: SiteView, old: SiteView | None, read_old: Callable[[], byte
     ``read_old`` returns was made from; None if ``view`` equals ``old``. A view that differs
     only in ``updated`` (every cycle in which its sources answered and nothing changed) gets
     the old file with its head (``site``, ``updated``) replaced instead of its lists formatted
-    again (issue 15: 0.3 s a cycle at 1M replicas), so no document is held between cycles
+    again (0.3 s a cycle at 1M replicas), so no document is held between cycles
     (~32 MiB at 1M). Views are compared only when their digests are equal."""
     if old is None or old.digest != view.digest:
         return _json(site_json(view))
@@ -293,7 +293,7 @@ def _head(view: SiteView) -> bytes:
 
 def _json(doc: Any) -> bytes:
     """Compact JSON and a newline: without ``indent`` the encoder is the C one, about ten times
-    faster on a site of a hundred thousand datasets (issue 15)."""
+    faster on a site of a hundred thousand datasets."""
     return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 

@@ -44,7 +44,7 @@ def collector_paused(full: bool = False) -> Iterator[None]:
 
     The model a daemon holds (a million replicas, their names, the site views) lives for many
     cycles and holds no reference cycles, yet the collector's passes over it while a cycle
-    allocated cost seconds per cycle and found nothing (issue 15). Frozen objects are still
+    allocated cost seconds per cycle and found nothing. Frozen objects are still
     freed by reference counting when a later cycle drops them; the one collection scans only
     what is not frozen yet (the block's allocations). A cycle of objects that outlived a block
     and was dropped later is not seen while frozen: with ``full`` (every
@@ -76,7 +76,7 @@ def release_free_memory() -> None:
     """Give the C allocator's free pages back to the system (glibc ``malloc_trim``; nothing
     elsewhere). A cycle's transient buffers (answers of megabytes, parsed chunks) are freed in
     the fetch thread's own malloc arena, which otherwise keeps them: at 100k replicas a third
-    of the process's resident memory (issue 15)."""
+    of the process's resident memory."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 
@@ -96,13 +96,13 @@ def map_large_blocks() -> None:
     the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
     tables a cycle copies and drops (indexes, sets, answers, lists) then
     grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
-    the peak RSS by 50-75 MiB (issue 15).
+    the peak RSS by 50-75 MiB.
 
     Also one arena for all threads (``mallopt(M_ARENA_MAX)``, as ``MALLOC_ARENA_MAX=1``
     does): a source fetches in a thread of its own, whose arena would keep the cycle's freed
     answers and parse buffers apart from the main one's free space until ``malloc_trim``.
     Threads here take turns under the GIL, so they gain nothing from arenas of their own. At
-    a million replicas it lowered the peak after a restart by ~30 MiB (issue 15)."""
+    a million replicas it lowered the peak after a restart by ~30 MiB."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         _LIBC.mallopt(M_ARENA_MAX, ARENAS)

@@ -305,7 +305,7 @@ class Metrics:
         "jobs_idle_data_nowhere", "Idle data-bound jobs whose data no site holds, even partly."
     )
 
-    # ---- storage: what can serve (issue 24)
+    # ---- storage: what can serve
     storage_available = _gauge(
         "storage_available",
         "1 when the storage element (RSE, storage area) can serve its site's replicas, 0 when"

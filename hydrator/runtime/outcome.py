@@ -38,7 +38,7 @@ class Published:
     demand: SiteDemand | None = None  # idle data-bound jobs per site; None: [jobs] off or unread
     views: Mapping[Site, SiteView] = field(default_factory=dict)
     """Each published site's full lists as held (the ads may be cut to fit or to demand):
-    what ``/v1/sites`` and ``/v1/sites/<site>`` list (issue 26 item 7)."""
+    what ``/v1/sites`` and ``/v1/sites/<site>`` list."""
     # per site, where its lists last came from ("full_read", "event", "refresh") and when
     origins: Mapping[Site, tuple[str, datetime]] = field(default_factory=dict)
 

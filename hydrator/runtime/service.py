@@ -386,7 +386,7 @@ class Service:
         self._over_size = news.over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
-        """Every source fetched at once, each awaited up to its ``deadline_s`` (issue 26):
+        """Every source fetched at once, each awaited up to its ``deadline_s``:
         one past it is failed and the cycle goes on (:mod:`.fetching`)."""
         return self._fetches.fetch_all(self.sources, lambda s: self._fetch(s, context))
 

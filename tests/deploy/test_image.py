@@ -38,8 +38,8 @@ pytestmark = pytest.mark.image
 
 MANIFEST = DEPLOY / "kubernetes" / "deployment.yaml"
 K8S_CONFIG = DEPLOY / "kubernetes" / "hydrator.toml"
-# What FACTS.md says this machine kind needs (crun fails on hybrid cgroups). Podman's default
-# rlimits (nofile 1048576, nproc 4194304) cannot be set by runc here: explicit, modest ones.
+# What docs/platform.md says this machine kind needs (crun fails on hybrid cgroups). Podman's
+# default rlimits (nofile 1048576, nproc 4194304) cannot be set by runc here: explicit, modest ones.
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 READY_TIMEOUT_S = 60.0

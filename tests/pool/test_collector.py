@@ -1,7 +1,7 @@
 """The collector publisher against the real pool: site ads, slot merges, withdrawals, outages.
 
 The pool's startds normally update every 5 s, and each update wipes merged attributes
-(FACTS.md). These tests slow the updates to 600 s so that what they check cannot be wiped
+(docs/platform.md). These tests slow the updates to 600 s so that what they check cannot be wiped
 under them, and speed them up again where a wipe is the point.
 """
 

@@ -1,7 +1,8 @@
 """A real HTCondor pool for tests: Python over ``scripts/condor-pool``.
 
-Recipe: ``shared/FACTS.md`` ("A real HTCondor pool for tests"). One central manager, schedd and
-startd in a Debian sid chroot (``minicondor`` 25.14.x), collector on ``127.0.0.1:9618``; four
+How it is built: ``scripts/condor-pool`` (why each setting: docs/platform.md, "The test
+parts"). One central manager, schedd and startd in a Debian sid chroot (``minicondor`` 25.14.x),
+collector on ``127.0.0.1:9618``; four
 slots standing in for sites::
 
     slot1@<host>  static         GLIDEIN_Site = "SITE_A"

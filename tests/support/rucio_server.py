@@ -1,6 +1,6 @@
 """A real Rucio 41.5.1 server for tests, and factory helpers that populate it.
 
-Recipe: ``shared/FACTS.md`` ("A real Rucio server for tests"). The server runs from a cached venv
+How it is built: ``scripts/rucio-server``. The server runs from a cached venv
 (``scripts/rucio-server venv``) in a private temporary directory holding its ``rucio.cfg``,
 ``alembic.ini``, SQLite database, logs and token file; it listens on 127.0.0.1 on a free port.
 The tests and the hydrator talk to it with rucio-clients from the project's own venv.
@@ -498,7 +498,7 @@ class RucioAdmin:
         """Remove a rule and its replicas at ``rse`` as production would, without the wait.
 
         ``delete_replication_rule`` only marks a rule for deletion after a grace period
-        (FACTS.md); setting its lifetime to 0 and running judge-cleaner (rule and locks go,
+        (docs/platform.md); setting its lifetime to 0 and running judge-cleaner (rule and locks go,
         replicas get a tombstone), the reaper (replicas go) and abacus (the summary row goes)
         does the same now (~10 s).
         """

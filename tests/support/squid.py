@@ -2,7 +2,7 @@
 
 :func:`running_squid` starts a private instance on 127.0.0.1 and a free port, memory cache only,
 logging into its own directory, and stops it when the context exits (also after a failure). The
-configuration is the one ``shared/FACTS.md`` records as working, plus what a site running
+configuration is the one docs/platform.md describes ("The test parts"), plus what a site running
 glidein hooks would set (``collapsed_forwarding``, see docs/http.md).
 """
 

@@ -1,7 +1,8 @@
 """The real Toil on the test pool: ``toil-cwl-runner --batchSystem htcondor`` as a user would.
 
-Recipe: ``shared/FACTS.md`` ("Toil on the test pool"). ``scripts/toil-env install`` builds the
-cached Toil tree (Toil 9.6.0, ``htcondor`` 23.10.29 bindings, its own Python 3.11);
+Toil's quirks on the pool: docs/platform.md ("Toil's HTCondor backend").
+``scripts/toil-env install`` builds the cached Toil tree (Toil 9.6.0, ``htcondor`` 23.10.29
+bindings, its own Python 3.11);
 :func:`toil_on_pool` makes a shared directory owned by the pool's ordinary user, bind-mounts it
 and the Toil tree into the pool's chroot at the same paths (jobs run there), writes an IDTOKEN
 for that user, and undoes it all afterwards. :meth:`ToilOnPool.run` runs a CWL workflow with

@@ -1,4 +1,4 @@
-"""Every test a document names exists (issue 22, item 5).
+"""Every test a document names exists, and the repository cites only what it contains.
 
 The documents promise behaviour and name the test that keeps each promise; a renamed or never
 written test makes the promise empty without anyone noticing. This module finds every test name
@@ -16,6 +16,10 @@ The same documents, except benchmarks/*.md (records of past runs, which name the
 then), must also name only files and folders of the repository that exist: a path starting with
 one of :data:`PATH_STARTS` (``hydrator/...``, ``core/plan.py``, ``deploy/condor/``) is looked up
 as written or as the tail of a real path, so a moved or deleted module cannot stay in the docs.
+
+The code, scripts and deploy files may cite documents too: every ``docs/x.md`` they name must
+exist, and none may cite a file kept outside the repository (a fact the code relies on is
+written in docs/platform.md, in the project's own words).
 """
 
 from __future__ import annotations
@@ -216,4 +220,64 @@ def test_the_path_check_finds_moved_modules_and_accepts_short_forms(tmp_path: Pa
     assert missing_paths("README.md", lines, paths) == [
         "README.md:2: hydrator/core.py is no file or folder of the repository",
         "README.md:2: core/gone.py is no file or folder of the repository",
+    ]
+
+
+CODE_DIRS = ("hydrator", "tests", "scripts", "deploy", "benchmarks", "config")
+OUTSIDE = re.compile(r"FACTS\.md|shared/")
+DOC_CITED = re.compile(r"(?<![\w/.-])docs/[\w.-]+\.md")
+
+
+def code_files(root: Path) -> list[Path]:
+    """The repository's code, scripts, deploy files and configs: what may cite documents."""
+    found = [root / "README.md", root / "CONTRIBUTING.md", root / "Dockerfile"]
+    for folder in CODE_DIRS:
+        found.extend(
+            path
+            for path in (root / folder).rglob("*")
+            if path.is_file()
+            and not SKIPPED_DIRS.intersection(path.parts)
+            and path.suffix in {"", ".py", ".md", ".toml", ".sh", ".yaml", ".yml", ".conf", ".xml"}
+        )
+    return sorted(path for path in found if path.is_file())
+
+
+def citation_problems(root: Path) -> list[str]:
+    """One line per citation of a file outside the repository, or of a missing ``docs/`` file."""
+    found: list[str] = []
+    for path in code_files(root):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        where = path.relative_to(root).as_posix()
+        if where == "tests/unit/test_docs.py":  # its examples name missing files on purpose
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if OUTSIDE.search(line):
+                found.append(f"{where}:{number}: cites a file outside the repository")
+            for cited in DOC_CITED.findall(line):
+                if not (root / cited).is_file():
+                    found.append(f"{where}:{number}: {cited} does not exist")
+    return found
+
+
+def test_the_repository_cites_only_what_it_contains() -> None:
+    problems = citation_problems(ROOT)
+    assert not problems, "citations of files that are not in the repository:\n" + "\n".join(
+        problems
+    )
+
+
+def test_the_citation_check_finds_outside_and_missing_documents(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "platform.md").write_text("facts\n", encoding="utf-8")
+    (tmp_path / "hydrator").mkdir()
+    (tmp_path / "hydrator" / "a.py").write_text(
+        '"""See docs/platform.md and docs/gone.md."""\n# recipe: shared/FACTS.md\n',
+        encoding="utf-8",
+    )
+    assert citation_problems(tmp_path) == [
+        "hydrator/a.py:1: docs/gone.md does not exist",
+        "hydrator/a.py:2: cites a file outside the repository",
     ]

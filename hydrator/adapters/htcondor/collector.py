@@ -10,9 +10,10 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   withdrawn with ``INVALIDATE_ADS_GENERIC``.
 * **slot merges**: ``MERGE_STARTD_AD`` adds the site's attributes to every slot ad (static,
   partitionable, dynamic) whose ``slot_site_attribute`` names the site. The collector matches by
-  ``Name`` only, and the startd's next update wipes merged attributes (FACTS.md), so each cycle
-  re-merges exactly the slots whose digest attribute is missing or differs, or whose updated
-  attribute is older than ``refresh_s`` while a newer value exists; a current slot gets nothing.
+  ``Name`` only, and the startd's next update wipes merged attributes (docs/platform.md), so
+  each cycle re-merges exactly the slots whose digest attribute is missing or differs, or whose
+  updated attribute is older than ``refresh_s`` while a newer value exists; a current slot gets
+  nothing.
   A slot that carries the site's current digest and only needs a newer updated value gets the
   digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
   ad carries, and a startd update wipes all merged attributes at once, so the lists it already
@@ -36,7 +37,7 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
   older than ``refresh_s`` while a newer one exists is re-merged anyway.
 
-Cost (issue 15, measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
+Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
 CPU per ad, plus ~180 us per call; copying a site's attributes into a new ad costs ~100 us and
 freeing it as much again. Because ``advertise`` copies each ad as it sends it, an ad may be

@@ -13,8 +13,9 @@ one's part). Whether a job matches ``[jobs] constraint`` is evaluated here, on t
 projected attributes (the constraint's attribute references are projected too), so that one
 query serves all three. Schedds are found with ``Collector.locateAll`` (or
 ``Collector.locate`` for the names in ``[jobs] schedds`` when only annotation reads). A schedd
-seen before that has no collector ad now (a restarting schedd has none for 10-20 s, FACTS.md)
-stays in the snapshot as failed until it is back, or forgotten after :data:`FORGET_AFTER_S`.
+seen before that has no collector ad now (a restarting schedd has none for 10-20 s,
+docs/platform.md) stays in the snapshot as failed until it is back, or forgotten after
+:data:`FORGET_AFTER_S`.
 ``queries`` counts the schedd queries made, per schedd.
 
 :class:`CondorPoolProbe` reads every slot with its site and turns the snapshot's data-bound

@@ -2,7 +2,7 @@
 Rucio source (:mod:`.rucio.wire`) share to end a request that per-read timeouts never end.
 
 Per-read timeouts alone never fire on a server that sends a byte now and then (a status line,
-then one header line a second: issue 26, item 3), and requests offers no total timeout. So,
+then one header line a second), and requests offers no total timeout. So,
 on requests' and urllib3's public extension points (no HTTP written here): every request of
 one fetch shares its :class:`Run`, whose ``deadline`` bounds all of them together; while a
 run is current in a thread (:func:`current_run`), the connections of a :class:`WatchedAdapter`

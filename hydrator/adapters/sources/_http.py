@@ -13,7 +13,7 @@ whose body was read whole, but never more than ``max_answer_bytes`` (after decom
 Deadline: every request of one fetch shares its :class:`Run`, whose ``deadline`` bounds all
 of them together (connects, headers, bodies, token requests, retry waits). Per-read timeouts
 alone never fire on a server that sends a byte now and then (a status line, then one header
-line a second: issue 26, item 3), and requests offers no total timeout, so three things
+line a second), and requests offers no total timeout, so three things
 together keep it (all on requests' and urllib3's public extension points, no HTTP written
 here): each request's timeout is at most the time left; a body is read one socket read at a
 time (``read1``), the deadline checked between reads (:class:`_BoundedAdapter`); and

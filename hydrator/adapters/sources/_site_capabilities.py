@@ -1,5 +1,5 @@
 """What the SKA SRCNet Site Capabilities API states of its storage's availability, read from a
-``/nodes`` answer: one :class:`~hydrator.core.storage.Statement` per storage area (issue 24).
+``/nodes`` answer: one :class:`~hydrator.core.storage.Statement` per storage area.
 Pure parsing for :mod:`hydrator.adapters.sources.dmapi`; the core judges the statements.
 
 Sites, storages and storage areas each carry ``downtime`` (a list of ``{"date_range":

@@ -7,7 +7,7 @@ catalogue covers. Format (one table per storage element)::
     partial = { "ska:obs_1300" = 0.4 }        # dataset -> share of files (and bytes) present
     replicating = { "ska:obs_1400" = 0.1 }    # absent, transfer active: dataset -> progress
     stuck = ["ska:obs_1500"]                  # absent, transfer stuck (list: progress 0)
-    unavailable = "disk controller replaced"  # the element cannot serve now (issue 24)
+    unavailable = "disk controller replaced"  # the element cannot serve now
 
 Each key is one presence/transfer combination a catalogue reports; a list means fraction 1.0
 for ``available``/``partial`` and progress 0 for ``replicating``/``stuck``. ``unavailable``

@@ -444,7 +444,7 @@ _VALID_FIRST_SEEN = (
 _ROWS_PER_INSERT = 100
 """Rows per ``INSERT`` statement (a multi-row ``VALUES`` list): one statement step binds and
 writes them all, where one row per step spends as much again in ``executemany``'s per-row
-round (issue 15: a first save of a million rows took 3.9 s one row to a statement, 3.3 s
+round (a first save of a million rows took 3.9 s one row to a statement, 3.3 s
 with 100; 400 measured the same)."""
 
 

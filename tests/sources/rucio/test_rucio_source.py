@@ -328,8 +328,8 @@ def test_client_from_rucio_config(
 def test_server_error_is_transient_and_retried(
     make_source: MakeSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Rucio 41.5.1 answers HTTP 500 to a rule filter with the state's word (FACTS.md): a real
-    5xx, classified by its status (not its text) as transient, retried, then given up."""
+    """Rucio 41.5.1 answers HTTP 500 to a rule filter with the state's word (docs/platform.md):
+    a real 5xx, classified by its status (not its text) as transient, retried, then given up."""
     source = make_source(max_attempts=2)
     client = source.wire.connected()
     with pytest.raises(TransientSourceError, match="server error 500"):

@@ -7,7 +7,7 @@ only as "listed or not": an entry with replica URLs is reported complete (AVAILA
 without is absent; it reports no completeness, rule or transfer state, so the transfer is
 always none and this source never produces PARTIAL, REPLICATING or STUCK entries.
 
-What counts as an answer (issue 26, item 5): a 200 must say it is JSON (``Content-Type``
+What counts as an answer: a 200 must say it is JSON (``Content-Type``
 ``application/json`` or ``+json``); an HTML page from a gateway is not an empty list
 (:func:`json_body`). A fetch whose every locate answered 404, or whose every entry is
 malformed, fails (PermanentSourceError, :func:`check_answers`): a wrong ``base_url`` or a
@@ -75,7 +75,7 @@ LocateResult = list[Location | None] | Rejected | NotFound  # None: a malformed 
 
 def check_answers(located: Mapping[DatasetId, LocateResult]) -> None:
     """Raise PermanentSourceError when this fetch's locates, all of them, answered 404, or
-    every entry they listed is malformed: no catalogue answer looks like that (issue 26)."""
+    every entry they listed is malformed: no catalogue answer looks like that."""
     if not located:
         return
     if all(isinstance(r, NotFound) for r in located.values()):
@@ -101,7 +101,7 @@ def check_not_all_refused(results: Mapping[DatasetId, LocateResult]) -> None:
 
 def json_body(resp: Answer, label: str) -> Any:
     """The answer's JSON body; PermanentSourceError if it is not JSON or not labelled JSON
-    (a gateway's HTML error page with status 200 is no answer: issue 26, item 5)."""
+    (a gateway's HTML error page with status 200 is no answer)."""
     kind = resp.headers.get("Content-Type", "").partition(";")[0].strip().lower()
     structured = kind.startswith("application/") and kind.endswith("+json")  # RFC 6839
     if kind != "application/json" and not structured:
@@ -150,7 +150,7 @@ def parse_nodes(body: object) -> NodesMap:
     return NodesMap(areas, frozenset(bad), statements, frozenset(bad_downtimes))
 
 
-# ---- availability (issue 24): what /nodes states is read by .._site_capabilities
+# ---- availability: what /nodes states is read by .._site_capabilities
 
 
 def storage_statuses(

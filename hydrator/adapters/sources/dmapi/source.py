@@ -19,7 +19,7 @@ Errors: any locate that still fails after its retries fails the whole fetch
 (TransientSourceError), because a dataset whose locate failed must not vanish from the sites
 that hold it. Authentication failures and malformed answers are PermanentSourceError.
 
-Bounds (issue 26, items 3 and 4): the whole fetch (tokens, /nodes, locates, retry waits) ends
+Bounds: the whole fetch (tokens, /nodes, locates, retry waits) ends
 at ``deadline_s`` (TransientSourceError), and no answer body is read beyond
 ``max_answer_bytes`` (PermanentSourceError); see :mod:`.._http` for how.
 """
@@ -383,7 +383,7 @@ class DmapiSource:
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
         to ``MAX_NAME_CHARS``), each logged once; the rest only counted, in one line whenever
-        their number changes. 600,001 of them made a 19 MB ``once --json`` (issue 26)."""
+        their number changes. 600,001 of them made a 19 MB ``once --json``."""
         limit = self._config.max_listed_unmapped
         first = sorted(unmapped)[:limit]
         for name in first:

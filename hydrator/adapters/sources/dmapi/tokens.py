@@ -77,7 +77,7 @@ class ClientCredentials:
     ``clock() >= expires_at - margin_s`` (monotonic seconds). Concurrent callers share one
     refresh (the lock is held while fetching). The margin is at most half the token's
     lifetime: with ``expires_in`` at or below ``margin_s``, every request used to fetch a new
-    token (31 grants for 30 locates, issue 26 item 10).
+    token (31 grants for 30 locates).
     """
 
     def __init__(

@@ -1,10 +1,10 @@
-"""Bad and temporarily unavailable file replicas (issue 24 item 2): the datasets that Rucio's
+"""Bad and temporarily unavailable file replicas: the datasets that Rucio's
 summary table still calls complete at an RSE where one of their files cannot be read.
 
 Rucio marks a replica BAD (``declare_bad_file_replicas``) or TEMPORARY_UNAVAILABLE (minos
 applying ``add_bad_pfns``) at once, and lists it at once in its bad-replicas table; the
 dataset's summary row keeps saying ``AVAILABLE n/n`` until ``rucio-necromancer`` (then abacus)
-has run for a BAD one, and always for a TEMPORARY_UNAVAILABLE one (FACTS.md). So each fetch
+has run for a BAD one, and always for a TEMPORARY_UNAVAILABLE one (docs/platform.md). So each fetch
 reads that table's two current states (``GET /replicas/bad/states``, ``state=B`` and ``T``,
 up to ``bad_replicas_max`` records each: two requests), finds each newly listed file's
 datasets (``list_parent_dids``, at most ``bad_parent_lookups_max`` a fetch, answers kept

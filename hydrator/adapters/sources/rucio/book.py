@@ -422,7 +422,7 @@ def forced_pairs(
     known dataset (``datasets``: those with summary rows) holding a ``listed`` file (by
     ``parents``: file -> its datasets; a file not looked up yet counts for none) at a mapped
     RSE (``sites``) of the site. Rucio's summary row keeps saying complete for a BAD replica
-    until the necromancer has run, for a TEMPORARY_UNAVAILABLE one always (FACTS.md)."""
+    until the necromancer has run, for a TEMPORARY_UNAVAILABLE one always (docs/platform.md)."""
     out: dict[Site, set[Dataset]] = {}
     for scope, name, rse in listed:
         site = sites.get(rse)
@@ -452,7 +452,7 @@ class HeldWhileDown:
     (:attr:`~hydrator.domain.StorageStatus.wanted`: the alert on storage holding wanted data).
     In memory: an RSE already down when the source starts (a restart) has no rows in the
     book, so its summary table is read once (``read``): Rucio leaves it as it was when the
-    RSE went read-disabled (FACTS.md), one ``list_datasets_per_rse`` call per such RSE."""
+    RSE went read-disabled (docs/platform.md), one ``list_datasets_per_rse`` call per such RSE."""
 
     def __init__(self) -> None:
         self._held: dict[str, frozenset[DatasetId]] = {}

@@ -8,12 +8,12 @@ once they are ``rse_attributes_max_age_s`` old or more (a new RSE at once), so a
 changed on the server is seen within that time. An RSE with neither is logged once, listed
 in ``Snapshot.unmapped`` and ignored.
 
-Availability (issue 24): an RSE whose ``availability_read`` is false, or that the operator
+Availability: an RSE whose ``availability_read`` is false, or that the operator
 drained (``hydrator drain SITE --storage RSE``), cannot serve. ``list_rses(expression)``
 answers names only, and an expression such as ``...&availability_read=True`` would leave such
 an RSE out silently (and raise ``InvalidRSEExpression`` when it leaves out all): so the
 attribute is read from one ``list_rses()`` with no expression per fetch (every RSE's record,
-``availability_read`` included; FACTS.md). An unavailable RSE stays in the table, with its
+``availability_read`` included; docs/platform.md). An unavailable RSE stays in the table, with its
 site, but out of :attr:`RseTable.sites`: its rows go as an RSE leaving the expression does
 (:func:`~.book.remap`), so a dataset it alone holds leaves its site while one also complete at
 another RSE of the site stays; :attr:`RseTable.statuses` says why, and the site stays covered

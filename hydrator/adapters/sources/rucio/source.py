@@ -24,7 +24,7 @@ So the number of calls grows with the number of RSEs (and distinct rule expressi
 bounded deep checks), not with the number of datasets; :attr:`RucioSource.calls_last_fetch`
 counts them by method (``connect`` counts client constructions, ``auth`` token requests).
 
-Incremental design (issue 15): a fetch costs what changed, not what exists. The source keeps a
+Incremental design: a fetch costs what changed, not what exists. The source keeps a
 :class:`~.book.Book` between fetches and reads each answer against it: an RSE answer
 byte-identical to the last (SHA-256) costs its transfer and a hash; otherwise only its new lines
 are parsed (:mod:`.listing`) and its rows updated by the lines added and gone; only the (site,
@@ -32,8 +32,9 @@ dataset) pairs whose inputs changed are settled again (:meth:`RucioSource._settl
 decisions of :mod:`hydrator.core.presence`); the answer is the last one moved by the delta
 (:mod:`.answer`). A fetch that fails half way forgets the book: the next one reads everything.
 
-The trade-off (FACTS.md): the summary table is filled by the ``rucio-abacus-collection-replica``
-daemon and lags. A new rule's row reads ``UNAVAILABLE 0/0`` until abacus ran, which costs a
+The trade-off (docs/platform.md): the summary table is filled by the
+``rucio-abacus-collection-replica`` daemon and lags. A new rule's row reads ``UNAVAILABLE 0/0``
+until abacus ran, which costs a
 deep check (bounded) until then; a file lost or deleted from a dataset whose row says AVAILABLE
 is noticed only when abacus updates the row (usually minutes); when the last file goes abacus
 deletes the row and the dataset leaves the site. Checking every dataset deeply every cycle would
@@ -156,11 +157,11 @@ class RucioSource:
         self.wire = RucioWire(config, sleep=sleep, client_factory=client_factory)
         self._sites = SiteMap(config, self.site_overrides)
         self._deep = DeepChecks(config, self.wire)
-        self._bad = BadReplicas(config)  # bad and unavailable replicas (issue 24 item 2)
+        self._bad = BadReplicas(config)  # bad and unavailable replicas
         self._bulk_share = bulk_share
         self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
         self._book = Book()  # what the last fetch learned (the incremental design)
-        self._held_while_down = HeldWhileDown()  # what unavailable RSEs held (issue 24)
+        self._held_while_down = HeldWhileDown()  # what unavailable RSEs held
         self._held_ids: dict[tuple[str, str], DatasetId] = {}  # during a fetch: held_ids
         self.calls_last_fetch: dict[str, int] = {}
         self.calls_last_read: dict[str, int] = {}  # of the last read_datasets/parent_datasets

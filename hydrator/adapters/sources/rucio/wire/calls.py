@@ -9,7 +9,7 @@ date-parsing hook, which was most of a fetch at a million rows. The other calls 
 rucio-clients' methods. The client they use, its session and the bounded reading of answers
 are :mod:`.session`.
 
-Bounds (issue 26, items 3 and 4): a fetch ends by itself within ``deadline_s``
+Bounds: a fetch ends by itself within ``deadline_s``
 (:meth:`RucioWire.begin`): every call's timeout is at most the time left, no call or retry
 starts after it, and the deadline watchdog mounted on the client's session cuts a read still
 under way at it. The listings read here are bounded per answer (``max_answer_bytes``) and per
