@@ -618,7 +618,7 @@ def load_config(path: Path) -> Config:
     try:
         raw = tomllib.loads(read_capped(path, MAX_CONFIG_BYTES).decode("utf-8-sig"))
     except FileRefused as exc:
-        if str(exc) == "no such file":
+        if exc.missing:
             raise ConfigError("", f"{path}: no such configuration file") from None
         raise ConfigError("", f"{path}: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -649,11 +649,11 @@ def check_files(config: Config, *, inventories: bool = False) -> None:
                         raise ConfigError(f"{where}.{key}", f"{value}: {problem}")
         if isinstance(source, StaticSourceConfig):
             problem = _unreadable(source.path, source.max_inventory_bytes)
-            if problem and (inventories or problem != "no such file"):
+            if problem and (inventories or not problem.missing):
                 raise ConfigError(f"sources[{index}].path", f"{source.path}: {problem}")
 
 
-def _unreadable(path: Path, max_bytes: int) -> str | None:
+def _unreadable(path: Path, max_bytes: int) -> FileRefused | None:
     """Why ``path`` cannot be read as a regular file of at most ``max_bytes``, or None
     (opened non-blocking and judged by fstat: opening a FIFO must not block)."""
     try:
@@ -661,11 +661,11 @@ def _unreadable(path: Path, max_bytes: int) -> str | None:
             size = os.fstat(handle.fileno()).st_size
             handle.read(0)
     except FileRefused as exc:
-        return str(exc)
+        return exc
     except OSError as exc:
-        return f"cannot read: {exc.strerror}"
+        return FileRefused(f"cannot read: {exc.strerror}")
     if size > max_bytes:
-        return f"larger than the limit of {max_bytes} bytes"
+        return FileRefused(f"larger than the limit of {max_bytes} bytes")
     return None
 
 

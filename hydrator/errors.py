@@ -8,7 +8,8 @@
     │   ├── TransientSourceError  worth retrying: connection, timeout, HTTP 5xx/429
     │   └── PermanentSourceError  retrying will not help: authentication, 4xx, bad schema
     ├── PublishError              a publisher (collector, ...) could not deliver
-    └── StateError                the state database cannot be read or written
+    ├── StateError                the state database cannot be read or written
+    └── FileRefused               a file named by the configuration cannot be read safely
 
 Adapters translate their libraries' exceptions into these with ``raise X(...) from exc``;
 nothing in the hydrator classifies errors by their message text.
@@ -55,3 +56,12 @@ class PublishError(HydratorError):
 
 class StateError(HydratorError):
     """The state database is unreadable, of an unknown schema version, or not writable."""
+
+
+class FileRefused(HydratorError):
+    """The path is missing, unreadable, not a regular file or over its size cap; the message
+    says which without the file's content. ``missing`` is true when there is no such file."""
+
+    def __init__(self, problem: str, *, missing: bool = False) -> None:
+        super().__init__(problem)
+        self.missing = missing

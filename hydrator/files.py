@@ -20,6 +20,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from hydrator.errors import FileRefused
+
 __all__ = ["FileRefused", "open_regular", "read_at_most", "read_capped"]
 
 _KINDS = (
@@ -32,10 +34,6 @@ _KINDS = (
 
 
 CHUNK_BYTES = 1024 * 1024
-
-
-class FileRefused(Exception):
-    """The path is missing, unreadable, not a regular file or over its size cap."""
 
 
 def kind_of(mode: int) -> str:
@@ -52,7 +50,7 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise FileRefused("no such file") from None
+        raise FileRefused("no such file", missing=True) from None
     except OSError as exc:
         raise FileRefused(f"cannot read: {exc.strerror}") from None
     try:
