@@ -100,7 +100,8 @@ def test_event_cycles_within_the_age_query_no_schedd_and_edit_no_job_again(
 
     more = submit_idle(condor_pool, '{"ska:obs_2"}')  # seen by the next read only
     condor_pool.wait_for_job_state(more, [IDLE])
-    assert event_cycle(service).jobs.seen == 3  # type: ignore[union-attr]
+    jobs = event_cycle(service).jobs
+    assert jobs is not None and jobs.seen == 3
     report = service.run_cycle()  # scheduled: reads afresh
     assert report.queue is QueueRead.READ and report.jobs is not None and report.jobs.seen == 4
     assert dict(reader.queries) == {schedd: 2}

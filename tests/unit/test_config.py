@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from hydrator.config import load_config, parse_config
+from hydrator.config import StaticSourceConfig, load_config, parse_config
 from hydrator.runtime.cli import main
 from tests.support.privileges import file_modes_enforced
 
@@ -160,7 +161,9 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_relative_paths_resolve_against_the_config_directory() -> None:
     config = load_config(REPO / "config" / "demo.toml")
     assert config.daemon.state_path == REPO / "config" / "demo-state.sqlite"
-    assert config.sources[0].path == REPO / "config" / "demo-inventory.toml"  # type: ignore[union-attr]
+    inventory = config.sources[0]
+    assert isinstance(inventory, StaticSourceConfig)
+    assert inventory.path == REPO / "config" / "demo-inventory.toml"
 
 
 def test_every_key_is_documented_in_the_example() -> None:
@@ -169,16 +172,16 @@ def test_every_key_is_documented_in_the_example() -> None:
 
     example = (REPO / "config" / "hydrator.example.toml").read_text()
 
-    def walk(model: type) -> set[str]:
+    def walk(model: type[BaseModel]) -> set[str]:
         keys: set[str] = set()
-        for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        for name, field in model.model_fields.items():
             keys.add(name)
             annotation = field.annotation
-            if hasattr(annotation, "model_fields"):
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
                 keys |= walk(annotation)
         return keys
 
-    from hydrator.config import DmapiSourceConfig, RucioSourceConfig, StaticSourceConfig
+    from hydrator.config import DmapiSourceConfig, RucioSourceConfig
 
     keys = (
         walk(Config) | walk(StaticSourceConfig) | walk(RucioSourceConfig) | walk(DmapiSourceConfig)

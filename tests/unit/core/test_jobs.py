@@ -65,15 +65,21 @@ EPOCH = 1_800_000_000
 def test_annotation_per_distinct_value(
     required: frozenset[str], sites: tuple[str, ...], partial: tuple[str, ...]
 ) -> None:
-    assert annotate_values(VIEWS, [required])[required] == Annotation(sites, partial)  # type: ignore[arg-type]
+    expected = Annotation(tuple(map(Site, sites)), tuple(map(Site, partial)))
+    assert annotate_values(VIEWS, [required])[required] == expected
 
 
 def job(
-    job_id: str, required: frozenset[str], ann: Annotation | None = None, **kw: object
+    job_id: str,
+    required: frozenset[str],
+    ann: Annotation | None = None,
+    desired_sites: str | None = None,
 ) -> QueuedJob:
-    if ann is not None:
-        kw = {"sites": ann.sites, "partial_sites": ann.partial_sites, "updated": EPOCH - 60, **kw}
-    return QueuedJob(job_id, required, **kw)  # type: ignore[arg-type]
+    if ann is None:
+        return QueuedJob(job_id, required, desired_sites=desired_sites)
+    return QueuedJob(
+        job_id, required, ann.sites, ann.partial_sites, EPOCH - 60, desired_sites=desired_sites
+    )
 
 
 def plan(

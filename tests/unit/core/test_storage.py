@@ -141,8 +141,8 @@ def available(site: str, storage: str) -> StorageStatus:
     return StorageStatus(Site(site), storage, "RSE")
 
 
-def answer(*replicas: object, storages: tuple[StorageStatus, ...] = ()) -> Snapshot:
-    return merged_snapshot("r", replicas, [A, Site("SITE_B")], storages=storages)  # type: ignore[arg-type]
+def answer(*replicas: Replica, storages: tuple[StorageStatus, ...] = ()) -> Snapshot:
+    return merged_snapshot("r", replicas, [A, Site("SITE_B")], storages=storages)
 
 
 def run(

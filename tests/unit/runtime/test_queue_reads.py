@@ -79,7 +79,9 @@ def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
 
 def event(svc: Service) -> Plan:
     """An event cycle that re-reads nothing."""
-    return svc.run_cycle(planner=planner_of(svc)).plan  # type: ignore[return-value]
+    plan = svc.run_cycle(planner=planner_of(svc)).plan
+    assert plan is not None
+    return plan
 
 
 def advertised(svc: Service) -> list[str]:

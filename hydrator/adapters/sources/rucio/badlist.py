@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from hydrator.adapters.sources.rucio.book import (
     BadKey,
@@ -35,12 +35,21 @@ from hydrator.adapters.sources.rucio.book import (
     changed_pairs,
     forced_pairs,
 )
-from hydrator.adapters.sources.rucio.wire import RucioWire
 from hydrator.config import RucioSourceConfig
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
 
 STATES = ("B", "T")  # BadFilesStatus.BAD, TEMPORARY_UNAVAILABLE: replicas that cannot serve
+
+
+class BadListings(Protocol):
+    """The two calls the reader makes (:class:`~.wire.RucioWire` has them): the bad-replicas
+    table in one state, and the collections a file is attached to; both answer untrusted
+    records."""
+
+    def bad_replicas(self, state: str, limit: int) -> list[Any]: ...
+
+    def parent_dids(self, scope: str, name: str) -> list[Any]: ...
 
 
 class BadReplicas:
@@ -53,7 +62,7 @@ class BadReplicas:
         self.parents: dict[Key, tuple[Key, ...]] = {}
         self.listed = self.unresolved = 0
 
-    def read(self, wire: RucioWire, book: Book, cycle: Cycle, dirty: Dirty) -> None:
+    def read(self, wire: BadListings, book: Book, cycle: Cycle, dirty: Dirty) -> None:
         """Read the listings, put the pairs to force in ``book.forced`` and mark the pairs
         forced or released since the last fetch dirty. With ``bad_replicas_max = 0`` nothing
         is read and nothing forced."""
@@ -70,7 +79,7 @@ class BadReplicas:
             dirty.add(site, dataset)
         book.forced = forced
 
-    def _listing(self, wire: RucioWire, state: str, limit: int, cycle: Cycle) -> set[BadKey]:
+    def _listing(self, wire: BadListings, state: str, limit: int, cycle: Cycle) -> set[BadKey]:
         """The (scope, name, RSE) of the replicas listed in ``state``, up to ``limit`` (at
         every RSE: the listing takes one RSE or all); a malformed record is counted invalid."""
         records = wire.bad_replicas(state, limit + 1)
@@ -91,7 +100,7 @@ class BadReplicas:
                 found.add(key)
         return found
 
-    def _look_up(self, wire: RucioWire, files: set[Key]) -> None:
+    def _look_up(self, wire: BadListings, files: set[Key]) -> None:
         """Each listed file's datasets, up to ``bad_parent_lookups_max`` new lookups (sorted,
         so the rest follow in the next fetches); files no longer listed are forgotten."""
         for gone in self.parents.keys() - files:

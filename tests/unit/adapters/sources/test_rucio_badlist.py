@@ -109,7 +109,7 @@ def test_the_reader_is_bounded_keeps_parents_and_counts_malformed_records(
     reader = BadReplicas(config(bad_replicas_max=5, bad_parent_lookups_max=2))
     scratch, dirty = cycle(), Dirty()
     with caplog.at_level(logging.WARNING):
-        reader.read(wire, book, scratch, dirty)  # type: ignore[arg-type]
+        reader.read(wire, book, scratch, dirty)
     assert ("bad", ("B", 6)) in wire.calls and ("bad", ("T", 6)) in wire.calls
     assert "more than bad_replicas_max=5 replicas listed in state B" in caplog.text
     assert scratch.invalid == 1, "the one malformed record read (the other is past the limit)"
@@ -118,16 +118,16 @@ def test_the_reader_is_bounded_keeps_parents_and_counts_malformed_records(
 
     wire.calls.clear()
     dirty = Dirty()
-    reader.read(wire, book, cycle(), dirty)  # type: ignore[arg-type]
+    reader.read(wire, book, cycle(), dirty)
     assert [c for c in wire.calls if c[0] == "parents"] == [("parents", "f2")], "kept"
     assert dirty.pairs == {}, "still forced: not settled again"
 
     wire.listed = {}
-    reader.read(wire, book, cycle(), dirty)  # type: ignore[arg-type]
+    reader.read(wire, book, cycle(), dirty)
     assert book.forced == {} and dirty.pairs == {X: {d1}} and reader.parents == {}
 
 
 def test_zero_reads_nothing() -> None:
     wire = Wire({"B": [{"scope": "ska", "name": "f", "rse": "X_DISK"}]}, {})
-    BadReplicas(config(bad_replicas_max=0)).read(wire, Book(), cycle(), Dirty())  # type: ignore[arg-type]
+    BadReplicas(config(bad_replicas_max=0)).read(wire, Book(), cycle(), Dirty())
     assert wire.calls == []
