@@ -144,9 +144,9 @@ def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
         ignore=(requests.RequestException,),
     )
     assert dropped == [
-        ("transfer-done", Ignored.MALFORMED),
+        ("transfer-done", Ignored.NOT_JSON),
         ("other", Ignored.MALFORMED),
-        ("transfer-done", Ignored.MALFORMED),
+        ("transfer-done", Ignored.TOO_LARGE),
     ]
 
 
@@ -249,8 +249,8 @@ class StoppedWhileConnecting(StompListener):
     """A listener whose ``stop()`` comes while it subscribes: the stop finds no connection
     yet (``_conn`` still None), as when the daemon reloads during a connect."""
 
-    def _subscribe(self, conn: Any, generation: int) -> None:
-        super()._subscribe(conn, generation)
+    def _subscribe(self, conn: Any, frames: Any, generation: int) -> None:
+        super()._subscribe(conn, frames, generation)
         self._stop.set()  # what stop() does before it reads _conn, which is still None
         self._wake.set()
 
