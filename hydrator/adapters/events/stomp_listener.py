@@ -454,7 +454,7 @@ class StompListener:
         more = f" ({since} more dropped as {reason.value} since the last line)" if since else ""
         log.log(
             logging.INFO if reason is Ignored.IRRELEVANT else logging.WARNING,
-            "events %s: dropped a %s message as %s: %s%s",
+            "events %s: dropped a message (type %s) as %s: %s%s",
             self.source,
             label,
             reason.value,
