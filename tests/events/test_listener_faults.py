@@ -257,6 +257,27 @@ def test_a_frame_that_never_ends_is_cut_at_the_bound_and_the_next_broker_used(
     assert any("without ending a frame" in line for line in lines), lines
 
 
+def test_a_message_over_the_frame_bound_is_acknowledged_unread_and_not_delivered_again(
+    running_activemq: Broker, started: list[StompListener], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The test broker does not bound frames: a 64 KiB message reaches a listener whose
+    bound is 4 KiB plus headers. It is cut (one reconnect), acknowledged unread and counted
+    once; the message behind it arrives, and nothing comes back to the subscription."""
+    settings = config(running_activemq, heartbeat_s=0.0)  # no heart-beat to miss here
+    sink = Sink()
+    listener = start(started, settings, sink)
+    subscribed(listener)
+    huge = transfer_done("ska", "f10", "obs10")
+    huge["payload"]["padding"] = "p" * 65536
+    running_activemq.publish_as_hermes([huge, transfer_done("ska", "f11", "obs11")])
+    delivered(sink, DatasetId("ska", "obs11"))
+    assert sink.dropped == [("transfer-done", Ignored.TOO_LARGE)]
+    assert [e.dataset for e in sink.events] == [DatasetId("ska", "obs11")]
+    assert sink.states == [True, False, True], "one reconnect, not one a delivery"
+    again = nothing_comes_back(running_activemq, settings, started)
+    assert again.dropped == [], "the message over the bound was acknowledged"
+
+
 def test_after_an_outage_the_listener_subscribes_within_10_s_of_the_broker_accepting(
     running_activemq: Broker, started: list[StompListener]
 ) -> None:

@@ -22,7 +22,9 @@ sends to, for one Rucio source. The only module that imports stomp-py.
 * **Bounded frames.** :class:`_BoundedTransport` counts the bytes read since the last whole
   frame; a peer that sends more than ``max_message_bytes`` plus :data:`FRAME_HEADER_BYTES`
   without ending the frame is disconnected at once (memory stays bounded while reading), and
-  the next attempt waits as after a failed round.
+  the next attempt waits as after a failed round. A MESSAGE cut so is acknowledged unread
+  first when its headers arrived whole, and counted as ``too_large``: a broker that does not
+  bound frames itself would otherwise deliver it again at every reconnect.
 * **Hostile input.** :func:`parse_message` says why a body cannot be used: over
   ``max_message_bytes`` (``too_large``), not UTF-8, not JSON, not hermes' envelope
   (``event_type``, ``payload``, ``created_at``; nothing else: ``malformed``), a ``created_at``
@@ -386,6 +388,7 @@ class StompListener:
             )
         frames = _Frames(self, conn, generation)
         conn.set_listener("hydrator", frames)
+        transport.oversize = self.oversize
         return conn, frames
 
     def _password(self) -> str | None:
@@ -424,6 +427,15 @@ class StompListener:
                     conn.ack(ack)
                 except Exception as exc:  # gone: the broker delivers it again
                     log.debug("events %s: ack failed: %s", self.source, exc)
+
+    def oversize(self, event_type: object) -> None:
+        """A MESSAGE over the frame bound was acknowledged unread (from stomp-py's receiver)."""
+        detail = (
+            f"a frame over max_message_bytes {self.config.max_message_bytes} and "
+            f"{FRAME_HEADER_BYTES} bytes of headers, acknowledged unread; reconnecting"
+        )
+        with contextlib.suppress(Exception):  # nothing may reach stomp-py's receiver
+            self._drop(_label(event_type), Dropped(Ignored.TOO_LARGE, detail))
 
     def _hand_over(self, label: str, body: str | bytes) -> None:
         with self._lock:
@@ -482,26 +494,52 @@ class StompListener:
 
 class _BoundedTransport(stomp.transport.Transport):  # type: ignore[misc]  # stomp-py is untyped
     """stomp-py's transport that counts the bytes read since the last whole frame and drops
-    the connection once they exceed ``limit_bytes`` (what is buffered stays bounded)."""
+    the connection once they exceed ``limit_bytes`` (what is buffered stays bounded). It keeps
+    the first :data:`FRAME_HEADER_BYTES` of the frame being read: when that frame is a MESSAGE
+    whose headers arrived whole, it is acknowledged unread before the connection is dropped
+    (else the broker would deliver it again at every reconnect) and ``oversize`` is told its
+    ``event_type`` header."""
 
     def __init__(self, hosts: list[tuple[str, int]], limit_bytes: int, **options: Any) -> None:
         super().__init__(hosts, **options)
         self.limit_bytes = limit_bytes
         self.unframed_bytes = 0
+        self.head = bytearray()  # the start of the frame being read
         self.over_bound: str | None = None
+        self.oversize: Callable[[object], None] = lambda event_type: None
 
     def receive(self) -> bytes | None:
         chunk: bytes | None = super().receive()
         if chunk:
             self.unframed_bytes += len(chunk)
+            self._keep_head(chunk)
             if self.unframed_bytes > self.limit_bytes:
                 self.over_bound = (
                     f"the broker sent over {self.limit_bytes} bytes without ending a frame "
                     "(max_message_bytes and headers); disconnected"
                 )
+                self._acknowledge_unread()
                 self.disconnect_socket()
                 return b""  # stomp-py's end of stream
         return chunk
+
+    def _keep_head(self, chunk: bytes) -> None:
+        end = chunk.rfind(b"\x00")
+        if end >= 0:  # a frame may start after the last NUL (a guess: a body may hold NULs)
+            self.head = bytearray(chunk[end + 1 : end + 1 + FRAME_HEADER_BYTES])
+        elif len(self.head) < FRAME_HEADER_BYTES:
+            self.head += chunk[: FRAME_HEADER_BYTES - len(self.head)]
+
+    def _acknowledge_unread(self) -> None:
+        head = bytes(self.head)
+        if not stomp.utils.PREAMBLE_END_RE.search(head):
+            return  # the headers are not all there: nothing to acknowledge for sure
+        frame = stomp.utils.parse_frame(head)
+        if frame is None or frame.cmd != "MESSAGE" or "ack" not in frame.headers:
+            return
+        with contextlib.suppress(StompException, OSError):
+            self.transmit(stomp.utils.Frame("ACK", {"id": frame.headers["ack"]}))
+            self.oversize(frame.headers.get("event_type"))
 
     def process_frame(self, f: Any, frame_str: bytes) -> None:
         self.unframed_bytes = 0
