@@ -85,6 +85,8 @@ class Peer:
 
     def close(self) -> None:
         self._done.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
         self._server.close()
         with self._lock:
             for conn in self._conns:
