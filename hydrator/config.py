@@ -231,9 +231,11 @@ class RucioEventsConfig(_Model):
     """STOMP heart-beat both ways, seconds (0: none); a silent connection is dropped after
     1.5 times this and reconnected."""
     reconnect_initial_s: float = Field(1.0, gt=0)
-    """First wait before trying the brokers again, seconds; grows by half each try."""
-    reconnect_max_s: float = Field(60.0, gt=0)
-    """Longest wait between tries, seconds."""
+    """First wait before trying the brokers again, seconds; grows by half each failed round
+    (with jitter), back to this after each subscription."""
+    reconnect_max_s: float = Field(5.0, gt=0)
+    """Longest wait between rounds, seconds: also how long a broker back from an outage
+    may wait for the listener."""
     max_message_bytes: int = Field(65536, ge=1024)
     """A larger message is counted as malformed and dropped."""
     event_debounce_s: float = Field(1.0, ge=0)
@@ -252,6 +254,10 @@ class RucioEventsConfig(_Model):
     """``deletion-done`` names a file, no dataset: an event cycle looks up the datasets of at
     most this many such files (``list_parent_dids``, one call each) and re-reads them; the
     others (and all with 0) wait for the next full read."""
+    timeout_s: float = Field(10.0, gt=0)
+    """Deadline of each network step with a broker, seconds: the TCP connect, the STOMP
+    CONNECT/CONNECTED exchange, the receipt for SUBSCRIBE. On a deadline the attempt fails
+    (one line) and the next round follows after the reconnect wait."""
 
     @field_validator("brokers")
     @classmethod

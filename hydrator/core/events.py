@@ -58,11 +58,16 @@ KNOWN_TYPES = TRANSFER_TYPES | DATASET_TYPES | RECONCILE_TYPES
 class Ignored(enum.Enum):
     """Why a message was counted and dropped."""
 
-    MALFORMED = "malformed"  # not JSON, not hermes' shape, an invalid name, too large
+    MALFORMED = "malformed"  # JSON but not hermes' shape, or the listener could not handle it
     IRRELEVANT = "irrelevant"  # a type that says nothing about where data is
     DUPLICATE = "duplicate"  # the same message seen recently (at-least-once delivery)
     OUT_OF_DATE = "out_of_date"  # created before the last full read started
     OUT_OF_SCOPE = "out_of_scope"  # a scope the source does not read ([sources] scopes)
+    TOO_LARGE = "too_large"  # a body over [sources.events] max_message_bytes
+    NOT_UTF8 = "not_utf8"  # a body that is not UTF-8
+    NOT_JSON = "not_json"  # a body that is not JSON
+    BAD_TIME = "bad_time"  # a created_at that is no time in UTC
+    INVALID_NAME = "invalid_name"  # a scope or name outside the name rules (hydrator.names)
 
 
 @dataclass(frozen=True)

@@ -341,8 +341,9 @@ class Metrics:
     )
     events_ignored = _counter(
         "events_ignored",
-        "Messages dropped, by event type and reason (malformed, irrelevant, duplicate,"
-        " out_of_date, out_of_scope).",
+        "Messages dropped, by event type and reason (too_large, not_utf8, not_json,"
+        " malformed, bad_time, invalid_name, irrelevant, duplicate, out_of_date,"
+        " out_of_scope).",
         "source",
         "type",
         "reason",

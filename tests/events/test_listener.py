@@ -7,6 +7,7 @@ does not have. ``tests/events/test_hermes_broker.py`` shows the server's own her
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -47,6 +48,11 @@ class Sink:
     def connection(self, connected: bool) -> None:
         with self.lock:
             self.states.append(connected)
+
+
+def alternating(states: list[bool]) -> bool:
+    """Subscribed first, and each state a change from the one before."""
+    return bool(states) and states[0] and all(a != b for a, b in itertools.pairwise(states))
 
 
 def config(broker: Broker, **overrides: Any) -> RucioEventsConfig:
@@ -144,9 +150,9 @@ def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
         ignore=(requests.RequestException,),
     )
     assert dropped == [
-        ("transfer-done", Ignored.MALFORMED),
+        ("transfer-done", Ignored.NOT_JSON),
         ("other", Ignored.MALFORMED),
-        ("transfer-done", Ignored.MALFORMED),
+        ("transfer-done", Ignored.TOO_LARGE),
     ]
 
 
@@ -210,11 +216,18 @@ def test_a_broker_restart_is_one_lost_and_one_subscribed_line(
         timeout_s=15.0,
         ignore=(requests.RequestException,),
     )
-    assert sink.states == [True, False, True]
+    # Connected, lost, connected again: in this order, each a change. A heart-beat missed on
+    # a loaded machine (1 s here) may add a loss and a reconnect; each is one line too.
+    states = list(sink.states)
+    assert alternating(states) and states[-1] and False in states, states
+    outages = states.count(False)
     lines = [r.getMessage() for r in caplog.records]
-    assert sum("lost the broker connection" in m for m in lines) == 1
-    assert sum("cannot subscribe at any broker" in m for m in lines) == 1
-    assert sum("subscribed to" in m for m in lines) == 1
+    lost = [i for i, m in enumerate(lines) if "lost the broker connection" in m]
+    failing = [i for i, m in enumerate(lines) if "cannot subscribe at any broker" in m]
+    back = [i for i, m in enumerate(lines) if "subscribed to" in m]
+    assert len(lost) == len(back) == outages, lines
+    assert 1 <= len(failing) <= outages, lines  # the closed port: one line, not one a round
+    assert lost[0] < failing[0] < back[-1], lines
 
 
 def test_a_wrong_password_is_one_line_naming_the_broker(
@@ -249,8 +262,8 @@ class StoppedWhileConnecting(StompListener):
     """A listener whose ``stop()`` comes while it subscribes: the stop finds no connection
     yet (``_conn`` still None), as when the daemon reloads during a connect."""
 
-    def _subscribe(self, conn: Any, generation: int) -> None:
-        super()._subscribe(conn, generation)
+    def _subscribe(self, conn: Any, frames: Any, generation: int) -> None:
+        super()._subscribe(conn, frames, generation)
         self._stop.set()  # what stop() does before it reads _conn, which is still None
         self._wake.set()
 

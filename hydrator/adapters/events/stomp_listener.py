@@ -1,31 +1,49 @@
 """The Rucio event listener: a durable STOMP subscription (stomp-py) to the topic ``rucio-hermes``
 sends to, for one Rucio source. The only module that imports stomp-py.
 
-* **Connection.** ``[sources.events] brokers`` are tried in order (stomp-py's own reconnect
-  loop: ``reconnect_initial_s`` growing by half per try up to ``reconnect_max_s``, with
-  jitter); after a round that reached none, the supervisor thread waits ``reconnect_max_s``
-  and starts another. Heart-beats both ways (``heartbeat_s``) turn a dead broker into a
-  disconnect. Credentials come from ``password_file`` (read at each connect), TLS from
-  ``use_ssl``/``ca_cert``/``client_cert``/``client_key``. Each state change is logged once:
-  subscribed, lost, cannot reach any broker (until it changes).
+* **Connection.** Each attempt is one round over ``[sources.events] brokers`` in order, and
+  every network step of it has a deadline of ``timeout_s``: the TCP connect (stomp-py's
+  ``timeout``), the CONNECT/CONNECTED exchange and the SUBSCRIBE receipt (awaited here). A
+  broker that accepted TCP and then failed (no answer, an ERROR frame) goes to the end of the
+  order, so a silent peer in front cannot hide the others. After a failed round the supervisor
+  thread waits a jittered exponential delay (:func:`reconnect_delay`: from
+  ``reconnect_initial_s``, growing by half per failed round, at most ``reconnect_max_s``) and
+  tries again; a subscription resets it, so the next outage starts short again. Heart-beats
+  both ways (``heartbeat_s``) turn a dead broker into a disconnect. Credentials come from
+  ``password_file`` (read at each connect), TLS from ``use_ssl``/``ca_cert``/``client_cert``/
+  ``client_key``. Each state change is logged once: subscribed, lost, cannot subscribe at any
+  broker (until it changes). :meth:`StompListener.stop` interrupts every wait.
 * **Durable.** CONNECT carries ``client-id``, SUBSCRIBE ``activemq.subscriptionName``: the
   broker keeps what is sent while the daemon is away and delivers it on return. Frames are
-  acknowledged one by one (``client-individual``) after they are handed over; a message
-  handed over and lost with the process is covered by the full read at start-up.
-* **Hostile input.** A body over ``max_message_bytes``, not JSON, or not hermes' envelope
-  (``event_type``, ``payload``, ``created_at``; nothing else) is dropped as malformed; names
-  are checked by :class:`~hydrator.domain.DatasetId`. The sink gets a
-  :class:`~hydrator.core.events.RucioEvent` or the reason it was dropped.
+  acknowledged one by one (``client-individual``): every MESSAGE exactly once, after it was
+  handed over or dropped, whatever happened while handling it (a message left unacknowledged
+  would come back at once, forever). A message handed over and lost with the process is
+  covered by the full read at start-up.
+* **Bounded frames.** :class:`_BoundedTransport` counts the bytes read since the last whole
+  frame; a peer that sends more than ``max_message_bytes`` plus :data:`FRAME_HEADER_BYTES`
+  without ending the frame is disconnected at once (memory stays bounded while reading), and
+  the next attempt waits as after a failed round. A MESSAGE cut so is acknowledged unread
+  first when its headers arrived whole, and counted as ``too_large``: a broker that does not
+  bound frames itself would otherwise deliver it again at every reconnect.
+* **Hostile input.** :func:`parse_message` says why a body cannot be used: over
+  ``max_message_bytes`` (``too_large``), not UTF-8, not JSON, not hermes' envelope
+  (``event_type``, ``payload``, ``created_at``; nothing else: ``malformed``), a ``created_at``
+  that is no UTC time (``bad_time``), a scope or name outside the name rules
+  (``invalid_name``). A type the hydrator does not use is ``irrelevant``. The sink gets a
+  :class:`~hydrator.core.events.RucioEvent` or the reason it was dropped, counted by the
+  sink; each reason is logged at most once per :data:`DROP_LOG_INTERVAL_S`, with the number
+  dropped since.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -40,17 +58,22 @@ from hydrator.core.events import (
     Ignored,
     ListenerStatus,
     RucioEvent,
-    dataset_or_none,
     message_key,
 )
 from hydrator.core.ports import EventSink
+from hydrator.domain import DatasetId
 from hydrator.errors import SourceError
+from hydrator.names import InvalidNameError
 from hydrator.redact import read_secret, redact
 
 log = logging.getLogger(__name__)
 
-RECEIPT_TIMEOUT_S = 10.0  # the broker's answer to SUBSCRIBE
-STOP_TIMEOUT_S = 10.0
+FRAME_HEADER_BYTES = 16384
+"""Allowed beyond ``max_message_bytes`` in one frame for its command and headers."""
+CLOSE_WAIT_S = 1.0  # for the broker's receipt of DISCONNECT before the socket is closed
+STOP_MARGIN_S = 5.0  # stop() waits the listener's thread this much beyond timeout_s
+DROP_LOG_INTERVAL_S = 60.0
+RECONNECT_GROWTH = 1.5
 
 
 class _Envelope(BaseModel):
@@ -62,47 +85,90 @@ class _Envelope(BaseModel):
     created_at: Annotated[str, StringConstraints(max_length=64)] | None = None
 
 
-def parse_message(body: str | bytes, max_bytes: int) -> RucioEvent | Ignored:
-    """One message body as an event, or :attr:`Ignored.MALFORMED`."""
+@dataclass(frozen=True)
+class Dropped:
+    """Why a message body cannot be used: the reason counted and a short detail logged."""
+
+    reason: Ignored
+    detail: str
+
+
+def parse_message(body: str | bytes, max_bytes: int) -> RucioEvent | Dropped:
+    """One message body as an event, or why it is dropped; never raises."""
     raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
     if len(raw) > max_bytes:
-        return Ignored.MALFORMED
+        return Dropped(Ignored.TOO_LARGE, f"{len(raw)} bytes, over max_message_bytes {max_bytes}")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Dropped(Ignored.NOT_UTF8, f"not UTF-8 at byte {exc.start}")
     try:
         envelope = _Envelope.model_validate_json(raw)
-    except ValidationError:
-        return Ignored.MALFORMED
+    except ValidationError as exc:
+        kinds = {e["type"] for e in exc.errors()}
+        if "json_invalid" in kinds:
+            return Dropped(Ignored.NOT_JSON, "not JSON")
+        return Dropped(Ignored.MALFORMED, "not hermes' envelope: " + ", ".join(sorted(kinds)))
     created = _created_at(envelope.created_at)
     if envelope.created_at is not None and created is None:
-        return Ignored.MALFORMED
+        return Dropped(Ignored.BAD_TIME, f"created_at {envelope.created_at[:64]!r} is no UTC time")
+    return _event(envelope, created, raw)
+
+
+def _event(envelope: _Envelope, created: datetime | None, raw: bytes) -> RucioEvent | Dropped:
+    """The event of a valid envelope, or INVALID_NAME when a name it carries breaks the rules."""
     kind = envelope.event_type.lower()
     payload = envelope.payload
     if kind in TRANSFER_TYPES:
-        dataset = dataset_or_none(payload.get("datasetScope"), payload.get("dataset"))
-        rse = payload.get("dst-rse")
+        scope, name, rse = (
+            payload.get("datasetScope"),
+            payload.get("dataset"),
+            payload.get("dst-rse"),
+        )
     else:
-        dataset = dataset_or_none(payload.get("scope"), payload.get("name"))
+        scope, name = payload.get("scope"), payload.get("name")
         rse = payload.get("rse")
-    scope, name = payload.get("scope"), payload.get("name")
-    file = (scope, name) if isinstance(scope, str) and isinstance(name, str) else None
+    try:
+        dataset = _named(scope, name)
+        file = _named(payload.get("scope"), payload.get("name"))
+    except InvalidNameError as exc:
+        return Dropped(Ignored.INVALID_NAME, str(exc))
     return RucioEvent(
         event_type=kind,
         created_at=created,
         dataset=dataset,
-        file=file,
+        file=None if file is None else (file.scope, file.name),
         rse=rse if isinstance(rse, str) else None,
         key=message_key(raw),
     )
 
 
+def _named(scope: object, name: object) -> DatasetId | None:
+    """A checked (scope, name) when both are strings; None when either is absent or not a
+    string; raises :class:`InvalidNameError` when they break the name rules."""
+    if not isinstance(scope, str) or not isinstance(name, str):
+        return None
+    return DatasetId(scope, name)
+
+
 def _created_at(text: str | None) -> datetime | None:
-    """hermes' ``str(datetime)`` (UTC, naive: ``2026-11-26 10:55:12.123456``) as aware UTC."""
+    """hermes' ``str(datetime)`` (UTC, naive: ``2026-11-26 10:55:12.123456``) as aware UTC;
+    None when it is no time, or one that has no UTC equivalent (year 1 at +05:00)."""
     if text is None:
         return None
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def reconnect_delay(failures: int, initial_s: float, max_s: float, draw: float) -> float:
+    """Seconds to wait after ``failures`` (>= 1) failed rounds in a row: ``initial_s`` growing
+    by half per round, at most ``max_s``, times ``0.5 + draw / 2`` (``draw`` in [0, 1): the
+    jitter that keeps many daemons from reconnecting in step)."""
+    base = min(max_s, initial_s * RECONNECT_GROWTH ** min(failures - 1, 64))
+    return base * (0.5 + draw / 2)
 
 
 def build(config: RucioEventsConfig, source: str, sink: EventSink) -> StompListener:
@@ -110,9 +176,18 @@ def build(config: RucioEventsConfig, source: str, sink: EventSink) -> StompListe
     return StompListener(config, source, sink)
 
 
+class _Refused(Exception):
+    """One connection attempt failed; the message says why (one line, redacted)."""
+
+
+class _Stopped(Exception):
+    """stop() came while connecting."""
+
+
 class StompListener:
     """Keeps one durable subscription alive from a thread of its own (see the module
-    docstring); ``clock`` gives monotonic seconds for :meth:`status`."""
+    docstring); ``clock`` gives monotonic seconds for :meth:`status`, ``draw`` the jitter of
+    the reconnect delay (a number in [0, 1))."""
 
     def __init__(
         self,
@@ -121,20 +196,26 @@ class StompListener:
         sink: EventSink,
         *,
         clock: Callable[[], float] = time.monotonic,
+        draw: Callable[[], float] = random.random,
     ) -> None:
         self.config = config
         self.source = source
         self._sink = sink
         self._clock = clock
-        self._hosts = [_host_port(b) for b in config.brokers]
+        self._draw = draw
+        self._order = [_host_port(b) for b in config.brokers]  # tried in this order
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._status = ListenerStatus()
-        self._conn: stomp.Connection12 | None = None
-        self._generation = itertools.count(1)
-        self._current = 0
+        self._conn: tuple[_Connection, _Frames] | None = None  # subscribed, or being closed
+        self._frames: _Frames | None = None  # of the attempt in progress (stop() wakes it)
+        self._generation = 0
+        self._current = 0  # the generation of the subscribed connection; 0: none
         self._failing = False
+        self._failures = 0  # failed rounds in a row: the reconnect delay
+        self._streak = 0  # failed rounds before the last subscription
+        self._drops: dict[Ignored, tuple[float, int]] = {}  # last line at, dropped since
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -143,11 +224,15 @@ class StompListener:
 
     def stop(self) -> None:
         """Unsubscribe nothing (the durable subscription stays), end the thread, which
-        disconnects as it ends (also a connection it was making meanwhile)."""
+        disconnects as it ends (also a connection it was making meanwhile). Returns once the
+        thread ended: within ``timeout_s`` per broker it is connecting to at the time."""
         self._stop.set()
         self._wake.set()
+        frames = self._frames
+        if frames is not None:
+            frames.changed.set()
         if self._thread is not None:
-            self._thread.join(STOP_TIMEOUT_S)
+            self._thread.join(self.config.timeout_s * len(self._order) + STOP_MARGIN_S)
 
     def status(self) -> ListenerStatus:
         with self._lock:
@@ -156,41 +241,96 @@ class StompListener:
     # -- the supervisor thread ------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.status().connected and not self._connect():
-                self._stop.wait(self.config.reconnect_max_s)
-                continue
-            self._wake.wait()
-            self._wake.clear()
-        # Only this thread disconnects: also a connection it made while stop() ran, which
-        # would otherwise stay and keep the client-id (the broker refuses the next listener).
-        conn = self._conn
-        if conn is not None:
-            # AttributeError: stomp-py's send when the broker closed the socket meanwhile
-            with contextlib.suppress(StompException, OSError, AttributeError):
-                conn.disconnect()
+        try:
+            while not self._stop.is_set():
+                if self.status().connected:
+                    self._wake.wait()
+                    self._wake.clear()
+                    continue
+                self._close_current()
+                if self._failures and self._stop.wait(self._delay()):
+                    break
+                if self._connect():
+                    self._streak, self._failures = self._failures, 0
+                else:
+                    self._failures += 1
+        finally:
+            # Only this thread disconnects: also a connection it made while stop() ran, which
+            # would otherwise stay and keep the client-id (the broker refuses the next listener).
+            self._close_current()
+
+    def _delay(self) -> float:
+        cfg = self.config
+        return reconnect_delay(
+            self._failures, cfg.reconnect_initial_s, cfg.reconnect_max_s, self._draw()
+        )
+
+    def _close_current(self) -> None:
+        """Close what is left of the last connection; one that ended on a frame over the bound
+        counts as a failed round (the broker may send that frame again at once)."""
+        held, self._conn, self._current = self._conn, None, 0
+        if held is None:
+            return
+        conn, frames = held
+        if frames.over_bound() is not None:
+            self._failures = self._streak + 1
+        _close(conn, frames)
 
     def _connect(self) -> bool:
-        """One round over the brokers (stomp-py's backoff); True once subscribed."""
-        generation = next(self._generation)
-        conn = self._connection(generation)
+        """One round over the brokers; True once subscribed."""
+        self._generation += 1
+        generation = self._generation
+        conn, frames = self._connection(generation)
+        self._frames = frames
         try:
-            password = self._password()
+            if self._stop.is_set():
+                raise _Stopped
             conn.connect(
                 self.config.username,
-                password,
-                wait=True,
+                self._password(),
+                wait=False,
                 headers={"client-id": self.config.client_id},
             )
-            self._subscribe(conn, generation)
-        except (StompException, OSError, SourceError, TimeoutError) as exc:
-            with contextlib.suppress(StompException, OSError):
-                conn.disconnect()
-            frames = conn.get_listener("hydrator")
-            said = frames.error if isinstance(frames, _Frames) else None
-            self._not_connected(said or redact(str(exc) or type(exc).__name__))
+            self._await(frames, frames.connected, "CONNECTED")
+            self._subscribe(conn, frames, generation)
+        except _Stopped:
+            _close(conn, frames)
             return False
-        self._conn, self._current = conn, generation
+        except (_Refused, StompException, OSError, SourceError) as exc:
+            _close(conn, frames)
+            self._demote(frames.host)
+            self._not_connected(_reason(exc, self.config.timeout_s))
+            return False
+        self._subscribed(conn, frames, generation)
+        return True
+
+    def _await(self, frames: _Frames, done: threading.Event, what: str) -> None:
+        """Wait for ``done`` at most ``timeout_s``; raise :class:`_Refused` on the deadline, an
+        ERROR frame or a closed connection, :class:`_Stopped` on stop()."""
+        deadline = time.monotonic() + self.config.timeout_s
+        while not done.is_set():
+            if self._stop.is_set():
+                raise _Stopped
+            if frames.error is not None:
+                raise _Refused(frames.error)
+            if frames.gone.is_set():
+                raise _Refused(frames.over_bound() or f"{frames.where()} closed the connection")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Refused(
+                    f"no {what} from {frames.where()} within timeout_s {self.config.timeout_s:g} s"
+                )
+            frames.changed.wait(left)
+            frames.changed.clear()
+
+    def _demote(self, host: tuple[str, int] | None) -> None:
+        """A broker that accepted TCP and then failed is tried last in the next round."""
+        if host in self._order and len(self._order) > 1:
+            self._order.remove(host)
+            self._order.append(host)
+
+    def _subscribed(self, conn: _Connection, frames: _Frames, generation: int) -> None:
+        self._conn, self._current = (conn, frames), generation
         now = self._clock()
         with self._lock:
             self._status = ListenerStatus(True, now, self._status.last_message_at)
@@ -199,88 +339,140 @@ class StompListener:
             "events %s: subscribed to %s at %s (durable subscription %s, client-id %s)",
             self.source,
             self.config.destination,
-            ",".join(self.config.brokers),
+            frames.where(),
             self.config.subscription_name,
             self.config.client_id,
         )
         self._sink.connection(True)
-        return True
+        if frames.gone.is_set():  # lost between the receipt and now: its news was not ours yet
+            self.lost(generation, frames.over_bound() or "disconnected")
 
     def _not_connected(self, reason: str) -> None:
         """One warning until the state changes (a round that failed again says nothing)."""
         if not self._failing:
             log.warning(
-                "events %s: cannot subscribe at any broker of %s: %s; retrying every %g s "
-                "at most, polling at [daemon] interval_s meanwhile",
+                "events %s: cannot subscribe at any broker of %s: %s; retrying after %g s "
+                "growing to %g s at most, polling at [daemon] interval_s meanwhile",
                 self.source,
                 ",".join(self.config.brokers),
                 reason,
+                self.config.reconnect_initial_s,
                 self.config.reconnect_max_s,
             )
             self._failing = True
 
-    def _connection(self, generation: int) -> stomp.Connection12:
+    def _connection(self, generation: int) -> tuple[_Connection, _Frames]:
+        """A new connection over the brokers in order: stomp-py tries each once (TCP connect
+        within ``timeout_s``) without waiting between them; the waits are :meth:`_run`'s."""
         beat_ms = int(self.config.heartbeat_s * 1000)
-        conn = stomp.Connection12(
-            self._hosts,
+        transport = _BoundedTransport(
+            list(self._order),
+            self.config.max_message_bytes + FRAME_HEADER_BYTES,
             prefer_localhost=False,
             try_loopback_connect=False,
-            reconnect_sleep_initial=self.config.reconnect_initial_s,
-            reconnect_sleep_increase=0.5,
-            reconnect_sleep_max=self.config.reconnect_max_s,
-            reconnect_attempts_max=max(3, len(self._hosts)),
-            heartbeats=(beat_ms, beat_ms),
-            timeout=10.0,
+            reconnect_sleep_initial=0.0,
+            reconnect_sleep_increase=0.0,
+            reconnect_sleep_jitter=0.0,
+            reconnect_sleep_max=0.0,
+            reconnect_attempts_max=len(self._order),
+            timeout=self.config.timeout_s,
+            auto_decode=False,  # bodies as bytes: parse_message tells what is not UTF-8
         )
+        conn = _Connection(transport, (beat_ms, beat_ms))
         if self.config.use_ssl:
             conn.set_ssl(
-                for_hosts=self._hosts,
+                for_hosts=list(self._order),
                 ca_certs=_str(self.config.ca_cert),
                 cert_file=_str(self.config.client_cert),
                 key_file=_str(self.config.client_key),
             )
-        conn.set_listener("hydrator", _Frames(self, conn, generation))
-        return conn
+        frames = _Frames(self, conn, generation)
+        conn.set_listener("hydrator", frames)
+        transport.oversize = self.oversize
+        return conn, frames
 
     def _password(self) -> str | None:
         path = self.config.password_file
         return None if path is None else read_secret(path, "broker password")
 
-    def _subscribe(self, conn: stomp.Connection12, generation: int) -> None:
-        receipt = f"subscribe-{generation}"
-        frames = conn.get_listener("hydrator")
-        assert isinstance(frames, _Frames)
+    def _subscribe(self, conn: _Connection, frames: _Frames, generation: int) -> None:
         conn.subscribe(
             self.config.destination,
             id="1",
             ack="client-individual",
             headers={
                 "activemq.subscriptionName": self.config.subscription_name,
-                "receipt": receipt,
+                "receipt": f"subscribe-{generation}",
             },
         )
-        if not frames.receipt.wait(RECEIPT_TIMEOUT_S):
-            reason = frames.error or f"no receipt for SUBSCRIBE in {RECEIPT_TIMEOUT_S:g} s"
-            raise TimeoutError(reason)
+        self._await(frames, frames.receipt, "receipt for SUBSCRIBE")
 
     # -- callbacks from stomp-py's receiver thread -----------------------------------------
 
-    def received(self, conn: stomp.Connection12, frame: Any) -> None:
-        """Hand one MESSAGE frame over, then acknowledge it."""
-        with self._lock:
-            old = self._status
-            self._status = ListenerStatus(old.connected, old.connected_at, self._clock())
-        found = parse_message(frame.body, self.config.max_message_bytes)
+    def received(self, conn: _Connection, frame: Any) -> None:
+        """Hand one MESSAGE frame over or drop it, then acknowledge it, whatever happened
+        (nothing raised here reaches stomp-py, which would drop the connection and have the
+        broker deliver the same message again)."""
+        label = _label(frame.headers.get("event_type"))
         try:
-            if isinstance(found, Ignored):
-                self._sink.ignored(_label(frame.headers.get("event_type")), found)
-            else:
-                self._sink.event(found)
+            self._hand_over(label, frame.body)
+        except Exception as exc:  # the message is dropped, the stream goes on
+            detail = f"could not be handled: {type(exc).__name__}: {redact(str(exc))[:200]}"
+            with contextlib.suppress(Exception):
+                self._drop(label, Dropped(Ignored.MALFORMED, detail))
         finally:
             ack = frame.headers.get("ack")
             if ack is not None:
-                with contextlib.suppress(StompException, OSError):
+                try:
                     conn.ack(ack)
+                except Exception as exc:  # gone: the broker delivers it again
+                    log.debug("events %s: ack failed: %s", self.source, exc)
+
+    def oversize(self, event_type: object) -> None:
+        """A MESSAGE over the frame bound was acknowledged unread (from stomp-py's receiver)."""
+        detail = (
+            f"a frame over max_message_bytes {self.config.max_message_bytes} and "
+            f"{FRAME_HEADER_BYTES} bytes of headers, acknowledged unread; reconnecting"
+        )
+        with contextlib.suppress(Exception):  # nothing may reach stomp-py's receiver
+            self._drop(_label(event_type), Dropped(Ignored.TOO_LARGE, detail))
+
+    def _hand_over(self, label: str, body: str | bytes) -> None:
+        with self._lock:
+            old = self._status
+            self._status = ListenerStatus(old.connected, old.connected_at, self._clock())
+        found = parse_message(body, self.config.max_message_bytes)
+        if isinstance(found, Dropped):
+            self._drop(label, found)
+            return
+        if found.event_type not in KNOWN_TYPES:  # counted as irrelevant by the sink
+            self._note(Ignored.IRRELEVANT, label, f"type {found.event_type[:64]!r} is not used")
+        self._sink.event(found)
+
+    def _drop(self, label: str, dropped: Dropped) -> None:
+        self._sink.ignored(label, dropped.reason)
+        self._note(dropped.reason, label, dropped.detail)
+
+    def _note(self, reason: Ignored, label: str, detail: str) -> None:
+        """One line per reason at most every :data:`DROP_LOG_INTERVAL_S` (a flood of bad
+        messages is one line a minute), saying how many were dropped since the last line."""
+        now = time.monotonic()
+        with self._lock:
+            last, since = self._drops.get(reason, (None, 0))
+            if last is not None and now - last < DROP_LOG_INTERVAL_S:
+                self._drops[reason] = (last, since + 1)
+                return
+            self._drops[reason] = (now, 0)
+        more = f" ({since} more dropped as {reason.value} since the last line)" if since else ""
+        log.log(
+            logging.INFO if reason is Ignored.IRRELEVANT else logging.WARNING,
+            "events %s: dropped a message (type %s) as %s: %s%s",
+            self.source,
+            label,
+            reason.value,
+            redact(detail),
+            more,
+        )
 
     def lost(self, generation: int, reason: str) -> None:
         """The connection of ``generation`` is gone (a stale one's news is ignored)."""
@@ -300,21 +492,106 @@ class StompListener:
         self._wake.set()
 
 
-class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
-    """stomp-py's callbacks for one connection attempt (``generation``)."""
+class _BoundedTransport(stomp.transport.Transport):  # type: ignore[misc]  # stomp-py is untyped
+    """stomp-py's transport that counts the bytes read since the last whole frame and drops
+    the connection once they exceed ``limit_bytes`` (what is buffered stays bounded). It keeps
+    the first :data:`FRAME_HEADER_BYTES` of the frame being read: when that frame is a MESSAGE
+    whose headers arrived whole, it is acknowledged unread before the connection is dropped
+    (else the broker would deliver it again at every reconnect) and ``oversize`` is told its
+    ``event_type`` header."""
 
-    def __init__(self, owner: StompListener, conn: stomp.Connection12, generation: int) -> None:
+    def __init__(self, hosts: list[tuple[str, int]], limit_bytes: int, **options: Any) -> None:
+        super().__init__(hosts, **options)
+        self.limit_bytes = limit_bytes
+        self.unframed_bytes = 0
+        self.head = bytearray()  # the start of the frame being read
+        self.over_bound: str | None = None
+        self.oversize: Callable[[object], None] = lambda event_type: None
+
+    def receive(self) -> bytes | None:
+        chunk: bytes | None = super().receive()
+        if chunk:
+            self.unframed_bytes += len(chunk)
+            self._keep_head(chunk)
+            if self.unframed_bytes > self.limit_bytes:
+                self.over_bound = (
+                    f"the broker sent over {self.limit_bytes} bytes without ending a frame "
+                    "(max_message_bytes and headers); disconnected"
+                )
+                self._acknowledge_unread()
+                self.disconnect_socket()
+                return b""  # stomp-py's end of stream
+        return chunk
+
+    def _keep_head(self, chunk: bytes) -> None:
+        end = chunk.rfind(b"\x00")
+        if end >= 0:  # a frame may start after the last NUL (a guess: a body may hold NULs)
+            self.head = bytearray(chunk[end + 1 : end + 1 + FRAME_HEADER_BYTES])
+        elif len(self.head) < FRAME_HEADER_BYTES:
+            self.head += chunk[: FRAME_HEADER_BYTES - len(self.head)]
+
+    def _acknowledge_unread(self) -> None:
+        head = bytes(self.head)
+        if not stomp.utils.PREAMBLE_END_RE.search(head):
+            return  # the headers are not all there: nothing to acknowledge for sure
+        frame = stomp.utils.parse_frame(head)
+        if frame is None or frame.cmd != "MESSAGE" or "ack" not in frame.headers:
+            return
+        with contextlib.suppress(StompException, OSError):
+            self.transmit(stomp.utils.Frame("ACK", {"id": frame.headers["ack"]}))
+            self.oversize(frame.headers.get("event_type"))
+
+    def process_frame(self, f: Any, frame_str: bytes) -> None:
+        self.unframed_bytes = 0
+        super().process_frame(f, frame_str)
+
+
+class _Connection(stomp.StompConnection12):  # type: ignore[misc]  # stomp-py is untyped
+    """stomp-py's STOMP 1.2 connection over a :class:`_BoundedTransport`, assembled as
+    ``StompConnection12.__init__`` assembles its own transport and protocol."""
+
+    def __init__(self, transport: _BoundedTransport, heartbeats: tuple[int, int]) -> None:
+        stomp.connect.BaseConnection.__init__(self, transport)
+        stomp.protocol.Protocol12.__init__(self, transport, heartbeats)
+
+
+class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
+    """stomp-py's callbacks for one connection attempt (``generation``); ``changed`` is set
+    on every news the connecting thread waits for."""
+
+    def __init__(self, owner: StompListener, conn: _Connection, generation: int) -> None:
         self.owner, self.conn, self.generation = owner, conn, generation
+        self.connected = threading.Event()
         self.receipt = threading.Event()
+        self.gone = threading.Event()
+        self.changed = threading.Event()
         self.error: str | None = None
+        self.host: tuple[str, int] | None = None
+
+    def where(self) -> str:
+        return "the broker" if self.host is None else f"{self.host[0]}:{self.host[1]}"
+
+    def over_bound(self) -> str | None:
+        bound: str | None = self.conn.transport.over_bound
+        return bound
+
+    def on_connecting(self, host_and_port: tuple[str, int]) -> None:
+        self.host = host_and_port
+
+    def on_connected(self, frame: Any) -> None:
+        self.connected.set()
+        self.changed.set()
 
     def on_receipt(self, frame: Any) -> None:
         self.receipt.set()
+        self.changed.set()
 
     def on_error(self, frame: Any) -> None:
         """Kept for the one line of a failed connect; logged at once only while subscribed
         (a refused connect repeats every round)."""
-        self.error = "the broker says: " + redact(str(frame.headers.get("message", "ERROR")))[:300]
+        message = redact(str(frame.headers.get("message", "ERROR")))[:300]
+        self.error = f"the broker says: {message}"
+        self.changed.set()
         if self.owner.status().connected:
             log.warning("events %s: %s", self.owner.source, self.error)
 
@@ -322,10 +599,33 @@ class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is un
         self.owner.received(self.conn, frame)
 
     def on_heartbeat_timeout(self) -> None:
+        self.gone.set()
+        self.changed.set()
         self.owner.lost(self.generation, "no heart-beat from the broker")
 
     def on_disconnected(self) -> None:
-        self.owner.lost(self.generation, self.error or "disconnected")
+        self.gone.set()
+        self.changed.set()
+        self.owner.lost(self.generation, self.over_bound() or self.error or "disconnected")
+
+
+def _close(conn: _Connection, frames: _Frames) -> None:
+    """DISCONNECT politely when connected (the broker releases the client-id at once), wait
+    :data:`CLOSE_WAIT_S` at most for its receipt, then close the socket whatever it said
+    (stomp-py's receiver thread ends with it)."""
+    with contextlib.suppress(StompException, OSError, AttributeError):
+        if conn.is_connected():
+            conn.disconnect()
+            frames.gone.wait(CLOSE_WAIT_S)
+    with contextlib.suppress(StompException, OSError, AttributeError):
+        conn.transport.disconnect_socket()
+
+
+def _reason(exc: BaseException, timeout_s: float) -> str:
+    """One line for a failed round."""
+    if isinstance(exc, stomp.exception.ConnectFailedException):
+        return f"no TCP connection (refused, or no answer within timeout_s {timeout_s:g} s)"
+    return redact(str(exc) or type(exc).__name__)
 
 
 def _host_port(broker: str) -> tuple[str, int]:
