@@ -33,7 +33,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import reduce
 
 from hydrator.core.derived import Derived
@@ -60,8 +60,9 @@ def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 
 def stamp(when: datetime) -> str:
-    """A time in reasons: ``2026-11-26T14:00Z`` (UTC, minutes)."""
-    return when.strftime("%Y-%m-%dT%H:%MZ")
+    """A time in reasons: ``2026-11-26T14:00Z`` (minutes), converted to UTC first: a time
+    given with another offset is never printed as its local time with a ``Z``."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def reset_state(path: Path, now: datetime) -> Path | None:
     if not path.exists():
         return None
     drains = _readable_drains(path)
-    kept = path.with_name(f"{path.name}.reset-{now.strftime('%Y%m%dT%H%M%SZ')}")
+    kept = path.with_name(f"{path.name}.reset-{now.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}")
     try:
         for suffix in ("-wal", "-shm", ""):  # the database last: its name marks completion
             side = path.with_name(path.name + suffix)

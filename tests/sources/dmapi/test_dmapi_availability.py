@@ -4,14 +4,18 @@ force-disabled dropped unless ``include_inactive=true``)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import requests
 
+from hydrator.config import ClassAdConfig
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
+from hydrator.runtime.report import site_json
+from hydrator.runtime.service import render_ads
 from tests.support.dmapi import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet, area, downtime, node, site, storage
 
@@ -196,3 +200,40 @@ def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_co
     assert sorted(d.name for d in view.available) == sorted(on_a1 + on_a2), "held back"
     (status,) = plan.sources
     assert "storage element SITE_A_XRD: 0 entries against 6" in status.held_sites[Site("SITE_A")]
+
+
+def offset_downtime(start: datetime, end: datetime, reason: str) -> dict[str, object]:
+    """A downtime whose ``date_range`` is written with a +02:00 offset, not in UTC."""
+    plus_two = timezone(timedelta(hours=2))
+    written = " to ".join(t.astimezone(plus_two).isoformat(timespec="minutes") for t in (start, end))
+    return {"date_range": written, "type": "Unplanned", "reason": reason, "id": "dt-offset"}
+
+
+def test_a_downtime_given_with_an_offset_is_shown_in_utc_in_the_ad_and_in_v1(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """A1 down from an hour ago until 10:00 UTC tomorrow, written as 12:00+02:00: the ad's
+    reason, /v1/sites' reason and ``until`` all say 10:00 UTC; a future downtime (C's site,
+    also written +02:00) says UTC in ``upcoming``."""
+    end = (NOW + timedelta(days=1)).replace(hour=10, minute=0, second=0)
+    later = end + timedelta(days=2)
+    federation(
+        fake,
+        a1_downtimes=[offset_downtime(NOW - HOUR, end, "power cut")],
+        c_site_downtimes=[offset_downtime(later, later + HOUR, "upgrade")],
+    )
+    snapshot = make_source(datasets=DATASETS).fetch(FetchContext(now=NOW))
+    plan = plan_cycle(State(), {"dmapi": snapshot}, NOW, Policy(), [])
+    utc_end = end.strftime("%Y-%m-%dT%H:%MZ")
+    expected = f"storage area SITE_A_XRD: downtime (Unplanned) until {utc_end}: power cut"
+
+    ad = render_ads(plan.sites, ClassAdConfig())[Site("SITE_A")].body.decode()
+    assert f'DataLocalityUnavailable = "{expected}"' in ad
+
+    doc = json.loads(json.dumps(site_json(plan.sites[Site("SITE_A")])))  # as /v1/sites/SITE_A
+    assert doc["unavailable"] == [expected]
+    (a1,) = [s for s in doc["storages"] if s["storage"] == "SITE_A_XRD"]
+    assert a1["until"] == end.isoformat() and a1["until"].endswith("+00:00")
+    (c1,) = site_json(plan.sites[Site("SITE_C")])["storages"]
+    start_c = later.strftime("%Y-%m-%dT%H:%MZ")
+    assert c1["upcoming"].startswith(f"downtime (Unplanned) of site SITE_C from {start_c} to ")
