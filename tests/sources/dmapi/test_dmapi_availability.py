@@ -205,7 +205,9 @@ def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_co
 def offset_downtime(start: datetime, end: datetime, reason: str) -> dict[str, object]:
     """A downtime whose ``date_range`` is written with a +02:00 offset, not in UTC."""
     plus_two = timezone(timedelta(hours=2))
-    written = " to ".join(t.astimezone(plus_two).isoformat(timespec="minutes") for t in (start, end))
+    written = " to ".join(
+        t.astimezone(plus_two).isoformat(timespec="minutes") for t in (start, end)
+    )
     return {"date_range": written, "type": "Unplanned", "reason": reason, "id": "dt-offset"}
 
 

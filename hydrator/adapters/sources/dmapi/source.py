@@ -49,6 +49,8 @@ from hydrator.adapters.sources.dmapi.answers import (
     cut,
     element_of,
     json_body,
+    mapped_element,
+    mapped_statuses,
     parse_location,
     parse_nodes,
     storage_statuses,
@@ -339,12 +341,16 @@ class DmapiSource:
         context: FetchContext,
     ) -> Snapshot:
         """Located replicas at their sites; those on a storage area that cannot serve
-        (:func:`storage_statuses`) are left out, so a site keeps a dataset only while an
-        available storage area of it holds the dataset. Per storage element, its site and the
+        (:func:`storage_statuses`) or on a drained ``[sites]`` element
+        (:func:`mapped_statuses`) are left out, so a site keeps a dataset only while an
+        available storage element of it holds the dataset. Per storage element, its site and the
         datasets located there (``Snapshot.elements``, for the site guard: an element whose
         entries vanish holds its site back, :func:`.answers.element_of` names it)."""
         statuses = storage_statuses(nodes, results, context.wanted, context.drains, context.now)
+        judged = (context.wanted, context.drains, context.now)
+        mapped = mapped_statuses(self._overrides, statuses, results, judged)
         down = unavailable_areas(nodes, statuses)
+        drained = {s.storage for s in mapped if not s.available}
         replicas: list[Replica] = []
         held: dict[str, tuple[Site, set[DatasetId]]] = {}  # element -> its site, its datasets
         unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
@@ -361,7 +367,7 @@ class DmapiSource:
                         f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
                     )
                     continue
-                if not location.has_replicas or location.storage_area_id in down:
+                if not self._serves(location, down, drained):
                     continue
                 site = self._site_for(location, nodes)
                 if site is None:
@@ -370,15 +376,31 @@ class DmapiSource:
                 # The API has no completeness or transfer state: a listed replica is complete,
                 # with no transfer (the Replica defaults).
                 replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
-                held.setdefault(element_of(location, nodes), (site, set()))[1].add(dataset)
+                element = element_of(location, nodes, self._overrides)
+                held.setdefault(element, (site, set()))[1].add(dataset)
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         listed = self._listed_unmapped(unmapped)
         more = len(unmapped) - len(listed)
         answer = merged_snapshot(
-            self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
+            self.name,
+            replicas,
+            covered,
+            invalid,
+            listed,
+            unmapped_more=more,
+            storages=statuses + mapped,
         )
         elements = {e: ElementCount(site, len(found)) for e, (site, found) in held.items()}
         return replace(answer, elements=elements)
+
+    def _serves(self, location: Location, down: frozenset[str], drained: set[str]) -> bool:
+        """Whether a located entry counts: it lists replicas, on a storage area that can serve
+        (not in ``down``) and not on a drained ``[sites]`` element."""
+        return (
+            location.has_replicas
+            and location.storage_area_id not in down
+            and mapped_element(location, self._overrides) not in drained
+        )
 
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
