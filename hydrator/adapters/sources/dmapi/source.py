@@ -1,7 +1,9 @@
 """The DMAPI source (:class:`DmapiSource`): which of the wanted datasets each site holds, one
 locate per dataset.
 
-Cost: one locate request per dataset, as the API has no bulk query. A dataset never located
+Cost: one locate request per dataset, as the API has no bulk query, and one Site
+Capabilities ``/nodes`` request per fetch (what it states of availability is fresh within a
+cycle: docs/security.md). A dataset never located
 before is located in the cycle it appears; of those located before, at most
 ``max_relocates_per_cycle`` are located again per cycle, longest-unchecked first, and the others
 keep their last answer. With 50,000 datasets wanted and the default 1000, each is re-checked
@@ -194,17 +196,17 @@ class DmapiSource:
     # ---- storage areas -> sites
 
     def _site_capabilities(self, run: Run) -> NodesMap | None:
-        """The /nodes map, fetched at most once per ``site_capabilities_ttl_s``.
+        """The /nodes map, read at every fetch: the storage areas' sites and what is stated of
+        their availability (downtimes, ``is_force_disabled``) come in the one answer, and an
+        availability statement must reach the ads in the cycle after it is made.
 
-        If a refresh fails and an older map exists, the older map is used (storage areas
-        rarely move); with no map at all the error propagates and the fetch fails.
+        If the read fails, the last good map stands in while it is younger than
+        ``site_capabilities_ttl_s`` (a warning says so); older, or with none at all, the error
+        propagates and the fetch fails (the source keeps its last good answer, marked stale).
         """
         url = self._config.site_capabilities_url
         if url is None or self._sc_token is None:
             return None
-        age_s = self._clock() - self._nodes_at
-        if self._nodes is not None and age_s < self._config.site_capabilities_ttl_s:
-            return self._nodes
         try:
             nodes_url = f"{url.rstrip('/')}/nodes{NODES_QUERY}"
             resp = self._authorized_get(nodes_url, self._sc_token, run, "/nodes")
@@ -212,9 +214,12 @@ class DmapiSource:
                 raise PermanentSourceError(f"site capabilities /nodes: HTTP {resp.status_code}")
             nodes = parse_nodes(json_body(resp, "site capabilities /nodes"))
         except (TransientSourceError, PermanentSourceError) as exc:
-            if self._nodes is None:
+            age_s = self._clock() - self._nodes_at
+            if self._nodes is None or age_s >= self._config.site_capabilities_ttl_s:
                 raise
-            log.warning("%s; using the storage-area map fetched earlier", exc)
+            log.warning(
+                "%s; using the /nodes answer read %.0f s ago (site_capabilities_ttl_s)", exc, age_s
+            )
             return self._nodes
         for bad in nodes.bad_sites:
             self._problems.warn(
