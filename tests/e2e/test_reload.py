@@ -135,3 +135,47 @@ def test_sighup_applies_a_valid_config_and_refuses_an_invalid_one(daemon: Runnin
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.proc.wait(timeout=20) == 0
     assert "Traceback" not in daemon.log()
+
+
+def series_of(daemon: Daemon, source: str) -> list[str]:
+    """Every exported sample labelled ``source="<source>"``."""
+    return sorted(name for name, labels in daemon.metrics() if ("source", source) in labels)
+
+
+def test_a_source_removed_by_reload_leaves_no_series_in_metrics(daemon: Running) -> None:
+    """Reload leaves no ghosts: a stale source removed by SIGHUP takes every labelled series
+    with it (``hydrator_source_stale`` would otherwise fire ``HydratorSourceStale`` until a
+    restart), while the source that stays keeps its own."""
+    config = ONE_SOURCE.format(port=daemon.base.rsplit(":", 1)[1])
+    mark = daemon.hup(config + SECOND_SOURCE)
+    wait_for(
+        "reloaded with two sources",
+        lambda: "reloaded: 2 source(s)" in daemon.log()[mark:],
+        timeout_s=20.0,
+    )
+    (daemon.daemon.directory / "second.toml").write_text("not toml [")  # the source fails
+    wait_for(
+        "the second source stale",
+        lambda: daemon.daemon.metric("hydrator_source_stale", source="second") == 1.0,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
+    assert "hydrator_source_requests_total" in series_of(daemon.daemon, "second")
+
+    mark = daemon.hup(config)
+    wait_for(
+        "reloaded with one source",
+        lambda: "reloaded: 1 source(s)" in daemon.log()[mark:],
+        timeout_s=20.0,
+    )
+    cycles = daemon.daemon.metric("hydrator_cycles_total", outcome="ok") or 0.0
+    wait_for(
+        "two cycles of the reloaded configuration",
+        lambda: (daemon.daemon.metric("hydrator_cycles_total", outcome="ok") or 0.0) >= cycles + 2,
+        timeout_s=20.0,
+        ignore=(requests.RequestException,),
+    )
+    assert series_of(daemon.daemon, "second") == []
+    assert daemon.daemon.metric("hydrator_source_stale", source="first") == 0.0
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(timeout=20) == 0
