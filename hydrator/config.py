@@ -402,7 +402,9 @@ class DmapiSourceConfig(_SourceBase):
     site_capabilities_scope: str = "site-capabilities-api-service"
     """Scope(s) requested for the Site Capabilities token, space-separated."""
     site_capabilities_ttl_s: PositiveSeconds = 600.0
-    """Seconds a fetched /nodes answer is reused before it is fetched again."""
+    """/nodes is read every cycle (availability is fresh within a cycle); when a read fails,
+    the last good answer stands in for this many seconds after it was read, then the fetch
+    fails (the source keeps its last good answer, marked stale)."""
     datasets: list[str] = Field(default_factory=list)
     """Datasets (namespace:name) to locate every cycle."""
     datasets_from_queue: bool = False

@@ -33,7 +33,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 
 from hydrator.core.derived import Derived
@@ -60,8 +60,9 @@ def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 
 def stamp(when: datetime) -> str:
-    """A time in reasons: ``2026-11-26T14:00Z`` (UTC, minutes)."""
-    return when.strftime("%Y-%m-%dT%H:%MZ")
+    """A time in reasons: ``2026-11-26T14:00Z`` (minutes), converted to UTC first: a time
+    given with another offset is never printed as its local time with a ``Z``."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,40 @@ class Statement:
     kind: str = "storage"
     disabled: str | None = None
     downtimes: tuple[Downtime, ...] = ()
+
+
+MAX_DRAIN = timedelta(days=366)
+"""How far ahead ``hydrator drain --until`` may end a drain: a longer one is an open drain,
+ended by ``hydrator undrain``."""
+MAX_LISTED = 10
+"""Names a refusal lists at most (the known sites, the storage stated at a site)."""
+
+
+def drain_refusal(
+    site: Site,
+    storage: str | None,
+    sites: AbstractSet[str],
+    stated: AbstractSet[tuple[str, str]],
+) -> str | None:
+    """Why a drain of ``site`` (``storage`` None) or of its storage element ``storage`` could
+    not do what it says, in one line; None when it can. ``sites`` are the sites known (some
+    source reported them, or ``[sites]`` names them); ``stated`` the (site, storage element)
+    pairs some source states (or will state: a ``[sites]`` element a source maps). A drain of
+    anything else would be saved and never apply."""
+    if site not in sites:
+        known = ", ".join(sorted(sites)[:MAX_LISTED]) or "none yet"
+        return (
+            f"unknown site {site}: no source has reported it and [sites] does not name it "
+            f"(known: {known}); check the name, or run `hydrator once` first"
+        )
+    if storage is None or (site, storage) in stated:
+        return None
+    there = sorted(name for at, name in stated if at == site)
+    listed = ", ".join(there[:MAX_LISTED]) or "none: no source states storage at this site"
+    return (
+        f"no source states a storage element {storage} at site {site}, so its drain would "
+        f"never apply (stated there: {listed})"
+    )
 
 
 def judge(

@@ -31,9 +31,15 @@ class _Declared(Generic[M]):
     ``Metrics.__init__`` (which stores it under the same attribute name, shadowing this
     declaration). Read through an instance, the attribute is typed as the built metric."""
 
-    def __init__(self, build: Callable[[CollectorRegistry], M], preset: Iterable[str]) -> None:
+    def __init__(
+        self,
+        build: Callable[[CollectorRegistry], M],
+        preset: Iterable[str],
+        labels: Iterable[str] = (),
+    ) -> None:
         self._build: Callable[[CollectorRegistry], M] = build
         self._preset = tuple(preset)
+        self.labels = tuple(labels)
 
     def build(self, registry: CollectorRegistry) -> M:
         """The metric registered on ``registry``, with one series per ``preset`` label value
@@ -63,14 +69,14 @@ def _counter(
     def build(registry: CollectorRegistry) -> Counter:
         return Counter(name, documentation, labels, namespace=NAMESPACE, registry=registry)
 
-    return _Declared(build, preset)
+    return _Declared(build, preset, labels)
 
 
 def _gauge(name: str, documentation: str, *labels: str) -> _Declared[Gauge]:
     def build(registry: CollectorRegistry) -> Gauge:
         return Gauge(name, documentation, labels, namespace=NAMESPACE, registry=registry)
 
-    return _Declared(build, ())
+    return _Declared(build, (), labels)
 
 
 def _histogram(
@@ -84,7 +90,7 @@ def _histogram(
             name, documentation, labels, namespace=NAMESPACE, registry=registry, buckets=bounds
         )
 
-    return _Declared(build, ())
+    return _Declared(build, (), labels)
 
 
 class Metrics:
@@ -408,10 +414,27 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._of_sources: list[tuple[Counter | Gauge | Histogram, tuple[str, ...]]] = []
         for attr, declared in vars(Metrics).items():
             if isinstance(declared, _Declared):
-                setattr(self, attr, declared.build(registry))
+                built = declared.build(registry)
+                setattr(self, attr, built)
+                if "source" in declared.labels:
+                    self._of_sources.append((built, declared.labels))
         self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
+
+    def forget_source(self, name: str) -> None:
+        """Remove every series labelled ``source=name`` (a source a reload removed): no gauge
+        of it stays behind to fire an alert, no counter to be summed with a later namesake."""
+        for metric, labels in self._of_sources:
+            found = {
+                tuple(sample.labels[label] for label in labels)
+                for family in metric.collect()
+                for sample in family.samples
+                if sample.labels.get("source") == name
+            }
+            for values in found:
+                metric.remove(*values)
 
     def set_jobs(self, report: JobsReport) -> None:
         """Count one annotation cycle and replace the per-site demand gauges."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from hydrator.core.jobs import JobsReport
@@ -11,6 +12,12 @@ from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
     from hydrator.runtime.outcome import CycleReport, Published
+
+
+def utc_iso(when: datetime | None) -> str | None:
+    """A time in a JSON document: ISO 8601 in UTC (``+00:00``), whatever offset it was given
+    with; None stays None."""
+    return None if when is None else when.astimezone(UTC).isoformat()
 
 
 def site_json(view: SiteView) -> dict[str, Any]:
@@ -29,7 +36,7 @@ def site_json(view: SiteView) -> dict[str, Any]:
     incoming = sorted((*view.replicating, *view.incoming), key=lambda p: (p[0].scope, p[0].name))
     return {
         "site": view.site,
-        "updated": view.updated.isoformat() if view.updated else None,
+        "updated": utc_iso(view.updated),
         "digest": view.digest,
         "available": [str(d) for d in view.available],
         "partial": [
@@ -57,7 +64,7 @@ def storage_json(status: StorageStatus) -> dict[str, Any]:
         "kind": status.kind,
         "available": status.available,
         "reason": status.reason,
-        "until": status.until.isoformat() if status.until else None,
+        "until": utc_iso(status.until),
         "upcoming": status.upcoming,
         "wanted_datasets": status.wanted,
     }
@@ -74,7 +81,7 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
         "unmapped": sorted(status.unmapped),  # bounded by the source (DMAPI: the first N)
         "unmapped_count": status.unmapped_count,
         "reason": status.reason,
-        "last_success": status.last_success.isoformat() if status.last_success else None,
+        "last_success": utc_iso(status.last_success),
         "held_sites": dict(status.held_sites),
         "refused_sites": dict(status.refused_sites),
     }
@@ -97,7 +104,7 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "stuck": len(v.stuck),
                 "incoming": len(v.replicating) + len(v.incoming),
                 "digest": v.digest,
-                "updated": v.updated.isoformat() if v.updated else None,
+                "updated": utc_iso(v.updated),
                 "classad": f"/v1/sites/{v.site}/classad",
                 "held": held.get(v.site),
                 "unavailable": list(v.unavailable),
@@ -105,11 +112,11 @@ def sites_json(published: Published) -> dict[str, Any]:
                 # "full_read", "event" (an event cycle re-read some of its datasets) or
                 # "refresh" (a refresh cycle's storage statuses or drains changed its lists)
                 "origin": origin,
-                "origin_time": origin_at.isoformat() if origin_at else None,
+                "origin_time": utc_iso(origin_at),
             }
         )
     return {
-        "generated": published.generated.isoformat() if published.generated else None,
+        "generated": utc_iso(published.generated),
         "sites": sites,
         "sources": [source_json(s) for s in published.sources],
     }
@@ -132,7 +139,7 @@ def cycle_json(report: CycleReport) -> dict[str, Any]:
     """``hydrator once --json``: per site the datasets by state, and this cycle's changes."""
     plan = report.plan
     return {
-        "started": report.started.isoformat(),
+        "started": utc_iso(report.started),
         "summary": cycle_fields(report),
         "sources": [source_json(s) for s in plan.sources] if plan else [],
         "sites": {site: site_json(view) for site, view in plan.sites.items()} if plan else {},

@@ -131,7 +131,9 @@ class Daemon:
     problem, and the running configuration goes on. A valid one replaces the service between
     cycles (the running cycle ends and saves first; the state's lock is released and taken
     again, the state read again, the metrics kept; the old state is let go only afterwards,
-    so for a moment the daemon holds two); its first cycle runs at once. ``[http]`` and the
+    so for a moment the daemon holds two); its first cycle runs at once. A source the new
+    configuration no longer names is gone entirely: its fetch threads and connections with the
+    old service, its labelled series from ``/metrics``. ``[http]`` and the
     logging keys are read at start only (the listener and its server stay; a change is
     logged as needing a restart)."""
 
@@ -265,6 +267,9 @@ class Daemon:
             self._closed = False
         else:
             self._closed = False
+            kept = {source.name for source in config.sources}
+            for removed in sorted({s.name for s in self.config.sources} - kept):
+                metrics.forget_source(removed)  # reload leaves no ghosts
             self.config = config
             log.info(
                 "reloaded: %d source(s), every %.0fs, state %s",

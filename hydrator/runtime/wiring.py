@@ -166,9 +166,10 @@ def remove_drain(path: Path, site: Site, storage: str | None) -> int:
     return sqlite.remove_drain(path, site, storage)
 
 
-def stated_storages(path: Path) -> set[tuple[str, str]]:
-    """(site, storage element) the sources' last good answers state, from ``path`` alone."""
-    return sqlite.stated_storages(path)
+def reported_targets(path: Path) -> tuple[set[str], set[tuple[str, str]]]:
+    """The sites and (site, storage element) the sources' last good answers state, from
+    ``path`` alone (``hydrator drain``'s check)."""
+    return sqlite.reported_targets(path)
 
 
 def event_listener(config: RucioEventsConfig, source: str, sink: EventSink) -> EventListener:

@@ -197,6 +197,16 @@ def test_every_key_is_documented_in_the_example() -> None:
     assert missing == []
 
 
+def test_the_example_gives_the_site_capabilities_fallback_its_documented_default() -> None:
+    """What the example says of ``site_capabilities_ttl_s`` is what a missing key means."""
+    from hydrator.config import DmapiSourceConfig
+
+    example = tomllib.loads((REPO / "config" / "hydrator.example.toml").read_text())
+    (dmapi,) = [s for s in example["sources"] if s["type"] == "dmapi"]
+    default = DmapiSourceConfig.model_fields["site_capabilities_ttl_s"].default
+    assert dmapi["site_capabilities_ttl_s"] == default
+
+
 # ---- issue 26, item 4: every file the daemon reads is a regular file of bounded size
 
 

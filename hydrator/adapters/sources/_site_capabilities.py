@@ -11,7 +11,8 @@ its answers unless asked ``include_inactive=true`` (``rest/routers/nodes.py``,
 ``backend/mongo.py`` ``_remove_inactive_elements``), so /nodes is asked with it and each
 storage area gets the statements of itself, its storage and its site: a downtime or
 force-disable of a site covers all its storage. An unreadable ``date_range`` is skipped
-(reported once); a time without offset is taken as UTC, as the API writes UTC (``Z``).
+(reported once); a time without offset is taken as UTC, as the API writes UTC (``Z``), and
+one with another offset is converted to UTC.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _stated(
 
 
 def _period(text: object) -> tuple[datetime, datetime] | None:
-    """``"<ISO> to <ISO>"`` as two UTC times (start before end), or None."""
+    """``"<ISO> to <ISO>"`` as two UTC times (start before end), or None; a time with another
+    offset is converted to UTC."""
     if not isinstance(text, str) or text.count(" to ") != 1 or len(text) > 100:
         return None
     try:
@@ -91,7 +93,7 @@ def _period(text: object) -> tuple[datetime, datetime] | None:
         )
     except ValueError:
         return None
-    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    start, end = (t.astimezone(UTC) if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
     return (start, end) if start < end else None
 
 

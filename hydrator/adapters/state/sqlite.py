@@ -191,7 +191,7 @@ def reset_state(path: Path, now: datetime) -> Path | None:
     if not path.exists():
         return None
     drains = _readable_drains(path)
-    kept = path.with_name(f"{path.name}.reset-{now.strftime('%Y%m%dT%H%M%SZ')}")
+    kept = path.with_name(f"{path.name}.reset-{now.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}")
     try:
         for suffix in ("-wal", "-shm", ""):  # the database last: its name marks completion
             side = path.with_name(path.name + suffix)
@@ -980,23 +980,34 @@ def remove_drain(path: Path, site: Site, storage: str | None) -> int:
         raise StateError(f"state database {path}: drain not removed: {_reason(exc)}") from exc
 
 
-def stated_storages(path: Path) -> set[tuple[str, str]]:
-    """(site, storage element) of every storage status the sources' last good answers hold,
-    read from ``path`` alone (no replica row): for the drain command's check of a name."""
+def reported_targets(path: Path) -> tuple[set[str], set[tuple[str, str]]]:
+    """The sites the sources' last good answers cover, and the (site, storage element) of
+    every storage status they hold, read from ``path`` alone (no replica row): what the drain
+    command checks a name against. Both empty when there is no file yet."""
     if not path.exists():
-        return set()
+        return set(), set()
     try:
         db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)
         try:
             texts = list(_stated(db).values())
+            covered = [r[0] for r in db.execute("SELECT sites FROM sources")]
         finally:
             db.close()
     except sqlite3.Error as exc:
         raise StateError(f"state database {path} unreadable: {exc}") from exc
-    out: set[tuple[str, str]] = set()
-    for text in texts:
+    stated: set[tuple[str, str]] = set()
+    for items in map(_json_list, texts):
+        stated.update(
+            (str(i.get("site")), str(i.get("storage"))) for i in items if isinstance(i, dict)
+        )
+    sites = {str(name) for names in map(_json_list, covered) for name in names}
+    return sites | {site for site, _ in stated}, stated
+
+
+def _json_list(text: object) -> list[Any]:
+    """``text`` as a JSON list; empty for anything else (the drain command's read only)."""
+    try:
         items = json.loads(text) if isinstance(text, str) else []
-        for item in items if isinstance(items, list) else ():
-            if isinstance(item, dict):
-                out.add((str(item.get("site")), str(item.get("storage"))))
-    return out
+    except ValueError:
+        return []
+    return items if isinstance(items, list) else []

@@ -216,7 +216,7 @@ def test_known_datasets_are_relocated_within_the_budget_longest_unchecked_first(
     assert per_fetch[0] == names  # the first fetch locates everything
     assert [len(f) for f in per_fetch[1:]] == [10, 10, 10]
     assert sorted(d for fetch in per_fetch[1:] for d in fetch) == names  # each in turn, once
-    assert source.calls_last_fetch == 10
+    assert source.calls_last_fetch == 11  # 10 locates and the /nodes read of every fetch
     assert source.deferred_last_fetch == 20  # reported as hydrator_source_deferred_checks
     # the daemon finds these numbers through the ports' optional capabilities
     assert isinstance(source, CountsCalls) and isinstance(source, DefersChecks)
@@ -282,7 +282,7 @@ def test_token_is_refreshed_before_it_expires(srcnet: FakeSrcnet, make_source: M
 
     clock.advance(50)  # 50 s left, inside the 60 s margin: refresh first
     source.fetch(CTX)
-    assert srcnet.counts["token"] == 3  # Site Capabilities answer still cached (ttl 600 s)
+    assert srcnet.counts["token"] == 4  # both refreshed: /nodes is read at every fetch
     assert srcnet.counts["http_401"] == 0  # refreshed before the server had to refuse
 
 
@@ -301,7 +301,8 @@ def test_http_401_gets_one_shared_refresh_then_succeeds(
 
     assert len(snapshot.replicas) == 12
     assert srcnet.counts["http_401"] >= 1
-    assert srcnet.counts["token"] == tokens_before + 1  # concurrent 401s share one refresh
+    # concurrent 401s share one refresh per audience (DMAPI, and Site Capabilities' /nodes)
+    assert srcnet.counts["token"] == tokens_before + 2
 
 
 def test_http_401_after_a_fresh_token_is_permanent(
@@ -525,19 +526,25 @@ def test_a_body_that_is_not_json_is_permanent(srcnet: FakeSrcnet, make_source: M
 # --------------------------------------------------------------------- site capabilities cache
 
 
-def test_nodes_are_cached_for_their_ttl_and_a_failed_refresh_keeps_the_old_map(
+def test_nodes_are_read_every_fetch_and_a_failed_read_keeps_the_old_map_for_its_ttl(
     srcnet: FakeSrcnet, make_source: MakeSource
 ) -> None:
     clock = FakeClock()
     source = make_source(clock=clock, datasets=DATASETS, site_capabilities_ttl_s=300.0)
     expected = pairs(source.fetch(CTX))
     source.fetch(CTX)
-    assert srcnet.counts["nodes"] == 1
+    assert srcnet.counts["nodes"] == 2
 
-    clock.advance(301)
+    clock.advance(299)
     srcnet.fail_next("nodes", 3, 503)
-    assert pairs(source.fetch(CTX)) == expected  # refresh failed: the earlier map is used
-    assert srcnet.counts["nodes"] == 4
+    assert pairs(source.fetch(CTX)) == expected  # read failed: the earlier map is used
+    assert srcnet.counts["nodes"] == 5
+
+    clock.advance(2)  # the last good answer is now older than site_capabilities_ttl_s
+    srcnet.fail_next("nodes", 3, 503)
+    with pytest.raises(TransientSourceError, match="/nodes"):
+        source.fetch(CTX)
+    assert pairs(source.fetch(CTX)) == expected  # read again: fresh
 
 
 def test_nodes_unreachable_without_an_earlier_map_fails_the_fetch(
@@ -554,7 +561,7 @@ def test_nodes_unreachable_without_an_earlier_map_fails_the_fetch(
 def test_requests_per_fetch_grow_with_datasets_only(
     fake: FakeSrcnet, make_source: MakeSource
 ) -> None:
-    """1000 datasets: one locate each, plus two tokens and one /nodes on the first cycle."""
+    """1000 datasets: one locate each and one /nodes per cycle, plus two tokens on the first."""
     fake.nodes = [node("N", [site("SITE_A", [storage([area(AREA_A)])])])]
     names = [f"ska:obs_{i:04d}" for i in range(1000)]
     for did in names[::2]:
@@ -572,8 +579,8 @@ def test_requests_per_fetch_grow_with_datasets_only(
         f"calls warm {source.calls_last_fetch}"
     )
 
-    assert source.calls_last_fetch == 1000  # warm cycle: tokens and /nodes reused
-    assert fake.counts["token"] == 2 and fake.counts["nodes"] == 1
+    assert source.calls_last_fetch == 1001  # warm cycle: tokens reused, /nodes read again
+    assert fake.counts["token"] == 2 and fake.counts["nodes"] == 2
     assert timings[1] < 20
 
 

@@ -4,14 +4,18 @@ force-disabled dropped unless ``include_inactive=true``)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import requests
 
+from hydrator.config import ClassAdConfig
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
+from hydrator.runtime.report import site_json
+from hydrator.runtime.service import render_ads
 from tests.support.dmapi import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet, area, downtime, node, site, storage
 
@@ -139,11 +143,11 @@ def test_downtime_ending_and_a_drain_of_a_storage_area_through_the_core(
     the downtime over (back), then drained by the operator (gone again)."""
     end = NOW + HOUR
     federation(fake, a1_downtimes=[downtime(NOW - HOUR, end)])
-    source = make_source(datasets=DATASETS, site_capabilities_ttl_s=3600)
+    source = make_source(datasets=DATASETS)
     policy = Policy(drop_min_entries=1, max_drop_fraction=0.1)
     drain = Drain(Site("SITE_A"), "SITE_A_XRD", "checksum errors", NOW)
     contexts = [
-        FetchContext(now=NOW - 2 * HOUR),  # before the downtime (the /nodes map is cached)
+        FetchContext(now=NOW - 2 * HOUR),  # before the downtime
         FetchContext(now=NOW),
         FetchContext(now=end),
         FetchContext(now=end + HOUR, drains=[drain]),
@@ -161,7 +165,7 @@ def test_downtime_ending_and_a_drain_of_a_storage_area_through_the_core(
         ["a1_and_a2"],
         ("storage area SITE_A_XRD: drained by the operator: checksum errors",),
     )
-    assert fake.counts["nodes"] == 1, "periods are judged on the cycle's time, not refetched"
+    assert fake.counts["nodes"] == 4, "one /nodes read per cycle"
 
 
 def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_core(
@@ -196,3 +200,71 @@ def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_co
     assert sorted(d.name for d in view.available) == sorted(on_a1 + on_a2), "held back"
     (status,) = plan.sources
     assert "storage element SITE_A_XRD: 0 entries against 6" in status.held_sites[Site("SITE_A")]
+
+
+def offset_downtime(start: datetime, end: datetime, reason: str) -> dict[str, object]:
+    """A downtime whose ``date_range`` is written with a +02:00 offset, not in UTC."""
+    plus_two = timezone(timedelta(hours=2))
+    written = " to ".join(
+        t.astimezone(plus_two).isoformat(timespec="minutes") for t in (start, end)
+    )
+    return {"date_range": written, "type": "Unplanned", "reason": reason, "id": "dt-offset"}
+
+
+def test_a_downtime_given_with_an_offset_is_shown_in_utc_in_the_ad_and_in_v1(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """A1 down from an hour ago until 10:00 UTC tomorrow, written as 12:00+02:00: the ad's
+    reason, /v1/sites' reason and ``until`` all say 10:00 UTC; a future downtime (C's site,
+    also written +02:00) says UTC in ``upcoming``."""
+    end = (NOW + timedelta(days=1)).replace(hour=10, minute=0, second=0)
+    later = end + timedelta(days=2)
+    federation(
+        fake,
+        a1_downtimes=[offset_downtime(NOW - HOUR, end, "power cut")],
+        c_site_downtimes=[offset_downtime(later, later + HOUR, "upgrade")],
+    )
+    snapshot = make_source(datasets=DATASETS).fetch(FetchContext(now=NOW))
+    plan = plan_cycle(State(), {"dmapi": snapshot}, NOW, Policy(), [])
+    utc_end = end.strftime("%Y-%m-%dT%H:%MZ")
+    expected = f"storage area SITE_A_XRD: downtime (Unplanned) until {utc_end}: power cut"
+
+    ad = render_ads(plan.sites, ClassAdConfig())[Site("SITE_A")].body.decode()
+    assert f'DataLocalityUnavailable = "{expected}"' in ad
+
+    doc = json.loads(json.dumps(site_json(plan.sites[Site("SITE_A")])))  # as /v1/sites/SITE_A
+    assert doc["unavailable"] == [expected]
+    (a1,) = [s for s in doc["storages"] if s["storage"] == "SITE_A_XRD"]
+    assert a1["until"] == end.isoformat() and a1["until"].endswith("+00:00")
+    (c1,) = site_json(plan.sites[Site("SITE_C")])["storages"]
+    start_c = later.strftime("%Y-%m-%dT%H:%MZ")
+    assert c1["upcoming"].startswith(f"downtime (Unplanned) of site SITE_C from {start_c} to ")
+
+
+def test_a_force_disable_and_a_new_downtime_take_effect_in_the_next_cycle(
+    fake: FakeSrcnet, make_source: MakeSource
+) -> None:
+    """Availability statements are fresh within a cycle: with the default configuration, a
+    storage force-disabled and a downtime declared between two cycles are in the second
+    cycle's ads (not a /nodes cache later); one /nodes request per cycle."""
+    federation(fake)
+    source = make_source(datasets=DATASETS)  # site_capabilities_ttl_s as configured by default
+    state, ads = State(), []
+    for cycle in range(2):
+        if cycle == 1:  # between the cycles, an unplanned outage and a force-disable
+            federation(
+                fake,
+                a1_downtimes=[downtime(NOW - HOUR, NOW + HOUR, "Unplanned", "flood")],
+                b_disabled=True,
+            )
+        plan = plan_cycle(state, {"dmapi": source.fetch(FetchContext(now=NOW))}, NOW, Policy(), [])
+        state = plan.state
+        ads.append(
+            {s: ad.body.decode() for s, ad in render_ads(plan.sites, ClassAdConfig()).items()}
+        )
+    assert '"ska:only_a1"' in ads[0][Site("SITE_A")] and '"ska:only_b1"' in ads[0][Site("SITE_B")]
+    assert '"ska:only_a1"' not in ads[1][Site("SITE_A")], "the new downtime applies"
+    assert "downtime (Unplanned) until" in ads[1][Site("SITE_A")]
+    assert '"ska:only_b1"' not in ads[1][Site("SITE_B")], "the force-disable applies"
+    assert "storage B_STORE is_force_disabled" in ads[1][Site("SITE_B")]
+    assert fake.counts["nodes"] == 2

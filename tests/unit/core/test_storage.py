@@ -15,6 +15,7 @@ from hydrator.core.storage import (
     Drain,
     Statement,
     clean_text,
+    drain_refusal,
     judge,
     present_at,
     unavailable_digest,
@@ -357,3 +358,27 @@ def test_a_partial_report_from_the_other_source_stays_partial() -> None:
     (plan,) = run([{"r": r, "s": s}])
     assert plan.sites[A].available == ()
     assert [str(d.name) for d, _ in plan.sites[A].partial] == ["d"]
+
+
+KNOWN_SITES = {"SITE_A", "SITE_B"}
+STATED = {("SITE_A", "A_DISK"), ("SITE_A", "A_TAPE")}
+
+
+@pytest.mark.parametrize(
+    ("site", "storage", "refused"),
+    [
+        ("SITE_A", None, None),
+        ("SITE_A", "A_DISK", None),
+        ("SITE_B", None, None),  # a known site whose sources state no storage: whole-site only
+        ("SITE_X", None, "unknown site SITE_X: "),
+        ("SITE_X", "A_DISK", "unknown site SITE_X: "),
+        ("SITE_A", "B_DISK", "stated there: A_DISK, A_TAPE"),
+        ("SITE_B", "A_DISK", "stated there: none: no source states storage at this site"),
+    ],
+)
+def test_a_drain_is_refused_unless_its_target_is_known(
+    site: str, storage: str | None, refused: str | None
+) -> None:
+    why = drain_refusal(Site(site), storage, KNOWN_SITES, STATED)
+    assert (why is None) == (refused is None)
+    assert why is None or refused is None or refused in why

@@ -1,6 +1,7 @@
 """What a DMAPI answer says, checked: locate entries (:func:`parse_location`), the Site
 Capabilities ``/nodes`` map (:func:`parse_nodes`), which storage areas can serve
-(:func:`storage_statuses`), and when a fetch's answers, all together, are no answer.
+(:func:`storage_statuses`; the ``[sites]`` elements: :func:`mapped_statuses`), and when a
+fetch's answers, all together, are no answer.
 
 Of the two facts the hydrator keeps per (dataset, site), the API answers only presence, and
 only as "listed or not": an entry with replica URLs is reported complete (AVAILABLE), one
@@ -28,6 +29,7 @@ from hydrator.adapters.sources._site_capabilities import children, storage_state
 from hydrator.core.storage import Drain, Statement, judge
 from hydrator.domain import DatasetId, Site, StorageStatus
 from hydrator.errors import PermanentSourceError
+from hydrator.names import STORAGE_PATTERN
 
 MAX_NAME_CHARS = 200  # of a server-given name in a list or a log line
 
@@ -177,12 +179,52 @@ def storage_statuses(
     )
 
 
-def element_of(location: Location, nodes: NodesMap | None) -> str:
+def mapped_element(location: Location, overrides: Mapping[str, Site]) -> str | None:
+    """The ``[sites]`` key a located replica's site comes from (its RSE name, else its
+    storage-area id), or None when ``[sites]`` does not map it."""
+    for key in (location.identifier, location.storage_area_id):
+        if key is not None and key in overrides:
+            return key
+    return None
+
+
+def mapped_statuses(
+    overrides: Mapping[str, Site],
+    stated: Iterable[StorageStatus],
+    results: Mapping[DatasetId, LocateResult],
+    context: tuple[Container[DatasetId], Iterable[Drain], datetime],
+) -> tuple[StorageStatus, ...]:
+    """Each storage element ``[sites]`` maps (``overrides``) and ``stated`` does not already
+    state at its site, judged at ``now`` with the operator's ``drains`` (``context``: wanted,
+    drains, now): no catalogue states anything of it, so only a drain takes it out; an
+    unavailable one counts the ``wanted`` datasets located there. A key that is no valid
+    storage element name is left out (a drain cannot name it)."""
+    wanted, drains, now = context
+    drains = list(drains)
+    said = {(s.site, s.storage) for s in stated}
+    held: dict[str, set[DatasetId]] = {}
+    for dataset, result in results.items():
+        if isinstance(result, list) and dataset in wanted:
+            for location in result:
+                key = None if location is None else mapped_element(location, overrides)
+                if key is not None:
+                    held.setdefault(key, set()).add(dataset)
+    return tuple(
+        judge(Statement(site, key), drains, now, len(held.get(key, ())))
+        for key, site in sorted(overrides.items())
+        if (site, key) not in said and STORAGE_PATTERN.fullmatch(key)
+    )
+
+
+def element_of(location: Location, nodes: NodesMap | None, overrides: Mapping[str, Site]) -> str:
     """The storage element a located replica is on, named as its storage status names it:
-    its storage area's name where ``/nodes`` states the area, else the entry's RSE name."""
+    its storage area's name where ``/nodes`` states the area, else the ``[sites]`` key that
+    maps it, else the entry's RSE name."""
     area = location.storage_area_id
     stated = nodes.statements.get(area) if nodes is not None and area is not None else None
-    return location.identifier if stated is None else stated.storage
+    if stated is not None:
+        return stated.storage
+    return mapped_element(location, overrides) or location.identifier
 
 
 def unavailable_areas(

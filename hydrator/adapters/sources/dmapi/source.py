@@ -1,7 +1,9 @@
 """The DMAPI source (:class:`DmapiSource`): which of the wanted datasets each site holds, one
 locate per dataset.
 
-Cost: one locate request per dataset, as the API has no bulk query. A dataset never located
+Cost: one locate request per dataset, as the API has no bulk query, and one Site
+Capabilities ``/nodes`` request per fetch (what it states of availability is fresh within a
+cycle: docs/security.md). A dataset never located
 before is located in the cycle it appears; of those located before, at most
 ``max_relocates_per_cycle`` are located again per cycle, longest-unchecked first, and the others
 keep their last answer. With 50,000 datasets wanted and the default 1000, each is re-checked
@@ -49,6 +51,8 @@ from hydrator.adapters.sources.dmapi.answers import (
     cut,
     element_of,
     json_body,
+    mapped_element,
+    mapped_statuses,
     parse_location,
     parse_nodes,
     storage_statuses,
@@ -192,17 +196,17 @@ class DmapiSource:
     # ---- storage areas -> sites
 
     def _site_capabilities(self, run: Run) -> NodesMap | None:
-        """The /nodes map, fetched at most once per ``site_capabilities_ttl_s``.
+        """The /nodes map, read at every fetch: the storage areas' sites and what is stated of
+        their availability (downtimes, ``is_force_disabled``) come in the one answer, and an
+        availability statement must reach the ads in the cycle after it is made.
 
-        If a refresh fails and an older map exists, the older map is used (storage areas
-        rarely move); with no map at all the error propagates and the fetch fails.
+        If the read fails, the last good map stands in while it is younger than
+        ``site_capabilities_ttl_s`` (a warning says so); older, or with none at all, the error
+        propagates and the fetch fails (the source keeps its last good answer, marked stale).
         """
         url = self._config.site_capabilities_url
         if url is None or self._sc_token is None:
             return None
-        age_s = self._clock() - self._nodes_at
-        if self._nodes is not None and age_s < self._config.site_capabilities_ttl_s:
-            return self._nodes
         try:
             nodes_url = f"{url.rstrip('/')}/nodes{NODES_QUERY}"
             resp = self._authorized_get(nodes_url, self._sc_token, run, "/nodes")
@@ -210,9 +214,12 @@ class DmapiSource:
                 raise PermanentSourceError(f"site capabilities /nodes: HTTP {resp.status_code}")
             nodes = parse_nodes(json_body(resp, "site capabilities /nodes"))
         except (TransientSourceError, PermanentSourceError) as exc:
-            if self._nodes is None:
+            age_s = self._clock() - self._nodes_at
+            if self._nodes is None or age_s >= self._config.site_capabilities_ttl_s:
                 raise
-            log.warning("%s; using the storage-area map fetched earlier", exc)
+            log.warning(
+                "%s; using the /nodes answer read %.0f s ago (site_capabilities_ttl_s)", exc, age_s
+            )
             return self._nodes
         for bad in nodes.bad_sites:
             self._problems.warn(
@@ -339,12 +346,16 @@ class DmapiSource:
         context: FetchContext,
     ) -> Snapshot:
         """Located replicas at their sites; those on a storage area that cannot serve
-        (:func:`storage_statuses`) are left out, so a site keeps a dataset only while an
-        available storage area of it holds the dataset. Per storage element, its site and the
+        (:func:`storage_statuses`) or on a drained ``[sites]`` element
+        (:func:`mapped_statuses`) are left out, so a site keeps a dataset only while an
+        available storage element of it holds the dataset. Per storage element, its site and the
         datasets located there (``Snapshot.elements``, for the site guard: an element whose
         entries vanish holds its site back, :func:`.answers.element_of` names it)."""
         statuses = storage_statuses(nodes, results, context.wanted, context.drains, context.now)
+        judged = (context.wanted, context.drains, context.now)
+        mapped = mapped_statuses(self._overrides, statuses, results, judged)
         down = unavailable_areas(nodes, statuses)
+        drained = {s.storage for s in mapped if not s.available}
         replicas: list[Replica] = []
         held: dict[str, tuple[Site, set[DatasetId]]] = {}  # element -> its site, its datasets
         unmapped: dict[str, str | None] = {}  # RSE name -> its storage area id
@@ -361,7 +372,7 @@ class DmapiSource:
                         f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
                     )
                     continue
-                if not location.has_replicas or location.storage_area_id in down:
+                if not self._serves(location, down, drained):
                     continue
                 site = self._site_for(location, nodes)
                 if site is None:
@@ -370,15 +381,31 @@ class DmapiSource:
                 # The API has no completeness or transfer state: a listed replica is complete,
                 # with no transfer (the Replica defaults).
                 replicas.append(Replica(dataset, site, ReplicaState.AVAILABLE))
-                held.setdefault(element_of(location, nodes), (site, set()))[1].add(dataset)
+                element = element_of(location, nodes, self._overrides)
+                held.setdefault(element, (site, set()))[1].add(dataset)
         covered = set(self._overrides.values()) | set(nodes.areas.values() if nodes else ())
         listed = self._listed_unmapped(unmapped)
         more = len(unmapped) - len(listed)
         answer = merged_snapshot(
-            self.name, replicas, covered, invalid, listed, unmapped_more=more, storages=statuses
+            self.name,
+            replicas,
+            covered,
+            invalid,
+            listed,
+            unmapped_more=more,
+            storages=statuses + mapped,
         )
         elements = {e: ElementCount(site, len(found)) for e, (site, found) in held.items()}
         return replace(answer, elements=elements)
+
+    def _serves(self, location: Location, down: frozenset[str], drained: set[str]) -> bool:
+        """Whether a located entry counts: it lists replicas, on a storage area that can serve
+        (not in ``down``) and not on a drained ``[sites]`` element."""
+        return (
+            location.has_replicas
+            and location.storage_area_id not in down
+            and mapped_element(location, self._overrides) not in drained
+        )
 
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut

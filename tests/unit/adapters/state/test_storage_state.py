@@ -163,9 +163,9 @@ def test_drain_times_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert cli_main(argv) == 0
     assert "warning" not in capsys.readouterr().out
     typo = ["drain", "SRCNET_CH", "--storage", "CH_DSIK", "--reason", "x", "--config", str(config)]
-    assert cli_main(typo) == 0
-    assert "warning: no source has stated a storage element CH_DSIK" in capsys.readouterr().out
-    assert remove_drain(tmp_path / "state.sqlite", Site("SRCNET_CH"), "CH_DSIK") == 1
+    assert cli_main(typo) == 2  # a drain that could never apply is refused, nothing saved
+    assert "no source states a storage element CH_DSIK" in capsys.readouterr().err
+    assert remove_drain(tmp_path / "state.sqlite", Site("SRCNET_CH"), "CH_DSIK") == 0
     store = SqliteStateStore(tmp_path / "state.sqlite", read_only=True)
     (made,) = store.drains()
     assert made.until is not None
