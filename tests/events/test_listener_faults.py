@@ -21,9 +21,9 @@ from hydrator.adapters.events.stomp_listener import StompListener
 from hydrator.config import RucioEventsConfig
 from hydrator.core.events import Ignored
 from hydrator.domain import DatasetId
-from tests.events.peers import running_peer
-from tests.events.test_listener import Sink, alternating, config, transfer_done
 from tests.support.activemq import DESTINATION, Broker
+from tests.support.listener import Sink, alternating, config, transfer_done
+from tests.support.peers import running_peer
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.activemq
