@@ -58,8 +58,9 @@ from hydrator.core.ports import (
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Snapshot, StorageStatus
+from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
+from hydrator.redact import redact
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 
@@ -218,17 +219,32 @@ class EventCycles:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self._reconnected():
-                self.full_read()  # after a reconnect: what was missed while away
-                continue
-            with self._lock:
-                first = self._first_hint
-            if first is None:
-                continue
-            delay = first + self.config.event_debounce_s - self._clock()
-            if delay > 0 and self._stop.wait(delay):
-                return
-            self.event_cycle()
+            try:
+                self._step()
+            except Exception:  # a bug in one cycle must not end event processing
+                log.exception(
+                    "events %s: a cycle raised an unexpected error; what it should have read"
+                    " is left to the next full read",
+                    self._label,
+                )
+                self.metrics.event_cycles.labels(self._label, "failed").inc()
+                with self._lock:
+                    self._marked = True
+
+    def _step(self) -> None:
+        """One wake of the worker: the full read after a reconnect, or the event cycle once
+        the batch's debounce is over."""
+        if self._reconnected():
+            self.full_read()  # after a reconnect: what was missed while away
+            return
+        with self._lock:
+            first = self._first_hint
+        if first is None:
+            return
+        delay = first + self.config.event_debounce_s - self._clock()
+        if delay > 0 and self._stop.wait(delay):
+            return
+        self.event_cycle()
 
     def _reconnected(self) -> bool:
         """Subscribed again since the last full read (the first full read is the scheduler's;
@@ -292,10 +308,7 @@ class EventCycles:
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
-        try:
-            read = list(self.source.read_datasets(datasets, context))
-        finally:
-            self._count_calls()
+        read = self._read(datasets, context)
         replicas = reread(held.replicas, datasets, read)
         sites = held.sites | {r.site for r in read}
         outcomes: dict[str, Snapshot] = {
@@ -304,6 +317,22 @@ class EventCycles:
         outcomes[name] = patched(held, replicas, sites)
         plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
         return keep_read_times(plan, state)
+
+    def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
+        """The targeted read of ``datasets``. An unexpected error (an answer the parser
+        rejects in a way it did not foresee, an adapter's bug) is handled as a failed read, as
+        a full read handles it: logged once with its traceback, raised as a
+        :class:`TransientSourceError` (the cycle fails, the next full read covers it)."""
+        try:
+            return list(self.source.read_datasets(datasets, context))
+        except SourceError:
+            raise
+        except Exception as exc:
+            log.exception("events %s: the targeted read raised an unexpected error", self._label)
+            reason = redact(f"events {self._label}: unexpected {type(exc).__name__}: {exc}")
+            raise TransientSourceError(reason) from exc
+        finally:
+            self._count_calls()
 
     def _parents(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
         """The datasets ``files`` belong to (:class:`ParentLookups`); when the source cannot
