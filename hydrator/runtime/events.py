@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -55,6 +56,7 @@ from hydrator.core.ports import (
     FetchContext,
     ParentLookups,
     ReadsStorages,
+    RunsThread,
     Source,
     TargetedReads,
 )
@@ -105,6 +107,7 @@ class EventCycles:
         self.listener: EventListener | None = None
         self.subscribed = threading.Event()  # set while the listener is subscribed
         self._label = source.name
+        self.on_change: Callable[[], None] | None = None  # the listener's state changed
         self.metrics.events_connected.labels(self._label).set(0)
         self.metrics.events_disconnected_since.labels(self._label).set(time.time())
 
@@ -141,15 +144,53 @@ class EventCycles:
             0 if connected else time.time()
         )
         self._wake.set()  # a reconnect makes the full read due at once
+        if self.on_change is not None:
+            self.on_change()  # the served metrics show it now, not after the next cycle
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the worker, then the listener (if one was attached)."""
-        self._thread = threading.Thread(target=self._work, name=f"events-cycles-{self._label}")
+        self._start_worker()
+        if self.listener is not None:
+            self.listener.start()
+
+    def _start_worker(self) -> None:
+        self._thread = threading.Thread(target=self._work, name=f"events-worker-{self._label}")
         self._thread.daemon = True
         self._thread.start()
-        if self.listener is not None:
+
+    def threads(self) -> list[tuple[str, Callable[[], bool], Callable[[], None]]]:
+        """The threads to supervise (:class:`~hydrator.runtime.supervise.Supervisor`): name,
+        whether it runs, how to start it again: the worker, and the listener."""
+        label = self._label
+        return [
+            (f"events-worker-{label}", self.worker_alive, self._restart_worker),
+            (f"events-listener-{label}", self.listener_alive, self._restart_listener),
+        ]
+
+    def worker_alive(self) -> bool:
+        """The worker runs (or was never started: nothing to supervise)."""
+        thread = self._thread
+        return thread is None or thread.is_alive() or self._stop.is_set()
+
+    def listener_alive(self) -> bool:
+        """The listener's thread runs (:class:`RunsThread`; a listener that cannot say is
+        found by its thread's name, ``events-<source>``, the STOMP listener's)."""
+        listener = self.listener
+        if listener is None or self._stop.is_set():
+            return True
+        if isinstance(listener, RunsThread):
+            return listener.alive()
+        name = f"events-{self._label}"
+        return any(t.name == name and t.is_alive() for t in threading.enumerate())
+
+    def _restart_worker(self) -> None:
+        if not self.worker_alive():
+            self._start_worker()
+
+    def _restart_listener(self) -> None:
+        if self.listener is not None and not self.listener_alive():
             self.listener.start()
 
     def stop(self) -> None:
@@ -183,9 +224,18 @@ class EventCycles:
     # -- full reads --------------------------------------------------------------------------
 
     def full_read_due(self) -> bool:
+        """:func:`~hydrator.core.events.full_read_due`; while the worker is down (nothing
+        applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
             marked, last = self._marked, self._last_full_read
-        return full_read_due(self._clock(), last, self.status(), self.policy, marked)
+        status = self.status()
+        if not self.worker_alive():
+            status = replace(status, connected=False)
+        return full_read_due(self._clock(), last, status, self.policy, marked)
+
+    def now(self) -> float:
+        """This source's monotonic clock (seconds): what :meth:`after_full_read` takes."""
+        return self._clock()
 
     def full_read(self) -> CycleReport:
         """A normal cycle (every source read), then :meth:`after_full_read`."""
@@ -395,10 +445,10 @@ class FullReadGate:
                 self.service.metrics.full_reads_skipped.inc()
                 return
             log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
-        started = time.monotonic()
+        started = [(cycles, cycles.now()) for cycles in self.cycles]  # each on its own clock
         report = self.service.run_cycle()
-        for cycles in self.cycles:
-            cycles.after_full_read(report, started)
+        for cycles, at in started:
+            cycles.after_full_read(report, at)
 
     def refresh(self) -> list[str]:
         """A refresh cycle instead of the skipped full read (docs/events.md): an event-style

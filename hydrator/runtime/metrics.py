@@ -404,6 +404,15 @@ class Metrics:
         " drains, queues and jobs read again, no dataset) by outcome (ok, degraded, failed).",
         "outcome",
     )
+    # ---- supervised threads (hydrator.runtime.supervise)
+    thread_alive = _gauge(
+        "thread_alive",
+        "1 while a supervised thread runs, 0 while it is down (found dead, being restarted).",
+        "thread",
+    )
+    thread_restarts = _counter(
+        "thread_restarts", "Restarts of a supervised thread found dead.", "thread"
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
