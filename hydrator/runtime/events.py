@@ -99,6 +99,7 @@ class EventCycles:
         self._first_hint: float | None = None
         self._marked = False  # a full read must cover what no event cycle read
         self._last_full_read: float | None = None
+        self._covers = 0  # the batch's arrivals when the last full read began
         self._full_read_calls = 0
         self._read_last_cycle = 0  # datasets the last event cycle re-read
         self._wake = threading.Event()
@@ -233,21 +234,26 @@ class EventCycles:
             status = replace(status, connected=False)
         return full_read_due(self._clock(), last, status, self.policy, marked)
 
-    def now(self) -> float:
-        """This source's monotonic clock (seconds): what :meth:`after_full_read` takes."""
+    def begin_full_read(self) -> float:
+        """A full read begins now: the hints held so far are what it covers. Returns this
+        source's monotonic clock (seconds), what :meth:`after_full_read` takes."""
+        with self._lock:
+            self._covers = self._batch.arrivals
         return self._clock()
 
     def full_read(self) -> CycleReport:
         """A normal cycle (every source read), then :meth:`after_full_read`."""
-        started = self._clock()
+        started = self.begin_full_read()
         report = self.service.run_cycle()
         self.after_full_read(report, started)
         return report
 
     def after_full_read(self, report: CycleReport, started: float) -> None:
         """On this source's success in a full read begun at ``started`` (monotonic): the
-        start of the next reconcile period, and the time before which messages are out of
-        date (the read saw their effect)."""
+        start of the next reconcile period, the time before which messages are out of date
+        (the read saw their effect), and the hints held since before it began dropped
+        (:meth:`~hydrator.core.events.Batch.drop_covered`, counted); those that arrived
+        while it ran are read by the next event cycle."""
         fresh = report.plan is not None and any(
             s.name == self._label and s.fresh for s in report.plan.sources
         )
@@ -260,6 +266,11 @@ class EventCycles:
             self._marked = False
             if isinstance(calls, Mapping):
                 self._full_read_calls = sum(int(n) for n in calls.values())
+            covered = self._batch.drop_covered(self._covers)
+            if self._batch and self._first_hint is None:
+                self._first_hint = self._clock()  # what arrived meanwhile: read it next
+        self.metrics.event_hints_covered.labels(self._label).inc(covered)
+        self._wake.set()
 
     # -- event cycles (the worker thread) -----------------------------------------------------
 
@@ -306,8 +317,13 @@ class EventCycles:
         return read is not None and status.connected and at is not None and at >= read
 
     def event_cycle(self) -> CycleReport | None:
-        """Re-read the batch's datasets and publish; None when there was nothing to read."""
+        """Re-read the batch's datasets and publish; None when there was nothing to read, or
+        a full read is marked: it covers the batch (held until it begins and dropped once it
+        succeeded, :meth:`after_full_read`), so nothing is re-read meanwhile."""
         with self._lock:
+            if self._marked:
+                self._first_hint = None  # after_full_read arms the next cycle
+                return None
             files, file_created = self._batch.take_files()
             datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
             self._marked |= marked
@@ -445,7 +461,7 @@ class FullReadGate:
                 self.service.metrics.full_reads_skipped.inc()
                 return
             log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
-        started = [(cycles, cycles.now()) for cycles in self.cycles]  # each on its own clock
+        started = [(cycles, cycles.begin_full_read()) for cycles in self.cycles]
         report = self.service.run_cycle()
         for cycles, at in started:
             cycles.after_full_read(report, at)

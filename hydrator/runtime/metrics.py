@@ -404,6 +404,12 @@ class Metrics:
         " drains, queues and jobs read again, no dataset) by outcome (ok, degraded, failed).",
         "outcome",
     )
+    event_hints_covered = _counter(
+        "event_hints_covered",
+        "Datasets and files held for an event cycle that a full read covered instead (named"
+        " before it began, while it was scheduled): dropped, not re-read.",
+        "source",
+    )
     # ---- supervised threads (hydrator.runtime.supervise)
     thread_alive = _gauge(
         "thread_alive",

@@ -65,7 +65,8 @@ def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_
         with caplog.at_level(logging.ERROR):
             worker.event(lock_ok("obs1"))
             wait_until(lambda: sample("hydrator_event_cycles_total", failed) == 1, "failed cycle")
-        source.rejecting = False  # the next answer parses: the next message is applied
+        source.rejecting = False  # the next answer parses
+        worker.full_read()  # the full read the failure marked (the gate's, at interval_s)
         source.replicas.add(rep("B", "obs2"))
         worker.event(lock_ok("obs2"))
         wait_until(lambda: source.targeted, "the next event cycle's read")
@@ -99,3 +100,37 @@ def test_the_failed_cycle_leaves_what_it_should_have_read_to_the_next_full_read(
     assert service.published.ads == before
     now[0] += 61  # interval_s, not the reconcile interval: the full read is marked
     assert marked.full_read_due()
+
+
+def test_once_a_full_read_is_marked_event_cycles_read_nothing_it_covers(setup: Any) -> None:
+    """A flood of distinct datasets: one event cycle reads its bound and marks the full read;
+    from then on no event cycle reads until it has run; what it covers is dropped (counted),
+    what arrived while it ran is read next."""
+    service, catalogue, cycles, metrics, now = setup
+    cycles.full_read()
+    for i in range(5):
+        cycles.event(lock_ok(f"flood{i}"))
+    cycles.event_cycle()
+    assert len(catalogue.targeted) == 1  # max_event_reads_per_cycle (2); the rest: marked
+    for i in range(5, 1005):  # the flood goes on while the full read is scheduled
+        cycles.event(lock_ok(f"flood{i}"))
+        if i % 100 == 0:
+            assert cycles.event_cycle() is None
+    assert len(catalogue.targeted) == 1  # no re-read of what the full read will cover
+    fetch = catalogue.fetch
+
+    def during(context: FetchContext) -> Any:  # a message arrives while the full read runs
+        cycles.event(lock_ok("late"))
+        return fetch(context)
+
+    catalogue.fetch = during
+    now[0] += 61
+    assert cycles.full_read_due()
+    cycles.full_read()
+    catalogue.fetch = fetch
+    sample = metrics.registry.get_sample_value
+    assert sample("hydrator_event_hints_covered_total", {"source": "rucio"}) == 1000
+    cycles.event_cycle()
+    assert catalogue.targeted[1:] == [[ds("late")]]
+    assert not cycles.full_read_due()  # covered: the next full read is the reconcile
+    assert service.published.ads
