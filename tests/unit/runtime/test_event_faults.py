@@ -16,9 +16,8 @@ from hydrator.core.events import ListenerStatus
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica
 from hydrator.runtime.events import EventCycles
+from tests.support.event_cycles import Catalogue, Listening, available, ds, lock_ok, wait_until
 from tests.unit.factories import rep
-from tests.unit.runtime.test_events import Catalogue, Listening, available, ds, lock_ok
-from tests.unit.runtime.test_events import setup as setup  # the fixture, by its name
 
 
 class Rejecting(Catalogue):
@@ -35,16 +34,6 @@ class Rejecting(Catalogue):
         if self.rejecting:
             raise ValueError("unexpected token at line 1")
         return super().read_datasets(datasets, context)
-
-
-def wait_until(check: Any, what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``check`` until true; fail naming ``what`` after ``timeout_s`` (a bound, not a
-    measurement)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not seen within {timeout_s} s: {what}")
-        time.sleep(0.02)
 
 
 def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_goes_on(

@@ -21,10 +21,8 @@ from hydrator.domain import DatasetId, Replica
 from hydrator.runtime.events import EventCycles
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
+from tests.support.event_cycles import Catalogue, Listening, available, lock_ok, wait_until
 from tests.unit.factories import rep
-from tests.unit.runtime.test_event_faults import wait_until
-from tests.unit.runtime.test_events import Catalogue, Listening, available, lock_ok
-from tests.unit.runtime.test_events import setup as setup  # the fixture, by its name
 
 
 class Crash(BaseException):
