@@ -53,6 +53,12 @@ class DaemonConfig(_Model):
     """SQLite file holding the last good state; created if missing."""
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    thread_restart_backoff_s: list[Annotated[float, Field(ge=0)]] = Field(
+        default_factory=lambda: [1.0, 5.0, 30.0], min_length=1, max_length=20
+    )
+    """Waits before restarting a supervised thread found dead (event-cycle worker, event
+    listener, HTTP server watcher), seconds: one per restart in a row, the last repeating; a
+    thread that has run for the last wait starts again from the first (docs/events.md)."""
 
 
 class SafetyConfig(_Model):

@@ -191,11 +191,24 @@ class Batch:
     overflow: int = 0
     file_capacity: int = 0  # files held for a parent lookup at most; beyond: reconcile
     files: dict[tuple[str, str], datetime | None] = field(default_factory=dict)
+    arrivals: int = 0  # hints added so far: the last one's sequence number
+    _arrived: dict[object, int] = field(default_factory=dict)  # held key -> its last arrival
 
     def add(self, hint: Hint, created_at: datetime | None) -> None:
+        self.arrivals += 1
         self.reconcile |= hint.reconcile
         self._hold(self.files, hint.files, self.file_capacity, created_at)
         self._hold(self.datasets, hint.datasets, self.capacity, created_at)
+
+    def drop_covered(self, upto: int) -> int:
+        """Drop the datasets and files whose last hint arrived at or before arrival ``upto``
+        (:attr:`arrivals` when a full read began: it read them after their change); those
+        named again since stay. Returns how many were dropped."""
+        covered = {key for key, seq in self._arrived.items() if seq <= upto}
+        self.datasets = {d: t for d, t in self.datasets.items() if d not in covered}
+        self.files = {f: t for f, t in self.files.items() if f not in covered}
+        self._forget(covered)
+        return len(covered)
 
     def _hold(
         self,
@@ -207,18 +220,21 @@ class Batch:
         """Add ``keys`` not held yet to ``held`` up to ``capacity``; beyond, reconcile."""
         for key in keys:
             if key in held:
+                self._arrived[key] = self.arrivals  # named again: the later arrival counts
                 continue
             if len(held) >= capacity:
                 self.overflow += 1
                 self.reconcile = True
                 continue
             held[key] = created_at
+            self._arrived[key] = self.arrivals
 
     def take_files(self) -> tuple[list[tuple[str, str]], list[datetime]]:
         """The files whose datasets to look up now and their messages' ``created_at``
         (at most ``file_capacity``: the rest marked ``reconcile`` when added); emptied."""
         files, times = list(self.files), [t for t in self.files.values() if t is not None]
         self.files = {}
+        self._forget(files)
         return files, times
 
     def take(self, limit: int) -> tuple[list[DatasetId], list[datetime], bool]:
@@ -230,7 +246,12 @@ class Batch:
         times = [t for d in now if (t := self.datasets[d]) is not None]
         reconcile = self.reconcile or bool(rest)
         self.datasets, self.reconcile, self.overflow = {}, False, 0
+        self._forget(order)
         return now, times, reconcile
+
+    def _forget(self, keys: Iterable[object]) -> None:
+        for key in keys:
+            self._arrived.pop(key, None)
 
     def __bool__(self) -> bool:
         return bool(self.datasets) or bool(self.files) or self.reconcile

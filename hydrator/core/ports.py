@@ -298,3 +298,11 @@ class EventListener(Protocol):
     def stop(self) -> None: ...
 
     def status(self) -> ListenerStatus: ...
+
+
+@runtime_checkable
+class RunsThread(Protocol):
+    """A listener that says whether its thread runs (supervision: one found dead is started
+    again with :meth:`EventListener.start`)."""
+
+    def alive(self) -> bool: ...

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -55,11 +56,13 @@ from hydrator.core.ports import (
     FetchContext,
     ParentLookups,
     ReadsStorages,
+    RunsThread,
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Snapshot, StorageStatus
+from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
+from hydrator.redact import redact
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 
@@ -96,6 +99,7 @@ class EventCycles:
         self._first_hint: float | None = None
         self._marked = False  # a full read must cover what no event cycle read
         self._last_full_read: float | None = None
+        self._covers = 0  # the batch's arrivals when the last full read began
         self._full_read_calls = 0
         self._read_last_cycle = 0  # datasets the last event cycle re-read
         self._wake = threading.Event()
@@ -104,6 +108,7 @@ class EventCycles:
         self.listener: EventListener | None = None
         self.subscribed = threading.Event()  # set while the listener is subscribed
         self._label = source.name
+        self.on_change: Callable[[], None] | None = None  # the listener's state changed
         self.metrics.events_connected.labels(self._label).set(0)
         self.metrics.events_disconnected_since.labels(self._label).set(time.time())
 
@@ -140,15 +145,50 @@ class EventCycles:
             0 if connected else time.time()
         )
         self._wake.set()  # a reconnect makes the full read due at once
+        if self.on_change is not None:
+            self.on_change()  # the served metrics show it now, not after the next cycle
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the worker, then the listener (if one was attached)."""
-        self._thread = threading.Thread(target=self._work, name=f"events-cycles-{self._label}")
+        self._start_worker()
+        if self.listener is not None:
+            self.listener.start()
+
+    def _start_worker(self) -> None:
+        self._thread = threading.Thread(target=self._work, name=f"events-worker-{self._label}")
         self._thread.daemon = True
         self._thread.start()
-        if self.listener is not None:
+
+    def threads(self) -> list[tuple[str, Callable[[], bool], Callable[[], None]]]:
+        """The threads to supervise (:class:`~hydrator.runtime.supervise.Supervisor`): name,
+        whether it runs, how to start it again: the worker, and the listener."""
+        label = self._label
+        return [
+            (f"events-worker-{label}", self.worker_alive, self._restart_worker),
+            (f"events-listener-{label}", self.listener_alive, self._restart_listener),
+        ]
+
+    def worker_alive(self) -> bool:
+        """The worker runs (or was never started: nothing to supervise)."""
+        thread = self._thread
+        return thread is None or thread.is_alive() or self._stop.is_set()
+
+    def listener_alive(self) -> bool:
+        """The listener's thread runs (:class:`RunsThread`; a listener that cannot say is
+        taken as running)."""
+        listener = self.listener
+        if listener is None or self._stop.is_set():
+            return True
+        return listener.alive() if isinstance(listener, RunsThread) else True
+
+    def _restart_worker(self) -> None:
+        if not self.worker_alive():
+            self._start_worker()
+
+    def _restart_listener(self) -> None:
+        if self.listener is not None and not self.listener_alive():
             self.listener.start()
 
     def stop(self) -> None:
@@ -182,21 +222,35 @@ class EventCycles:
     # -- full reads --------------------------------------------------------------------------
 
     def full_read_due(self) -> bool:
+        """:func:`~hydrator.core.events.full_read_due`; while the worker is down (nothing
+        applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
             marked, last = self._marked, self._last_full_read
-        return full_read_due(self._clock(), last, self.status(), self.policy, marked)
+        status = self.status()
+        if not self.worker_alive():
+            status = replace(status, connected=False)
+        return full_read_due(self._clock(), last, status, self.policy, marked)
+
+    def begin_full_read(self) -> float:
+        """A full read begins now: the hints held so far are what it covers. Returns this
+        source's monotonic clock (seconds), what :meth:`after_full_read` takes."""
+        with self._lock:
+            self._covers = self._batch.arrivals
+        return self._clock()
 
     def full_read(self) -> CycleReport:
         """A normal cycle (every source read), then :meth:`after_full_read`."""
-        started = self._clock()
+        started = self.begin_full_read()
         report = self.service.run_cycle()
         self.after_full_read(report, started)
         return report
 
     def after_full_read(self, report: CycleReport, started: float) -> None:
         """On this source's success in a full read begun at ``started`` (monotonic): the
-        start of the next reconcile period, and the time before which messages are out of
-        date (the read saw their effect)."""
+        start of the next reconcile period, the time before which messages are out of date
+        (the read saw their effect), and the hints held since before it began dropped
+        (:meth:`~hydrator.core.events.Batch.drop_covered`, counted); those that arrived
+        while it ran are read by the next event cycle."""
         fresh = report.plan is not None and any(
             s.name == self._label and s.fresh for s in report.plan.sources
         )
@@ -209,6 +263,11 @@ class EventCycles:
             self._marked = False
             if isinstance(calls, Mapping):
                 self._full_read_calls = sum(int(n) for n in calls.values())
+            covered = self._batch.drop_covered(self._covers)
+            if self._batch and self._first_hint is None:
+                self._first_hint = self._clock()  # what arrived meanwhile: read it next
+        self.metrics.event_hints_covered.labels(self._label).inc(covered)
+        self._wake.set()
 
     # -- event cycles (the worker thread) -----------------------------------------------------
 
@@ -218,17 +277,32 @@ class EventCycles:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self._reconnected():
-                self.full_read()  # after a reconnect: what was missed while away
-                continue
-            with self._lock:
-                first = self._first_hint
-            if first is None:
-                continue
-            delay = first + self.config.event_debounce_s - self._clock()
-            if delay > 0 and self._stop.wait(delay):
-                return
-            self.event_cycle()
+            try:
+                self._step()
+            except Exception:  # a bug in one cycle must not end event processing
+                log.exception(
+                    "events %s: a cycle raised an unexpected error; what it should have read"
+                    " is left to the next full read",
+                    self._label,
+                )
+                self.metrics.event_cycles.labels(self._label, "failed").inc()
+                with self._lock:
+                    self._marked = True
+
+    def _step(self) -> None:
+        """One wake of the worker: the full read after a reconnect, or the event cycle once
+        the batch's debounce is over."""
+        if self._reconnected():
+            self.full_read()  # after a reconnect: what was missed while away
+            return
+        with self._lock:
+            first = self._first_hint
+        if first is None:
+            return
+        delay = first + self.config.event_debounce_s - self._clock()
+        if delay > 0 and self._stop.wait(delay):
+            return
+        self.event_cycle()
 
     def _reconnected(self) -> bool:
         """Subscribed again since the last full read (the first full read is the scheduler's;
@@ -240,8 +314,13 @@ class EventCycles:
         return read is not None and status.connected and at is not None and at >= read
 
     def event_cycle(self) -> CycleReport | None:
-        """Re-read the batch's datasets and publish; None when there was nothing to read."""
+        """Re-read the batch's datasets and publish; None when there was nothing to read, or
+        a full read is marked: it covers the batch (held until it begins and dropped once it
+        succeeded, :meth:`after_full_read`), so nothing is re-read meanwhile."""
         with self._lock:
+            if self._marked:
+                self._first_hint = None  # after_full_read arms the next cycle
+                return None
             files, file_created = self._batch.take_files()
             datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
             self._marked |= marked
@@ -292,10 +371,7 @@ class EventCycles:
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
-        try:
-            read = list(self.source.read_datasets(datasets, context))
-        finally:
-            self._count_calls()
+        read = self._read(datasets, context)
         replicas = reread(held.replicas, datasets, read)
         sites = held.sites | {r.site for r in read}
         outcomes: dict[str, Snapshot] = {
@@ -304,6 +380,22 @@ class EventCycles:
         outcomes[name] = patched(held, replicas, sites)
         plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
         return keep_read_times(plan, state)
+
+    def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
+        """The targeted read of ``datasets``. An unexpected error (an answer the parser
+        rejects in a way it did not foresee, an adapter's bug) is handled as a failed read, as
+        a full read handles it: logged once with its traceback, raised as a
+        :class:`TransientSourceError` (the cycle fails, the next full read covers it)."""
+        try:
+            return list(self.source.read_datasets(datasets, context))
+        except SourceError:
+            raise
+        except Exception as exc:
+            log.exception("events %s: the targeted read raised an unexpected error", self._label)
+            reason = redact(f"events {self._label}: unexpected {type(exc).__name__}: {exc}")
+            raise TransientSourceError(reason) from exc
+        finally:
+            self._count_calls()
 
     def _parents(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
         """The datasets ``files`` belong to (:class:`ParentLookups`); when the source cannot
@@ -366,10 +458,10 @@ class FullReadGate:
                 self.service.metrics.full_reads_skipped.inc()
                 return
             log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
-        started = time.monotonic()
+        started = [(cycles, cycles.begin_full_read()) for cycles in self.cycles]
         report = self.service.run_cycle()
-        for cycles in self.cycles:
-            cycles.after_full_read(report, started)
+        for cycles, at in started:
+            cycles.after_full_read(report, at)
 
     def refresh(self) -> list[str]:
         """A refresh cycle instead of the skipped full read (docs/events.md): an event-style

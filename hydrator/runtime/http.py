@@ -132,6 +132,8 @@ class HttpEndpoint:
         self._child: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="http-server", daemon=True)
+        self.threads_down: Callable[[], list[str]] = list
+        """The supervised threads now down (:meth:`Supervisor.down`): ``/readyz`` names them."""
 
     def start(self) -> None:
         self.write()
@@ -164,17 +166,43 @@ class HttpEndpoint:
             self._write_sites()
             for name, build in DOCUMENTS.items():
                 self.spool.write(name, _json(build(self.service)))
-            self.spool.write("metrics.txt", generate_latest(self.service.metrics.registry))
-            ready, reason = self.service.readiness()
-            status = {
-                "ready": ready,
-                "reason": reason,
-                "cycle_end_monotonic": self.service.last_cycle_end,
-                "wedged_after_s": self.wedged_after_s,
-            }
-            self.spool.write("status.json", _json(status))
+            self._write_status()
         except OSError as exc:
             log.error("cannot write the files the HTTP server serves: %s", exc)
+
+    def write_status(self) -> None:
+        """Write the metrics and the probes' status only (a listener's connection change, a
+        supervised thread's death or return: no cycle ran); never raises, as :meth:`write`."""
+        with self._writing:
+            try:
+                self._write_status()
+            except OSError as exc:
+                log.error("cannot write the files the HTTP server serves: %s", exc)
+
+    def _write_status(self) -> None:
+        self.spool.write("metrics.txt", generate_latest(self.service.metrics.registry))
+        ready, reason = self.service.readiness()
+        down = self.threads_down()
+        if down:
+            ready, reason = False, f"thread(s) down, being restarted: {', '.join(down)}; {reason}"
+        status = {
+            "ready": ready,
+            "reason": reason,
+            "cycle_end_monotonic": self.service.last_cycle_end,
+            "wedged_after_s": self.wedged_after_s,
+        }
+        self.spool.write("status.json", _json(status))
+
+    def watcher_alive(self) -> bool:
+        """The thread that restarts the server child runs (or the endpoint is stopping)."""
+        return self._watcher.is_alive() or self._stopping.is_set()
+
+    def restart_watcher(self) -> None:
+        """Start the watcher again (supervision: it was found dead)."""
+        if self.watcher_alive():
+            return
+        self._watcher = threading.Thread(target=self._watch, name="http-server", daemon=True)
+        self._watcher.start()
 
     def _write_sites(self) -> None:
         ads = self.service.published.ads

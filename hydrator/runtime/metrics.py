@@ -411,6 +411,21 @@ class Metrics:
         " drains, queues and jobs read again, no dataset) by outcome (ok, degraded, failed).",
         "outcome",
     )
+    event_hints_covered = _counter(
+        "event_hints_covered",
+        "Datasets and files held for an event cycle that a full read covered instead (named"
+        " before it began, while it was scheduled): dropped, not re-read.",
+        "source",
+    )
+    # ---- supervised threads (hydrator.runtime.supervise)
+    thread_alive = _gauge(
+        "thread_alive",
+        "1 while a supervised thread runs, 0 while it is down (found dead, being restarted).",
+        "thread",
+    )
+    thread_restarts = _counter(
+        "thread_restarts", "Restarts of a supervised thread found dead.", "thread"
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -30,6 +30,13 @@ from typing import Any
 
 GC = "gc"
 OTHER = "other"
+Clock = Callable[[], tuple[float, float]]
+"""Wall and CPU seconds now (any origin: only differences are used)."""
+
+
+def process_clock() -> tuple[float, float]:
+    """:func:`time.perf_counter` and this process's CPU time (:func:`time.process_time`)."""
+    return time.perf_counter(), time.process_time()
 
 
 @dataclass(frozen=True)
@@ -44,17 +51,18 @@ class PhaseTime:
 class Phases:
     """The recorder of one cycle: a stack of open phases and the seconds each has taken."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = process_clock) -> None:
+        self._clock = clock
         self._wall: dict[str, float] = {}
         self._cpu: dict[str, float] = {}
         self._open: list[str] = [OTHER]
-        self._since = (time.perf_counter(), time.process_time())
+        self._since = clock()
         self._done = False  # taken: later collections (the collector is on again) are not ours
 
     def _switch(self, to: str | None) -> None:
         """Charge the time since the last boundary to the open phase; open ``to`` (None:
         close the innermost)."""
-        now = (time.perf_counter(), time.process_time())
+        now = self._clock()
         name = self._open[-1]
         self._wall[name] = self._wall.get(name, 0.0) + now[0] - self._since[0]
         self._cpu[name] = self._cpu.get(name, 0.0) + now[1] - self._since[1]
@@ -93,9 +101,10 @@ _CURRENT: ContextVar[Phases | None] = ContextVar("hydrator_cycle_phases", defaul
 
 
 @contextmanager
-def recording() -> Iterator[Phases]:
-    """Record the phases marked in this block (this thread) and the collector's passes."""
-    phases = Phases()
+def recording(clock: Clock = process_clock) -> Iterator[Phases]:
+    """Record the phases marked in this block (this thread) and the collector's passes, on
+    ``clock``."""
+    phases = Phases(clock)
     token = _CURRENT.set(phases)
     gc.callbacks.append(phases._on_gc)
     try:

@@ -32,6 +32,7 @@ from hydrator.runtime.events import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
+from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class Daemon:
         self._scheduler: BaseScheduler | None = None
         self._gate: FullReadGate | None = None
         self._closed = False  # the service is closed (a reload that could rebuild none)
+        backoff = config.daemon.thread_restart_backoff_s
+        self.supervisor = Supervisor(service.metrics, backoff)  # driven by run()'s loop
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -161,6 +164,7 @@ class Daemon:
         log.info("received %s, stopping", signal.Signals(signum).name)
         self._stop.set()
         self.service.stop_event.set()
+        self.supervisor.poke()  # wakes run()'s loop
 
     def _start_cycles(self) -> None:
         """Start the event listeners of the sources that follow events (their gate then runs
@@ -169,6 +173,10 @@ class Daemon:
         daemon = self.config.daemon
         # None: no source follows events
         self._gate = start_events(self.config, self.service, event_listener)
+        for cycles in self._gate.cycles if self._gate is not None else ():
+            cycles.on_change = self.supervisor.poke
+            for name, alive, restart in cycles.threads():
+                self.supervisor.watch(name, alive, restart)
         run = self.service.run_cycle if self._gate is None else self._gate
         self._scheduler = BackgroundScheduler(timezone=UTC)
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
@@ -178,6 +186,9 @@ class Daemon:
         """Stop the listeners and event cycles first (they run cycles too), then the
         scheduler (the running cycle ends and saves first)."""
         if self._gate is not None:
+            for cycles in self._gate.cycles:  # stopped on purpose: not supervised any more
+                for name, _alive, _restart in cycles.threads():
+                    self.supervisor.forget(name)
             self._gate.stop()
             self._gate = None
         if self._scheduler is not None and self._scheduler.running:
@@ -192,6 +203,11 @@ class Daemon:
                 self.service.close()
                 raise
             self.endpoint.start()
+            self.endpoint.threads_down = self.supervisor.down
+            self.supervisor.publish = self.endpoint.write_status
+            endpoint = self.endpoint
+            self.supervisor.watch("http-watcher", endpoint.watcher_alive, endpoint.restart_watcher)
+        log_thread_deaths()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._signal)
         try:
@@ -209,10 +225,14 @@ class Daemon:
             self.config.daemon.state_path,
         )
         try:
-            while not self._stop.wait(1.0):
+            while not self._stop.is_set():
+                self.supervisor.wait(1.0)  # or until poked: a listener's change, a signal
+                if self._stop.is_set():
+                    break
                 if self._reload.is_set():
                     self._reload.clear()
                     self.reload()
+                self.supervisor.check()
         finally:
             self._stop_cycles()
             if self.endpoint is not None:

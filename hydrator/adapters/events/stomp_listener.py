@@ -219,7 +219,9 @@ class StompListener:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"events-{self.source}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"events-listener-{self.source}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -237,6 +239,12 @@ class StompListener:
     def status(self) -> ListenerStatus:
         with self._lock:
             return self._status
+
+    def alive(self) -> bool:
+        """The listener's thread runs, or was never started or was stopped on purpose
+        (:class:`~hydrator.core.ports.RunsThread`: the daemon restarts a dead one)."""
+        thread = self._thread
+        return thread is None or thread.is_alive() or self._stop.is_set()
 
     # -- the supervisor thread ------------------------------------------------------------
 

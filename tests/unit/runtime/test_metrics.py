@@ -68,6 +68,9 @@ EXPECTED = {
     "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
     "hydrator_queue_reads": ("counter", ("outcome",)),
     "hydrator_refresh_cycles": ("counter", ("outcome",)),
+    "hydrator_event_hints_covered": ("counter", ("source",)),
+    "hydrator_thread_alive": ("gauge", ("thread",)),
+    "hydrator_thread_restarts": ("counter", ("thread",)),
 }
 
 
