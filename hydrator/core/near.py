@@ -167,8 +167,8 @@ def refresh(
 
 def operator_distances(table: Mapping[str, Mapping[str, object]]) -> ElementDistances:
     """An operator's site-to-site table (``{site: {other site: distance}}``) as a read whose
-    elements are the sites; a site named only as a destination is an unknown element."""
-    sites = {name: Site(name) for name in table}
+    elements are the sites it names (the configuration checked the names)."""
+    sites = {name: Site(name) for row in table.items() for name in (row[0], *row[1])}
     entries = [(a, b, value) for a, row in table.items() for b, value in row.items()]
     return ElementDistances(sites, entries)
 

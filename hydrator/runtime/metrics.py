@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from hydrator.core.advertise import Advertised
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import LocalityReport
+from hydrator.core.near import PROBLEM_KINDS
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -403,6 +404,20 @@ class Metrics:
         "Refresh cycles (a scheduled full read skipped while events flow: storage statuses,"
         " drains, queues and jobs read again, no dataset) by outcome (ok, degraded, failed).",
         "outcome",
+    )
+    near_reads = _counter(
+        "near_reads",
+        "Reads of the distances between storage elements (near sites, [distances]) by outcome"
+        " (ok, failed: the last good near lists are kept).",
+        "outcome",
+        preset=("ok", "failed"),
+    )
+    near_problems = _counter(
+        "near_problems",
+        "Bad distance inputs by kind, each counted once when it appears (negative,"
+        " not_a_number, unknown_element, asymmetric, unmapped_site, refused).",
+        "kind",
+        preset=PROBLEM_KINDS,
     )
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -19,6 +19,7 @@ from hydrator.core.annotate import Annotator
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
+from hydrator.core.near import with_near
 from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
@@ -49,6 +50,7 @@ from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.metrics import JOB_NAMES, Metrics
+from hydrator.runtime.near import NearSites
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
@@ -119,8 +121,10 @@ class Service:
         annotator: Annotator | None = None,
         clock: Callable[[], datetime] = utcnow,
         queue: QueueReader | None = None,
+        near: NearSites | None = None,
     ) -> None:
-        """``queue`` reads the schedds once per cycle for the demand, ``probe`` and
+        """``near`` gives each site's near sites (``[distances]``). ``queue`` reads the
+        schedds once per cycle for the demand, ``probe`` and
         ``annotator`` (:mod:`hydrator.core.queue`); ``demand``, when given, answers the
         demand instead (no queue)."""
         self.config = config
@@ -150,6 +154,7 @@ class Service:
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
+        self.near = near
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -275,7 +280,8 @@ class Service:
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         with phase("advertise"):
             advertised = self._advertise(plan, wanted)
-        views = {site: a.view for site, a in advertised.items()}
+        near = self.near.current(advertised) if self.near is not None else {}
+        views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
             ads = render_ads(views, self.config.classad, self.published.ads)
         self.published = Published(
@@ -489,6 +495,8 @@ class Service:
         closers += [(p.name, p.close) for p in self.publishers]
         if self.annotator is not None:
             closers.append(("job annotator", self.annotator.close))
+        if self.near is not None:
+            closers.append(("distance reader", self.near.close))
         for name, close in closers:
             try:
                 close()

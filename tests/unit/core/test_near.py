@@ -127,9 +127,10 @@ def test_operator_table_reads_sites_as_elements() -> None:
     distances = operator_distances({"SITE_A": {"SITE_B": 1}, "SITE_B": {"SITE_A": 1}})
     table, problems = refresh(distances, NearTable(), 1, [A, B])
     assert problems == [] and table.near == {A: (B,), B: (A,)}
-    distances = operator_distances({"SITE_A": {"SITE_Q": 1}})
-    _, problems = refresh(distances, NearTable(), 1, [A])
-    assert [p.kind for p in problems] == ["unknown_element"]
+    distances = operator_distances({"SITE_A": {"SITE_D": 1}})  # named as a destination only
+    table, problems = refresh(distances, NearTable(), 1, [A, B])
+    assert table.near == {A: (D,), D: (A,)}
+    assert [(p.kind, p.subject) for p in problems] == [("unmapped_site", "SITE_B")]
 
 
 def test_with_near_extends_the_digest_only_when_it_carries_a_list() -> None:
@@ -139,3 +140,14 @@ def test_with_near_extends_the_digest_only_when_it_carries_a_list() -> None:
     assert carried.near == (B,) and carried.digest != plain.digest
     assert with_near(plain, ()).digest not in {plain.digest, carried.digest}
     assert with_near(carried, (B,)) is carried
+
+
+def test_the_ad_carries_the_near_sites_only_when_known() -> None:
+    from hydrator.config import ClassAdConfig
+    from hydrator.core.render import site_classad
+
+    attrs = ClassAdConfig()
+    assert "DataLocalityNearSites" not in site_classad(view(A), attrs)
+    ad = site_classad(with_near(view(A), (B, C)), attrs)
+    assert list(ad["DataLocalityNearSites"]) == ["SITE_B", "SITE_C"]
+    assert list(site_classad(with_near(view(A), ()), attrs)["DataLocalityNearSites"]) == []

@@ -68,6 +68,8 @@ EXPECTED = {
     "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
     "hydrator_queue_reads": ("counter", ("outcome",)),
     "hydrator_refresh_cycles": ("counter", ("outcome",)),
+    "hydrator_near_reads": ("counter", ("outcome",)),
+    "hydrator_near_problems": ("counter", ("kind",)),
 }
 
 
