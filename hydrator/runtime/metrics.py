@@ -241,7 +241,7 @@ class Metrics:
     jobs_running = _gauge(
         "jobs_running",
         "Running jobs that declare RequiredDatasets, by whether their slot's "
-        "site holds all of them (local) or not (remote).",
+        "site holds all of them (local), is near a site that does (near) or neither (remote).",
         "locality",
     )
     jobs_running_by_site = _gauge(
@@ -419,6 +419,16 @@ class Metrics:
         "kind",
         preset=PROBLEM_KINDS,
     )
+    site_remote_readers = _gauge(
+        "site_remote_readers",
+        "Running data-bound jobs that are not local and whose data is complete at the site:"
+        " they read from it remotely (near or far), as the remote-read budget counts them.",
+        "site",
+    )
+    remote_budget = _gauge(
+        "remote_budget",
+        "[distances] remote_budget: remote readers allowed per site (NaN without [distances]).",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -426,6 +436,7 @@ class Metrics:
             if isinstance(declared, _Declared):
                 setattr(self, attr, declared.build(registry))
         self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
+        self.remote_budget.set(float("nan"))
 
     def set_jobs(self, report: JobsReport) -> None:
         """Count one annotation cycle and replace the per-site demand gauges."""
@@ -449,6 +460,10 @@ class Metrics:
         """Replace the matchmaking-quality gauges with this cycle's report."""
         self.jobs_running.labels("local").set(report.running_local)
         self.jobs_running.labels("remote").set(report.running_remote)
+        self.jobs_running.labels("near").set(report.running_near)
+        self.site_remote_readers.clear()
+        for site, count in report.remote_readers.items():
+            self.site_remote_readers.labels(site).set(count)
         ratio = report.local_ratio
         self.local_ratio.set(float("nan") if ratio is None else ratio)
         for reason, count in report.idle.items():

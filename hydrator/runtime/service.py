@@ -155,6 +155,8 @@ class Service:
         self._listeners: list[Callable[[], None]] = []
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self.near = near
+        if near is not None:
+            metrics.remote_budget.set(near.config.remote_budget)
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -465,7 +467,8 @@ class Service:
             return
         self.metrics.pool_queries.labels("ok").inc()
         self.metrics.invalid_records.labels(JOB_NAMES).inc(self.probe.invalid_last_query)
-        self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
+        near = self.near.table.near if self.near is not None else None
+        self.metrics.set_locality(locality_report(jobs, slots, plan.sites, near))
 
     def _annotate(
         self, plan: Plan, started: datetime, queue: QueueSnapshot | None

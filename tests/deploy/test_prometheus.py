@@ -49,6 +49,8 @@ EXPORTED = {
     "hydrator_storage_unavailable_wanted_datasets",
     "hydrator_drains",
     "hydrator_events_listener_connected",
+    "hydrator_site_remote_readers",
+    "hydrator_remote_budget",
 }
 
 

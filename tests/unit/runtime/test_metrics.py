@@ -70,6 +70,8 @@ EXPECTED = {
     "hydrator_refresh_cycles": ("counter", ("outcome",)),
     "hydrator_near_reads": ("counter", ("outcome",)),
     "hydrator_near_problems": ("counter", ("kind",)),
+    "hydrator_site_remote_readers": ("gauge", ("site",)),
+    "hydrator_remote_budget": ("gauge", ()),
 }
 
 
