@@ -25,6 +25,8 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import classad2
+
 from hydrator.domain import Site, SiteView
 
 PROBLEM_KINDS = (
@@ -183,3 +185,11 @@ def with_near(view: SiteView, near: tuple[Site, ...] | None) -> SiteView:
     for site in near:
         h.update(b"\n" + site.encode())
     return replace(view, near=near, digest=h.hexdigest()[:16])
+
+
+def near_line_bytes(near: tuple[Site, ...], attribute: str) -> int:
+    """Bytes the near sites add to a site's old-syntax ad (``Attr = { "A","B" }`` and its
+    newline): what an ad cut to ``max_ad_bytes`` must leave room for."""
+    ad = classad2.ClassAd()
+    ad[attribute] = [str(site) for site in near]
+    return len(ad.printOld().encode("utf-8"))

@@ -19,7 +19,7 @@ from hydrator.core.annotate import Annotator
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
-from hydrator.core.near import with_near
+from hydrator.core.near import near_line_bytes, with_near
 from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
@@ -155,6 +155,7 @@ class Service:
         self._listeners: list[Callable[[], None]] = []
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self.near = near
+        self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
         if near is not None:
             metrics.remote_budget.set(near.config.remote_budget)
 
@@ -280,9 +281,11 @@ class Service:
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        near = self.near.current(plan.sites) if self.near is not None else {}
+        attribute = self.config.classad.near_attribute  # its line counts in max_ad_bytes
+        self._near_bytes = {site: near_line_bytes(n, attribute) for site, n in near.items()}
         with phase("advertise"):
             advertised = self._advertise(plan, wanted)
-        near = self.near.current(advertised) if self.near is not None else {}
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
             ads = render_ads(views, self.config.classad, self.published.ads)
@@ -370,11 +373,12 @@ class Service:
 
     def _ad_size(self, view: SiteView) -> int:
         """:func:`~hydrator.core.adsize.ad_size`, or the published body's length when the
-        site's lists are unchanged."""
+        site's lists are unchanged; plus its near line (``[distances]``)."""
+        near = self._near_bytes.get(view.site, 0)
         old = self.published.ads.get(view.site)
-        if old is not None and old.view.digest == view.digest:
+        if not near and old is not None and old.view.digest == view.digest:
             return len(old.body)
-        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes)
+        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes) + near
 
     def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
         """One warning when a site's ad starts being cut to fit, one line when it fits again."""

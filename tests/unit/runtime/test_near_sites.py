@@ -73,3 +73,26 @@ def test_near_sites_from_the_operator_table_reach_the_ads_and_survive_a_bad_tabl
     service.run_cycle()
     assert "DataLocalityNearSites = {  }" in body(service, "SITE_A")
     service.close()
+
+
+def test_an_ad_cut_to_max_ad_bytes_still_fits_with_its_near_sites(tmp_path: Path) -> None:
+    """The hook refuses an answer over its --max-bytes: the near line counts in the cut."""
+    names = ", ".join(f'"ska:dataset_number_{i:04d}"' for i in range(80))
+    others = [f"SITE_NEAR_{i:02d}_WITH_A_LONG_NAME" for i in range(8)]
+    (tmp_path / "inv.toml").write_text(f'[storage.A]\nsite = "SITE_A"\navailable = [{names}]\n')
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "classad": {"max_ad_bytes": 1024},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+            "distances": {"enabled": True, "sites": {"SITE_A": dict.fromkeys(others, 0)}},
+        },
+        tmp_path,
+    )
+    source = StaticSource("static", tmp_path / "inv.toml", {})
+    service = assemble(config, sources=[source], store=SqliteStateStore(config.daemon.state_path))
+    service.run_cycle()
+    text = body(service, "SITE_A")
+    assert "SITE_NEAR_07_WITH_A_LONG_NAME" in text
+    assert len(text.encode()) <= 1024
+    service.close()
