@@ -160,6 +160,9 @@ class ClassAdConfig(_Model):
     drain), one "RSE X_DISK: reason" per storage element joined by "; ". When all can, the
     hook's answer leaves it out and collector merges write "" (a merge cannot remove one).
     What only such storage holds is already left out of the lists."""
+    near_attribute: str = "DataLocalityNearSites"
+    """The sites this site reads from cheaply (within [distances] max_distance), a list;
+    written only with [distances] enabled (docs/near.md)."""
 
     @model_validator(mode="after")
     def _valid_unique(self) -> ClassAdConfig:
@@ -559,6 +562,42 @@ class JobsConfig(_Model):
         return self
 
 
+class DistancesConfig(_Model):
+    """``[distances]``: near sites from network distances (docs/near.md); off by default."""
+
+    enabled: bool = False
+    source: str | None = None
+    """Name of the Rucio source whose catalogue's distances are read (one request per
+    refresh: its export, which needs the account's export permission); unset: the operator
+    table ``sites`` alone."""
+    refresh_s: PositiveSeconds = 3600.0
+    """Seconds between reads of the distances (they change rarely); a failed read keeps the
+    last good near lists and is tried again after this long."""
+    max_distance: int = Field(1, ge=0)
+    """Largest distance (the catalogue's unit, an integer) at which another site is near."""
+    remote_budget: int = Field(10, ge=1)
+    """Jobs that may read remotely from one site at once: the negotiator's limit
+    (CONCURRENCY_LIMIT_DEFAULT_REMOTE in deploy/condor/60-hydrator-near.conf); here for the
+    metrics and `hydrator expr --near`. 0 is refused."""
+    max_answer_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest distance answer read (the catalogue's export), bytes; a larger one is a failed
+    read (the last good near lists are kept)."""
+    sites: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Operator table, site -> {other site: distance}, for catalogues without distances
+    (DMAPI); used when ``source`` is unset. Checked as a catalogue's answer is."""
+
+    @field_validator("sites")
+    @classmethod
+    def _site_names(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for site, row in value.items():
+            for name in (site, *row):
+                try:
+                    check_site(name)
+                except InvalidNameError as exc:
+                    raise ValueError(f"[distances.sites] {exc}") from None
+        return value
+
+
 class Config(_Model):
     """The whole file."""
 
@@ -571,6 +610,7 @@ class Config(_Model):
     """Storage element (RSE / storage area) -> site; wins over what catalogues say."""
     collector: CollectorConfig = CollectorConfig()
     jobs: JobsConfig = JobsConfig()
+    distances: DistancesConfig = DistancesConfig()
 
     @field_validator("sites")
     @classmethod
@@ -595,6 +635,15 @@ class Config(_Model):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"two sources are named {name!r}; give each a unique name")
+        return self
+
+    @model_validator(mode="after")
+    def _distance_source(self) -> Config:
+        """[distances] source names a Rucio source of this file."""
+        name = self.distances.source
+        rucio = {s.name for s in self.sources if isinstance(s, RucioSourceConfig)}
+        if name is not None and name not in rucio:
+            raise ValueError(f"[distances] source: {name!r} is no Rucio source of this file")
         return self
 
     @model_validator(mode="after")

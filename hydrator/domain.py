@@ -361,6 +361,7 @@ class SiteView:
     incoming: tuple[tuple[DatasetId, float], ...] = ()
     storages: tuple[StorageStatus, ...] = ()  # the site's storage elements, as stated
     unavailable: tuple[str, ...] = ()  # why some of its storage cannot serve, one line each
+    near: tuple[Site, ...] | None = None  # the sites it reads from cheaply; None: not known
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,3 +94,60 @@ def toil_params(expr: JobExpressions, generic: bool = False, rank_only: bool = F
         for name, value in _pairs(expr, generic, rank_only)
     ]
     return "export TOIL_HTCONDOR_PARAMS='" + "; ".join(pairs) + "'\n"
+
+
+LOCAL_LIMIT = "hydrator_local"
+"""The concurrency limit a job reading locally names: never capped (the deployment sets its
+limit far above any pool). Not the empty string: the negotiator rejects a match whose limits
+evaluate to "" (docs/near.md)."""
+REMOTE_SET = "remote"
+"""Remote readers of a data site S hold the limit ``remote.S``; the negotiator caps the set
+with ``CONCURRENCY_LIMIT_DEFAULT_REMOTE`` (deploy/condor/60-hydrator-near.conf)."""
+
+
+@dataclass(frozen=True)
+class NearExpressions:
+    """A job that runs where its data is, or at a site near it, within the remote budget."""
+
+    requirements: str
+    rank: str
+    concurrency_limits_expr: str
+
+
+def near_expressions(
+    sites_attribute: str = "DataLocalitySites",
+    near_attribute: str = "DataLocalityNearSites",
+    slot_site_attribute: str = "GLIDEIN_Site",
+) -> NearExpressions:
+    """Requirements "local, or near", a rank of local (2) over near (1) over far (0), and the
+    concurrency limits that make a remote reader count against its data sites' budget.
+
+    ``sites_attribute`` is the job's annotation (the sites holding all its data, written by
+    ``[jobs] annotate``); ``near_attribute`` the slot's near sites; ``slot_site_attribute`` the
+    slot's own site, which the startd knows itself (the limits are evaluated by the startd too,
+    which never sees collector-merged attributes). Local: ``member`` of the slot's site in the
+    annotation, UNDEFINED when the job is evaluated alone, which makes the negotiator evaluate
+    the limits against each candidate slot instead of once per job (docs/near.md). A remote
+    reader holds ``remote.S`` for every site S of its annotation."""
+    for name in (sites_attribute, near_attribute, slot_site_attribute):
+        if not name.isidentifier():
+            raise ValueError(f"{name!r} is not a ClassAd attribute name")
+    local = f"member(TARGET.{slot_site_attribute}, MY.{sites_attribute})"
+    near = (
+        f'stringListsIntersect(join(",", MY.{sites_attribute}), join(",", TARGET.{near_attribute}))'
+    )
+    requirements = f"({local} =?= True) || ({near} =?= True)"
+    rank = f"ifThenElse({local} =?= True, 2, ifThenElse({near} =?= True, 1, 0))"
+    remote = f'strcat("{REMOTE_SET}.", join(",{REMOTE_SET}.", MY.{sites_attribute}))'
+    limits = f'ifThenElse({local}, "{LOCAL_LIMIT}", {remote})'
+    return NearExpressions(requirements, rank, limits)
+
+
+def near_submit_lines(expr: NearExpressions) -> str:
+    """Submit-file lines (after the job's ``My.RequiredDatasets``, so that the annotator
+    writes its ``DataLocalitySites``)."""
+    return (
+        f"requirements = {expr.requirements}\n"
+        f"rank = {expr.rank}\n"
+        f"concurrency_limits_expr = {expr.concurrency_limits_expr}\n"
+    )

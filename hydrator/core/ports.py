@@ -14,6 +14,8 @@ Ports and the adapters (under ``hydrator/adapters/``) that implement them:
 * :class:`QueueReader`: the schedds' queues, read once a cycle (``htcondor/condor_queue.py``);
 * :class:`QueueAdapter`: reads and edits idle jobs for annotation (``htcondor/schedd_jobs.py``);
 * :class:`PoolProbe`: the pool's slots for the matchmaking metrics (``htcondor/condor_queue.py``);
+* :class:`DistanceReader`: a catalogue's distances between storage elements
+  (``sources/rucio/distances.py``);
 * :class:`EventListener`: a connection to an event stream (``events/stomp_listener.py``).
 
 :class:`EventSink` is the other way round: the runtime implements it, a listener calls it.
@@ -39,6 +41,7 @@ from hydrator.core.derived import Derived
 from hydrator.core.events import Ignored, ListenerStatus, RucioEvent
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
 from hydrator.core.locality import PoolJob, PoolSlot
+from hydrator.core.near import ElementDistances
 from hydrator.core.plan import Plan
 from hydrator.core.queue import QueueSnapshot
 from hydrator.core.storage import Drain
@@ -269,6 +272,17 @@ class PoolProbe(Protocol):
         """Dataset names the last :meth:`jobs_and_slots` skipped as invalid (the jobs'
         ``RequiredDatasets``), for ``hydrator_invalid_records_total``."""
         ...
+
+
+class DistanceReader(Protocol):
+    """Reads a catalogue's distances between storage elements (:mod:`hydrator.core.near`)."""
+
+    def read_distances(self) -> ElementDistances:
+        """Every element with its site and every distance, unchecked; raises a
+        ``SourceError`` when the catalogue refuses or fails the read."""
+        ...
+
+    def close(self) -> None: ...
 
 
 # -- event streams ---------------------------------------------------------------------------

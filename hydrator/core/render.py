@@ -10,6 +10,7 @@ One ad per site::
     DataLocalityUpdated = 1732300000
     DataLocalityDigest = "3f5a…"
     DataLocalityUnavailable = "RSE X_DISK: availability_read false"   (see site_classad)
+    DataLocalityNearSites = { "SRCNET_UK" }   (only with [distances]; docs/near.md)
 
 Old syntax (:func:`render_old`) is what STARTD_CRON hooks must print; new syntax
 (:func:`site_classad`) is what collector updates carry. Names reaching this module are
@@ -28,7 +29,7 @@ from typing import Protocol
 import classad2
 
 from hydrator.core.storage import unavailable_text
-from hydrator.domain import DatasetId, SiteView
+from hydrator.domain import DatasetId, SiteView, check_site
 from hydrator.names import NAME_PATTERN, SCOPE_PATTERN
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class AdAttributes(Protocol):
     def updated_resolution_s(self) -> int: ...
     @property
     def unavailable_attribute(self) -> str: ...
+    @property
+    def near_attribute(self) -> str: ...
 
 
 # ``scope:name`` as one pattern: neither part may contain a colon, so this accepts exactly the
@@ -113,6 +116,8 @@ def site_classad(
     ad[attrs.digest_attribute] = view.digest
     if view.unavailable or says_available:
         ad[attrs.unavailable_attribute] = unavailable_text(view.unavailable)
+    if view.near is not None:  # the sites it reads from cheaply ([distances]): names checked
+        ad[attrs.near_attribute] = [str(check_site(site)) for site in view.near]
     return ad
 
 

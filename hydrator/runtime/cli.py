@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     expr.add_argument("--available-attribute", default="AvailableDatasets")
     expr.add_argument("--partial-attribute", default="PartialDatasets")
+    expr.add_argument(
+        "--near",
+        action="store_true",
+        help="run where the data is or at a near site, within the remote-read budget"
+        " (needs [jobs] annotate and [distances]; docs/near.md)",
+    )
     return p
 
 
@@ -321,9 +327,18 @@ def _expr(args: argparse.Namespace) -> int:
         )
         if args.rank_only and (args.fallback_after is not None or args.generic):
             raise ValueError("--rank-only has no requirements for --fallback-after or --generic")
+        others = (args.rank_only, args.generic, args.toil, args.partial_ok, args.fallback_after)
+        if args.near and any(o not in (None, False) for o in others):
+            raise ValueError("--near takes no other option but the attribute names")
     except (InvalidNameError, ValueError) as exc:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.near:
+        from hydrator.core.expr import near_expressions, near_submit_lines  # noqa: PLC0415
+
+        print(f"My.RequiredDatasets = {expressions.required}")
+        print(near_submit_lines(near_expressions()), end="")
+        return EXIT_OK
     render = toil_params if args.toil else submit_lines
     print(render(expressions, generic=args.generic, rank_only=args.rank_only), end="")
     return EXIT_OK

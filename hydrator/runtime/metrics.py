@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from hydrator.core.advertise import Advertised
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import LocalityReport
+from hydrator.core.near import PROBLEM_KINDS
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -246,7 +247,7 @@ class Metrics:
     jobs_running = _gauge(
         "jobs_running",
         "Running jobs that declare RequiredDatasets, by whether their slot's "
-        "site holds all of them (local) or not (remote).",
+        "site holds all of them (local), is near a site that does (near) or neither (remote).",
         "locality",
     )
     jobs_running_by_site = _gauge(
@@ -426,6 +427,30 @@ class Metrics:
     thread_restarts = _counter(
         "thread_restarts", "Restarts of a supervised thread found dead.", "thread"
     )
+    near_reads = _counter(
+        "near_reads",
+        "Reads of the distances between storage elements (near sites, [distances]) by outcome"
+        " (ok, failed: the last good near lists are kept).",
+        "outcome",
+        preset=("ok", "failed"),
+    )
+    near_problems = _counter(
+        "near_problems",
+        "Bad distance inputs by kind, each counted once when it appears (negative,"
+        " not_a_number, unknown_element, asymmetric, unmapped_site, refused).",
+        "kind",
+        preset=PROBLEM_KINDS,
+    )
+    site_remote_readers = _gauge(
+        "site_remote_readers",
+        "Running data-bound jobs that are not local and whose data is complete at the site:"
+        " they read from it remotely (near or far), as the remote-read budget counts them.",
+        "site",
+    )
+    remote_budget = _gauge(
+        "remote_budget",
+        "[distances] remote_budget: remote readers allowed per site (NaN without [distances]).",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -437,6 +462,7 @@ class Metrics:
                 if "source" in declared.labels:
                     self._of_sources.append((built, declared.labels))
         self.local_ratio.set(float("nan"))  # unknown until the pool is read, not 0 %
+        self.remote_budget.set(float("nan"))
 
     def forget_source(self, name: str) -> None:
         """Remove every series labelled ``source=name`` (a source a reload removed): no gauge
@@ -473,6 +499,10 @@ class Metrics:
         """Replace the matchmaking-quality gauges with this cycle's report."""
         self.jobs_running.labels("local").set(report.running_local)
         self.jobs_running.labels("remote").set(report.running_remote)
+        self.jobs_running.labels("near").set(report.running_near)
+        self.site_remote_readers.clear()
+        for site, count in report.remote_readers.items():
+            self.site_remote_readers.labels(site).set(count)
         ratio = report.local_ratio
         self.local_ratio.set(float("nan") if ratio is None else ratio)
         for reason, count in report.idle.items():

@@ -19,6 +19,7 @@ from hydrator.core.annotate import Annotator
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
+from hydrator.core.near import near_line_bytes, with_near
 from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
@@ -49,6 +50,7 @@ from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.metrics import JOB_NAMES, Metrics
+from hydrator.runtime.near import NearSites
 from hydrator.runtime.observe import log_cycle, record_cycle
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
@@ -119,8 +121,10 @@ class Service:
         annotator: Annotator | None = None,
         clock: Callable[[], datetime] = utcnow,
         queue: QueueReader | None = None,
+        near: NearSites | None = None,
     ) -> None:
-        """``queue`` reads the schedds once per cycle for the demand, ``probe`` and
+        """``near`` gives each site's near sites (``[distances]``). ``queue`` reads the
+        schedds once per cycle for the demand, ``probe`` and
         ``annotator`` (:mod:`hydrator.core.queue`); ``demand``, when given, answers the
         demand instead (no queue)."""
         self.config = config
@@ -150,6 +154,10 @@ class Service:
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
+        self.near = near
+        self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
+        if near is not None:
+            metrics.remote_budget.set(near.config.remote_budget)
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -273,9 +281,12 @@ class Service:
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
+        near = self.near.current(plan.sites) if self.near is not None else {}
+        attribute = self.config.classad.near_attribute  # its line counts in max_ad_bytes
+        self._near_bytes = {site: near_line_bytes(n, attribute) for site, n in near.items()}
         with phase("advertise"):
             advertised = self._advertise(plan, wanted)
-        views = {site: a.view for site, a in advertised.items()}
+        views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
             ads = render_ads(views, self.config.classad, self.published.ads)
         self.published = Published(
@@ -362,11 +373,12 @@ class Service:
 
     def _ad_size(self, view: SiteView) -> int:
         """:func:`~hydrator.core.adsize.ad_size`, or the published body's length when the
-        site's lists are unchanged."""
+        site's lists are unchanged; plus its near line (``[distances]``)."""
+        near = self._near_bytes.get(view.site, 0)
         old = self.published.ads.get(view.site)
-        if old is not None and old.view.digest == view.digest:
+        if not near and old is not None and old.view.digest == view.digest:
             return len(old.body)
-        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes)
+        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes) + near
 
     def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
         """One warning when a site's ad starts being cut to fit, one line when it fits again."""
@@ -459,7 +471,8 @@ class Service:
             return
         self.metrics.pool_queries.labels("ok").inc()
         self.metrics.invalid_records.labels(JOB_NAMES).inc(self.probe.invalid_last_query)
-        self.metrics.set_locality(locality_report(jobs, slots, plan.sites))
+        near = self.near.table.near if self.near is not None else None
+        self.metrics.set_locality(locality_report(jobs, slots, plan.sites, near))
 
     def _annotate(
         self, plan: Plan, started: datetime, queue: QueueSnapshot | None
@@ -489,6 +502,8 @@ class Service:
         closers += [(p.name, p.close) for p in self.publishers]
         if self.annotator is not None:
             closers.append(("job annotator", self.annotator.close))
+        if self.near is not None:
+            closers.append(("distance reader", self.near.close))
         for name, close in closers:
             try:
                 close()

@@ -36,6 +36,7 @@ from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import Policy
 from hydrator.core.ports import (
+    DistanceReader,
     EventListener,
     EventSink,
     PoolProbe,
@@ -51,6 +52,7 @@ from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.near import NearSites
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.service import Demand, Service, Startup, render_ads, utcnow
 
@@ -191,6 +193,7 @@ def assemble(
     annotator: Annotator | None = None,
     clock: Callable[[], datetime] = utcnow,
     queue: QueueReader | None = None,
+    distances: DistanceReader | None = None,
 ) -> Service:
     """A :class:`Service` over the given parts, with its policies from ``config`` and its
     :class:`Startup` loaded from ``store`` (garbage collection paused and the model frozen
@@ -220,6 +223,7 @@ def assemble(
         annotator=annotator,
         clock=clock,
         queue=queue,
+        near=NearSites(config.distances, metrics, distances) if config.distances.enabled else None,
     )
 
 
@@ -310,4 +314,17 @@ def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -
         probe=probe,
         annotator=build_annotator(config, queue),
         queue=queue,
+        distances=distance_reader(config),
     )
+
+
+def distance_reader(config: Config) -> DistanceReader | None:
+    """The distances of ``[distances] source`` (a Rucio source: imports rucio-clients); None
+    for the operator table or with ``[distances]`` off."""
+    name = config.distances.source
+    if not config.distances.enabled or name is None:
+        return None
+    from hydrator.adapters.sources.rucio.distances import RucioDistances  # noqa: PLC0415
+
+    (source,) = [s for s in config.sources if s.name == name and isinstance(s, RucioSourceConfig)]
+    return RucioDistances(source, config.sites, config.distances.max_answer_bytes)

@@ -51,6 +51,8 @@ EXPORTED = {
     "hydrator_events_listener_connected",
     "hydrator_thread_alive",
     "hydrator_thread_restarts_total",
+    "hydrator_site_remote_readers",
+    "hydrator_remote_budget",
 }
 
 

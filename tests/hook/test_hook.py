@@ -53,6 +53,18 @@ def test_the_reason_storage_cannot_serve_is_accepted(
     assert (again.returncode, again.stdout, again.stderr) == (0, GOOD, "")
 
 
+def test_the_near_sites_are_accepted(server: tuple[str, Answer], tmp_path: Path) -> None:
+    """With ``[distances]`` the daemon's answer carries ``DataLocalityNearSites``: a known
+    attribute, printed like the others (an unknown one would make the hook refuse the answer)."""
+    url, answer = server
+    near = 'DataLocalityNearSites = { "SITE_B","SITE_C" }\n'
+    answer.body = GOOD.replace(
+        'DataLocalityUnavailable = ""\n', f'DataLocalityUnavailable = ""\n{near}'
+    )
+    out = run_hook(url, tmp_path / "cache")
+    assert (out.returncode, out.stdout, out.stderr) == (0, answer.body, "")
+
+
 def test_unchanged_answer_uses_if_none_match_and_prints_the_copy(
     server: tuple[str, Answer], tmp_path: Path
 ) -> None:

@@ -53,6 +53,10 @@ STATIC = '[[sources]]\ntype = "static"\npath = "inv.toml"\n'
         (STATIC + "[http]\nmax_age_s = true\n", "http.max_age_s: Input should be a valid integer"),
         (STATIC + "[safety]\nmax_drop_fraction = true\n", "safety.max_drop_fraction: Input"),
         (STATIC + "[classad]\nupdated_resolution_s = 1.5\n", "classad.updated_resolution_s:"),
+        # near sites: a budget of 0 and names that could not be sites are refused
+        (STATIC + "[distances]\nremote_budget = 0\n", "distances.remote_budget: Input should"),
+        (STATIC + '[distances]\nsource = "static"\n', "source: 'static' is no Rucio source"),
+        (STATIC + '[distances.sites]\nA = { "B C" = 1 }\n', "invalid site name"),
     ],
 )
 def test_bad_config_exits_2_with_one_line_naming_the_key(

@@ -131,3 +131,62 @@ def test_cli_rank_only_refuses_requirement_options(
     assert main(["expr", "--rank-only", *other, str(A)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--rank-only" in err
+
+
+NEAR_JOB = {"DataLocalitySites": ["SITE_C", "SITE_D"]}
+NEAR_SLOTS = {
+    "local": ({"GLIDEIN_Site": "SITE_C"}, True, 2, "hydrator_local"),
+    "near": (
+        {"GLIDEIN_Site": "SITE_A", "DataLocalityNearSites": ["SITE_D"]},
+        True,
+        1,
+        "remote.SITE_C,remote.SITE_D",
+    ),
+    "far": (
+        {"GLIDEIN_Site": "SITE_A", "DataLocalityNearSites": ["SITE_B"]},
+        False,
+        0,
+        "remote.SITE_C,remote.SITE_D",
+    ),
+    "bare": ({"GLIDEIN_Site": "SITE_A"}, False, 0, "remote.SITE_C,remote.SITE_D"),
+}
+
+
+@pytest.mark.parametrize("slot", NEAR_SLOTS)
+def test_near_form_local_over_near_over_far_and_remote_readers_hold_their_sites_limits(
+    slot: str,
+) -> None:
+    from hydrator.core.expr import near_expressions
+
+    ad, matches_, rank_, limits = NEAR_SLOTS[slot]
+    expr = near_expressions()
+    job, target = classad2.ClassAd(NEAR_JOB), classad2.ClassAd(ad)
+    assert classad2.ExprTree(expr.requirements).eval(job, target) is matches_
+    assert classad2.ExprTree(expr.rank).eval(job, target) == rank_
+    assert classad2.ExprTree(expr.concurrency_limits_expr).eval(job, target) == limits
+
+
+def test_near_limits_are_undefined_for_the_job_alone() -> None:
+    """So the negotiator evaluates them against each candidate slot (docs/near.md)."""
+    from hydrator.core.expr import near_expressions
+
+    limits = classad2.ExprTree(near_expressions().concurrency_limits_expr)
+    assert limits.eval(classad2.ClassAd(NEAR_JOB)) is classad2.Value.Undefined
+    assert (
+        classad2.ExprTree(near_expressions().requirements).eval(
+            classad2.ClassAd({}), classad2.ClassAd({"GLIDEIN_Site": "SITE_C"})
+        )
+        is False
+    )  # no annotation yet: no match
+
+
+def test_cli_near_prints_the_submit_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expr", "--near", "ska:obs_1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'My.RequiredDatasets = {"ska:obs_1"}'
+    assert [line.split(" = ")[0] for line in out[1:]] == [
+        "requirements",
+        "rank",
+        "concurrency_limits_expr",
+    ]
+    assert main(["expr", "--near", "--rank-only", "ska:obs_1"]) == 2

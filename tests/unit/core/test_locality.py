@@ -45,3 +45,25 @@ def test_idle_jobs_are_classified_by_the_best_site() -> None:
 
 def test_no_running_jobs_means_no_ratio() -> None:
     assert locality_report([], [], VIEWS).local_ratio is None
+
+
+def test_running_jobs_away_from_their_data_are_near_or_remote_and_count_as_its_readers() -> None:
+    near = {Site("B"): (Site("A"),), Site("C"): ()}
+    report = locality_report(
+        [
+            job(X, Y, site="A"),  # local
+            job(X, Y, site="B"),  # near: reads from A, which is near B
+            job(X, Y, site="C"),  # remote: reads from A, which is not near C
+            job(Z, site="B"),  # remote: reads from C
+            job(W, site="B"),  # remote, its data nowhere: nobody's reader
+        ],
+        [],
+        VIEWS,
+        near,
+    )
+    assert (report.running_local, report.running_near, report.running_remote) == (1, 1, 3)
+    assert report.local_ratio == 0.2
+    assert report.running_by_site[(Site("B"), "near")] == 1
+    assert report.remote_readers == {Site("A"): 2, Site("C"): 1}
+    without = locality_report([job(X, Y, site="B")], [], VIEWS)
+    assert (without.running_near, without.running_remote) == (0, 1)

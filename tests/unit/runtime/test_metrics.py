@@ -71,6 +71,10 @@ EXPECTED = {
     "hydrator_event_hints_covered": ("counter", ("source",)),
     "hydrator_thread_alive": ("gauge", ("thread",)),
     "hydrator_thread_restarts": ("counter", ("thread",)),
+    "hydrator_near_reads": ("counter", ("outcome",)),
+    "hydrator_near_problems": ("counter", ("kind",)),
+    "hydrator_site_remote_readers": ("gauge", ("site",)),
+    "hydrator_remote_budget": ("gauge", ()),
 }
 
 

@@ -249,6 +249,20 @@ class RucioWire:
             "list_parent_dids", partial(_as_list, client.list_parent_dids, scope, name)
         )
 
+    def export(self, max_bytes: int) -> Any:
+        """``GET /export/?distance=True``: every RSE (with its attributes) and every distance
+        between RSEs (``{"rses": {name: {...}}, "distances": {source: {destination: {...}}}}``,
+        untrusted), in one request of at most ``max_bytes``. rucio-clients' ``export_data``
+        reads it unbounded; the server allows it to the accounts its policy lets export
+        (root, in the generic policy): others get AccessDenied, a permanent error."""
+
+        def document() -> Any:
+            with self.get("export/", {"distance": "True"}, stream=True) as response:
+                blocks = bounded_blocks(response, "the export", max_bytes, self.run)
+                return json.loads(b"".join(blocks))
+
+        return self.call("export_data", document)
+
     # -- requests --------------------------------------------------------------------------
 
     def get(

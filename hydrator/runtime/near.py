@@ -1,0 +1,83 @@
+"""The near sites the ads carry: the distances read at most once per ``[distances]
+refresh_s`` (a catalogue's through a :class:`~hydrator.core.ports.DistanceReader`, or the
+operator's table), checked and turned into near lists by :mod:`hydrator.core.near`.
+
+A failed read (the catalogue refused or failed it) is a ``refused`` problem and keeps the last
+good lists; it is tried again ``refresh_s`` later. Each problem is logged and counted once,
+when it appears (again after it went away), not at every refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from hydrator.config import DistancesConfig
+from hydrator.core.near import NearTable, Problem, operator_distances, refresh
+from hydrator.core.ports import DistanceReader
+from hydrator.domain import Site
+from hydrator.errors import SourceError
+from hydrator.redact import redact
+from hydrator.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class NearSites:
+    """Each site's near sites, refreshed when due. ``reader`` None: the operator table of
+    ``config.sites``. ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        config: DistancesConfig,
+        metrics: Metrics,
+        reader: DistanceReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.reader = reader
+        self.clock = clock
+        self.table = NearTable()
+        self._read_at: float | None = None
+        self._problems: set[tuple[str, str]] = set()  # (kind, subject) seen at the last read
+
+    def current(self, sites: Iterable[Site]) -> Mapping[Site, tuple[Site, ...]]:
+        """The near lists (a site without one is unknown: its ad leaves the attribute out),
+        read again first when ``refresh_s`` has passed since the last read."""
+        now = self.clock()
+        if self._read_at is None or now - self._read_at >= self.config.refresh_s:
+            self._read_at = now
+            self._refresh(sites)
+        return self.table.near
+
+    def _refresh(self, sites: Iterable[Site]) -> None:
+        try:
+            if self.reader is None:
+                read = operator_distances(self.config.sites)
+            else:
+                read = self.reader.read_distances()
+        except SourceError as exc:
+            self.metrics.near_reads.labels("failed").inc()
+            line = f"cannot read the distances, keeping the last near lists: {redact(str(exc))}"
+            self._note([Problem("refused", "read", line)], keep_others=True)
+            return
+        self.metrics.near_reads.labels("ok").inc()
+        self.table, problems = refresh(read, self.table, self.config.max_distance, sites)
+        self._note(problems)
+
+    def _note(self, problems: list[Problem], keep_others: bool = False) -> None:
+        """Log and count each problem not present at the last read."""
+        seen = {(p.kind, p.subject) for p in problems}
+        for problem in problems:
+            if (problem.kind, problem.subject) not in self._problems:
+                log.warning("near sites: %s", problem.line)
+                self.metrics.near_problems.labels(problem.kind).inc()
+        if keep_others:  # a failed read says nothing about the table's own problems
+            seen |= {key for key in self._problems if key[0] != "refused"}
+        self._problems = seen
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
