@@ -108,13 +108,16 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
 ) -> None:
     """Messages published by the test in hermes' exact format (``transfer-done`` needs FTS).
     One names a dataset that is really complete at the site: it is published. One names a
-    dataset that is not there at all (a forged or stale message): nothing is published from
-    the message alone."""
+    dataset that is not there at all (a forged or stale message), one a dataset the catalogue
+    does not know: nothing is published from the message alone, and reading the three in one
+    event cycle does not fail."""
     there = rucio_admin.dataset(daemon.scope, 1, at=[daemon.dst])
     rucio_admin.rule(daemon.scope, there, daemon.dst)  # placed without a transfer message
     absent = rucio_admin.dataset(daemon.scope, 1, at=[daemon.src])
+    unknown = unique("never-made")  # no such DID: its rules' listing answers HTTP 404
     assert f"{daemon.scope}:{there}" not in daemon.lists()[0]
-    messages = [transfer_done(daemon.scope, name, daemon.dst) for name in (there, absent)]
+    names = (there, absent, unknown)
+    messages = [transfer_done(daemon.scope, name, daemon.dst) for name in names]
     running_activemq.publish_as_hermes(messages)
     wait_for(
         "the complete dataset published",
@@ -124,6 +127,7 @@ def test_a_transfer_done_in_hermes_format_is_confirmed_by_a_read_before_publishi
     )
     available, replicating = daemon.lists()
     assert f"{daemon.scope}:{absent}" not in available + replicating
+    assert f"{daemon.scope}:{unknown}" not in available + replicating
     assert daemon.full_reads() == 1
 
 
