@@ -44,7 +44,11 @@ class EventService:
         return self.sample("hydrator_source_fetch_duration_seconds_count", source="rucio")
 
 
-def daemon_config(server: RucioServer, broker: Broker, tmp_path: Path, tag: str) -> Config:
+def daemon_config(
+    server: RucioServer, broker: Broker, tmp_path: Path, tag: str, heartbeat_s: float = 2.0
+) -> Config:
+    """The daemon's configuration: one Rucio source with events on (heart-beats every
+    ``heartbeat_s`` both ways; a beat missing for 1.5 of them is a lost connection)."""
     rucio = source_config(server, rse_expression=f"rse_type=DISK&fed={tag}").model_dump(
         mode="json", exclude_none=True
     )
@@ -55,7 +59,7 @@ def daemon_config(server: RucioServer, broker: Broker, tmp_path: Path, tag: str)
         "client_id": unique("hydrator-"),
         "username": "hydrator",
         "password_file": str(broker.password_file("hydrator")),
-        "heartbeat_s": 2.0,
+        "heartbeat_s": heartbeat_s,
         "reconnect_initial_s": 0.2,
         "reconnect_max_s": 1.0,
         "event_debounce_s": 0.5,

@@ -37,7 +37,12 @@ CALIBRATE_ONLY = "calibrate-all.cwl"  # the scatter alone: one round of matching
 SITES = ("SITE_A", "SITE_B", "SITE_C")
 MATCHED_SITE = '+MatchedSite = "$$(GLIDEIN_Site)"'  # the slot's site, recorded at match time
 FALLBACK_S = 8
-PLACED = {"obs": ("SITE_C",), "sky": ("SITE_A", "SITE_C"), "obs_b": ("SITE_B",)}
+PLACED = {
+    "obs": ("SITE_C",),
+    "sky": ("SITE_A", "SITE_C"),
+    "obs_b": ("SITE_B",),
+    "obs_a": ("SITE_A",),
+}
 
 
 @dataclass
@@ -73,7 +78,8 @@ class Data:
 @pytest.fixture(scope="module")
 def data(rucio_server: RucioServer, rucio_admin: RucioAdmin) -> Data:
     """Every test's datasets, placed at once (one abacus run: each costs seconds):
-    ``obs`` at SITE_C, ``sky`` at SITE_A and SITE_C, ``obs_b`` at SITE_B (one slot)."""
+    ``obs`` at SITE_C, ``sky`` at SITE_A and SITE_C, ``obs_b`` at SITE_B and ``obs_a`` at
+    SITE_A (one slot each)."""
     tag = unique("t").lower()
     rses = {site: rucio_admin.rse(site, attributes={"fed": tag}) for site in SITES}
     d = Data(rucio_admin, rucio_server, tag, rses, rucio_admin.scope(), {})
@@ -213,15 +219,27 @@ def test_strict_run_lands_every_job_at_its_data_then_follows_a_move_per_step(
 
 
 def test_rank_only_prefers_the_data_but_spills_at_once(toil: ToilOnPool, data: Data) -> None:
-    obs = data.dids["obs_b"]  # one slot holds it
-    wait_published(toil.pool, obs, {"SITE_B"})
+    """Three jobs ranking a dataset one slot holds: one runs there, the backlog elsewhere at
+    once (that alone also holds for most placements of three jobs on four slots without any
+    rank). So, the check the rank alone passes: one job ranking SITE_B's dataset, then one
+    ranking SITE_A's, each with all four slots free: each runs at its dataset's site. Without
+    the rank the negotiator sees four equal slots; no one way of breaking that tie puts the
+    two runs at two different sites."""
+    obs_b, obs_a = data.dids["obs_b"], data.dids["obs_a"]  # one slot holds each
+    wait_published(toil.pool, obs_b, {"SITE_B"})
+    wait_published(toil.pool, obs_a, {"SITE_A"})
     directions = ["d1", "d2", "d3"]
-    params = toil_params("--rank-only", obs)
+    params = toil_params("--rank-only", obs_b)
     run = toil.run(WORKFLOW, {"directions": directions}, params, entry=CALIBRATE_ONLY)
     print(f"rank-only run: {run.seconds:.0f} s")
     sites = [site for _, site, _ in ran_at(toil, run, jobs=len(directions))]
     assert "SITE_B" in sites, sites  # preferred while free
     assert set(sites) - {"SITE_B"}, sites  # and the backlog ran elsewhere, not waiting
+    for did, site in ((obs_b, "SITE_B"), (obs_a, "SITE_A")):
+        one = toil.run(
+            WORKFLOW, {"directions": ["d1"]}, toil_params("--rank-only", did), entry=CALIBRATE_ONLY
+        )
+        assert [s for _, s, _ in ran_at(toil, one, jobs=1)] == [site], (did, site)
 
 
 def test_fallback_waits_for_the_data_then_runs_anywhere(toil: ToilOnPool, data: Data) -> None:

@@ -126,21 +126,27 @@ class DeepChecks:
     def exact_outcomes(
         self, dataset: Dataset, sites: Iterable[Site], book: Book, cycle: Cycle
     ) -> list[Outcome]:
-        """One exact listing for ``dataset`` (one call), and its replica at each of ``sites``:
-        per file when one of the sites has summary rows at two or more of its RSEs (the union
-        needs to know which files they share), else per RSE."""
+        """One exact listing for ``dataset`` (:meth:`exact_counts`), and its replica at each of
+        ``sites`` with the rules' transfer there as the book has it."""
         sites = tuple(sites)
-        site_rses = cycle.table.site_rses
-        if any(len(rows_at(site_rses.get(s, ()), dataset)) > 1 for s in sites):
-            counted = self._file_union(dataset.id, cycle)
-        else:
-            counted = self._deep_counts(dataset.id, cycle)
+        counted = self.exact_counts(dataset, sites, cycle)
         out: list[Outcome] = []
         for site in sites:
             counts = counted.get(site, NOTHING)
             moving = book.moving_to(dataset, site)
             out.append((site, dataset, exact(dataset.id, site, counts, moving)))
         return out
+
+    def exact_counts(
+        self, dataset: Dataset, sites: tuple[Site, ...], cycle: Cycle
+    ) -> dict[Site, Counts]:
+        """Site -> files and bytes of ``dataset`` present there, from one exact listing (one
+        call): per file when one of ``sites`` has summary rows at two or more of its RSEs
+        (the union needs to know which files they share), else per RSE."""
+        site_rses = cycle.table.site_rses
+        if any(len(rows_at(site_rses.get(s, ()), dataset)) > 1 for s in sites):
+            return self._file_union(dataset.id, cycle)
+        return self._deep_counts(dataset.id, cycle)
 
     def _deep_counts(self, dataset: DatasetId, cycle: Cycle) -> dict[Site, Counts]:
         """Site -> files and bytes of one dataset present there, from the file replicas

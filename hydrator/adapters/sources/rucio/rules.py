@@ -6,6 +6,10 @@ against the last answer, and each dataset's rules turned into the transfer towar
 (``locks_ok_cnt`` ...) kept by the rule engine; ``list_rses(expr)`` is called once per fetch
 for each distinct expression of the rules that concern a listed dataset and are not simply
 the name of a mapped RSE.
+
+An event cycle reads one dataset's rules as they are now (:func:`dataset_coverage`:
+``list_did_rules``), read as the full read reads its lines, so that a rule done or deleted
+since the last full read moves nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from hydrator.adapters.sources.rucio.listing import (
     parse_lines,
 )
 from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
-from hydrator.core.presence import coverage, lock_progress, rule_transfer
-from hydrator.domain import Transfer
+from hydrator.core.presence import Coverage, coverage, lock_progress, rule_transfer
+from hydrator.domain import DatasetId, Transfer
 
 _Read = tuple[Lines[Rule | Mark], list[Rule | Mark], list[Rule | Mark]]
 
@@ -138,6 +142,45 @@ def apply_rules(wire: RucioWire, book: Book, cycle: Cycle, dirty: Dirty) -> None
     for dataset in datasets:
         rules = book.rules_of.get(dataset.key, []) if dataset.at else []
         move(book, dataset, coverage(rules, resolved, cycle.sites), dirty)
+
+
+LISTED_STATES = {"REPLICATING": "R", "STUCK": "S"}
+"""A rule's state as ``list_did_rules`` names it -> the code the full read lists it by (a rule
+in another state, OK, SUSPENDED ..., is in neither listing)."""
+
+
+def dataset_coverage(
+    wire: RucioWire,
+    book: Book,
+    cycle: Cycle,
+    dataset: DatasetId,
+    resolved: dict[str, frozenset[str]],
+) -> Coverage:
+    """The transfer towards each site of ``dataset``'s rules as Rucio has them now: one
+    ``list_did_rules`` call, its REPLICATING and STUCK dataset rules on this very dataset read
+    as the full read reads its lines (:func:`rule_value`; malformed: counted in
+    ``cycle.invalid``). Expressions resolve as :func:`apply_rules` does, taken from the last
+    full read's (``book.resolved``, never changed) where it resolved them, else one
+    ``list_rses`` each, kept in ``resolved`` for the rest of the caller's read."""
+    what = f"the rules of {dataset} (list_did_rules)"
+    rows = wire.did_rules(dataset, partial(parse_lines, RULE_LINES, what=what))
+    rules: list[Rule] = []
+    for row in rows:
+        if isinstance(row, Mark):
+            cycle.invalid += row is Mark.INVALID
+            continue
+        code = LISTED_STATES.get(row["state"])
+        if code is None or (row["scope"], row["name"]) != (dataset.scope, dataset.name):
+            continue  # not active, or (a server's odd answer) another DID's rule
+        value = rule_value(row, code, {})
+        if isinstance(value, Rule):
+            rules.append(value)
+    for rule in rules:
+        if rule.expression not in resolved:
+            known = book.resolved.get(rule.expression)
+            found = known if known is not None else _resolve(wire, rule.expression, cycle)
+            resolved[rule.expression] = found
+    return coverage(rules, resolved, cycle.sites)
 
 
 def _resolve(wire: RucioWire, expression: str, cycle: Cycle) -> frozenset[str]:

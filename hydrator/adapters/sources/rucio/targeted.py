@@ -1,8 +1,11 @@
 """Targeted reads for event cycles (docs/events.md): the exact replicas of a few named
-datasets, through the deep checks' path (:meth:`.deep.DeepChecks.exact_outcomes`: one
-``list_dataset_replicas(deep=True)`` per dataset, or ``list_replicas`` where a site has rows
-at several RSEs), at every site the last full read mapped, with the rules' transfers as that
-read left them.
+datasets at every site the last full read mapped, presence and transfers alike.
+
+Per dataset, two calls: its rules as they are now (:func:`.rules.dataset_coverage`:
+``list_did_rules``, read first), then its files present through the deep checks' path
+(:meth:`.deep.DeepChecks.exact_counts`: ``list_dataset_replicas(deep=True)``, or
+``list_replicas`` where a site has rows at several RSEs). A rule done or deleted since the
+last full read moves nothing: a dataset deleted at a site leaves every list there.
 
 A ``deletion-done`` names a file, not its dataset: :func:`parent_datasets` asks
 ``list_parent_dids`` which datasets contain it (one call per file, at most
@@ -19,23 +22,31 @@ from collections.abc import Sequence
 
 from hydrator.adapters.sources.rucio.book import Book, Cycle, Dataset
 from hydrator.adapters.sources.rucio.deep import DeepChecks
+from hydrator.adapters.sources.rucio.rules import dataset_coverage
 from hydrator.adapters.sources.rucio.wire import RucioWire
+from hydrator.core.presence import NOTHING, exact, towards
 from hydrator.domain import DatasetId, Replica
 from hydrator.errors import TransientSourceError
 from hydrator.names import InvalidNameError
 
 
 def read_datasets(deep: DeepChecks, book: Book, datasets: Sequence[DatasetId]) -> list[Replica]:
-    """This source's replicas of exactly ``datasets`` (none for a dataset found nowhere);
-    raises a SourceError as a fetch does, or TransientSourceError before any full read."""
+    """This source's replicas of exactly ``datasets`` (none for a dataset found nowhere and
+    moving nowhere), each with its rules' transfers as read now; raises a SourceError as a
+    fetch does, or TransientSourceError before any full read."""
     if not book.rses.sites:
         raise TransientSourceError("rucio: no full read yet to re-read datasets against")
     cycle = Cycle(book.rses)
-    sites = sorted(set(cycle.sites.values()))
+    sites = tuple(sorted(set(cycle.sites.values())))
+    resolved: dict[str, frozenset[str]] = {}  # expressions resolved during this read
     found: list[Replica] = []
     for dataset_id in datasets:
         dataset = book.datasets.get(dataset_id) or Dataset(dataset_id, dataset_id)
-        for _site, _dataset, replica in deep.exact_outcomes(dataset, sites, book, cycle):
+        covered = dataset_coverage(deep.wire, book, cycle, dataset_id, resolved)
+        counted = deep.exact_counts(dataset, sites, cycle)
+        for site in sites:
+            moving = towards(covered, site)
+            replica = exact(dataset_id, site, counted.get(site, NOTHING), moving)
             if replica is not None:
                 found.append(replica)
     return found

@@ -1,11 +1,12 @@
 """The Rucio wire's calls: :class:`RucioWire`, one Rucio server's API as the source calls it,
 each call with bounded retries and every library error translated into the hydrator's own.
 
-The two bulk listings (``list_datasets_per_rse``, ``list_replication_rules``) and the per-RSE
-deep checks (``list_dataset_replicas(deep=True)``) are sent as rucio-clients sends them (its URL,
-session, token and headers: :meth:`RucioWire.get`) but their bodies are handed back as bytes and
-parsed by :mod:`..listing`, instead of rucio-clients' ``json.loads`` per line with a
-date-parsing hook, which was most of a fetch at a million rows. The other calls use
+The two bulk listings (``list_datasets_per_rse``, ``list_replication_rules``), the per-RSE
+deep checks (``list_dataset_replicas(deep=True)``) and one dataset's rules (``list_did_rules``,
+for event cycles) are sent as rucio-clients sends them (its URL, session, token and headers:
+:meth:`RucioWire.get`) but their bodies are handed back as bytes and parsed by
+:mod:`..listing`, instead of rucio-clients' ``json.loads`` per line with a date-parsing hook,
+which was most of a fetch at a million rows. The other calls use
 rucio-clients' methods. The client they use, its session and the bounded reading of answers
 are :mod:`.session`.
 
@@ -93,14 +94,21 @@ class _TokenRejected(Exception):
     """Raised by the response hook when the server refuses the OIDC bearer token (HTTP 401)."""
 
 
+class _NotFound(Exception):
+    """A listing GET answered HTTP 404 (translated as any other error status, unless the
+    caller reads it as an empty answer)."""
+
+
 _CALL_ERRORS: tuple[type[Exception], ...] = (
     rucio_exc.RucioException,
     requests.RequestException,
     OSError,
     json.JSONDecodeError,
     _TokenRejected,
+    _NotFound,
 )
 _REPLICAS, _RULES = "replicas", "rules"  # rucio-clients' REPLICAS_BASEURL and RULE_BASEURL
+_DIDS = "dids"  # rucio-clients' DIDS_BASEURL
 
 
 class InvalidExpression(PermanentSourceError):
@@ -219,6 +227,21 @@ class RucioWire:
 
         return self.call("list_dataset_replicas", lines)
 
+    def did_rules(self, dataset: DatasetId, parse: Callable[[list[bytes]], T]) -> T:
+        """``parse`` applied to the lines of ``list_did_rules(scope, name)`` (every rule on
+        the dataset itself, in any state) inside the retry loop. The server answers HTTP 404
+        for a DID it does not know: no rules (``parse`` of no line)."""
+        path = f"{_DIDS}/{quote_plus(dataset.scope)}/{quote_plus(dataset.name)}/rules"
+
+        def lines() -> T:
+            try:
+                body = self._body(path, f"the rules of dataset {dataset}")
+            except _NotFound:
+                return parse([])
+            return parse(list(filter(None, body.splitlines())))
+
+        return self.call("list_did_rules", lines)
+
     def file_replicas(self, dataset: DatasetId) -> list[Any]:
         """``list_replicas(all_states=True)``: one untrusted record per file of the dataset,
         with its state at each RSE."""
@@ -270,8 +293,8 @@ class RucioWire:
     ) -> requests.Response:
         """One listing GET exactly as rucio-clients sends it (its URL, session, token and
         headers), whose body the caller reads. A 401 gets the client a new token (through
-        ``whoami``) and one resend; another error status raises a ``RucioException``
-        classified by :meth:`_translate` (when made inside :meth:`call`)."""
+        ``whoami``) and one resend; another error status raises a ``RucioException`` (404:
+        :class:`_NotFound`) classified by :meth:`_translate` (when made inside :meth:`call`)."""
         client = self.connected()
         url = build_url(client.host, path=path, params=params)
         for attempt in (1, 2):
@@ -296,7 +319,8 @@ class RucioWire:
             client.whoami()  # rucio-clients renews the token on the 401 this gets
         if response.status_code != 200:
             response.close()
-            raise rucio_exc.RucioException(f"HTTP {response.status_code} from {path}")
+            error = _NotFound if response.status_code == 404 else rucio_exc.RucioException
+            raise error(f"HTTP {response.status_code} from {path}")
         return response
 
     def _body(self, path: str, what: str, params: dict[str, str] | None = None) -> bytes:
