@@ -384,13 +384,14 @@ def negotiator_config(budget: int) -> str:
 def run_all(only: Sequence[str], budget: int = REMOTE_BUDGET) -> dict[str, Any]:
     """The scenarios (all, or those in ``only``) on the real pool; stopped and unmounted after.
     The daemon runs with the near table throughout, the negotiator with the remote budget."""
-    load, start, results = os.getloadavg(), datetime.now(UTC), []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hydrator-locality-") as tmp:
         work = Path(tmp)
         layout = LAYOUT + negotiator_config(budget)
         (work / "layout.conf").write_text(layout, encoding="utf-8")
         extra = {"HYDRATOR_POOL_EXTRA_CONFIG": str(work / "layout.conf")}
         with mock.patch.dict(os.environ, extra), running_pool(work / "token") as pool:
+            load, start = os.getloadavg(), datetime.now(UTC)  # the pool is ours from here
             version = pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0]
             experiment = Experiment(pool, Daemon(work), budget)
             experiment.set_data(INITIAL)
