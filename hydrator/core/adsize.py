@@ -52,12 +52,13 @@ class AdvertiseMemo:
     """A site's :func:`advertise` answer, reused while its inputs are the same: the same
     unstamped view object (the core hands on an unchanged site's view as is), the same
     demand, the same storage statuses and reasons, and an ``updated`` time of the
-    same width in the ad (the size checks see the rendered ad). Everything else
+    same width in the ad (the size checks see the rendered ad), and the same bytes of lines
+    added outside the lists (``extra_bytes``: the near line). Everything else
     :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
     view (the held replicas of its site). Saves re-rendering over-size ads each cycle to find
     how much fits."""
 
-    __slots__ = ("advertised", "contents", "stamp_width", "stated", "wanted")
+    __slots__ = ("advertised", "contents", "extra_bytes", "stamp_width", "stated", "wanted")
 
     def __init__(
         self,
@@ -65,18 +66,27 @@ class AdvertiseMemo:
         view: SiteView,
         wanted: dict[DatasetId, int],
         advertised: Advertised,
+        extra_bytes: int = 0,
     ) -> None:
         self.contents = contents  # held, so that an identity test is sound
         self.stamp_width = stamp_width(view)
         self.wanted = wanted
         self.advertised = advertised
         self.stated = (view.storages, view.unavailable)  # storage and drains
+        self.extra_bytes = extra_bytes
 
-    def fits(self, contents: SiteView, view: SiteView, wanted: Mapping[DatasetId, int]) -> bool:
+    def fits(
+        self,
+        contents: SiteView,
+        view: SiteView,
+        wanted: Mapping[DatasetId, int],
+        extra_bytes: int = 0,
+    ) -> bool:
         """The remembered answer holds for ``view`` (whose unstamped contents are
-        ``contents``) under the demand ``wanted``."""
+        ``contents``) under the demand ``wanted``, with ``extra_bytes`` of other lines."""
         return (
             contents is self.contents
+            and extra_bytes == self.extra_bytes
             and stamp_width(view) == self.stamp_width
             and wanted == self.wanted
             and (view.storages, view.unavailable) == self.stated

@@ -218,8 +218,9 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
         report = service.run_cycle(dry_run=dry_run)
     finally:
         service.close()
+    near = service.near.table.near if service.near is not None else None
     if as_json:
-        print(json.dumps(cycle_json(report), indent=1))
+        print(json.dumps(cycle_json(report, near), indent=1))
     else:
         _print_changes(report)
     return _without_stragglers(EXIT_FAILED if report.outcome == "failed" else EXIT_OK, before)
@@ -247,6 +248,8 @@ def _described(replica: Replica | None) -> str:
 
 
 def _show(config: Config, site: str | None) -> int:
+    from hydrator.core.near import with_near  # noqa: PLC0415
+    from hydrator.runtime.near import offline_near  # noqa: PLC0415
     from hydrator.runtime.service import render_ads  # noqa: PLC0415
     from hydrator.runtime.wiring import state_store  # noqa: PLC0415
 
@@ -260,6 +263,8 @@ def _show(config: Config, site: str | None) -> int:
     finally:
         store.close()
     views, notes = _with_storage(loaded, drained)
+    near, near_notes = offline_near(config.distances, views)
+    views = {name: with_near(view, near.get(name)) for name, view in views.items()}
     if site is not None:
         if Site(site) not in views:
             print(
@@ -278,7 +283,7 @@ def _show(config: Config, site: str | None) -> int:
         text += "".join(map(_storage_line, views[name].storages))
         texts.append(text)
     print("\n".join(texts), end="")
-    print("".join(notes), end="")
+    print("".join([*notes, *near_notes]), end="")
     return EXIT_OK
 
 

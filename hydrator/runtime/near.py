@@ -81,3 +81,20 @@ class NearSites:
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+
+
+def offline_near(
+    config: DistancesConfig, sites: Iterable[Site]
+) -> tuple[Mapping[Site, tuple[Site, ...]], list[str]]:
+    """The near lists ``hydrator show`` can give without asking a catalogue: the operator
+    table's (with a comment line per problem in it), or none and a line saying that the
+    daemon reads them (``[distances] source`` set, or ``[distances]`` off: no line)."""
+    if not config.enabled:
+        return {}, []
+    if config.source is not None:
+        line = f"# near sites: read from source {config.source!r} by the daemon (GET /v1/sites)\n"
+        return {}, [line]
+    table, problems = refresh(
+        operator_distances(config.sites), NearTable(), config.max_distance, sites
+    )
+    return table.near, [f"# near sites: {p.line}\n" for p in problems]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from hydrator.core.jobs import JobsReport, SiteDemand
+from hydrator.core.near import with_near
 from hydrator.core.plan import Plan, SourceStatus
 from hydrator.core.ports import PublishReport
 from hydrator.core.queue_reuse import QueueRead
@@ -43,8 +44,12 @@ class Published:
     origins: Mapping[Site, tuple[str, datetime]] = field(default_factory=dict)
 
     def view(self, site: Site) -> SiteView:
-        """``site``'s full lists (:attr:`views`), else its ad's."""
-        return self.views.get(site) or self.ads[site].view
+        """``site``'s full lists (:attr:`views`) with the near sites its ad carries, else its
+        ad's view."""
+        full, ad = self.views.get(site), self.ads.get(site)
+        if full is None:
+            return self.ads[site].view
+        return full if ad is None else with_near(full, ad.view.near)
 
 
 @dataclass(frozen=True)

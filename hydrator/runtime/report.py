@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from hydrator.core.jobs import JobsReport
+from hydrator.core.near import with_near
 from hydrator.core.plan import SourceStatus
-from hydrator.domain import Change, SiteView, StorageStatus
+from hydrator.domain import Change, Site, SiteView, StorageStatus
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
@@ -29,7 +31,8 @@ def site_json(view: SiteView) -> dict[str, Any]:
     transfer towards the site, whatever is present; a partial entry names its ``transfer``.
     ``storages`` lists the site's storage elements as their catalogues (or the operator) state
     them (:func:`storage_json`), ``unavailable`` the reasons some cannot serve (what the ad's
-    ``DataLocalityUnavailable`` says; a drained site lists no dataset).
+    ``DataLocalityUnavailable`` says; a drained site lists no dataset). ``near``: the sites it
+    reads from cheaply (``[distances]``; null: not known, or ``[distances]`` off).
     """
     stuck, moving = set(view.stuck), {d for d, _ in view.incoming}
     size = dict(view.partial_bytes)
@@ -53,7 +56,12 @@ def site_json(view: SiteView) -> dict[str, Any]:
         "incoming": [{"dataset": str(d), "progress": p} for d, p in incoming],
         "unavailable": list(view.unavailable),
         "storages": [storage_json(s) for s in view.storages],
+        "near": _near(view),
     }
+
+
+def _near(view: SiteView) -> list[str] | None:
+    return None if view.near is None else [str(site) for site in view.near]
 
 
 def storage_json(status: StorageStatus) -> dict[str, Any]:
@@ -109,6 +117,7 @@ def sites_json(published: Published) -> dict[str, Any]:
                 "held": held.get(v.site),
                 "unavailable": list(v.unavailable),
                 "storages": [storage_json(s) for s in v.storages],
+                "near": _near(v),  # the sites it reads from cheaply; null: not known
                 # "full_read", "event" (an event cycle re-read some of its datasets) or
                 # "refresh" (a refresh cycle's storage statuses or drains changed its lists)
                 "origin": origin,
@@ -135,14 +144,18 @@ def change_json(change: Change) -> dict[str, Any]:
     }
 
 
-def cycle_json(report: CycleReport) -> dict[str, Any]:
-    """``hydrator once --json``: per site the datasets by state, and this cycle's changes."""
-    plan = report.plan
+def cycle_json(
+    report: CycleReport, near: Mapping[Site, tuple[Site, ...]] | None = None
+) -> dict[str, Any]:
+    """``hydrator once --json``: per site the datasets by state (with its ``near`` sites, as
+    its ad carries them), and this cycle's changes."""
+    plan, near = report.plan, near or {}
+    views = {s: with_near(v, near.get(s)) for s, v in plan.sites.items()} if plan else {}
     return {
         "started": utc_iso(report.started),
         "summary": cycle_fields(report),
         "sources": [source_json(s) for s in plan.sources] if plan else [],
-        "sites": {site: site_json(view) for site, view in plan.sites.items()} if plan else {},
+        "sites": {site: site_json(view) for site, view in views.items()},
         "changes": [change_json(c) for c in plan.changes] if plan else [],
         "publish_errors": dict(report.publish_errors),
         "jobs": jobs_json(report.jobs) if report.jobs is not None else None,

@@ -360,12 +360,12 @@ class Service:
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():
-            known = memo.get(site)
-            if known is not None and known.fits(contents[site], view, wanted):
+            known, near = memo.get(site), self._near_bytes.get(site, 0)
+            if known is not None and known.fits(contents[site], view, wanted, near):
                 advertised[site] = known.stamped(view)
                 continue
             advertised[site] = advertise(view, wanted, policy, size)
-            memo[site] = AdvertiseMemo(contents[site], view, demand, advertised[site])
+            memo[site] = AdvertiseMemo(contents[site], view, demand, advertised[site], near)
         for site in memo.keys() - plan.sites.keys():
             del memo[site]
         self._warn_over_size(advertised)

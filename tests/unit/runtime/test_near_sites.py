@@ -96,3 +96,35 @@ def test_an_ad_cut_to_max_ad_bytes_still_fits_with_its_near_sites(tmp_path: Path
     assert "SITE_NEAR_07_WITH_A_LONG_NAME" in text
     assert len(text.encode()) <= 1024
     service.close()
+
+
+def test_an_ad_cut_to_size_is_cut_again_when_its_near_list_grows_alone(tmp_path: Path) -> None:
+    """The site's lists stay the same while its near list grows: the ad is measured again
+    (not the cut remembered from the shorter near line) and still fits max_ad_bytes."""
+    names = ", ".join(f'"ska:dataset_number_{i:04d}"' for i in range(80))
+    others = [f"SITE_NEAR_{i:02d}_WITH_A_LONG_NAME" for i in range(8)]
+    (tmp_path / "inv.toml").write_text(f'[storage.A]\nsite = "SITE_A"\navailable = [{names}]\n')
+    table = {"SITE_A": {others[0]: 0}}
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite"},
+            "classad": {"max_ad_bytes": 1024},
+            "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
+            "distances": {"enabled": True, "refresh_s": 1e-9, "sites": table},
+        },
+        tmp_path,
+    )
+    source = StaticSource("static", tmp_path / "inv.toml", {})
+    service = assemble(config, sources=[source], store=SqliteStateStore(config.daemon.state_path))
+    service.run_cycle()
+    first = body(service, "SITE_A")
+    assert others[0] in first and others[1] not in first
+    assert len(first.encode()) <= 1024
+
+    config.distances.sites["SITE_A"] = dict.fromkeys(others, 0)
+    service.run_cycle()
+    text = body(service, "SITE_A")
+    assert all(name in text for name in others)
+    assert len(text.encode()) <= 1024
+    assert text.count("ska:dataset_number_") < first.count("ska:dataset_number_")
+    service.close()
