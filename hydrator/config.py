@@ -493,6 +493,11 @@ class CollectorConfig(_Model):
     querying every schedd again; scheduled cycles always read. Unset: [daemon] interval_s
     (event cycles between two scheduled ones reuse, at most one read per schedd per
     interval). 0: every cycle reads."""
+    repair_interval_s: float = Field(2.0, ge=0)
+    """Every this many seconds, one collector query for the slot ads of our sites that lack
+    their site's current digest (wiped by their startd's update, new, or stale), and merges
+    into exactly those (docs/coverage.md); also measures coverage. 0: off (slots wait for
+    the next cycle)."""
 
 
 class JobsConfig(_Model):

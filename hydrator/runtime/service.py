@@ -16,6 +16,7 @@ from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.core.annotate import Annotator
+from hydrator.core.coverage import SiteCoverage
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
@@ -150,6 +151,7 @@ class Service:
         self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
+        self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,

@@ -68,6 +68,19 @@ EXPECTED = {
     "hydrator_cycle_phase_seconds": ("histogram", ("phase",)),
     "hydrator_queue_reads": ("counter", ("outcome",)),
     "hydrator_refresh_cycles": ("counter", ("outcome",)),
+    "hydrator_slot_coverage_ratio": ("gauge", ("site",)),
+    "hydrator_slot_coverage_slots": ("gauge", ("site", "state")),
+    "hydrator_slots_found_bare": ("counter", ("site",)),
+    "hydrator_slots_found_stale": ("counter", ("site",)),
+    "hydrator_slot_bare_seconds": ("histogram", ("site",)),
+    "hydrator_slot_repairs": ("counter", ("site",)),
+    "hydrator_slot_repair_bytes": ("counter", ("site",)),
+    "hydrator_slot_repair_refused": ("counter", ("site",)),
+    "hydrator_slot_repair_queries": ("counter", ("outcome",)),
+    "hydrator_slot_repair_query_ads": ("counter", ()),
+    "hydrator_collector_merge_bytes": ("counter", ()),
+    "hydrator_slots_without_site": ("gauge", ()),
+    "hydrator_slots_unknown_site": ("gauge", ()),
 }
 
 

@@ -1,0 +1,120 @@
+"""Slot coverage on the real pool: ``hydrator run`` with cycles 600 s apart keeps every slot
+ad carrying its site's lists across its startd's own updates (each one wipes what was
+merged), through the repair watch (docs/coverage.md), and says so in ``/metrics``.
+
+The pool's startd updates every 5 s, so wipes come on their own. The collector is polled
+here directly; the daemon's view is checked only for its metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import htcondor2
+import pytest
+
+from tests.support.daemon import Daemon
+from tests.support.pool import SLOT_SITES, Pool
+from tests.support.static_inventory import (
+    INVENTORY,
+    SITES,
+    TRANSIENT,
+    invalidate_site_ads,
+    write_inventory,
+)
+from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.pool, pytest.mark.slow]
+
+DIGEST = "DataLocalityDigest"
+SITE_ADS = 'MyType == "DataLocality"'
+
+
+def start(daemon: Daemon, pool: Pool, repair_interval_s: float) -> None:
+    """The daemon on the static inventory, publishing into ``pool``: one cycle at start, the
+    next 600 s later; the default merge settings."""
+    sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
+    config = daemon.directory / "hydrator.toml"
+    config.write_text(
+        '[daemon]\ninterval_s = 600\njitter_s = 0\nstate_path = "state.sqlite"\n\n'
+        f'[http]\nlisten = "{daemon.target}"\nmax_age_s = 1\n\n'
+        '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
+        f"settle_s = 0\n\n[sites]\n{sites}\n"
+        f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
+        f'token_dir = "{pool.token_dir}"\nrepair_interval_s = {repair_interval_s}\n'
+    )
+    daemon.start(config, ready_timeout_s=30.0)
+
+
+@pytest.fixture
+def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path)
+    write_inventory(d.directory, INVENTORY)
+    yield d
+    d.stop()
+    invalidate_site_ads(condor_pool)
+
+
+def current_digests(pool: Pool) -> dict[str, str]:
+    """Site -> the digest its DataLocality ad carries (what the daemon published)."""
+    ads = pool.collector.query(htcondor2.AdType.Any, SITE_ADS, ["Name", DIGEST])
+    return {str(ad["Name"]): str(ad[DIGEST]) for ad in ads if DIGEST in ad}
+
+
+def slot1(pool: Pool) -> tuple[int, str | None]:
+    """(LastHeardFrom, DataLocalityDigest) of slot1 (SITE_A) as the collector has it now."""
+    ad = next(a for a in pool.slot_ads(["LastHeardFrom", DIGEST]) if a["Name"].startswith("slot1@"))
+    digest = ad.get(DIGEST)
+    return int(ad["LastHeardFrom"]), (str(digest) if digest is not None else None)
+
+
+def test_a_slot_wiped_by_its_startd_carries_its_lists_again_before_the_next_cycle(
+    condor_pool: Pool, daemon: Daemon
+) -> None:
+    pool = condor_pool
+    assert SLOT_SITES["slot1"] == "SITE_A"
+    start(daemon, pool, repair_interval_s=1)
+    digests = wait_for(
+        "site ads",
+        lambda: current_digests(pool),
+        done=lambda d: len(d) == 3,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    want = digests["SITE_A"]
+    heard, _ = wait_for(
+        "slot1 carries SITE_A's lists",
+        lambda: slot1(pool),
+        done=lambda seen: seen[1] == want,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    # the startd updates slot1 again (every 5 s here), which wipes the merge: slot1 must
+    # carry the lists again after that update, with no cycle in between
+    later, digest = wait_for(
+        "slot1 updated by its startd and carrying SITE_A's lists again",
+        lambda: slot1(pool),
+        done=lambda seen: seen[0] > heard and seen[1] == want,
+        timeout_s=30.0,
+        interval_s=0.2,
+        ignore=TRANSIENT,
+    )
+    assert later > heard and digest == want
+    assert daemon.metric("hydrator_cycles_total", outcome="ok") == 1.0  # no cycle since
+    found = wait_for(
+        "the repair counted",
+        lambda: daemon.metric("hydrator_slots_found_bare_total", site="SITE_A") or 0.0,
+        done=lambda n: n >= 1,
+        timeout_s=10.0,
+        ignore=TRANSIENT,
+    )
+    assert found >= 1
+    repaired = daemon.metric("hydrator_slot_bare_seconds_count", site="SITE_A") or 0.0
+    assert repaired >= 1
+    assert (daemon.metric("hydrator_slot_repairs_total", site="SITE_A") or 0.0) >= 1
+    assert (daemon.metric("hydrator_slot_repair_queries_total", outcome="ok") or 0.0) >= 1
+    ratio = daemon.metric("hydrator_slot_coverage_ratio", site="SITE_A")
+    assert ratio is not None and 0.0 <= ratio <= 1.0
+    slots = daemon.metric("hydrator_slot_coverage_slots", site="SITE_C", state="current")
+    assert slots is not None
