@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import JobsReport
 from hydrator.core.plan import SourceStatus
-from hydrator.domain import Change, SiteView, StorageStatus
+from hydrator.domain import Change, Site, SiteView, StorageStatus
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
@@ -80,9 +82,12 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
     }
 
 
-def sites_json(published: Published) -> dict[str, Any]:
+def sites_json(
+    published: Published, coverage: Mapping[Site, SiteCoverage] | None = None
+) -> dict[str, Any]:
     """Every site with its counts, for ``GET /v1/sites``: of everything held, whatever its ad
-    leaves out; ``held``: why the site guard holds back a drop there (null: it does not)."""
+    leaves out; ``held``: why the site guard holds back a drop there (null: it does not);
+    ``coverage``: its slot ads at the repair watch's last look (null: none yet)."""
     sites = []
     held = {site: why for s in published.sources for site, why in s.held_sites.items()}
     for site in published.ads:
@@ -106,12 +111,28 @@ def sites_json(published: Published) -> dict[str, Any]:
                 # "refresh" (a refresh cycle's storage statuses or drains changed its lists)
                 "origin": origin,
                 "origin_time": origin_at.isoformat() if origin_at else None,
+                "coverage": coverage_json((coverage or {}).get(v.site)),
             }
         )
     return {
         "generated": published.generated.isoformat() if published.generated else None,
         "sites": sites,
         "sources": [source_json(s) for s in published.sources],
+    }
+
+
+def coverage_json(coverage: SiteCoverage | None) -> dict[str, Any] | None:
+    """A site's slot ads by state at the repair watch's last look (docs/coverage.md):
+    ``ratio`` is the share carrying the site's current lists."""
+    if coverage is None:
+        return None
+    return {
+        "slots": coverage.slots,
+        "current": coverage.current,
+        "bare": coverage.bare,
+        "stale": coverage.stale,
+        "deferred": coverage.deferred,
+        "ratio": round(coverage.ratio, 4),
     }
 
 
