@@ -49,6 +49,7 @@ EXPORTED = {
     "hydrator_storage_unavailable_wanted_datasets",
     "hydrator_drains",
     "hydrator_events_listener_connected",
+    "hydrator_slot_coverage_ratio",
 }
 
 
