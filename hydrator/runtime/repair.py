@@ -18,13 +18,15 @@ from datetime import datetime
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from hydrator.config import Config
 from hydrator.core.coverage import RepairReport, SiteCoverage
 from hydrator.core.ports import Publisher, RepairsSlots
-from hydrator.domain import Site
+from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import slot_coverage
 
 log = logging.getLogger(__name__)
 
@@ -190,3 +192,29 @@ def schedule_repairs(
         misfire_grace_time=None,
     )
     return watch
+
+
+def shown_coverage(config: Config, views: Mapping[Site, SiteView]) -> tuple[dict[Site, str], str]:
+    """For ``hydrator show`` with ``[collector]`` enabled: one comment line per site saying
+    how many of its slot ads carry its lists now (asked of the collector), and a last line
+    for slot ads no site covers or for a collector that does not answer."""
+    if not config.collector.enabled or not config.collector.merge_slots:
+        return {}, ""
+    try:
+        coverage, no_site, unknown = slot_coverage(
+            config, {site: view.digest for site, view in views.items()}
+        )
+    except PublishError as exc:
+        return {}, f"# slot coverage: unknown, {redact(str(exc))}\n"
+    lines = {
+        site: f"# slot coverage: {c.current} of {c.slots} slot ad(s) carry these lists"
+        f" ({c.bare} bare, {c.stale + c.deferred} older lists)\n"
+        for site, c in coverage.items()
+    }
+    tail = ""
+    if no_site or unknown:
+        tail = (
+            f"# slot ads never merged: {no_site} without {config.collector.slot_site_attribute},"
+            f" {unknown} naming no site published here\n"
+        )
+    return lines, tail

@@ -8,11 +8,15 @@ here directly; the daemon's view is checked only for its metrics.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import htcondor2
 import pytest
+import requests
 
 from tests.support.daemon import Daemon
 from tests.support.pool import SLOT_SITES, Pool
@@ -118,3 +122,43 @@ def test_a_slot_wiped_by_its_startd_carries_its_lists_again_before_the_next_cycl
     assert ratio is not None and 0.0 <= ratio <= 1.0
     slots = daemon.metric("hydrator_slot_coverage_slots", site="SITE_C", state="current")
     assert slots is not None
+    sites = requests.get(f"{daemon.url}/v1/sites", timeout=5).json()["sites"]
+    coverage = {s["site"]: s["coverage"] for s in sites}
+    assert set(coverage) == {"SITE_A", "SITE_B", "SITE_C"}
+    assert coverage["SITE_A"]["slots"] == 1
+
+
+def show(daemon: Daemon) -> str:
+    assert daemon.config is not None
+    return subprocess.run(
+        [sys.executable, "-m", "hydrator", "show", "--config", str(daemon.config)],
+        cwd=daemon.directory,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def test_show_says_how_many_slot_ads_carry_each_sites_lists(
+    condor_pool: Pool, daemon: Daemon
+) -> None:
+    """Asked of the collector by ``hydrator show`` itself; SITE_C has slot3, slot4 and, while
+    a job runs there, a dynamic slot: at least two slot ads."""
+    start(daemon, condor_pool, repair_interval_s=1)
+    wait_for(
+        "every slot carries its site's lists",
+        lambda: current_digests(condor_pool),
+        done=lambda d: (
+            len(d) == 3
+            and all(
+                a.get(DIGEST) == d[str(a["GLIDEIN_Site"])] for a in condor_pool.slot_ads([DIGEST])
+            )
+        ),
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    text = show(daemon)
+    lines = [line for line in text.splitlines() if line.startswith("# slot coverage")]
+    assert len(lines) == 3, text
+    # a sample of a moving pool: slot1 may be between its startd's update and its repair
+    assert re.search(r"# slot coverage: [01] of 1 slot ad\(s\) carry these lists", text), text

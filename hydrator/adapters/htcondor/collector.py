@@ -529,10 +529,17 @@ class CollectorPublisher:
         self._census, *strays = census(seen, self._current, deferred)
         self._strays = (strays[0], strays[1])
 
-    @property
-    def coverage(self) -> Mapping[Site, SiteCoverage]:
-        """Each site's coverage at the last full census (a cycle's look at every slot)."""
-        return dict(self._census)
+    def coverage_now(
+        self, digests: Mapping[Site, str]
+    ) -> tuple[dict[Site, SiteCoverage], int, int]:
+        """One look at every slot ad now (``hydrator show``): coverage per site of
+        ``digests``, slot ads without a site attribute, naming no site of ours. A site's
+        current digest is its DataLocality ad's (what the daemon published), else the one
+        given; slots held back by ``merge_min_interval_s`` count as stale here. Raises
+        :class:`PublishError` when the collector cannot be queried."""
+        published = {t.site: t.digest for t in self._site_ads() if t.digest is not None}
+        current = {site: Current(published.get(site, d), 0.0) for site, d in digests.items()}
+        return census(self._slots(), current, {})
 
     def repair(self, now: datetime, interval_s: float) -> RepairReport:
         """One repair look (docs/coverage.md): one query for the slot ads of our sites that
