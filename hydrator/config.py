@@ -477,7 +477,9 @@ class CollectorConfig(_Model):
     at once, site ads follow every cycle. Slot ads then lag the catalogue by up to this long,
     removals included. 0: every cycle. Default: HTCondor's UPDATE_INTERVAL, set it to the
     startds' own. refresh_s still holds: a slot whose DataLocalityUpdated is older than
-    refresh_s while a newer exists is re-merged, so larger values act as refresh_s."""
+    refresh_s while a newer exists is re-merged, so larger values act as refresh_s. The repair
+    watch (repair_interval_s) keeps the same limit; set it low for changes to reach slot ads
+    within seconds, at one full merge per slot per change (docs/coverage.md)."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU

@@ -14,12 +14,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import classad2
 import htcondor2
 import pytest
 import requests
 
 from tests.support.daemon import Daemon
-from tests.support.pool import SLOT_SITES, Pool
+from tests.support.pool import RUNNING, SLOT_SITES, Pool
 from tests.support.static_inventory import (
     INVENTORY,
     SITES,
@@ -162,3 +163,38 @@ def test_show_says_how_many_slot_ads_carry_each_sites_lists(
     assert len(lines) == 3, text
     # a sample of a moving pool: slot1 may be between its startd's update and its repair
     assert re.search(r"# slot coverage: [01] of 1 slot ad\(s\) carry these lists", text), text
+
+
+def test_a_new_slot_carries_its_lists_before_the_next_cycle(
+    condor_pool: Pool, daemon: Daemon
+) -> None:
+    """A job starting in the partitionable slot4 (SITE_C) makes a dynamic slot, a slot ad the
+    cycle never saw: it carries SITE_C's lists with no cycle in between."""
+    pool = condor_pool
+    start(daemon, pool, repair_interval_s=1)
+    digests = wait_for(
+        "site ads",
+        lambda: current_digests(pool),
+        done=lambda d: len(d) == 3,
+        timeout_s=30.0,
+        ignore=TRANSIENT,
+    )
+    cluster = pool.submit(
+        "executable = /bin/sleep\narguments = 600\noutput = /dev/null\nerror = /dev/null\n"
+        'requirements = TARGET.GLIDEIN_Site == "SITE_C" && TARGET.PartitionableSlot =?= true\n'
+        "queue\n"
+    )
+    try:
+        name = str(pool.wait_for_job_state(cluster, [RUNNING], timeout_s=60)["RemoteHost"])
+        ads = wait_for(
+            f"the new slot {name} carrying SITE_C's lists",
+            lambda: pool.slot_ads([DIGEST], constraint=f"Name == {classad2.quote(name)}"),
+            done=lambda ads: bool(ads) and ads[0].get(DIGEST) == digests["SITE_C"],
+            timeout_s=30.0,
+            interval_s=0.2,
+            ignore=TRANSIENT,
+        )
+        assert ads[0].get(DIGEST) == digests["SITE_C"]
+        assert daemon.metric("hydrator_cycles_total", outcome="ok") == 1.0  # no cycle since
+    finally:
+        pool.run_in_chroot(["condor_rm", str(cluster)], user="submitter", check=False)
