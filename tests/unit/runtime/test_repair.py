@@ -1,5 +1,6 @@
 """The repair watch's loop: metrics from each look, one line per fault, back-off while the
-collector fails (the looks themselves are tested on the real pool: tests/pool/test_coverage.py)."""
+collector fails; the coverage in /v1/sites (the looks themselves are tested on the real pool:
+tests/pool/test_coverage.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
+from hydrator.config import ClassAdConfig
 from hydrator.core.coverage import RepairPlan, RepairReport, SiteCoverage
 from hydrator.domain import Site
 from hydrator.errors import PublishError
 from hydrator.runtime import repair
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.outcome import Published
 from hydrator.runtime.repair import RepairWatch
+from hydrator.runtime.report import sites_json
+from hydrator.runtime.service import render_ads
+from tests.pool.views import views
 
 A = Site("SITE_A")
 
@@ -153,3 +159,13 @@ def test_each_fault_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
     assert sum("does not publish" in line for line in lines) == 2
     assert value(metrics, "hydrator_slot_repair_refused_total", site=A) == 2
     assert value(metrics, "hydrator_slots_without_site") == 2
+
+
+def test_v1_sites_gives_each_sites_coverage_at_the_last_look() -> None:
+    published = Published(render_ads(views({A: ["ska:x"], "SITE_B": []}), ClassAdConfig()))
+    body = sites_json(published, {A: SiteCoverage(4, 3, 1)})
+    doc = {s["site"]: s["coverage"] for s in body["sites"]}
+    assert doc == {
+        A: {"slots": 4, "current": 3, "bare": 1, "stale": 0, "deferred": 0, "ratio": 0.75},
+        "SITE_B": None,  # not looked at yet
+    }
