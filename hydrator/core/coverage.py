@@ -72,13 +72,15 @@ class SiteCoverage:
 @dataclass(frozen=True)
 class Pending:
     """A slot merged by a repair, remembered until a look finds it covered or gone: if it is
-    found uncovered again with the same ``heard_s`` the collector did not keep the merge
-    (the slot vanished, or the merge was refused). ``attempts``: merges so far; ``retry_s``:
-    not merged again before this time (epoch seconds)."""
+    found uncovered again with the same ``heard_s`` while its site's digest is still the
+    ``digest`` merged, the collector did not keep the merge (the slot vanished, or the merge
+    was refused). ``attempts``: merges so far; ``retry_s``: not merged again before this
+    time (epoch seconds)."""
 
     heard_s: int | None
     attempts: int
     retry_s: float
+    digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ def plan_repairs(
 ) -> RepairPlan:
     """Decide one look's repairs from the uncovered slots ``found``.
 
-    A slot not merged before (or wiped again since: another ``heard_s``) starts an episode:
+    A slot not merged before (or wiped again since: another ``heard_s``; or its site's
+    lists changed since: another digest) starts an episode:
     it is counted as found bare or stale and merged. A slot merged by an earlier look and
     found uncovered with the same ``heard_s`` was not kept: counted once as refused, then
     merged again only after a back-off doubling from ``backoff_s[0]`` up to ``backoff_s[1]``
@@ -175,11 +178,11 @@ def plan_repairs(
         b, s = uncovered.get(site, (0, 0))
         uncovered[site] = (b + (slot.digest is None), s + (slot.digest is not None))
         before = pending.get(slot.name)
-        if before is None or before.heard_s != slot.heard_s:
+        if before is None or (before.heard_s, before.digest) != (slot.heard_s, want.digest):
             counts = bare if slot.digest is None else stale
             counts[site] = counts.get(site, 0) + 1
             merge.append(Repair(slot, since_s(slot, want, now_s)))
-            remember[slot.name] = Pending(slot.heard_s, 1, now_s + backoff_s[0])
+            remember[slot.name] = Pending(slot.heard_s, 1, now_s + backoff_s[0], want.digest)
             continue
         if before.attempts == 1:
             refused[site] = refused.get(site, 0) + 1

@@ -105,13 +105,15 @@ def test_a_look_merges_every_uncovered_slot_once_and_counts_each_episode() -> No
     [
         # merged last look, found again without an update since: not kept, counted once,
         # merged again after the first back-off
-        (Pending(9_900, 1, NOW - 1), 9_900, True, 1, 0, 0),
-        (Pending(9_900, 1, NOW + 1), 9_900, False, 1, 0, 1),
+        (Pending(9_900, 1, NOW - 1, "da"), 9_900, True, 1, 0, 0),
+        (Pending(9_900, 1, NOW + 1, "da"), 9_900, False, 1, 0, 1),
         # a later failure: no new count, waits out its longer back-off
-        (Pending(9_900, 3, NOW + 5), 9_900, False, 0, 0, 1),
-        (Pending(9_900, 3, NOW - 5), 9_900, True, 0, 0, 0),
+        (Pending(9_900, 3, NOW + 5, "da"), 9_900, False, 0, 0, 1),
+        (Pending(9_900, 3, NOW - 5, "da"), 9_900, True, 0, 0, 0),
         # wiped again by a newer update: a new episode, merged at once
-        (Pending(9_900, 3, NOW + 50), 9_950, True, 0, 1, 0),
+        (Pending(9_900, 3, NOW + 50, "da"), 9_950, True, 0, 1, 0),
+        # the site's lists changed since the merge: a new episode, merged at once
+        (Pending(9_900, 3, NOW + 50, "older"), 9_900, True, 0, 1, 0),
     ],
 )
 def test_a_repair_the_collector_did_not_keep_is_retried_with_back_off(
