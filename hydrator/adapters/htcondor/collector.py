@@ -35,6 +35,11 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   merge ads per churn cycle with 0, none with 300; deploy/README.md, "Collector merges or the
   hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
   older than ``refresh_s`` while a newer one exists is re-merged anyway.
+* **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
+  between cycles): one query for the slot ads of the last published sites that lack their
+  site's current digest, leaving out those the rate limit holds back
+  (:func:`hydrator.core.coverage.stale_constraint`), then the merges above into exactly those
+  slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
 
 Cost (issue 15, measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
