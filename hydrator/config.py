@@ -494,7 +494,9 @@ class CollectorConfig(_Model):
     at once, site ads follow every cycle. Slot ads then lag the catalogue by up to this long,
     removals included. 0: every cycle. Default: HTCondor's UPDATE_INTERVAL, set it to the
     startds' own. refresh_s still holds: a slot whose DataLocalityUpdated is older than
-    refresh_s while a newer exists is re-merged, so larger values act as refresh_s."""
+    refresh_s while a newer exists is re-merged, so larger values act as refresh_s. The repair
+    watch (repair_interval_s) keeps the same limit; set it low for changes to reach slot ads
+    within seconds, at one full merge per slot per change (docs/coverage.md)."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU
@@ -510,6 +512,11 @@ class CollectorConfig(_Model):
     querying every schedd again; scheduled cycles always read. Unset: [daemon] interval_s
     (event cycles between two scheduled ones reuse, at most one read per schedd per
     interval). 0: every cycle reads."""
+    repair_interval_s: float = Field(2.0, ge=0)
+    """Every this many seconds, one collector query for the slot ads of our sites that lack
+    their site's current digest (wiped by their startd's update, new, or stale), and merges
+    into exactly those (docs/coverage.md); also measures coverage. 0: off (slots wait for
+    the next cycle)."""
 
 
 class JobsConfig(_Model):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from hydrator.core.coverage import RepairReport
 from hydrator.core.derived import Derived
 from hydrator.core.events import Ignored, ListenerStatus, RucioEvent
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
@@ -194,6 +195,17 @@ class Publisher(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RepairsSlots(Protocol):
+    """A publisher that can find, between cycles, the slot ads lacking their site's current
+    lists and merge them again (docs/coverage.md); the runtime's repair watch calls it."""
+
+    def repair(self, now: datetime, interval_s: float) -> RepairReport:
+        """One look and its merges (``interval_s``: the watch's, the first back-off of a
+        slot whose repair was not kept). Raise PublishError when the collector fails."""
+        ...
 
 
 # -- state -----------------------------------------------------------------------------------

@@ -250,6 +250,7 @@ def _described(replica: Replica | None) -> str:
 def _show(config: Config, site: str | None) -> int:
     from hydrator.core.near import with_near  # noqa: PLC0415
     from hydrator.runtime.near import offline_near  # noqa: PLC0415
+    from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
     from hydrator.runtime.service import render_ads  # noqa: PLC0415
     from hydrator.runtime.wiring import state_store  # noqa: PLC0415
 
@@ -274,6 +275,7 @@ def _show(config: Config, site: str | None) -> int:
             return EXIT_FAILED
         views = {Site(site): views[Site(site)]}
     ads = render_ads(views, config.classad)
+    coverage, stray = shown_coverage(config, views)
     texts = []
     for name, ad in ads.items():
         text = ad.body.decode()
@@ -281,8 +283,9 @@ def _show(config: Config, site: str | None) -> int:
             stuck = ", ".join(str(d) for d in views[name].stuck)
             text += f"# stuck transfers (not advertised): {stuck}\n"
         text += "".join(map(_storage_line, views[name].storages))
-        texts.append(text)
+        texts.append(text + coverage.get(name, ""))
     print("\n".join(texts), end="")
+    print(stray, end="")
     print("".join([*notes, *near_notes]), end="")
     return EXIT_OK
 

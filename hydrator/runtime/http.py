@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 RESTART_DELAY_S = 1.0
 
 DOCUMENTS: dict[str, Callable[[Service], Any]] = {
-    "sites.json": lambda service: sites_json(service.published),
+    "sites.json": lambda service: sites_json(service.published, service.coverage),
     "demand.json": lambda service: demand_json(service.published),
 }
 """JSON views rewritten after every cycle: file name -> builder (see

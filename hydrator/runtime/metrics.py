@@ -452,6 +452,71 @@ class Metrics:
         "[distances] remote_budget: remote readers allowed per site (NaN without [distances]).",
     )
 
+    # ---- slot coverage: which slot ads carry their site's current lists (docs/coverage.md)
+    slot_coverage_ratio = _gauge(
+        "slot_coverage_ratio",
+        "Share of the site's slot ads carrying its current lists at the last look (0..1).",
+        "site",
+    )
+    slot_coverage = _gauge(
+        "slot_coverage_slots",
+        "The site's slot ads at the last look by state: current (its current lists), bare"
+        " (none: wiped by the startd's update, or new), stale (older lists, to repair),"
+        " deferred (older lists held back by [collector] merge_min_interval_s).",
+        "site",
+        "state",
+    )
+    slots_found_bare = _counter(
+        "slots_found_bare",
+        "Slot ads found without their site's lists (wiped or new), once per episode.",
+        "site",
+    )
+    slots_found_stale = _counter(
+        "slots_found_stale",
+        "Slot ads found with older lists of their site (not deferred), once per episode.",
+        "site",
+    )
+    slot_bare_seconds = _histogram(
+        "slot_bare_seconds",
+        "How long a slot ad went without its site's current lists until a merge repaired it"
+        " (from its LastHeardFrom, or the digest's publication; docs/coverage.md).",
+        "site",
+        buckets=(0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600),
+    )
+    slot_repairs = _counter(
+        "slot_repairs", "Merges the repair watch sent, into slots found bare or stale.", "site"
+    )
+    slot_repair_bytes = _counter(
+        "slot_repair_bytes", "Old-syntax bytes of the repair watch's merges.", "site"
+    )
+    slot_repair_refused = _counter(
+        "slot_repair_refused",
+        "Repairs the collector did not keep (the slot still lacked its lists at the next"
+        " look, without a startd update since); such a slot is retried with back-off.",
+        "site",
+    )
+    slot_repair_queries = _counter(
+        "slot_repair_queries",
+        "Repair looks (one collector query each) by outcome (ok, error).",
+        "outcome",
+        preset=("ok", "error"),
+    )
+    slot_repair_query_ads = _counter(
+        "slot_repair_query_ads", "Slot ads the repair looks' queries returned."
+    )
+    collector_merge_bytes = _counter(
+        "collector_merge_bytes",
+        "Old-syntax bytes of the cycles' slot merges (the repair watch's: slot_repair_bytes).",
+    )
+    slots_without_site = _gauge(
+        "slots_without_site",
+        "Slot ads without the [collector] slot_site_attribute at the last cycle (never merged).",
+    )
+    slots_unknown_site = _gauge(
+        "slots_unknown_site",
+        "Slot ads whose site attribute names no site the hydrator publishes, at the last cycle.",
+    )
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._of_sources: list[tuple[Counter | Gauge | Histogram, tuple[str, ...]]] = []

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import JobsReport
 from hydrator.core.near import with_near
 from hydrator.core.plan import SourceStatus
@@ -95,9 +96,12 @@ def source_json(status: SourceStatus) -> dict[str, Any]:
     }
 
 
-def sites_json(published: Published) -> dict[str, Any]:
+def sites_json(
+    published: Published, coverage: Mapping[Site, SiteCoverage] | None = None
+) -> dict[str, Any]:
     """Every site with its counts, for ``GET /v1/sites``: of everything held, whatever its ad
-    leaves out; ``held``: why the site guard holds back a drop there (null: it does not)."""
+    leaves out; ``held``: why the site guard holds back a drop there (null: it does not);
+    ``coverage``: its slot ads at the repair watch's last look (null: none yet)."""
     sites = []
     held = {site: why for s in published.sources for site, why in s.held_sites.items()}
     for site in published.ads:
@@ -122,12 +126,28 @@ def sites_json(published: Published) -> dict[str, Any]:
                 # "refresh" (a refresh cycle's storage statuses or drains changed its lists)
                 "origin": origin,
                 "origin_time": utc_iso(origin_at),
+                "coverage": coverage_json((coverage or {}).get(v.site)),
             }
         )
     return {
         "generated": utc_iso(published.generated),
         "sites": sites,
         "sources": [source_json(s) for s in published.sources],
+    }
+
+
+def coverage_json(coverage: SiteCoverage | None) -> dict[str, Any] | None:
+    """A site's slot ads by state at the repair watch's last look (docs/coverage.md):
+    ``ratio`` is the share carrying the site's current lists."""
+    if coverage is None:
+        return None
+    return {
+        "slots": coverage.slots,
+        "current": coverage.current,
+        "bare": coverage.bare,
+        "stale": coverage.stale,
+        "deferred": coverage.deferred,
+        "ratio": round(coverage.ratio, 4),
     }
 
 

@@ -31,6 +31,7 @@ from hydrator.errors import ConfigError, HydratorError
 from hydrator.runtime.events import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.repair import schedule_repairs
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
@@ -180,6 +181,8 @@ class Daemon:
         run = self.service.run_cycle if self._gate is None else self._gate
         self._scheduler = BackgroundScheduler(timezone=UTC)
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
+        written = self.endpoint.write if self.endpoint is not None else lambda: None
+        schedule_repairs(self._scheduler, self.service, written)
         self._scheduler.start()
 
     def _stop_cycles(self) -> None:

@@ -16,6 +16,7 @@ from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.core.annotate import Annotator
+from hydrator.core.coverage import SiteCoverage
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
@@ -158,6 +159,7 @@ class Service:
         self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
         if near is not None:
             metrics.remote_budget.set(near.config.remote_budget)
+        self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,

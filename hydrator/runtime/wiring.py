@@ -33,6 +33,7 @@ from hydrator.config import (
 )
 from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.annotate import Annotator
+from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import Policy
 from hydrator.core.ports import (
@@ -151,6 +152,14 @@ def build_annotator(config: Config, reader: CondorQueue | None = None) -> Annota
         max_edits=config.jobs.max_edits_per_cycle,
     )
     return Annotator(schedd_queues(config.jobs, config.collector, reader), settings)
+
+
+def slot_coverage(
+    config: Config, digests: Mapping[Site, str]
+) -> tuple[Mapping[Site, SiteCoverage], int, int]:
+    """``hydrator show``: the slot ads' coverage now, asked of ``[collector]`` (raises
+    PublishError): per site, then slot ads without a site attribute and of unknown sites."""
+    return collector_publisher(config.collector, config.classad).coverage_now(digests)
 
 
 def state_store(path: Path, *, read_only: bool = False) -> StateStore:

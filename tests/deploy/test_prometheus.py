@@ -53,6 +53,7 @@ EXPORTED = {
     "hydrator_thread_restarts_total",
     "hydrator_site_remote_readers",
     "hydrator_remote_budget",
+    "hydrator_slot_coverage_ratio",
 }
 
 

@@ -36,6 +36,11 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   merge ads per churn cycle with 0, none with 300; deploy/README.md, "Collector merges or the
   hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
   older than ``refresh_s`` while a newer one exists is re-merged anyway.
+* **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
+  between cycles): one query for the slot ads of the last published sites that lack their
+  site's current digest, leaving out those the rate limit holds back
+  (:func:`hydrator.core.coverage.stale_constraint`), then the merges above into exactly those
+  slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
 
 Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
@@ -55,6 +60,7 @@ collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIA
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,6 +73,18 @@ import htcondor2
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
 from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.coverage import (
+    Current,
+    Pending,
+    RepairPlan,
+    RepairReport,
+    SiteCoverage,
+    SlotSeen,
+    after_look,
+    census,
+    plan_repairs,
+    stale_constraint,
+)
 from hydrator.core.ports import PublishReport
 from hydrator.core.render import published_updated, site_classad
 from hydrator.domain import Site, SiteView
@@ -78,6 +96,10 @@ SITE_AD_TYPE = "DataLocality"
 MERGED_ATTRIBUTE = "DataLocalityMerged"
 """Slot attribute: epoch seconds of the cycle that last merged the site's whole ad into it."""
 ADVERTISE_ATTEMPTS = 2
+SLOT_PROJECTION_EXTRA = ("LastHeardFrom",)
+MAX_REPAIR_BACKOFF_S = 60.0
+"""Longest wait before merging again into a slot whose earlier repair the collector did not
+keep (docs/coverage.md)."""
 T = TypeVar("T")
 
 
@@ -112,6 +134,11 @@ class Rendered:
         """The ad's attributes as (name, expression), looked up once: a lookup copies the
         expression (~1 ms for a 60 kB list), and site ads and merges both need them."""
         return [(key, self.ad.lookup(key)) for key in self.ad]
+
+    @cached_property
+    def size_bytes(self) -> int:
+        """The ad's old-syntax length: what one full merge of it carries, ``Name`` aside."""
+        return len(self.ad.printOld().encode("utf-8"))
 
 
 def is_current(target: Target, want: Rendered, now_s: float, refresh_s: float) -> bool:
@@ -243,6 +270,12 @@ class CollectorPublisher:
         self._rendered: dict[Site, Rendered] = {}
         """Last cycle's rendered ads, keyed by (digest, published updated), which determine
         the ad: an unchanged site is not rendered again."""
+        self._lock = threading.Lock()  # a cycle's publish and a repair look, one at a time
+        self._current: dict[Site, Current] = {}  # each site's digest and since when
+        self._pending: dict[str, Pending] = {}  # slots merged by a repair, until seen covered
+        self._census: dict[Site, SiteCoverage] = {}  # the last cycle's full look
+        self._strays = (0, 0)  # slots without a site attribute, naming no site of ours
+        self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
 
     @property
     def name(self) -> str:
@@ -261,8 +294,15 @@ class CollectorPublisher:
         Raises :class:`PublishError` if the collector cannot be queried or an update cannot be
         delivered (nothing is retried within a cycle: the next cycle re-sends what is missing).
         """
+        with self._lock:
+            return self._publish(sites, removed, now)
+
+    def _publish(
+        self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> PublishReport:
         rendered = self._render_all(sites)
         now_s = now.timestamp()
+        self._note_current(rendered, now_s)
         sent: dict[str, int] = {}
         current = 0
         if self.config.site_ads:
@@ -276,11 +316,15 @@ class CollectorPublisher:
         deferred = 0
         if self.config.merge_slots:
             refresh_s = self.config.refresh_s
-            todo, current_slots = plan_merges(self._slots(), rendered, now_s, refresh_s)
+            seen = self._slots()
+            targets = [t for t in map(_as_target, seen) if t is not None]
+            stale, current_slots = plan_merges(targets, rendered, now_s, refresh_s)
             todo, deferred = defer_merges(
-                todo, rendered, now_s, refresh_s, self.config.merge_min_interval_s
+                stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
             )
-            sent["merge"] = self._merge(todo, rendered, int(now_s))
+            self._take_census(seen, stale, todo)
+            sent["merge"], merged_bytes = self._merge(todo, rendered, int(now_s))
+            self._cycle_bytes += merged_bytes
             current += current_slots
         return PublishReport(
             sent={k: v for k, v in sent.items() if v}, skipped_current=current, deferred=deferred
@@ -320,20 +364,40 @@ class CollectorPublisher:
             raise PublishError(f"collector {self._where()}: query failed: {exc}") from exc
         return ads
 
-    def _slots(self) -> list[Target]:
-        site_attr = self.config.slot_site_attribute
-        ads = self._query(
-            htcondor2.AdType.Slot,
-            f"isString({site_attr})",
-            [
-                "Name",
-                site_attr,
-                self.attrs.digest_attribute,
-                self.attrs.updated_attribute,
-                MERGED_ATTRIBUTE,
-            ],
+    def _slot_projection(self) -> list[str]:
+        return [
+            "Name",
+            self.config.slot_site_attribute,
+            self.attrs.digest_attribute,
+            self.attrs.updated_attribute,
+            MERGED_ATTRIBUTE,
+            *SLOT_PROJECTION_EXTRA,
+        ]
+
+    def _slots(self, constraint: str = "true") -> list[SlotSeen]:
+        """Every slot ad matching ``constraint`` (by default all, so that slots without a
+        site attribute are counted), projected to what merges and coverage need."""
+        ads = self._query(htcondor2.AdType.Slot, constraint, self._slot_projection())
+        return [s for s in map(self._seen, ads) if s is not None]
+
+    def _seen(self, ad: Any) -> SlotSeen | None:
+        name = ad.get("Name")
+        if not isinstance(name, str):
+            return None
+        site, digest = ad.get(self.config.slot_site_attribute), ad.get(self.attrs.digest_attribute)
+        updated, merged, heard = (
+            ad.get(self.attrs.updated_attribute),
+            ad.get(MERGED_ATTRIBUTE),
+            ad.get("LastHeardFrom"),
         )
-        return [t for t in (self._target(ad, site_attr) for ad in ads) if t is not None]
+        return SlotSeen(
+            name,
+            site if isinstance(site, str) else None,
+            digest if isinstance(digest, str) else None,
+            merged if isinstance(merged, int) else None,
+            heard if isinstance(heard, int) else None,
+            updated if isinstance(updated, int) else None,
+        )
 
     def _site_ads(self) -> list[Target]:
         ads = self._query(
@@ -424,14 +488,12 @@ class CollectorPublisher:
 
     def _merge(
         self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], merged_s: int
-    ) -> int:
+    ) -> tuple[int, int]:
         """Merge each slot's site attributes into it: per site and kind (full, with
         :data:`MERGED_ATTRIBUTE` = ``merged_s``, or digest and updated alone: :func:`slim_merge`)
-        one template, whose ads are reused across that group's batches (:func:`named_batches`)."""
-        groups: dict[tuple[Site, bool], list[str]] = {}
-        for slot in slots:
-            slim = slim_merge(slot, rendered[slot.site])
-            groups.setdefault((slot.site, slim), []).append(slot.name)
+        one template, whose ads are reused across that group's batches (:func:`named_batches`).
+        Returns (ads sent, their old-syntax bytes)."""
+        groups = merge_groups(slots, rendered)
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 
         def template(site: Site, slim: bool) -> list[tuple[str, Any]]:
@@ -444,10 +506,158 @@ class CollectorPublisher:
             for (site, slim), names in sorted(groups.items())
             for batch in named_batches(template(site, slim), names, self.config.batch_size)
         )
-        return self._send_batches(built, len(slots), "MERGE_STARTD_AD")
+        sent = self._send_batches(built, len(slots), "MERGE_STARTD_AD")
+        return sent, merge_bytes(groups, rendered)
+
+    # -- coverage and repair ----------------------------------------------------------------------
+
+    def _note_current(self, rendered: Mapping[Site, Rendered], now_s: float) -> None:
+        """Remember each site's digest and since when it is published (a repair look's
+        reference; docs/coverage.md)."""
+        self._current = {
+            site: (
+                old
+                if (old := self._current.get(site)) is not None and old.digest == want.digest
+                else Current(want.digest, now_s)
+            )
+            for site, want in rendered.items()
+        }
+
+    def _take_census(
+        self, seen: Sequence[SlotSeen], stale: Sequence[Target], todo: Sequence[Target]
+    ) -> None:
+        """The cycle's full look as coverage per site (the slots it defers counted apart)."""
+        merging = {t.name for t in todo}
+        deferred: dict[Site, int] = {}
+        for target in stale:
+            if target.name not in merging:
+                deferred[target.site] = deferred.get(target.site, 0) + 1
+        self._census, *strays = census(seen, self._current, deferred)
+        self._strays = (strays[0], strays[1])
+
+    def coverage_now(
+        self, digests: Mapping[Site, str]
+    ) -> tuple[dict[Site, SiteCoverage], int, int]:
+        """One look at every slot ad now (``hydrator show``): coverage per site of
+        ``digests``, slot ads without a site attribute, naming no site of ours. A site's
+        current digest is its DataLocality ad's (what the daemon published), else the one
+        given; slots held back by ``merge_min_interval_s`` count as stale here. Raises
+        :class:`PublishError` when the collector cannot be queried."""
+        published = {t.site: t.digest for t in self._site_ads() if t.digest is not None}
+        current = {site: Current(published.get(site, d), 0.0) for site, d in digests.items()}
+        return census(self._slots(), current, {})
+
+    def repair(self, now: datetime, interval_s: float) -> RepairReport:
+        """One repair look (docs/coverage.md): one query for the slot ads of our sites that
+        lack their site's current digest (those held back by ``merge_min_interval_s`` left
+        out), then the same merges a cycle makes, into exactly those slots (a slot whose
+        earlier repair was not kept waits a back-off from ``interval_s`` up to
+        :data:`MAX_REPAIR_BACKOFF_S`). No catalogue read; sites are those of the last
+        publish. Raises :class:`PublishError` when the collector cannot be queried or a merge
+        cannot be delivered."""
+        with self._lock:
+            cycle_bytes, self._cycle_bytes = self._cycle_bytes, 0
+            current, rendered = dict(self._current), self._rendered
+            if not self.config.merge_slots or not current:
+                return RepairReport(cycle_merge_bytes=cycle_bytes)
+            now_s = now.timestamp()
+            found = self._slots(self._stale_constraint(current, now_s))
+            backoff = (interval_s, max(interval_s, MAX_REPAIR_BACKOFF_S))
+            plan = plan_repairs(found, current, self._pending, now_s, backoff)
+            self._pending = dict(plan.pending)
+            return self._repair(plan, rendered, now_s, len(found), cycle_bytes)
+
+    def _stale_constraint(self, current: Mapping[Site, Current], now_s: float) -> str:
+        interval = self.config.merge_min_interval_s
+        after = int(now_s - interval) if interval > 0 else None
+        return stale_constraint(
+            self.config.slot_site_attribute,
+            self.attrs.digest_attribute,
+            MERGED_ATTRIBUTE,
+            current,
+            after,
+        )
+
+    def _repair(
+        self,
+        plan: RepairPlan,
+        rendered: Mapping[Site, Rendered],
+        now_s: float,
+        returned: int,
+        cycle_bytes: int,
+    ) -> RepairReport:
+        targets = [
+            Target(r.slot.name, Site(str(r.slot.site)), r.slot.digest, r.slot.updated)
+            for r in plan.merge
+        ]
+        merged_s = int(now_s)
+        delays: dict[Site, list[float]] = {}
+        merged: dict[Site, int] = {}
+        sizes: dict[Site, int] = {}
+        for site, group in _by_site(targets).items():
+            count, size = self._merge(group, rendered, merged_s)
+            merged[site], sizes[site] = count, size
+        for repair in plan.merge:
+            site = Site(str(repair.slot.site))
+            delays.setdefault(site, []).append(max(0.0, now_s - repair.since_s))
+        return RepairReport(
+            looked=True,
+            returned=returned,
+            plan=plan,
+            merged=merged,
+            merge_bytes=sizes,
+            delays_s={site: tuple(d) for site, d in delays.items()},
+            coverage={
+                s: c for s, c in after_look(self._census, plan.uncovered).items() if s in rendered
+            },
+            without_site=self._strays[0],
+            unknown_site=self._strays[1],
+            cycle_merge_bytes=cycle_bytes,
+        )
 
     def _where(self) -> str:
         return self.config.pool or "(local configuration)"
+
+
+def merge_groups(
+    slots: Sequence[Target], rendered: Mapping[Site, Rendered]
+) -> dict[tuple[Site, bool], list[str]]:
+    """Slot names by (site, slim): one template each (:func:`slim_merge`)."""
+    groups: dict[tuple[Site, bool], list[str]] = {}
+    for slot in slots:
+        slim = slim_merge(slot, rendered[slot.site])
+        groups.setdefault((slot.site, slim), []).append(slot.name)
+    return groups
+
+
+SLIM_MERGE_BYTES = 100
+"""About what a merge of the digest and updated attributes alone carries (old syntax)."""
+
+
+def merge_bytes(
+    groups: Mapping[tuple[Site, bool], Sequence[str]], rendered: Mapping[Site, Rendered]
+) -> int:
+    """Old-syntax bytes of the merges of ``groups``: each ad's template and its Name."""
+    total = 0
+    for (site, slim), names in groups.items():
+        body = SLIM_MERGE_BYTES if slim else rendered[site].size_bytes
+        total += sum(body + len(name) for name in names)
+    return total
+
+
+def _by_site(targets: Sequence[Target]) -> dict[Site, list[Target]]:
+    out: dict[Site, list[Target]] = {}
+    for target in targets:
+        out.setdefault(target.site, []).append(target)
+    return out
+
+
+def _as_target(slot: SlotSeen) -> Target | None:
+    """A slot ad with a site attribute as a merge target (None without one)."""
+    if slot.site is None:
+        return None
+    site = Site(slot.site)
+    return Target(slot.name, site, slot.digest, slot.updated, slot.heard_s, slot.merged_s)
 
 
 def _connect(config: CollectorConfig) -> htcondor2.Collector:

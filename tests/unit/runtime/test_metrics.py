@@ -75,6 +75,19 @@ EXPECTED = {
     "hydrator_near_problems": ("counter", ("kind",)),
     "hydrator_site_remote_readers": ("gauge", ("site",)),
     "hydrator_remote_budget": ("gauge", ()),
+    "hydrator_slot_coverage_ratio": ("gauge", ("site",)),
+    "hydrator_slot_coverage_slots": ("gauge", ("site", "state")),
+    "hydrator_slots_found_bare": ("counter", ("site",)),
+    "hydrator_slots_found_stale": ("counter", ("site",)),
+    "hydrator_slot_bare_seconds": ("histogram", ("site",)),
+    "hydrator_slot_repairs": ("counter", ("site",)),
+    "hydrator_slot_repair_bytes": ("counter", ("site",)),
+    "hydrator_slot_repair_refused": ("counter", ("site",)),
+    "hydrator_slot_repair_queries": ("counter", ("outcome",)),
+    "hydrator_slot_repair_query_ads": ("counter", ()),
+    "hydrator_collector_merge_bytes": ("counter", ()),
+    "hydrator_slots_without_site": ("gauge", ()),
+    "hydrator_slots_unknown_site": ("gauge", ()),
 }
 
 

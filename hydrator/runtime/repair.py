@@ -1,0 +1,220 @@
+"""The repair watch: between cycles, slot ads that lost their site's lists get them back.
+
+Every ``[collector] repair_interval_s`` the scheduler calls :class:`RepairWatch` (a job of
+its own, ``max_instances=1``): each publisher with the :class:`~hydrator.core.ports.RepairsSlots`
+capability makes one look (one collector query for the uncovered slots of our sites, then
+merges into exactly those; docs/coverage.md). This module only repeats it, records the
+metrics and says each fault once: when the collector fails, looks back off (doubling from
+the interval up to :data:`MAX_BACKOFF_S`) and one line says so, one more when it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from hydrator.config import Config
+from hydrator.core.coverage import RepairReport, SiteCoverage
+from hydrator.core.ports import Publisher, RepairsSlots
+from hydrator.domain import Site, SiteView
+from hydrator.errors import PublishError
+from hydrator.redact import redact
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import slot_coverage
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 60.0
+"""Longest pause between looks while the collector fails."""
+
+
+class RepairWatch:
+    """One look per call, by every publisher that repairs slots (see the module doc).
+    ``coverage`` is each site's coverage at the last look, handed to ``shown`` (for
+    ``/v1/sites``); ``written`` is called after a look that changed something (the HTTP
+    endpoint then serves the new metrics)."""
+
+    def __init__(
+        self,
+        publishers: Sequence[Publisher],
+        metrics: Metrics,
+        interval_s: float,
+        clock: Callable[[], datetime],
+        *,
+        written: Callable[[], None] = lambda: None,
+        shown: Callable[[Mapping[Site, SiteCoverage]], None] = lambda _: None,
+    ) -> None:
+        self.targets = [p for p in publishers if isinstance(p, RepairsSlots)]
+        self.metrics, self.interval_s, self.clock = metrics, interval_s, clock
+        self.written, self.shown = written, shown
+        self.coverage: Mapping[Site, SiteCoverage] = {}
+        self._failures = 0
+        self._resume = 0.0  # monotonic: no look before this (backing off)
+        self._said: set[str] = set()  # causes already logged
+
+    def __call__(self) -> None:
+        if time.monotonic() < self._resume:
+            return
+        for target in self.targets:
+            try:
+                report = target.repair(self.clock(), self.interval_s)
+            except PublishError as exc:
+                self._failed(exc)
+                return
+            if self._failures:
+                log.info("slot repair: the collector answers again (%d failed)", self._failures)
+                self._failures = 0
+            self._record(report)
+
+    def _failed(self, exc: PublishError) -> None:
+        self._failures += 1
+        pause = min(MAX_BACKOFF_S, self.interval_s * 2**self._failures)
+        self._resume = time.monotonic() + pause
+        self.metrics.slot_repair_queries.labels("error").inc()
+        if self._failures == 1:
+            log.warning(
+                "slot repair: %s; looking again in %.0fs, backing off up to %.0fs while it fails",
+                redact(str(exc)),
+                pause,
+                MAX_BACKOFF_S,
+            )
+
+    def _record(self, report: RepairReport) -> None:
+        m = self.metrics
+        if report.cycle_merge_bytes:
+            m.collector_merge_bytes.inc(report.cycle_merge_bytes)
+        if not report.looked:
+            return
+        plan = report.plan
+        m.slot_repair_queries.labels("ok").inc()
+        m.slot_repair_query_ads.inc(report.returned)
+        for site, n in plan.found_bare.items():
+            m.slots_found_bare.labels(site).inc(n)
+        for site, n in plan.found_stale.items():
+            m.slots_found_stale.labels(site).inc(n)
+        for site, n in plan.refused.items():
+            m.slot_repair_refused.labels(site).inc(n)
+        for site, n in report.merged.items():
+            m.slot_repairs.labels(site).inc(n)
+            m.slot_repair_bytes.labels(site).inc(report.merge_bytes.get(site, 0))
+        for site, delays in report.delays_s.items():
+            for delay in delays:
+                m.slot_bare_seconds.labels(site).observe(delay)
+        m.slots_without_site.set(report.without_site)
+        m.slots_unknown_site.set(report.unknown_site)
+        changed = report.coverage != self.coverage or bool(report.merged)
+        self._set_coverage(report.coverage)
+        self._say(report)
+        if changed:
+            self.written()
+
+    def _set_coverage(self, coverage: Mapping[Site, SiteCoverage]) -> None:
+        m = self.metrics
+        for site in self.coverage.keys() - coverage.keys():
+            m.slot_coverage_ratio.remove(site)
+            for state in ("current", "bare", "stale", "deferred"):
+                m.slot_coverage.remove(site, state)
+        for site, c in coverage.items():
+            m.slot_coverage_ratio.labels(site).set(c.ratio)
+            for state, n in (
+                ("current", c.current),
+                ("bare", c.bare),
+                ("stale", c.stale),
+                ("deferred", c.deferred),
+            ):
+                m.slot_coverage.labels(site, state).set(n)
+        self.coverage = dict(coverage)
+        self.shown(self.coverage)
+
+    def _say(self, report: RepairReport) -> None:
+        """One line per cause: refused repairs (once per site while the daemon runs), slot
+        ads without a site attribute, slot ads naming no site of ours (again only after a
+        look without them)."""
+        causes = {f"refused:{site}": n for site, n in report.plan.refused.items() if n}
+        causes["no_site"] = report.without_site
+        causes["unknown_site"] = report.unknown_site
+        for cause, count in causes.items():
+            if not count and not cause.startswith("refused:"):  # a refusing site: said once
+                self._said.discard(cause)
+            elif cause not in self._said:
+                self._said.add(cause)
+                log.warning("slot repair: %s", _explain(cause, count))
+
+
+def _explain(cause: str, count: int) -> str:
+    if cause == "no_site":
+        return (
+            f"{count} slot ad(s) have no [collector] slot_site_attribute: never merged"
+            " (hydrator_slots_without_site)"
+        )
+    if cause == "unknown_site":
+        return (
+            f"{count} slot ad(s) name a site the hydrator does not publish: never merged"
+            " (hydrator_slots_unknown_site)"
+        )
+    site = cause.removeprefix("refused:")
+    return (
+        f"site {site}: the collector did not keep {count} repair merge(s) (the slot gone, or"
+        " the merge refused); retrying those slots with back-off"
+        " (hydrator_slot_repair_refused_total)"
+    )
+
+
+def schedule_repairs(
+    scheduler: BaseScheduler, service: Service, written: Callable[[], None]
+) -> RepairWatch | None:
+    """Add the repair watch to ``scheduler`` (None when ``[collector] repair_interval_s`` is
+    0 or no publisher repairs slots); its coverage goes to ``service.coverage``."""
+    interval_s = service.config.collector.repair_interval_s
+    if interval_s <= 0:
+        return None
+
+    def shown(coverage: Mapping[Site, SiteCoverage]) -> None:
+        service.coverage = coverage
+
+    watch = RepairWatch(
+        service.publishers, service.metrics, interval_s, service.clock, written=written, shown=shown
+    )
+    if not watch.targets:
+        return None
+    scheduler.add_job(
+        watch,
+        IntervalTrigger(seconds=interval_s),
+        id="repair",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=None,
+    )
+    return watch
+
+
+def shown_coverage(config: Config, views: Mapping[Site, SiteView]) -> tuple[dict[Site, str], str]:
+    """For ``hydrator show`` with ``[collector]`` enabled: one comment line per site saying
+    how many of its slot ads carry its lists now (asked of the collector), and a last line
+    for slot ads no site covers or for a collector that does not answer."""
+    if not config.collector.enabled or not config.collector.merge_slots:
+        return {}, ""
+    try:
+        coverage, no_site, unknown = slot_coverage(
+            config, {site: view.digest for site, view in views.items()}
+        )
+    except PublishError as exc:
+        return {}, f"# slot coverage: unknown, {redact(str(exc))}\n"
+    lines = {
+        site: f"# slot coverage: {c.current} of {c.slots} slot ad(s) carry these lists"
+        f" ({c.bare} bare, {c.stale + c.deferred} older lists)\n"
+        for site, c in coverage.items()
+    }
+    tail = ""
+    if no_site or unknown:
+        tail = (
+            f"# slot ads never merged: {no_site} without {config.collector.slot_site_attribute},"
+            f" {unknown} naming no site published here\n"
+        )
+    return lines, tail
