@@ -130,7 +130,8 @@ class Glideins:
         name, site = f"{self.tag}g{self.count}", SITES[self.count % len(SITES)]
         settings = {
             "STARTD_NAME": name, "STARTD_LOG": f"$(LOG)/StartLog.{name}",
-            "STARTD_ADDRESS_FILE": f"$(LOG)/.startd_address.{name}", "NUM_CPUS": "1",
+            "STARTD_ADDRESS_FILE": f"$(LOG)/.startd_address.{name}",
+            "STARTD_DAEMON_AD_FILE": f"$(LOG)/.startd_classad.{name}", "NUM_CPUS": "1",
             "MEMORY": "512", "NUM_SLOTS_TYPE_1": "0", "NUM_SLOTS_TYPE_2": "1",
             "SLOT1_GLIDEIN_Site": f'"{site}"',
         }  # fmt: skip
