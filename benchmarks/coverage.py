@@ -246,7 +246,9 @@ class Score:
             "new_slot_never_carried": sum(w is None for w in self.waits_s.values()),
             "new_slot_wait_p50_s": statistics.median(waits) if waits else None,
             "new_slot_wait_max_s": waits[-1] if waits else None,
-            "new_slot_waits_s": [round(w, 1) for w in waits],
+            "new_slot_waits_s": {
+                n: w if w is None else round(w, 1) for n, w in self.waits_s.items()
+            },
         }
 
 
@@ -267,13 +269,16 @@ def config(daemon: Daemon, pool: Pool, server: RucioServer, tag: str) -> Path:
 
 def load(pool: Pool, daemon: Daemon) -> dict[str, float]:
     """The collector's own counters (its ad, refreshed every COLLECTOR_UPDATE_INTERVAL) and
-    the daemon's ``hydrator_collector*_total`` counters, now."""
+    the daemon's collector and repair counters (``*_total``, summed over sites), now."""
     (ad,) = pool.collector.query(htcondor2.AdType.Collector, projection=list(LOAD_ATTRS))
     out = {f"collector_{k}": float(ad[k]) for k in LOAD_ATTRS if k in ad}
     out["daemon_time"] = time.time()
     for (name, labels), value in daemon.metrics().items():
-        if name.startswith("hydrator_collector") and name.endswith("_total"):
-            out[name + "".join(f",{k}={v}" for k, v in sorted(labels))] = value
+        if name.startswith(("hydrator_collector", "hydrator_slot_repair")) and name.endswith(
+            "_total"
+        ):  # summed over sites
+            key = name + "".join(f",{k}={v}" for k, v in sorted(labels) if k != "site")
+            out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -350,13 +355,17 @@ def window(
         thread.start()
     try:
         while (now := time.time()) < t0 + args.duration_s:
-            score.add(now, sample(pool), catalogue, new=now > t0)
+            score.add(now, sample(pool), catalogue, new=score.total > 0)
             time.sleep(max(0.0, now + args.period_s - time.time()))
     finally:
         stop.set()
         for thread in threads:
             thread.join()
-    own = {n: v for (n, _), v in daemon.metrics().items() if "coverage" in n}
+    own = {
+        n + "".join(f",{k}={v}" for k, v in sorted(labels)): v
+        for (n, labels), v in daemon.metrics().items()
+        if "coverage" in n
+    }
     return {
         "window_s": round(time.time() - t0, 1),
         "glideins_started": glideins.count,
