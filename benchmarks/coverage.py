@@ -134,6 +134,9 @@ class Glideins:
             "STARTD_DAEMON_AD_FILE": f"$(LOG)/.startd_classad.{name}", "NUM_CPUS": "1",
             "MEMORY": "512", "NUM_SLOTS_TYPE_1": "0", "NUM_SLOTS_TYPE_2": "1",
             "SLOT1_GLIDEIN_Site": f'"{site}"',
+            # not the master's child: a family session of its own is refused by the collector,
+            # which drops the first update and leaves the glidein unseen for UPDATE_INTERVAL
+            "SEC_USE_FAMILY_SESSION": "false",
         }  # fmt: skip
         env = [
             "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
