@@ -19,6 +19,7 @@ SCENARIOS = {
     "events": ("events", "event latency on a real Rucio, hermes, ActiveMQ and pool"),
     "http": ("http_load", "the HTTP server under wrk while cycles run, idle and slow clients"),
     "locality": ("locality", "do jobs and glideins go to the data? 8 ways on the real test pool"),
+    "coverage": ("coverage", "share of slot-seconds carrying the current lists, on the real pool"),
     "replay": ("replay", "serve the generated federation in Rucio's wire format"),
     "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
     "generate": ("generate", "print the generated federation's size at a scale"),

@@ -33,6 +33,7 @@ def test_the_entry_point_lists_every_scenario() -> None:
         "events",
         "http",
         "locality",
+        "coverage",
         "record-rucio",
     ):
         assert f"  {name} " in listed.stdout
