@@ -11,18 +11,7 @@ from hydrator.config import Config, parse_config
 from hydrator.domain import Site
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import assemble
-
-INVENTORY = """
-[storage.A]
-site = "SITE_A"
-available = ["ska:x"]
-[storage.B]
-site = "SITE_B"
-available = ["ska:y"]
-[storage.C]
-site = "SITE_C"
-available = ["ska:z"]
-"""
+from tests.support.near import INVENTORY
 
 
 def make(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Config, Service]:

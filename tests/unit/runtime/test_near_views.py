@@ -16,7 +16,7 @@ from hydrator.domain import Site
 from hydrator.runtime.cli import main
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.wiring import build_service
-from tests.unit.runtime.test_near_sites import INVENTORY
+from tests.support.near import INVENTORY
 
 DISTANCES = """
 [distances]
