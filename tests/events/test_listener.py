@@ -19,8 +19,8 @@ import requests
 from hydrator.adapters.events.stomp_listener import StompListener
 from hydrator.core.events import Ignored
 from hydrator.domain import DatasetId
-from tests.support.activemq import DESTINATION, Broker
-from tests.support.listener import Sink, alternating, config, transfer_done
+from tests.support.activemq import Broker
+from tests.support.listener import Sink, alternating, config, send_raw, transfer_done
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.activemq
@@ -63,20 +63,14 @@ def test_valid_messages_are_handed_over_and_hostile_ones_dropped(
     )
     assert listener.status().last_message_at is not None
 
-    conn = running_activemq.connect("hermes")
-    try:
-        for body, event_type in [
+    send_raw(
+        running_activemq,
+        [
             ("not json", "transfer-done"),
             (json.dumps({"event_type": "x", "payload": {}, "extra": 1}), "x"),
             (json.dumps(transfer_done("ska", "f2", "o" * 5000)), "transfer-done"),  # too big
-        ]:
-            conn.send(
-                destination=DESTINATION,
-                body=body,
-                headers={"persistent": "true", "event_type": event_type},
-            )
-    finally:
-        conn.disconnect()
+        ],
+    )
     dropped = wait_for(
         "three dropped",
         lambda: list(sink.dropped),

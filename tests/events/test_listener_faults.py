@@ -21,8 +21,8 @@ from hydrator.adapters.events.stomp_listener import StompListener
 from hydrator.config import RucioEventsConfig
 from hydrator.core.events import Ignored
 from hydrator.domain import DatasetId
-from tests.support.activemq import DESTINATION, Broker
-from tests.support.listener import Sink, alternating, config, transfer_done
+from tests.support.activemq import Broker
+from tests.support.listener import Sink, alternating, config, send_raw, transfer_done
 from tests.support.peers import running_peer
 from tests.support.wait import wait_for
 
@@ -54,20 +54,6 @@ def subscribed(listener: StompListener, timeout_s: float = 30.0) -> None:
         timeout_s=timeout_s,
         ignore=(requests.RequestException,),
     )
-
-
-def send_raw(broker: Broker, messages: list[tuple[bytes | str, str]]) -> None:
-    """Publish bodies as they are (hermes' headers), for bodies hermes would never send."""
-    conn = broker.connect("hermes")
-    try:
-        for body, event_type in messages:
-            conn.send(
-                destination=DESTINATION,
-                body=body,
-                headers={"persistent": "true", "event_type": event_type},
-            )
-    finally:
-        conn.disconnect()
 
 
 def delivered(sink: Sink, dataset: DatasetId) -> None:

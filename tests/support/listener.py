@@ -74,3 +74,17 @@ def transfer_done(scope: str, name: str, dataset: str) -> dict[str, Any]:
         },
         "created_at": "2026-11-26 10:55:12.123456",
     }
+
+
+def send_raw(broker: Broker, messages: list[tuple[bytes | str, str]]) -> None:
+    """Publish bodies as they are (hermes' headers), for bodies hermes would never send."""
+    conn = broker.connect("hermes")
+    try:
+        for body, event_type in messages:
+            conn.send(
+                destination=DESTINATION,
+                body=body,
+                headers={"persistent": "true", "event_type": event_type},
+            )
+    finally:
+        conn.disconnect()
