@@ -181,7 +181,17 @@ def latency(
         for k, v in found.items()
         if pool is not None or "slot" not in k
     } | {"timeout_s": timeout_s, "full_reads_during": full_reads,
-         "counters": events_chaos.counters(daemon)}  # fmt: skip
+         "counters": events_chaos.counters(daemon),
+         "received_by_type": by_type(daemon)}  # fmt: skip
+
+
+def by_type(daemon: EventDaemon) -> dict[str, float]:
+    """The daemon's ``hydrator_events_received_total`` by event type."""
+    return {
+        dict(labels)["type"]: value
+        for (name, labels), value in daemon.process.metrics().items()
+        if name == "hydrator_events_received_total"
+    }
 
 
 def tree_cpu_s(pid: int) -> float:
