@@ -265,6 +265,8 @@ def measure_latency(
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work / "latency", site, extra, debounce_s=1.0)
         )
+        if args.listener_defaults:
+            defaults(daemon)
         daemon.wait_subscribed()
         return latency(admin, daemon, broker, args.changes, pool, args.timeout)
 
@@ -314,6 +316,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plot", type=Path, default=None, help="a PNG of the latencies")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--no-pool", action="store_true", help="HTTP ad only (no collector)")
+    parser.add_argument(
+        "--listener-defaults", action="store_true",
+        help="the latency daemon with the shipped heart-beats (else the test suite's 2 s)",
+    )  # fmt: skip
     parser.add_argument(
         "--expect-forged", action="store_true",
         help="count one forged dataset as Rucio's (the smoke test: the check must fail)",
