@@ -16,7 +16,8 @@ SCENARIOS = {
     "state-store": ("state_store", "the SQLite state file alone: save, load, migration"),
     "demand": ("demand_bench", "ad sizes and cost with and without demand-driven ads"),
     "annotation": ("annotate", "job annotation at 10,000 idle jobs on the real test pool"),
-    "events": ("events", "event latency on a real Rucio, hermes, ActiveMQ and pool"),
+    "events": ("events", "event latency, deletions, chaos vs Rucio, idle CPU (real stack)"),
+    "events-bytes": ("events_bytes", "catalogue bytes: 60 s polling vs events, counted"),
     "http": ("http_load", "the HTTP server under wrk while cycles run, idle and slow clients"),
     "locality": ("locality", "do jobs and glideins go to the data? 8 ways on the real test pool"),
     "coverage": ("coverage", "share of slot-seconds carrying the current lists, on the real pool"),
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.parse_args(args[:1])
     name = args[0]
     sys.argv = [f"python -m benchmarks {name}", *args[1:]]
-    import_module(f"benchmarks.{SCENARIOS[name][0]}").main()
+    sys.exit(import_module(f"benchmarks.{SCENARIOS[name][0]}").main())
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""Issue 23's measurements of the event stream on the real stack: a Rucio 41.5.1 server with its
-own ``rucio-hermes`` (``--sleep-time 1``), ActiveMQ, ``hydrator run`` with ``[sources.events]``
-(``interval_s`` = 600 s: only the stream explains a change seen within seconds) and the test
-pool. Change-to-ad latency, catalogue load, a chaos run and idle CPU: benchmarks/EVENTS.md says
-how each is taken and what it found.
+"""The event path's evidence on the real stack (issues 23, 33): a Rucio 41.5.1 server with its own
+``rucio-hermes`` (``--sleep-time 1``), ActiveMQ, ``hydrator run`` with ``[sources.events]``
+(``interval_s`` = 600 s: only the stream explains a change seen within seconds) and, unless
+``--no-pool``, the test pool. Additions and deletions timed to the HTTP ad (and slot1's ad in the
+collector), a chaos run checked against Rucio itself (:mod:`benchmarks.events_chaos`) and idle
+CPU; exits 1 when a target is missed. benchmarks/EVENTS.md says how each is taken.
 
     .venv/bin/python -m benchmarks events --changes 100 --json benchmarks/events_results.json
 """
@@ -14,15 +15,14 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager, suppress
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +30,18 @@ import requests
 from rucio.common.exception import RucioException
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
+from benchmarks import events_chaos
 from benchmarks.conditions import machine
 from tests.support.activemq import Broker, running_broker
-from tests.support.hermes import EventDaemon, Hermes, running_event_daemon, transfer_done
+from tests.support.hermes import EventDaemon, Hermes, running_event_daemon
 from tests.support.pool import SLOT_SITES, Pool, running_pool
 from tests.support.rucio_server import RucioAdmin, make_server, unique
 from tests.support.static_inventory import invalidate_site_ads
 from tests.support.wait import wait_for
 
-REPLICA_ANSWER_BYTES = 480  # a full read's answers per replica at 1M (benchmarks/RESULTS.md)
-SCALE_REPLICAS = 1_000_000
-CHURN_PER_HOUR = 0.001
 POLL_S = 0.05
 IGNORED = (requests.RequestException,)  # the daemon is restarting
+ADDITION_P99_S, DELETION_P99_S = 5.0, 15.0  # issue 33's targets (the collector slot ad)
 
 
 # A catalogue call is tried again (5 times at most) when the test server's SQLite database was
@@ -55,28 +54,17 @@ retried = Retrying(
 )
 
 
-def seconds_until(predicate: Callable[[], bool], timeout_s: float) -> float | None:
-    """Seconds until ``predicate()`` held (polled every POLL_S), None after ``timeout_s``."""
-    started = time.monotonic()
-    try:
-        wait_for("a change", predicate, timeout_s=timeout_s, ignore=IGNORED, interval_s=POLL_S)
-    except AssertionError:
-        return None
-    return time.monotonic() - started
-
-
-def available(daemon: EventDaemon) -> set[str]:
-    return set(daemon.get(f"/v1/sites/{daemon.site}")["available"])
-
-
-def summary(prefix: str, values: list[float]) -> dict[str, float]:
-    """``<prefix>_p50_s``, ``<prefix>_p99_s`` (nearest rank) and ``<prefix>_max_s``."""
-    ordered = sorted(values)
+def summary(values: list[float | None], timeout_s: float) -> dict[str, Any]:
+    """p50, p99 (nearest rank) and max over every change, a miss (None) counted as
+    ``timeout_s``; ``misses`` and the values seen."""
+    ordered = sorted(timeout_s if v is None else v for v in values)
 
     def at(share: float) -> float:
         return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
-    return {f"{prefix}_p50_s": at(0.5), f"{prefix}_p99_s": at(0.99), f"{prefix}_max_s": at(1)}
+    misses = sum(v is None for v in values)
+    return {"n": len(values), "misses": misses, "p50_s": at(0.5), "p99_s": at(0.99),
+            "max_s": at(1), "seconds": values}  # fmt: skip
 
 
 def slot_available(pool: Pool, slot: str = "slot1") -> set[str]:
@@ -86,212 +74,184 @@ def slot_available(pool: Pool, slot: str = "slot1") -> set[str]:
     return {str(d) for d in value} if value is not None else set()
 
 
-def latency(
-    admin: RucioAdmin, daemon: EventDaemon, changes: int, pool: Pool | None
-) -> dict[str, Any]:
-    """One change at a time, timed from the catalogue change to the HTTP ad and (with a
-    pool) to slot1's ad in the collector, both polled every POLL_S."""
-    http: list[float] = []
-    slots: list[float] = []
-    missed = 0
-    for i in range(changes):
-        name = retried(admin.dataset, daemon.scope, 2, at=[daemon.src])
-        retried(admin.rule, daemon.scope, name, daemon.dst, notify="Y")
-        files = retried(admin.files, daemon.scope, name)
-        did = f"{daemon.scope}:{name}"
-        t0 = time.monotonic()
-        retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
-        seen: dict[str, float] = {}
+def timed(
+    done_http: Callable[[], bool], done_slot: Callable[[], bool] | None, timeout_s: float
+) -> tuple[float | None, float | None]:
+    """Seconds from now until ``done_http()`` and ``done_slot()`` held (polled every POLL_S),
+    None for one not seen within ``timeout_s``."""
+    t0, seen = time.monotonic(), {}
 
-        def both(did: str = did, seen: dict[str, float] = seen, t0: float = t0) -> bool:
-            if "http" not in seen and did in available(daemon):
-                seen["http"] = time.monotonic() - t0
-            if pool is not None and "slot" not in seen and did in slot_available(pool):
-                seen["slot"] = time.monotonic() - t0
-            return "http" in seen and (pool is None or "slot" in seen)
+    def both() -> bool:
+        for key, probe in (("http", done_http), ("slot", done_slot)):
+            if probe is not None and key not in seen and probe():
+                seen[key] = time.monotonic() - t0
+        return len(seen) == (2 if done_slot else 1)
 
-        if seconds_until(both, 60) is None:
-            missed += 1
-        http += [seen["http"]] if "http" in seen else []
-        slots += [seen["slot"]] if "slot" in seen else []
-        if (i + 1) % 10 == 0 and http:
-            print(f"  {i + 1}/{changes} changes, HTTP p50 so far {statistics.median(http):.2f} s")
-    results: dict[str, Any] = {"changes": changes, "missed": missed}
-    results |= summary("http_latency", http) | {"http_latencies_s": http}
-    if slots:
-        results |= summary("latency", slots) | {"latencies_s": slots}
-        results["latency_path"] = "catalogue change to slot1's AvailableDatasets in the collector"
-    return results
+    with suppress(AssertionError):  # a miss: None below
+        wait_for("a change", both, timeout_s=timeout_s, ignore=IGNORED, interval_s=POLL_S)
+    return seen.get("http"), seen.get("slot")
 
 
-def load(admin: RucioAdmin, daemon: EventDaemon, changes: int) -> dict[str, Any]:
-    """Bytes per hour at SCALE_REPLICAS: polling every 60 s vs events + a 30 min reconcile."""
-    name = retried(admin.dataset, daemon.scope, 2, at=[daemon.dst])
-    url = f"{admin.server.url}/replicas/{daemon.scope}/{name}/datasets"
-    token = admin.client.auth_token
-    answer = requests.get(
-        url, params={"deep": "True"}, headers={"X-Rucio-Auth-Token": token}, timeout=10
+def addition(admin: RucioAdmin, daemon: EventDaemon, pool: Pool | None, timeout_s: float) -> Any:
+    """A dataset of two files at the source gets a ``notify="Y"`` rule to the site (untimed);
+    its files made AVAILABLE there (the conveyor's part) start the clock. Returns the name,
+    the rule and the seconds to the HTTP ad and to slot1's ad."""
+    name = retried(admin.dataset, daemon.scope, 2, at=[daemon.src])
+    rule = retried(admin.rule, daemon.scope, name, daemon.dst, notify="Y")
+    files = retried(admin.files, daemon.scope, name)
+    did = f"{daemon.scope}:{name}"
+    retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
+    http, slot = timed(
+        lambda: did in events_chaos.lists(daemon)["available"],
+        (lambda: did in slot_available(pool)) if pool else None,
+        timeout_s,
     )
-    answer.raise_for_status()
-    read_bytes = len(answer.content) + 400  # the answer and about 400 bytes of headers
-    reads = daemon.value('hydrator_event_reads_total{source="rucio"}')
-    reads_per_change = reads / changes if changes else 1.0
-    full_read = SCALE_REPLICAS * REPLICA_ANSWER_BYTES
-    polling = 60 * full_read
-    events = 2 * full_read + SCALE_REPLICAS * CHURN_PER_HOUR * reads_per_change * read_bytes
-    return {
-        "targeted_read_bytes": read_bytes,
-        "event_reads_per_change": reads_per_change,
-        "full_read_bytes_at_1m": full_read,
-        "bytes_per_hour_polling_60s": polling,
-        "bytes_per_hour_events": events,
-        "bytes_ratio": polling / events,
-    }
+    return name, rule, files, http, slot
 
 
-def idle_cpu(daemon: EventDaemon, seconds: float = 30.0) -> float:
-    """The daemon's CPU share (of one core) over ``seconds`` with nothing to do."""
-    assert daemon.proc is not None
-    pid = daemon.proc.pid  # setpriv execs the daemon: the same process
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
-
-    before, t0 = cpu(), time.monotonic()
-    time.sleep(seconds)
-    return (cpu() - before) / (time.monotonic() - t0)
-
-
-@contextmanager
-def watching(daemon: EventDaemon, forged: set[str]) -> Iterator[list[str]]:
-    """Polls the site while the block runs; yields the forged datasets ever published."""
-    seen: list[str] = []
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            with suppress(requests.RequestException):  # the daemon is restarting
-                seen.extend(forged & available(daemon))
-            done.wait(0.2)
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        thread.join()
-
-
-def queued_messages(admin: RucioAdmin) -> int:
-    """Rows in the server's ``messages`` table (what hermes has not sent yet)."""
-    with closing(sqlite3.connect(admin.server.dir / "rucio.db", timeout=30)) as db:
-        (count,) = db.execute("SELECT count(*) FROM messages").fetchone()
-    return int(count)
-
-
-def hermes_away(
-    admin: RucioAdmin, daemon: EventDaemon, hermes: Hermes, count: int, away_s: float = 20.0
-) -> dict[str, Any]:
-    """Hermes stopped for ``away_s`` while ``count`` rules go OK: their ``datasetlock_ok`` and
-    ``rule_ok`` wait in the server's ``messages`` table; hermes restarts and sends them. Returns
-    what was queued and how many reached the HTTP ad by an event cycle (no full read is due:
-    interval_s is 600) within 60 s of the restart."""
-    hermes.stop()
-    stopped = time.monotonic()
-    made = {retried(daemon.lock_ok, admin) for _ in range(count)}  # a retry: a new dataset
-    time.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
-    queued = queued_messages(admin)
-    early = made & available(daemon)  # none: nothing told the daemon yet
-    full_reads = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
-    restarted = time.monotonic()
-    hermes.start(sleep_time_s=1)
-    took = seconds_until(lambda: made <= available(daemon), 60)
-    after = daemon.value('hydrator_source_fetch_duration_seconds_count{source="rucio"}')
-    return {
-        "chaos_hermes_away_s": restarted - stopped,
-        "chaos_hermes_away_changes": count,
-        "chaos_hermes_queued_messages": queued,
-        "chaos_hermes_published_while_away": len(early),
-        "chaos_hermes_delivered": len(made & available(daemon)),
-        "chaos_hermes_delivery_s": took,
-        "chaos_hermes_full_reads_meanwhile": after - full_reads,
-    }
-
-
-def chaos(
+def deletion(
     admin: RucioAdmin,
     daemon: EventDaemon,
     broker: Broker,
-    hermes: Hermes,
-    count: int,
-    rng: random.Random,
+    pool: Pool | None,
+    made: Any,
+    timeout_s: float,
+) -> tuple[float | None, float | None]:
+    """The rule of an addition deleted for real: lifetime 0, ``rucio-judge-cleaner`` (rule
+    and locks go), ``rucio-reaper`` (the replicas at the site go: the clock starts). The test
+    server has no storage, so its reaper queues ``deletion-not-found`` (hermes sends it); the
+    ``deletion-done`` real storage gives is published in hermes' format. Abacus runs inside
+    the window. Timed until the dataset is in none of the site's lists."""
+    name, rule, files, _, _ = made
+    did = f"{daemon.scope}:{name}"
+    retried(admin.client.update_replication_rule, rule, {"lifetime": 0})
+    admin.server.run_daemon("rucio-judge-cleaner")
+    admin.server.run_daemon("rucio-reaper", "--greedy", "--rses", daemon.dst)
+    t0 = time.monotonic()
+    created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    payload = {"scope": daemon.scope, "name": files[0], "rse": daemon.dst}
+    broker.publish_as_hermes(
+        [{"event_type": "deletion-done", "payload": payload, "created_at": created}]
+    )
+    admin.server.run_abacus()
+    left = time.monotonic() - t0
+    http, slot = timed(
+        lambda: did not in events_chaos.ours(daemon, events_chaos.lists(daemon)),
+        (lambda: did not in slot_available(pool)) if pool else None,
+        max(0.0, timeout_s - left),
+    )
+    return tuple(None if v is None else v + left for v in (http, slot))  # type: ignore[return-value]
+
+
+def latency(
+    admin: RucioAdmin,
+    daemon: EventDaemon,
+    broker: Broker,
+    changes: int,
+    pool: Pool | None,
+    timeout_s: float,
 ) -> dict[str, Any]:
-    away = hermes_away(admin, daemon, hermes, max(1, count // 5))
-    real = [retried(admin.dataset, daemon.scope, 1, at=[daemon.dst]) for _ in range(count)]
-    for name in real:
-        retried(admin.rule, daemon.scope, name, daemon.dst)  # complete, no message of its own
-    forged_names = [
-        retried(admin.dataset, daemon.scope, 1, at=[daemon.src]) for _ in range(count // 5)
-    ]
-    forged = {f"{daemon.scope}:{n}" for n in forged_names}
-    messages = [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() >= 0.10]
-    dropped = count - len(messages)
-    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in real if rng.random() < 0.20]
-    messages += [transfer_done(daemon.scope, n, daemon.dst) for n in forged_names]
-    rng.shuffle(messages)
-    half = len(messages) // 2
-    with watching(daemon, forged) as published_forged:
-        broker.publish_as_hermes(messages[: half // 2])
-        broker.restart()  # mid-run
-        broker.publish_as_hermes(messages[half // 2 : half])
-        daemon.stop()  # the rest queue on its durable subscription
-        broker.publish_as_hermes(messages[half:])
-        before = {f"{daemon.scope}:{n}" for n in real}
-        daemon.start()  # start-up full read: the reconcile
-        seconds_until(lambda: before <= available(daemon), 60)
-        time.sleep(3)  # the queued messages' event cycles
-        ours = {d for d in available(daemon) if d.startswith(f"{daemon.scope}:")}
-    fresh = fresh_read(daemon)
-    divergent = ours ^ fresh
-    return away | {
-        "chaos_datasets": count,
-        "chaos_messages": len(messages),
-        "chaos_dropped": dropped,
-        "chaos_forged": len(forged),
-        "divergent_pairs": len(divergent),
-        "confirmed_by_read": not published_forged,
+    """``changes`` additions, each followed by its deletion, one at a time."""
+    found: dict[str, list[float | None]] = {k: [] for k in ("add_http", "add_slot", "del_http",
+                                                             "del_slot")}  # fmt: skip
+    full_reads = {"add": 0.0, "del": 0.0}  # during the changes: the stream did not do those
+
+    def reads() -> float:
+        return events_chaos.counters(daemon)["full_reads"]
+
+    for i in range(changes):
+        start = reads()
+        made = addition(admin, daemon, pool, timeout_s)
+        middle = reads()
+        gone = deletion(admin, daemon, broker, pool, made, timeout_s)
+        full_reads["add"] += middle - start
+        full_reads["del"] += reads() - middle
+        for key, value in zip(found, (*made[3:], *gone), strict=True):
+            found[key].append(value)
+        if (i + 1) % 10 == 0:
+            seen = [v for v in found["add_http"] if v is not None]
+            print(
+                f"  {i + 1}/{changes}, additions to HTTP p50 {statistics.median(seen or [0]):.2f} s"
+            )
+    paths = {"add_http": "addition to the HTTP ad", "add_slot": "addition to slot1's collector ad",
+             "del_http": "deletion out of every list of the HTTP ad",
+             "del_slot": "deletion out of slot1's collector ad"}  # fmt: skip
+    return {
+        k: summary(v, timeout_s) | {"path": paths[k]}
+        for k, v in found.items()
+        if pool is not None or "slot" not in k
+    } | {"timeout_s": timeout_s, "full_reads_during": full_reads,
+         "counters": events_chaos.counters(daemon),
+         "received_by_type": by_type(daemon)}  # fmt: skip
+
+
+def by_type(daemon: EventDaemon) -> dict[str, float]:
+    """The daemon's ``hydrator_events_received_total`` by event type."""
+    return {
+        dict(labels)["type"]: value
+        for (name, labels), value in daemon.process.metrics().items()
+        if name == "hydrator_events_received_total"
     }
 
 
-def fresh_read(daemon: EventDaemon) -> set[str]:
-    """The site's available datasets by a full read on an empty state (``hydrator once``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "fresh.toml"
-        text = daemon.config.read_text()
-        text = text.replace(str(daemon.config.parent / "state.sqlite"), f"{tmp}/state.sqlite")
-        config.write_text(text)
-        out = subprocess.run(
-            [sys.executable, "-m", "hydrator", "once", "--json", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    sites = json.loads(out)["sites"]
-    return {d for d in sites.get(daemon.site, {}).get("available", [])}
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and every process descended from it."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    family, total = {pid}, 0
+    for _ in range(5):  # a few generations: the daemon, its HTTP child and theirs
+        family |= {p for p, (parent, _) in stats.items() if parent in family}
+    total = sum(stats[p][1] for p in family if p in stats)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(daemon: EventDaemon, seconds: float = 30.0) -> dict[str, float]:
+    """The CPU share (of one core) of the daemon and every child over ``seconds`` with nothing
+    to do."""
+    assert daemon.proc is not None
+    before, t0 = tree_cpu_s(daemon.proc.pid), time.monotonic()
+    time.sleep(seconds)
+    return {"seconds": seconds,
+            "share": (tree_cpu_s(daemon.proc.pid) - before) / (time.monotonic() - t0)}  # fmt: skip
+
+
+def missed(results: dict[str, Any]) -> list[str]:
+    """Every target missed (one line each)."""
+    out = events_chaos.missed(results["chaos"]) if "chaos" in results else []
+    for key, limit in (("add", ADDITION_P99_S), ("del", DELETION_P99_S)):
+        for ad in ("http", "slot"):
+            got = results.get("latency", {}).get(f"{key}_{ad}")
+            if got and (got["misses"] or got["p99_s"] > limit):
+                out.append(f"{got['path']}: p99 {got['p99_s']:.2f} s (target {limit} s), "
+                           f"{got['misses']} missed of {got['n']}")  # fmt: skip
+    return out
+
+
+def commit() -> str:
+    """The commit of the hydrator the daemon imports (its checkout, dirty or not)."""
+    import hydrator
+
+    where = Path(hydrator.__file__).parents[1]
+    run = subprocess.run(["git", "-C", str(where), "describe", "--always", "--dirty"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    return f"{where}: {run.stdout.strip()}"
 
 
 def measure_latency(
-    admin: RucioAdmin, broker: Broker, work: Path, changes: int, with_pool: bool
+    admin: RucioAdmin, broker: Broker, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Latency and load with a daemon of its own; with the pool (taken through its lock for
-    this phase only, slot1's site) its collector merges are timed too, and invalidated after."""
+    """Additions and deletions with a daemon of its own; with the pool (taken through its lock
+    for this phase only, slot1's site) the collector merges are timed too, invalidated after."""
     with ExitStack() as stack:
         pool: Pool | None = None
         extra, site = "", f"SITE-BENCH-{unique('b')}"
-        if with_pool:
+        if not args.no_pool:
             tokens = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             print("taking the HTCondor test pool (waits for its lock)")
             pool = stack.enter_context(running_pool(tokens))
@@ -305,50 +265,72 @@ def measure_latency(
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work / "latency", site, extra, debounce_s=1.0)
         )
+        if args.listener_defaults:
+            defaults(daemon)
         daemon.wait_subscribed()
-        results = latency(admin, daemon, changes, pool)
-        results.update(load(admin, daemon, changes))
-        return results
+        return latency(admin, daemon, broker, args.changes, pool, args.timeout)
+
+
+def defaults(daemon: EventDaemon) -> None:
+    """Restart the daemon with the listener's shipped defaults (heart-beats, reconnect delays)
+    instead of the test suite's short ones."""
+    daemon.stop()
+    keys = ("heartbeat_s", "reconnect_initial_s", "reconnect_max_s")
+    text = daemon.config.read_text().splitlines()
+    daemon.config.write_text("\n".join(ln for ln in text if not ln.startswith(keys)) + "\n")
+    daemon.start()
+    daemon.wait_subscribed()
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    """The latencies' distribution (cumulative, p50 and p99 dashed) as a PNG."""
+    """Each kind's latencies (cumulative; misses at the timeout) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    curves = (("latency", "collector slot ad"), ("http_latency", "HTTP ad"))
-    for prefix, label in (c for c in curves if f"{c[0]}_p50_s" in results):
-        p50, p99 = results[f"{prefix}_p50_s"], results[f"{prefix}_p99_s"]
-        lags = results["latencies_s" if prefix == "latency" else "http_latencies_s"]
-        ax.ecdf(lags, label=f"{label}: p50 {p50:.2f} s, p99 {p99:.2f} s")
-        for at in (p50, p99):
-            ax.axvline(at, linestyle="--", color="grey", linewidth=0.8)
-    ax.legend(loc="lower right", fontsize=7)
-    ax.set_xlabel("catalogue change to the ad (s)")
+    timeout = results["latency"]["timeout_s"]
+    for got in results["latency"].values():
+        if isinstance(got, dict) and "seconds" in got:
+            lags = [timeout if v is None else v for v in got["seconds"]]
+            label = f"{got['path']}: p50 {got['p50_s']:.2f} s, p99 {got['p99_s']:.2f} s"
+            ax.ecdf(lags, label=label + (f", {got['misses']} missed" if got["misses"] else ""))
+    ax.legend(loc="lower right", fontsize=6)
+    ax.set_xlabel("catalogue change to the ad (s); a miss at the timeout")
     ax.set_ylabel("share of changes")
-    cpu = results["machine_before"]["cpu"]
-    ax.set_title(
-        f"{results['changes']} changes, Rucio + hermes + ActiveMQ + hydrator ({cpu})", fontsize=8
-    )
+    ax.set_title(f"Rucio + hermes + ActiveMQ + hydrator ({results['machine_before']['cpu']})",
+                 fontsize=8)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--changes", type=int, default=100, help="additions, each then deleted")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a miss")
     parser.add_argument("--chaos", type=int, default=50, help="datasets in the chaos run")
+    parser.add_argument("--no-restart", action="store_true", help="chaos without the restart")
+    parser.add_argument("--idle-s", type=float, default=30.0, help="idle CPU window")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="a PNG of the latencies")
     parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--no-pool", action="store_true", help="HTTP ad only (no collector)")
     parser.add_argument(
-        "--no-pool", action="store_true", help="latency to the HTTP ad only (no collector)"
-    )
-    args = parser.parse_args(argv)
-    results: dict[str, Any] = {"machine_before": machine(), "started": time.time()}
+        "--listener-defaults", action="store_true",
+        help="the latency daemon with the shipped heart-beats (else the test suite's 2 s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expect-forged", action="store_true",
+        help="count one forged dataset as Rucio's (the smoke test: the check must fail)",
+    )  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    results: dict[str, Any] = {"machine_before": machine(), "args": vars(args) | {"json": None,
+        "plot": None}, "code": commit(), "started_utc": datetime.now(UTC).isoformat()}  # fmt: skip
     with ExitStack() as stack:
         broker = stack.enter_context(running_broker())
         server = make_server()
@@ -362,26 +344,34 @@ def main(argv: list[str] | None = None) -> int:
         hermes.start(sleep_time_s=1)
         stack.callback(hermes.stop)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        print(f"latency over {args.changes} changes")
-        results.update(measure_latency(admin, broker, work, args.changes, not args.no_pool))
+        if args.changes:
+            print(f"{args.changes} additions and deletions")
+            results["latency"] = measure_latency(admin, broker, work, args)
         (work / "chaos").mkdir()
         site = f"SITE-BENCH-{unique('b')}"
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work / "chaos", site, debounce_s=1.0)
         )
-        daemon.wait_subscribed()
-        print("idle CPU over 30 s")
-        results["idle_cpu_share"] = idle_cpu(daemon)
+        defaults(daemon)
+        if args.idle_s:
+            print(f"idle CPU over {args.idle_s} s")
+            results["idle_cpu"] = idle_cpu(daemon, args.idle_s)
         print(f"chaos over {args.chaos} datasets")
-        results.update(chaos(admin, daemon, broker, hermes, args.chaos, random.Random(args.seed)))
+        rng = random.Random(args.seed)
+        results["chaos"] = events_chaos.run(admin, daemon, broker, hermes, args.chaos, rng,
+            restart=not args.no_restart, expect_forged=args.expect_forged)  # fmt: skip
+        results["chaos"]["counters_at_end"] = events_chaos.counters(daemon)
     results["machine_after"] = machine()
-    shown = {k: v for k, v in results.items() if not k.endswith("latencies_s")}
-    print(json.dumps(shown, indent=2))
+    results["finished_utc"] = datetime.now(UTC).isoformat()
+    results["missed"] = missed(results)
+    print(json.dumps(results, indent=1, default=str)[:6000])
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    if args.plot is not None:
+    if args.plot is not None and "latency" in results:
         plot(results, args.plot)
-    return 0
+    for line in results["missed"]:
+        print(f"TARGET MISSED: {line}")
+    return 1 if results["missed"] else 0
 
 
 if __name__ == "__main__":

@@ -127,6 +127,7 @@ class Catalogue:
         self.served_bytes = self.generated_bytes = 0
         self.generate_s = 0.0  # building the federation (set by whoever built it)
         self.bad_replicas = 0  # BAD replicas listed (``--bad-replicas``)
+        self.touched: list[tuple[str, str, str, bool]] = []  # by the last churn
 
     def placements(self, dataset: int, site: int, code: int) -> list[tuple[str, int, int, str]]:
         """(RSE, files, available files, row state) of one holding: one row, or two for a
@@ -234,11 +235,16 @@ class Catalogue:
         return "".join(out).encode()
 
     def churn(self) -> Churn:
-        """Churn the federation once and drop the chunks whose rows it changed."""
+        """Churn the federation once and drop the chunks whose rows it changed; the holdings
+        touched are kept in :attr:`touched` as (scope, name, RSE, still held)."""
         done = self.fed.churn()
         n_sites, per_site = self.fed.scale.sites, self.per_site
+        self.touched = []
         for key, was in self.holdings.take_touched().items():
             dataset, site = divmod(key, n_sites)
+            rse = self.rse_names[site * per_site + dataset % per_site]
+            held = self.holdings.get(key) is not None
+            self.touched.append((SCOPES[dataset % len(SCOPES)], f"obs_{dataset:07d}", rse, held))
             block = dataset // BLOCK_DATASETS
             base = site * per_site
             self._drop(base + dataset % per_site, block)
@@ -425,7 +431,7 @@ def make_app(catalogue: Catalogue) -> web.Application:
         return stream((json.dumps(record) + "\n").encode())
 
     async def churn(request: web.Request) -> web.Response:
-        return web.json_response(vars(catalogue.churn()))
+        return web.json_response(vars(catalogue.churn()) | {"touched": catalogue.touched})
 
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(catalogue.stats())
@@ -467,9 +473,10 @@ def main() -> None:
         help="memory for encoded answer chunks kept across requests",
     )  # fmt: skip
     parser.add_argument("--bad-replicas", type=int, default=0, help="BAD replicas listed")
+    parser.add_argument("--churn-fraction", type=float, default=0.01, help="replicas a churn")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    fed = Federation(Scale(args.replicas), args.seed)
+    fed = Federation(Scale(args.replicas, churn_fraction=args.churn_fraction), args.seed)
     catalogue = Catalogue(fed, args.cache_mib * 2**20)
     catalogue.generate_s = time.perf_counter() - t0
     catalogue.bad_replicas = args.bad_replicas
