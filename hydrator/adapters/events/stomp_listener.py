@@ -74,6 +74,10 @@ CLOSE_WAIT_S = 1.0  # for the broker's receipt of DISCONNECT before the socket i
 STOP_MARGIN_S = 5.0  # stop() waits the listener's thread this much beyond timeout_s
 DROP_LOG_INTERVAL_S = 60.0
 RECONNECT_GROWTH = 1.5
+# How many heart-beat intervals may pass in silence before the broker counts as lost. ActiveMQ
+# sends its heart-beats up to two intervals apart; stomp-py's default of 1.5 then drops a
+# healthy connection now and then, and every reconnect costs a full read (docs/platform.md).
+HEARTBEAT_RECEIVE_SCALE = 2.5
 
 
 class _Envelope(BaseModel):
@@ -560,7 +564,9 @@ class _Connection(stomp.StompConnection12):  # type: ignore[misc]  # stomp-py is
 
     def __init__(self, transport: _BoundedTransport, heartbeats: tuple[int, int]) -> None:
         stomp.connect.BaseConnection.__init__(self, transport)
-        stomp.protocol.Protocol12.__init__(self, transport, heartbeats)
+        stomp.protocol.Protocol12.__init__(
+            self, transport, heartbeats, heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE
+        )
 
 
 class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
