@@ -4,16 +4,19 @@ tests/pool/test_coverage.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.coverage import RepairPlan, RepairReport, SiteCoverage
-from hydrator.domain import Site
+from hydrator.core.ports import PublishReport
+from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.runtime import repair
 from hydrator.runtime.metrics import Metrics
@@ -26,7 +29,7 @@ from tests.pool.views import views
 A = Site("SITE_A")
 
 
-class Publisher:
+class Repairing:
     """A publisher with the RepairsSlots capability, answering from a list of outcomes."""
 
     name = "collector"
@@ -35,7 +38,9 @@ class Publisher:
         self.outcomes = list(outcomes)
         self.calls = 0
 
-    def publish(self, *_args: object) -> None:
+    def publish(
+        self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
+    ) -> PublishReport:
         raise AssertionError("not called")
 
     def close(self) -> None:
@@ -49,27 +54,26 @@ class Publisher:
         return outcome
 
 
-def looked(**kw: object) -> RepairReport:
-    plan = RepairPlan(found_bare={A: 1}, refused=kw.pop("refused", {}))  # type: ignore[arg-type]
-    base: dict[str, object] = {
-        "looked": True,
-        "returned": 1,
-        "plan": plan,
-        "merged": {A: 1},
-        "merge_bytes": {A: 500},
-        "delays_s": {A: (1.5,)},
-        "coverage": {A: SiteCoverage(4, 3, 1)},
-        "cycle_merge_bytes": 100,
-    }
-    return RepairReport(**(base | kw))  # type: ignore[arg-type]
+def looked(refused: Mapping[Site, int] | None = None, **changes: Any) -> RepairReport:
+    report = RepairReport(
+        looked=True,
+        returned=1,
+        plan=RepairPlan(found_bare={A: 1}, refused=refused or {}),
+        merged={A: 1},
+        merge_bytes={A: 500},
+        delays_s={A: (1.5,)},
+        coverage={A: SiteCoverage(4, 3, 1)},
+        cycle_merge_bytes=100,
+    )
+    return dataclasses.replace(report, **changes)
 
 
-def watch(publisher: Publisher, clock: list[float]) -> tuple[RepairWatch, Metrics, list[object]]:
+def watch(publisher: Repairing, clock: list[float]) -> tuple[RepairWatch, Metrics, list[object]]:
     metrics = Metrics(CollectorRegistry())
     written: list[object] = []
     shown: list[Mapping[Site, SiteCoverage]] = []
     w = RepairWatch(
-        [publisher],  # type: ignore[list-item]
+        [publisher],
         metrics,
         2.0,
         lambda: datetime.fromtimestamp(clock[0], UTC),
@@ -84,7 +88,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 def test_a_look_is_recorded_in_the_metrics_and_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    publisher = Publisher(looked(), looked(merged={}, delays_s={}, plan=RepairPlan()))
+    publisher = Repairing(looked(), looked(merged={}, delays_s={}, plan=RepairPlan()))
     w, metrics, written = watch(publisher, [0.0])
     w()
     assert value(metrics, "hydrator_slots_found_bare_total", site=A) == 1
@@ -107,7 +111,7 @@ def test_a_failing_collector_is_said_once_and_looked_at_with_back_off(
     now = [100.0]
     monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
     down = PublishError("collector 127.0.0.1:9618: query failed: connection refused")
-    publisher = Publisher(down, down, down, looked())
+    publisher = Repairing(down, down, down, looked())
     w, metrics, _ = watch(publisher, now)
     with caplog.at_level(logging.INFO, logger="hydrator.runtime.repair"):
         w()  # fails: next look in 4 s
@@ -133,7 +137,7 @@ def test_a_failing_collector_is_said_once_and_looked_at_with_back_off(
 def test_the_back_off_stops_at_its_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
     monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
-    publisher = Publisher(*[PublishError("down")] * 10)
+    publisher = Repairing(*[PublishError("down")] * 10)
     w, _, _ = watch(publisher, now)
     for _ in range(10):
         w()
@@ -142,8 +146,8 @@ def test_the_back_off_stops_at_its_maximum(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_each_fault_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
-    strays = {"without_site": 2, "unknown_site": 1}
-    publisher = Publisher(
+    strays: dict[str, Any] = {"without_site": 2, "unknown_site": 1}
+    publisher = Repairing(
         looked(refused={A: 1}, **strays),
         looked(refused={A: 1}, **strays),
         looked(),
