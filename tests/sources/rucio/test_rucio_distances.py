@@ -60,33 +60,40 @@ def test_distances_make_near_sites_in_one_request_and_a_refusal_keeps_them(
     reader = RucioDistances(source_config(running_rucio), {}, config.max_answer_bytes)
     near = NearSites(config, metrics, reader, clock)
 
-    lists = near.current([a, b, c])
-    assert (lists[a], lists[b], lists[c]) == ((b,), (a,), ())
-    # one API request for every RSE's distances (besides the client's login)
-    assert {k: v for k, v in reader.wire.calls.items() if k not in ("connect", "auth")} == {
-        "export_data": 1
-    }
-    asymmetric = metrics.near_problems.labels("asymmetric")._value.get()
-    assert asymmetric >= 1
-    near.current([a, b, c])  # within refresh_s: no read
-    assert metrics.near_reads.labels("ok")._value.get() == 1
+    def sample(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
 
-    account, password = plain_user(rucio_admin, tmp_path)
-    near.reader = RucioDistances(
-        source_config(running_rucio, account=account, username=account, password_file=password),
-        {},
-        config.max_answer_bytes,
-    )
-    client.update_distance(a2, b1, {"distance": 9}, bidirectional=True)
-    clock.now = 60.0
-    lists = near.current([a, b, c])
-    assert (lists[a], lists[b], lists[c]) == ((b,), (a,), ())  # the last good lists
-    assert metrics.near_reads.labels("failed")._value.get() == 1
-    assert metrics.near_problems.labels("refused")._value.get() == 1
-    assert metrics.near_problems.labels("asymmetric")._value.get() == asymmetric  # not again
+    try:
+        lists = near.current([a, b, c])
+        assert (lists[a], lists[b], lists[c]) == ((b,), (a,), ())
+        # one API request for every RSE's distances (besides the client's login)
+        assert {k: v for k, v in reader.wire.calls.items() if k not in ("connect", "auth")} == {
+            "export_data": 1
+        }
+        asymmetric = sample("hydrator_near_problems_total", kind="asymmetric")
+        assert asymmetric >= 1
+        near.current([a, b, c])  # within refresh_s: no read
+        assert sample("hydrator_near_reads_total", outcome="ok") == 1
 
-    near.reader = reader
-    clock.now = 120.0
-    lists = near.current([a, b, c])
-    assert (lists[a], lists[b]) == ((), ())  # a2 -> b1 is 9 now: nothing within 2
-    near.close()
+        account, password = plain_user(rucio_admin, tmp_path)
+        refused = RucioDistances(
+            source_config(running_rucio, account=account, username=account, password_file=password),
+            {},
+            config.max_answer_bytes,
+        )
+        near.reader = refused
+        client.update_distance(a2, b1, {"distance": 9}, bidirectional=True)
+        clock.now = 60.0
+        lists = near.current([a, b, c])
+        assert (lists[a], lists[b], lists[c]) == ((b,), (a,), ())  # the last good lists
+        assert sample("hydrator_near_reads_total", outcome="failed") == 1
+        assert sample("hydrator_near_problems_total", kind="refused") == 1
+        assert sample("hydrator_near_problems_total", kind="asymmetric") == asymmetric  # not again
+
+        refused.close()  # its private token directory goes with it
+        near.reader = reader
+        clock.now = 120.0
+        lists = near.current([a, b, c])
+        assert (lists[a], lists[b]) == ((), ())  # a2 -> b1 is 9 now: nothing within 2
+    finally:
+        near.close()

@@ -53,9 +53,9 @@ def test_near_sites_from_the_operator_table_reach_the_ads_and_survive_a_bad_tabl
     service.run_cycle()
     assert 'DataLocalityNearSites = { "SITE_B" }' in body(service, "SITE_A")  # last good
     assert service.published.ads[Site("SITE_A")].view.digest == digest
-    problems = service.metrics.near_problems
-    assert problems.labels("negative")._value.get() == 1
-    assert problems.labels("not_a_number")._value.get() == 1
+    sample = service.metrics.registry.get_sample_value
+    assert sample("hydrator_near_problems_total", {"kind": "negative"}) == 1
+    assert sample("hydrator_near_problems_total", {"kind": "not_a_number"}) == 1
 
     config.distances.sites["SITE_A"]["SITE_B"] = 3  # good again, and no longer near
     config.distances.sites["SITE_B"]["SITE_A"] = 3
