@@ -93,6 +93,10 @@ def setup_logging(fmt: str, level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # The events listener states each broker failure in one line per cause; stomp-py's own
+    # warnings repeat it every round ("could not connect to host") or report a socket both
+    # of its threads closed at once (SHUT_RDWR on a closed descriptor).
+    logging.getLogger("stomp.py").setLevel(max(logging.ERROR, root.level))
     adopt_library_loggers()
 
 

@@ -188,3 +188,15 @@ def test_library_loggers_with_their_own_handlers_go_through_the_root_handler(
     library.error("token=tok-secret-6 refused")
     assert "tok-secret-6" not in root_stream.getvalue()
     assert "token=[REDACTED] refused" in root_stream.getvalue()
+
+
+def test_the_broker_librarys_routine_warnings_stay_out_of_the_log(
+    root_stream: io.StringIO,
+) -> None:
+    """The events listener says each broker failure once; stomp-py would repeat it per round."""
+    _log_through("text", root_stream)
+    stomp_log = logging.getLogger("stomp.py")
+    stomp_log.warning("could not connect to host %s, port %s: %s", "127.0.0.1", 61613, "refused")
+    stomp_log.error("error sending frame")
+    lines = root_stream.getvalue().splitlines()
+    assert len(lines) == 1 and "error sending frame" in lines[0], lines
