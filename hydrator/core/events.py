@@ -281,17 +281,21 @@ def full_read_due(
     last_full_read: float | None,
     status: ListenerStatus,
     policy: ReconcilePolicy,
+    *,
     marked: bool = False,
+    reconnect_read: float | None = None,
 ) -> bool:
-    """True when the full read must run now (``now``, ``last_full_read``: monotonic seconds):
-    never read; the listener (re)connected since the last read (what was missed while it was
-    away is read); at ``interval_s`` while it is disconnected, silent for ``silence_s``, or
-    ``marked`` (a hint no dataset could be named for, or more than one event cycle reads);
-    else at ``reconcile_interval_s``."""
+    """True when the full read must run now (``now``, ``last_full_read``, ``reconnect_read``:
+    monotonic seconds): never read; the listener (re)connected since the last read (what was
+    missed while it was away is read), at once unless a read for a reconnect began less than
+    ``interval_s`` ago (``reconnect_read``: a broker that drops each subscription, or a
+    catalogue that fails the read, costs no more reads than polling); at ``interval_s`` while
+    it is disconnected, silent for ``silence_s``, or ``marked`` (a hint no dataset could be
+    named for, or more than one event cycle reads); else at ``reconcile_interval_s``."""
     if last_full_read is None:
         return True
     if status.connected_at is not None and status.connected_at >= last_full_read:
-        return True
+        return reconnect_read is None or now - reconnect_read >= policy.interval_s
     since = now - last_full_read
     heard = status.last_message_at if status.last_message_at is not None else status.connected_at
     silent = heard is None or now - heard > policy.silence_s

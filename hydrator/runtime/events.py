@@ -99,6 +99,7 @@ class EventCycles:
         self._first_hint: float | None = None
         self._marked = False  # a full read must cover what no event cycle read
         self._last_full_read: float | None = None
+        self._reconnect_read: float | None = None  # when the last read for a reconnect began
         self._covers = 0  # the batch's arrivals when the last full read began
         self._full_read_calls = 0
         self._read_last_cycle = 0  # datasets the last event cycle re-read
@@ -225,18 +226,24 @@ class EventCycles:
         """:func:`~hydrator.core.events.full_read_due`; while the worker is down (nothing
         applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
-            marked, last = self._marked, self._last_full_read
+            marked, last, again = self._marked, self._last_full_read, self._reconnect_read
         status = self.status()
         if not self.worker_alive():
             status = replace(status, connected=False)
-        return full_read_due(self._clock(), last, status, self.policy, marked)
+        return full_read_due(
+            self._clock(), last, status, self.policy, marked=marked, reconnect_read=again
+        )
 
     def begin_full_read(self) -> float:
         """A full read begins now: the hints held so far are what it covers. Returns this
         source's monotonic clock (seconds), what :meth:`after_full_read` takes."""
+        now = self._clock()
+        reconnected = self._reconnected()
         with self._lock:
             self._covers = self._batch.arrivals
-        return self._clock()
+            if reconnected:
+                self._reconnect_read = now
+        return now
 
     def full_read(self) -> CycleReport:
         """A normal cycle (every source read), then :meth:`after_full_read`."""
@@ -292,7 +299,7 @@ class EventCycles:
     def _step(self) -> None:
         """One wake of the worker: the full read after a reconnect, or the event cycle once
         the batch's debounce is over."""
-        if self._reconnected():
+        if self._reconnected() and self.full_read_due():
             self.full_read()  # after a reconnect: what was missed while away
             return
         with self._lock:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from hydrator.adapters.events.stomp_listener import StompListener
+from hydrator.adapters.events.stomp_listener import RECONNECT_GROWTH, StompListener
 from hydrator.config import RucioEventsConfig
 from hydrator.core.events import Ignored
 from hydrator.domain import DatasetId
@@ -287,3 +287,24 @@ def test_after_an_outage_the_listener_subscribes_within_10_s_of_the_broker_accep
     took = time.monotonic() - accepting
     assert took <= 10, f"subscribed {took:.1f} s after the broker accepted connections"
     assert alternating(sink.states) and sink.states[-1] is True and False in sink.states
+
+
+def test_a_broker_that_drops_each_subscription_is_retried_at_the_growing_wait(
+    running_activemq: Broker, started: list[StompListener]
+) -> None:
+    """A proxy in front of the real broker cuts every connection 1 s after it opened, after the
+    subscription was granted: each next attempt waits at least the jitter floor of the growing
+    reconnect delay (before, each subscription reset it and the listener reconnected at once,
+    each reconnect a full read at the daemon)."""
+    with running_peer("cutting", upstream=running_activemq.port, cut_after_s=1.0) as peer:
+        settings = config(
+            running_activemq, brokers=[peer.broker], reconnect_initial_s=0.4, reconnect_max_s=2.0
+        )
+        sink = Sink()
+        start(started, settings, sink)
+        wait_for("five connections", lambda: peer.accepted, done=lambda n: n >= 5, timeout_s=60)
+        opened, cut = peer.openings_and_cuts()
+    assert sink.states.count(True) >= 2, sink.states  # the broker granted the subscriptions
+    for k, (cut_k, next_open) in enumerate(zip(cut, opened[1:], strict=False)):
+        floor = min(2.0, 0.4 * RECONNECT_GROWTH**k) / 2
+        assert next_open - cut_k >= floor, (k, next_open - cut_k, floor)

@@ -4,6 +4,10 @@ port, each connection served by a thread of its own.
 * ``silent``: accepts TCP and never says a word (a load balancer in front of a dead broker).
 * ``endless``: answers CONNECT with CONNECTED and SUBSCRIBE with nothing, then streams the start
   of a MESSAGE frame that never ends (no NUL), up to ``stream_bytes``.
+* ``cutting``: passes every byte on to a real broker (``upstream``, a port on 127.0.0.1) and
+  back, and cuts each connection ``cut_after_s`` after accepting it (a proxy or load balancer
+  that drops connections soon after the broker granted the subscription).
+  :attr:`Peer.accepted_at` holds when each was accepted, :attr:`Peer.cut_at` when each was cut.
 
 :attr:`Peer.accepted` and :attr:`Peer.closed` count connections accepted and closed by the
 client; :attr:`Peer.sent` the bytes streamed. :meth:`Peer.close` ends every thread.
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from tests.support.ports import free_port
@@ -23,9 +28,14 @@ MESSAGE_START = b"MESSAGE\nsubscription:1\nmessage-id:1\nack:1\ndestination:/top
 
 
 class Peer:
-    def __init__(self, mode: str, stream_bytes: int = 0) -> None:
+    def __init__(
+        self, mode: str, stream_bytes: int = 0, upstream: int = 0, cut_after_s: float = 0.0
+    ) -> None:
         self.mode, self.stream_bytes = mode, stream_bytes
+        self.upstream, self.cut_after_s = upstream, cut_after_s
         self.port = free_port()
+        self.accepted_at: list[float] = []
+        self.cut_at: list[float] = []
         self.accepted = 0
         self.closed = 0
         self.sent = 0
@@ -53,11 +63,14 @@ class Peer:
                 return
             with self._lock:
                 self.accepted += 1
+                self.accepted_at.append(time.monotonic())
                 self._conns.append(conn)
             self._start(self._serve, conn)
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
+            if self.mode == "cutting":
+                self._forward(conn)
             if self.mode == "endless":
                 self._read_frame(conn)  # CONNECT
                 conn.sendall(CONNECTED)
@@ -67,6 +80,30 @@ class Peer:
                 pass
         with self._lock:
             self.closed += 1
+
+    def openings_and_cuts(self) -> tuple[list[float], list[float]]:
+        """Copies of :attr:`accepted_at` and :attr:`cut_at` (monotonic seconds)."""
+        with self._lock:
+            return list(self.accepted_at), list(self.cut_at)
+
+    def _forward(self, conn: socket.socket) -> None:
+        """Both ways to the upstream broker until ``cut_after_s`` has passed, then cut both."""
+        broker = socket.create_connection(("127.0.0.1", self.upstream), timeout=10)
+        with self._lock:
+            self._conns.append(broker)
+        self._start(self._pump, broker, conn)
+        self._start(self._pump, conn, broker)
+        self._done.wait(self.cut_after_s)
+        with self._lock:
+            self.cut_at.append(time.monotonic())
+        for end in (conn, broker):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
 
     def _read_frame(self, conn: socket.socket) -> None:
         data = b""
@@ -98,8 +135,10 @@ class Peer:
 
 
 @contextlib.contextmanager
-def running_peer(mode: str, stream_bytes: int = 0) -> Iterator[Peer]:
-    peer = Peer(mode, stream_bytes)
+def running_peer(
+    mode: str, stream_bytes: int = 0, upstream: int = 0, cut_after_s: float = 0.0
+) -> Iterator[Peer]:
+    peer = Peer(mode, stream_bytes, upstream, cut_after_s)
     try:
         yield peer
     finally:

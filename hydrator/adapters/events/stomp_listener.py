@@ -8,7 +8,10 @@ sends to, for one Rucio source. The only module that imports stomp-py.
   order, so a silent peer in front cannot hide the others. After a failed round the supervisor
   thread waits a jittered exponential delay (:func:`reconnect_delay`: from
   ``reconnect_initial_s``, growing by half per failed round, at most ``reconnect_max_s``) and
-  tries again; a subscription resets it, so the next outage starts short again. Heart-beats
+  tries again; a subscription that then lasts :data:`STABLE_S` resets it, so the next outage
+  starts short again, while a broker that drops each subscription soon after granting it
+  (a proxy or load balancer cutting connections) is retried at the growing delay, not in a
+  loop (each reconnect also makes a full read due: docs/events.md). Heart-beats
   both ways (``heartbeat_s``) turn a dead broker into a disconnect. Credentials come from
   ``password_file`` (read at each connect), TLS from ``use_ssl``/``ca_cert``/``client_cert``/
   ``client_key``. Each state change is logged once: subscribed, lost, cannot subscribe at any
@@ -74,6 +77,7 @@ CLOSE_WAIT_S = 1.0  # for the broker's receipt of DISCONNECT before the socket i
 STOP_MARGIN_S = 5.0  # stop() waits the listener's thread this much beyond timeout_s
 DROP_LOG_INTERVAL_S = 60.0
 RECONNECT_GROWTH = 1.5
+STABLE_S = 30.0  # a subscription lost sooner than this counts as a failed round
 # How many heart-beat intervals may pass in silence before the broker counts as lost. ActiveMQ
 # sends its heart-beats up to two intervals apart; stomp-py's default of 1.5 then drops a
 # healthy connection now and then, and every reconnect costs a full read (docs/platform.md).
@@ -219,6 +223,7 @@ class StompListener:
         self._failing = False
         self._failures = 0  # failed rounds in a row: the reconnect delay
         self._streak = 0  # failed rounds before the last subscription
+        self._subscribed_at = 0.0  # when it was granted (the listener's clock)
         self._drops: dict[Ignored, tuple[float, int]] = {}  # last line at, dropped since
         self._thread: threading.Thread | None = None
 
@@ -279,12 +284,14 @@ class StompListener:
 
     def _close_current(self) -> None:
         """Close what is left of the last connection; one that ended on a frame over the bound
-        counts as a failed round (the broker may send that frame again at once)."""
+        (the broker may send that frame again at once) or within :data:`STABLE_S` of its
+        subscription counts as a failed round."""
         held, self._conn, self._current = self._conn, None, 0
         if held is None:
             return
         conn, frames = held
-        if frames.over_bound() is not None:
+        brief = self._clock() - self._subscribed_at < STABLE_S
+        if frames.over_bound() is not None or brief:
             self._failures = self._streak + 1
         _close(conn, frames)
 
@@ -344,6 +351,7 @@ class StompListener:
     def _subscribed(self, conn: _Connection, frames: _Frames, generation: int) -> None:
         self._conn, self._current = (conn, frames), generation
         now = self._clock()
+        self._subscribed_at = now
         with self._lock:
             self._status = ListenerStatus(True, now, self._status.last_message_at)
         self._failing = False

@@ -148,6 +148,16 @@ def test_full_read_due(now: float, last: float | None, status: ListenerStatus, d
     assert full_read_due(now, last, status, POLICY) is due
 
 
+def test_reconnects_cost_at_most_one_full_read_per_interval() -> None:
+    """A broker dropping each subscription: the first reconnect reads at once, the next ones
+    within ``interval_s`` of that read wait for it (whether that read succeeded or not)."""
+    again = ListenerStatus(True, 105, 105)  # reconnected at 105, after the read of 100
+    assert full_read_due(106, 100, again, POLICY, reconnect_read=None)
+    assert not full_read_due(106, 100, again, POLICY, reconnect_read=100)
+    assert not full_read_due(159, 40, again, POLICY, reconnect_read=100)  # that read failed
+    assert full_read_due(160, 100, again, POLICY, reconnect_read=100)
+
+
 def test_a_marked_full_read_comes_at_the_normal_interval() -> None:
     flowing = ListenerStatus(True, 10, 99)
     assert full_read_due(120, 50, flowing, POLICY, marked=True)

@@ -18,7 +18,7 @@ from hydrator.core.storage import Drain
 from hydrator.domain import Site, StorageStatus
 from hydrator.runtime.events import EventCycles, FullReadGate
 from hydrator.runtime.report import sites_json
-from tests.support.event_cycles import Listening, available, ds, lock_ok
+from tests.support.event_cycles import Listening, available, ds, lock_ok, wait_until
 from tests.unit.factories import rep
 
 
@@ -115,6 +115,36 @@ def test_the_worker_runs_an_event_cycle_within_the_debounce(setup: Any) -> None:
     assert sorted(catalogue.targeted[0]) == [ds("obs1"), ds("obs9")]
     assert 0.2 <= took < 8  # the debounce first; a loaded machine may add seconds
     assert available(service, "B") == ["ska:obs1"]
+
+
+def test_a_broker_dropping_each_subscription_costs_one_full_read_per_interval(
+    setup: Any,
+) -> None:
+    """The first reconnect reads at once; the next ones within ``interval_s`` (60 s here) of
+    that read leave it to the interval, and the worker goes on with event cycles meanwhile
+    (before, it ran a full read at every reconnect, and again every second while one failed)."""
+    service, catalogue, cycles, _metrics, now = setup
+    cycles.full_read()  # at 1000
+    now[0] = 1005.0
+    cycles.listener = Listening(ListenerStatus(True, 1005.0, 1005.0))
+    assert cycles.full_read_due()
+    cycles.full_read()  # the reconnect's read
+    now[0] = 1010.0
+    cycles.listener = Listening(ListenerStatus(True, 1010.0, 1010.0))  # dropped, back again
+    assert not cycles.full_read_due()
+    cycles.start()
+    try:
+        for _ in range(3):
+            cycles.connection(True)  # each wakes the worker
+        catalogue.replicas.add(rep("B", "obs2"))
+        cycles.event(lock_ok("obs2"))
+        wait_until(lambda: catalogue.targeted, "the event cycle after the reconnects")
+    finally:
+        cycles.stop()
+    assert catalogue.full_reads == 2
+    assert available(service, "B") == ["ska:obs2"]
+    now[0] = 1065.0
+    assert cycles.full_read_due()
 
 
 def test_the_gate_skips_full_reads_while_events_flow_unless_other_sources_need_polling(
