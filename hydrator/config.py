@@ -36,6 +36,26 @@ MAX_SECRET_FILE_BYTES = 64 * 1024  # as hydrator.redact.MAX_SECRET_BYTES
 ConfigPath = Annotated[Path, Field(strict=False)]
 
 
+def host_port(value: str, *, any_port: bool = False) -> tuple[str, int]:
+    """``host:port`` as (host, port): an IPv6 host in brackets (``[::1]:9618``, returned
+    without them), a port from 1 to 65535 (0 too with ``any_port``: the system picks one).
+    ValueError naming ``value`` otherwise. The one parser of addresses in the configuration."""
+    host, sep, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    name = host[1:-1] if bracketed else host
+    low = 0 if any_port else 1
+    if (
+        not sep
+        or not name
+        or "[" in name
+        or "]" in name
+        or not port.isdigit()
+        or not low <= int(port) <= 65535
+    ):
+        raise ValueError(f"expected host:port, got {value!r}")
+    return name, int(port)
+
+
 class _Model(BaseModel):
     # strict: "60", "yes" and true are not coerced to numbers/booleans (an int is a float);
     # allow_inf_nan=False: inf and nan are refused wherever a number is expected.
@@ -110,18 +130,16 @@ class HttpConfig(_Model):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(f"expected host:port, got {value!r}")
+        host_port(value, any_port=True)
         return value
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
+        return host_port(self.listen, any_port=True)[0]
 
     @property
     def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
+        return host_port(self.listen, any_port=True)[1]
 
 
 class ClassAdConfig(_Model):
@@ -272,10 +290,13 @@ class RucioEventsConfig(_Model):
     @classmethod
     def _brokers(cls, value: list[str]) -> list[str]:
         for broker in value:
-            host, sep, port = broker.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{broker!r} is not host:port")
+            host_port(broker)
         return value
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """``brokers`` as (host, port) pairs, in order."""
+        return [host_port(broker) for broker in self.brokers]
 
     @model_validator(mode="after")
     def _complete(self) -> RucioEventsConfig:

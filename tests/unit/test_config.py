@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from hydrator.config import StaticSourceConfig, load_config, parse_config
+from hydrator.config import (
+    HttpConfig,
+    RucioEventsConfig,
+    StaticSourceConfig,
+    host_port,
+    load_config,
+    parse_config,
+)
 from hydrator.runtime.cli import main
 from tests.support.privileges import file_modes_enforced
 
@@ -285,3 +292,36 @@ def test_the_configuration_file_must_be_a_bounded_regular_file(
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert f"{tmp_path}/h.toml: {problem}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("127.0.0.1:61613", ("127.0.0.1", 61613)),
+        ("broker.example.org:61614", ("broker.example.org", 61614)),
+        ("[::1]:9618", ("::1", 9618)),
+        ("[2001:db8::5]:1", ("2001:db8::5", 1)),
+    ],
+)
+def test_an_address_is_parsed_once_the_same_everywhere(value: str, parsed: tuple[str, int]) -> None:
+    assert host_port(value) == parsed
+    events = RucioEventsConfig(enabled=True, brokers=[value, "127.0.0.1:1"])
+    assert events.addresses == [parsed, ("127.0.0.1", 1)]
+    http = HttpConfig(listen=value)
+    assert (http.host, http.port) == parsed
+
+
+@pytest.mark.parametrize(
+    "value", ["9618", ":9618", "host:", "host:port", "host:65536", "[::1:9618", "[]:80", "h:-1"]
+)
+def test_a_bad_address_is_one_error_naming_it(value: str) -> None:
+    with pytest.raises(ValueError, match="expected host:port"):
+        host_port(value)
+    with pytest.raises(ValueError, match="expected host:port"):
+        RucioEventsConfig(enabled=True, brokers=[value])
+
+
+def test_port_0_is_for_listening_only() -> None:
+    assert HttpConfig(listen="127.0.0.1:0").port == 0
+    with pytest.raises(ValueError, match="expected host:port"):
+        host_port("127.0.0.1:0")

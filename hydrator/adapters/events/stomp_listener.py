@@ -211,7 +211,7 @@ class StompListener:
         self._sink = sink
         self._clock = clock
         self._draw = draw
-        self._order = [_host_port(b) for b in config.brokers]  # tried in this order
+        self._order = config.addresses  # tried in this order
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -648,11 +648,6 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, stomp.exception.ConnectFailedException):
         return f"no TCP connection (refused, or no answer within timeout_s {timeout_s:g} s)"
     return redact(str(exc) or type(exc).__name__)
-
-
-def _host_port(broker: str) -> tuple[str, int]:
-    host, _, port = broker.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def _str(value: object) -> str | None:
