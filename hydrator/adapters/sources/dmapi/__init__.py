@@ -27,8 +27,8 @@ The package's modules, each for one job:
 * :mod:`.answers`: the answers checked (locate entries, the ``/nodes`` map, which storage
   areas can serve, when all answers together are no answer).
 
-Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources._http`, the Site
-Capabilities API's downtimes :mod:`hydrator.adapters.sources._site_capabilities`.
+Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources.dmapi.http`, the Site
+Capabilities API's downtimes :mod:`hydrator.adapters.sources.dmapi.site_capabilities`.
 """
 
 from hydrator.adapters.sources.dmapi.source import DmapiSource, build

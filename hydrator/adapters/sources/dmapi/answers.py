@@ -24,8 +24,8 @@ from datetime import datetime
 from typing import Any
 
 from hydrator.adapters.sources import site_or_none
-from hydrator.adapters.sources._http import Answer
-from hydrator.adapters.sources._site_capabilities import children, storage_statements
+from hydrator.adapters.sources.dmapi.http import Answer
+from hydrator.adapters.sources.dmapi.site_capabilities import children, storage_statements
 from hydrator.core.storage import Drain, Statement, judge
 from hydrator.domain import DatasetId, Site, StorageStatus
 from hydrator.errors import PermanentSourceError
@@ -152,7 +152,7 @@ def parse_nodes(body: object) -> NodesMap:
     return NodesMap(areas, frozenset(bad), statements, frozenset(bad_downtimes))
 
 
-# ---- availability: what /nodes states is read by .._site_capabilities
+# ---- availability: what /nodes states is read by .site_capabilities
 
 
 def storage_statuses(
