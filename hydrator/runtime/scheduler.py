@@ -28,7 +28,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
-from hydrator.runtime.events import FullReadGate, start_events
+from hydrator.runtime.event_worker import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs
@@ -169,7 +169,7 @@ class Daemon:
 
     def _start_cycles(self) -> None:
         """Start the event listeners of the sources that follow events (their gate then runs
-        the scheduled full reads, :func:`~hydrator.runtime.events.start_events`) and the
+        the scheduled full reads, :func:`~hydrator.runtime.event_worker.start_events`) and the
         scheduler."""
         daemon = self.config.daemon
         # None: no source follows events

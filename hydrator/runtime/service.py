@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 Demand = Callable[[], Mapping[DatasetId, int]]
 Planner = Callable[[Derived, FetchContext], Plan]
-"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.events`)."""
+"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.event_worker`)."""
 
 
 def utcnow() -> datetime:
@@ -523,7 +523,7 @@ def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
 def _origin(planner: Planner | None, scheduled: bool) -> str:
     """What a cycle's changes are labelled with in ``/v1/sites``: ``full_read`` (every source
     fetched), ``refresh`` (a planner on a scheduled run: storage statuses, drains and queues
-    read again, :meth:`~hydrator.runtime.events.FullReadGate.refresh`) or ``event`` (a planner
+    read again, :meth:`~hydrator.runtime.event_worker.FullReadGate.refresh`) or ``event`` (a planner
     re-reading the datasets messages named)."""
     if planner is None:
         return "full_read"

@@ -1,5 +1,5 @@
 """Event cycles on the real stack: the test Rucio server, its own ``rucio-hermes``, Debian's
-ActiveMQ, and the daemon's service with its listener (hydrator.runtime.events).
+ActiveMQ, and the daemon's service with its listener (hydrator.runtime.event_worker).
 
 Where the server can emit the event itself it does (a rule with ``notify="Y"`` whose replicas
 are made AVAILABLE through the public API emits ``datasetlock_ok`` and ``rule_ok``, which hermes
@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from hydrator.domain import Site
-from hydrator.runtime.events import start_events
+from hydrator.runtime.event_worker import start_events
 from hydrator.runtime.report import site_json, sites_json
 from hydrator.runtime.wiring import build_service, event_listener
 from tests.support.activemq import Broker

@@ -15,7 +15,7 @@ import pytest
 from hydrator.adapters.htcondor.condor_queue import CondorQueue
 from hydrator.config import load_config
 from hydrator.core.derived import Derived
-from hydrator.core.events import keep_read_times, unchanged
+from hydrator.core.event_plan import keep_read_times, unchanged
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue_reuse import QueueRead

@@ -1,4 +1,4 @@
-"""An in-memory catalogue and listener for event-cycle tests (hydrator.runtime.events): the
+"""An in-memory catalogue and listener for event-cycle tests (hydrator.runtime.event_worker): the
 runtime's batching, debounce and gating do not depend on Rucio; tests/events/ runs the same
 path on the real server, broker and hermes. The ``setup`` fixture is in
 tests/unit/runtime/conftest.py."""
@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.core.events import ListenerStatus, RucioEvent
+from hydrator.core.event_plan import ListenerStatus, RucioEvent
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, StorageStatus

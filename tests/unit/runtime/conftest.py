@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import RucioEventsConfig, parse_config
-from hydrator.core.events import ListenerStatus, ReconcilePolicy
-from hydrator.runtime.events import EventCycles
+from hydrator.core.event_plan import ListenerStatus, ReconcilePolicy
+from hydrator.runtime.event_worker import EventCycles
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.wiring import assemble
 from tests.support.event_cycles import Catalogue, Listening

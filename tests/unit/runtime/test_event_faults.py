@@ -1,4 +1,4 @@
-"""Event cycles that meet what they did not expect (hydrator.runtime.events, docs/events.md
+"""Event cycles that meet what they did not expect (hydrator.runtime.event_worker, docs/events.md
 "Faults"): an unexpected error in a targeted read is a failed read, not the end of the
 worker; a full read already marked covers the batch, so event cycles stop re-reading it."""
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from hydrator.core.events import ListenerStatus
+from hydrator.core.event_plan import ListenerStatus
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica
-from hydrator.runtime.events import EventCycles
+from hydrator.runtime.event_worker import EventCycles
 from tests.support.event_cycles import Catalogue, Listening, available, ds, lock_ok, wait_until
 from tests.unit.factories import rep
 
@@ -66,7 +66,7 @@ def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_
     assert escaped == []
     assert source.targeted == [[ds("obs2")]]
     assert available(service, "B") == ["ska:obs2"]
-    logged = [r for r in caplog.records if r.exc_info and r.name == "hydrator.runtime.events"]
+    logged = [r for r in caplog.records if r.exc_info and r.name == "hydrator.runtime.event_worker"]
     assert len(logged) == 1  # once, with its traceback, through the logging handlers
     assert "unexpected error" in logged[0].getMessage()
     cycle_lines = [r.getMessage() for r in caplog.records if "cycle failed" in r.getMessage()]

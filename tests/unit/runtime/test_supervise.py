@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from hydrator.config import HttpConfig
-from hydrator.core.events import ListenerStatus
+from hydrator.core.event_plan import ListenerStatus
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica
-from hydrator.runtime.events import EventCycles
+from hydrator.runtime.event_worker import EventCycles
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from tests.support.event_cycles import Catalogue, Listening, available, lock_ok, wait_until

@@ -15,7 +15,7 @@ from hydrator.adapters.events.stomp_listener import (
     parse_message,
     reconnect_delay,
 )
-from hydrator.core.events import Ignored, RucioEvent
+from hydrator.core.event_plan import Ignored, RucioEvent
 from hydrator.domain import DatasetId
 
 

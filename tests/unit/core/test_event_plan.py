@@ -1,4 +1,4 @@
-"""Rucio events as hints (hydrator.core.events), table by table: what a message asks to re-read,
+"""Rucio events as hints (hydrator.core.event_plan), table by table: what a message asks to re-read,
 what is dropped, the bounded batch, when the full read is due, and an event cycle's plan."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from hydrator.core.events import (
+from hydrator.core.event_plan import (
     Batch,
     Hint,
     Ignored,

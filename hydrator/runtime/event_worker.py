@@ -3,15 +3,15 @@
 :class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``:
 
 * the :class:`~hydrator.core.ports.EventSink` its listener calls (listener threads):
-  each message is counted, judged (:class:`~hydrator.core.events.Triage`) and its hint added
-  to a bounded :class:`~hydrator.core.events.Batch`;
+  each message is counted, judged (:class:`~hydrator.core.event_plan.Triage`) and its hint added
+  to a bounded :class:`~hydrator.core.event_plan.Batch`;
 * a worker thread that runs an *event cycle* at most ``event_debounce_s`` after the first hint
   of a batch: the batch's datasets (at most ``max_event_reads_per_cycle``) are re-read exactly
   through the source's deep path (:class:`TargetedReads`), and the service plans, saves and
   publishes as in any cycle (:meth:`Service.run_cycle` with a planner); nothing is published
   from a message alone;
 * the gate of the scheduled full read (:meth:`scheduled`, every ``[daemon] interval_s``): a
-  full read runs when :func:`~hydrator.core.events.full_read_due` says so (start-up, after a
+  full read runs when :func:`~hydrator.core.event_plan.full_read_due` says so (start-up, after a
   reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
   read reads every source: a daemon with other sources beside event-driven Rucio ones reads
   them all at the reconcile interval while events flow, and at ``interval_s`` otherwise;
@@ -32,7 +32,7 @@ from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
 from hydrator.core.derived import Derived
-from hydrator.core.events import (
+from hydrator.core.event_plan import (
     Batch,
     Ignored,
     ListenerStatus,
@@ -223,7 +223,7 @@ class EventCycles:
     # -- full reads --------------------------------------------------------------------------
 
     def full_read_due(self) -> bool:
-        """:func:`~hydrator.core.events.full_read_due`; while the worker is down (nothing
+        """:func:`~hydrator.core.event_plan.full_read_due`; while the worker is down (nothing
         applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
             marked, last, again = self._marked, self._last_full_read, self._reconnect_read
@@ -256,7 +256,7 @@ class EventCycles:
         """On this source's success in a full read begun at ``started`` (monotonic): the
         start of the next reconcile period, the time before which messages are out of date
         (the read saw their effect), and the hints held since before it began dropped
-        (:meth:`~hydrator.core.events.Batch.drop_covered`, counted); those that arrived
+        (:meth:`~hydrator.core.event_plan.Batch.drop_covered`, counted); those that arrived
         while it ran are read by the next event cycle."""
         fresh = report.plan is not None and any(
             s.name == self._label and s.fresh for s in report.plan.sources
@@ -476,7 +476,7 @@ class FullReadGate:
         (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
         time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
         the storage elements whose new availability only a full read applies exactly
-        (:func:`~hydrator.core.events.inexact`)."""
+        (:func:`~hydrator.core.event_plan.inexact`)."""
         read: dict[str, tuple[str, ...]] = {}
         planner = partial(refresh_plan, self.service, read)
         report = self.service.run_cycle(planner=planner, scheduled=True)

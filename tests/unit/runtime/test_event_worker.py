@@ -1,4 +1,4 @@
-"""Event cycles (hydrator.runtime.events) over the real service and state store, with an
+"""Event cycles (hydrator.runtime.event_worker) over the real service and state store, with an
 in-memory catalogue as the source (the runtime's batching, debounce and gating do not depend
 on Rucio; tests/events/ runs the same path on the real server, broker and hermes)."""
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from hydrator.adapters.state.sqlite import remove_drain, set_drain
-from hydrator.core.events import ListenerStatus, RucioEvent
+from hydrator.core.event_plan import ListenerStatus, RucioEvent
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, StorageStatus
-from hydrator.runtime.events import EventCycles, FullReadGate
+from hydrator.runtime.event_worker import EventCycles, FullReadGate
 from hydrator.runtime.report import sites_json
 from tests.support.event_cycles import Listening, available, ds, lock_ok, wait_until
 from tests.unit.factories import rep
