@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from hydrator.adapters.state import sqlite
-from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock, reset_state
+from hydrator.adapters.state import drains as drain_rows
+from hydrator.adapters.state.drains import reset_state
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
     ClassAdConfig,
     CollectorConfig,
@@ -169,18 +170,18 @@ def state_store(path: Path, *, read_only: bool = False) -> StateStore:
 
 def set_drain(path: Path, drain: Drain) -> None:
     """Save ``drain`` in the state file at ``path`` (``hydrator drain``); raises StateError."""
-    sqlite.set_drain(path, drain)
+    drain_rows.set_drain(path, drain)
 
 
 def remove_drain(path: Path, site: Site, storage: str | None) -> int:
     """Remove a drain from the state file (``hydrator undrain``): how many (0 or 1)."""
-    return sqlite.remove_drain(path, site, storage)
+    return drain_rows.remove_drain(path, site, storage)
 
 
 def reported_targets(path: Path) -> tuple[set[str], set[tuple[str, str]]]:
     """The sites and (site, storage element) the sources' last good answers state, from
     ``path`` alone (``hydrator drain``'s check)."""
-    return sqlite.reported_targets(path)
+    return drain_rows.reported_targets(path)
 
 
 def event_listener(config: RucioEventsConfig, source: str, sink: EventSink) -> EventListener:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hydrator.adapters.state.sqlite import remove_drain, set_drain
+from hydrator.adapters.state.drains import remove_drain, set_drain
 from hydrator.core.event_plan import ListenerStatus, RucioEvent
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, StorageStatus

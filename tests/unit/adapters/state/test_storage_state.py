@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.state.sqlite import (
-    SqliteStateStore,
-    StateLock,
-    remove_drain,
-    set_drain,
-)
+from hydrator.adapters.state.drains import remove_drain, set_drain
+from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.storage import Drain
