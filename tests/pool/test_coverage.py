@@ -9,7 +9,6 @@ here directly; the daemon's view is checked only for its metrics.
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,13 +33,12 @@ from tests.support.wait import wait_for
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
 
 DIGEST = "DataLocalityDigest"
-MERGED = "DataLocalityMerged"
 SITE_ADS = 'MyType == "DataLocality"'
 
 
-def write_config(daemon: Daemon, pool: Pool, repair_interval_s: float, extra: str = "") -> Path:
-    """The daemon's configuration: the static inventory, publishing into ``pool``, cycles 600 s
-    apart, the default merge settings plus ``extra`` lines of ``[collector]``."""
+def start(daemon: Daemon, pool: Pool, repair_interval_s: float) -> None:
+    """The daemon on the static inventory, publishing into ``pool``: one cycle at start, the
+    next 600 s later; the default merge settings."""
     sites = "".join(f'{e} = "{s}"\n' for e, s in SITES.items())
     config = daemon.directory / "hydrator.toml"
     config.write_text(
@@ -49,15 +47,9 @@ def write_config(daemon: Daemon, pool: Pool, repair_interval_s: float, extra: st
         '[[sources]]\ntype = "static"\nname = "inventory"\npath = "inventory.toml"\n'
         f"settle_s = 0\n\n[sites]\n{sites}\n"
         f'[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
-        f'token_dir = "{pool.token_dir}"\nrepair_interval_s = {repair_interval_s}\n{extra}'
+        f'token_dir = "{pool.token_dir}"\nrepair_interval_s = {repair_interval_s}\n'
     )
-    return config
-
-
-def start(daemon: Daemon, pool: Pool, repair_interval_s: float, extra: str = "") -> None:
-    """The daemon on :func:`write_config`'s configuration: one cycle at start, the next 600 s
-    later."""
-    daemon.start(write_config(daemon, pool, repair_interval_s, extra), ready_timeout_s=30.0)
+    daemon.start(config, ready_timeout_s=30.0)
 
 
 @pytest.fixture
@@ -77,20 +69,9 @@ def current_digests(pool: Pool) -> dict[str, str]:
 
 def slot1(pool: Pool) -> tuple[int, str | None]:
     """(LastHeardFrom, DataLocalityDigest) of slot1 (SITE_A) as the collector has it now."""
-    heard, digest, _ = slot1_merged(pool)
-    return heard, digest
-
-
-def slot1_merged(pool: Pool) -> tuple[int, str | None, int | None]:
-    """slot1's (LastHeardFrom, DataLocalityDigest, DataLocalityMerged), from one query."""
-    wanted = ["LastHeardFrom", DIGEST, MERGED]
-    ad = next(a for a in pool.slot_ads(wanted) if a["Name"].startswith("slot1@"))
-    digest, merged = ad.get(DIGEST), ad.get(MERGED)
-    return (
-        int(ad["LastHeardFrom"]),
-        str(digest) if digest is not None else None,
-        int(merged) if merged is not None else None,
-    )
+    ad = next(a for a in pool.slot_ads(["LastHeardFrom", DIGEST]) if a["Name"].startswith("slot1@"))
+    digest = ad.get(DIGEST)
+    return int(ad["LastHeardFrom"]), (str(digest) if digest is not None else None)
 
 
 def test_a_slot_wiped_by_its_startd_carries_its_lists_again_before_the_next_cycle(
@@ -217,66 +198,3 @@ def test_a_new_slot_carries_its_lists_before_the_next_cycle(
         assert daemon.metric("hydrator_cycles_total", outcome="ok") == 1.0  # no cycle since
     finally:
         pool.run_in_chroot(["condor_rm", str(cluster)], user="submitter", check=False)
-
-
-def test_a_change_after_a_repair_is_not_held_back_by_the_merge_interval(
-    condor_pool: Pool, daemon: Daemon
-) -> None:
-    """With ``merge_min_interval_s`` 300 (longer than the whole test), slot1 is wiped by its
-    startd and repaired by the watch; then SITE_A's lists change (a SIGHUP'd configuration
-    runs a cycle). The repair gave back lost lists and started no wait: the changed lists
-    reach slot1 in that cycle, none is deferred. Before, every repair wrote
-    DataLocalityMerged and held the change back for the interval."""
-    pool = condor_pool
-    config = write_config(daemon, pool, 1, "merge_min_interval_s = 300\n")
-    daemon.start(config, ready_timeout_s=30.0)
-    before = wait_for(
-        "site ads",
-        lambda: current_digests(pool),
-        done=lambda d: len(d) == 3,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
-    heard, _ = wait_for(
-        "slot1 carries SITE_A's lists",
-        lambda: slot1(pool),
-        done=lambda seen: seen[1] == before["SITE_A"],
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
-    repaired = wait_for(
-        "slot1 wiped by its startd and repaired",
-        lambda: slot1_merged(pool),
-        done=lambda seen: seen[0] > heard and seen[1] == before["SITE_A"],
-        interval_s=0.2,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
-    assert repaired[2] is None  # a repair writes no DataLocalityMerged
-    write_inventory(daemon.directory, {**INVENTORY, "A_DISK": ["ska:obs_1", "ska:obs_new"]})
-    config.write_text(config.read_text().replace("interval_s = 600", "interval_s = 601"))
-    assert daemon.proc is not None
-    daemon.proc.send_signal(signal.SIGHUP)
-    after = wait_for(
-        "SITE_A's changed lists published",
-        lambda: current_digests(pool),
-        done=lambda d: d.get("SITE_A") not in (None, before["SITE_A"]),
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
-    wait_for(
-        "slot1 carrying the changed lists",
-        lambda: slot1(pool),
-        done=lambda seen: seen[1] == after["SITE_A"],
-        timeout_s=10.0,
-        interval_s=0.2,
-        ignore=TRANSIENT,
-    )
-    wait_for(
-        "the reload's cycle reported",
-        lambda: daemon.metric("hydrator_cycles_total", outcome="ok") or 0.0,
-        done=lambda n: n >= 2,
-        timeout_s=30.0,
-        ignore=TRANSIENT,
-    )
-    assert daemon.metric("hydrator_collector_merges_deferred") == 0.0
