@@ -18,24 +18,24 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
   ad carries, and a startd update wipes all merged attributes at once, so the lists it already
   carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
-* **rate limit on changes** (``merge_min_interval_s``, default 60 s): a merge that replaces
-  other lists of the site also writes ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch
-  seconds of the cycle that sent it), which the startd's next update wipes with the rest. A
-  slot that carries it and an older digest had its lists changed by us and not wiped since:
-  it is changed again only once that value is ``merge_min_interval_s`` old
-  (:func:`defer_merges`; the repair watch merges it as soon as it is). The value is read back
-  from the collector each cycle, so a restarted daemon keeps the same pace. A merge into a
-  bare slot (new glideins and dynamic slots, slots wiped by their startd) gives back what it
-  lost and writes no such value, so repairing wipes never holds back the next change; slots
-  a hook alone fed are merged at once too. Site ads and the hook's HTTP files follow every
-  cycle. So a slot's lists change at most once per interval: with the default, about the
-  polling lag (changes reach the slots within the lag the coverage targets allow); under
-  churn that changes every site's lists every cycle, that is one full merge per slot per
-  minute, where 300 s (the startds' default ``UPDATE_INTERVAL``) costs about a fifth of that
-  and leaves slots up to five minutes behind (deploy/README.md, "Collector merges or the
-  hook"; docs/coverage.md). ``refresh_s`` keeps its promise: a deferred slot whose
-  ``DataLocalityUpdated`` is older than ``refresh_s`` while a newer one exists is re-merged
-  anyway.
+* **rate limit** (``merge_min_interval_s``, default 300 s): every full merge also writes
+  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the cycle that sent it),
+  which the startd's next update wipes with the rest. A slot that carries it and an older
+  digest was merged by us and not wiped since: it is re-merged only once that value is
+  ``merge_min_interval_s`` old (:func:`defer_merges`). The value is read back from the
+  collector each cycle, so a restarted daemon keeps the same pace. Slots without it (new
+  glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
+  site ads and the hook's HTTP files follow every cycle. Trade-off: a slot ad lags the
+  catalogue by up to the interval, removals included, so a job can match a slot whose site
+  has just lost (or not yet see one that has just gained) its dataset. With the interval at
+  the startds' ``UPDATE_INTERVAL`` a changed slot is in practice wiped by its own startd
+  before it is due, so merges follow the startd updates (merged at once) and continuous
+  churn adds next to none: at 20,000 slots, 60 s cycles and a 300 s ``UPDATE_INTERVAL``, ~4,000
+  merges a cycle (the wiped fifth) instead of 20,000 under continuous churn, ~0.24 GB instead
+  of ~1.2 GB into the collector (``benchmarks/cycle.py --merge-min-interval-s``: 1.2 GB of
+  merge ads per churn cycle with 0, none with 300; deploy/README.md, "Collector merges or the
+  hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
+  older than ``refresh_s`` while a newer one exists is re-merged anyway.
 * **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
   between cycles): one query for the slot ads of the last published sites that lack their
   site's current digest, leaving out those the rate limit holds back
@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -490,27 +490,21 @@ class CollectorPublisher:
         self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], merged_s: int
     ) -> tuple[int, int]:
         """Merge each slot's site attributes into it: per site and kind (full, with
-        :data:`MERGED_ATTRIBUTE` = ``merged_s`` when it replaces other lists; full without it
-        into a bare slot, which gets back what its startd's update wiped and so starts no
-        ``merge_min_interval_s`` wait; or digest and updated alone: :func:`slim_merge`) one
-        template, whose ads are reused across that group's batches (:func:`named_batches`).
+        :data:`MERGED_ATTRIBUTE` = ``merged_s``, or digest and updated alone: :func:`slim_merge`)
+        one template, whose ads are reused across that group's batches (:func:`named_batches`).
         Returns (ads sent, their old-syntax bytes)."""
         groups = merge_groups(slots, rendered)
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
-        bare = {t.name for t in slots if t.digest is None}
 
-        def template(site: Site, slim: bool, fill: bool) -> list[tuple[str, Any]]:
+        def template(site: Site, slim: bool) -> list[tuple[str, Any]]:
             if slim:
                 return [(k, e) for k, e in rendered[site].exprs if k in slim_keys]
-            if fill:
-                return list(rendered[site].exprs)
             return [*rendered[site].exprs, (MERGED_ATTRIBUTE, merged_s)]
 
         built = (
             batch
             for (site, slim), names in sorted(groups.items())
-            for fill, part in fills_apart(names, bare)
-            for batch in named_batches(template(site, slim, fill), part, self.config.batch_size)
+            for batch in named_batches(template(site, slim), names, self.config.batch_size)
         )
         sent = self._send_batches(built, len(slots), "MERGE_STARTD_AD")
         return sent, merge_bytes(groups, rendered)
@@ -634,12 +628,6 @@ def merge_groups(
         slim = slim_merge(slot, rendered[slot.site])
         groups.setdefault((slot.site, slim), []).append(slot.name)
     return groups
-
-
-def fills_apart(names: Sequence[str], bare: Collection[str]) -> list[tuple[bool, list[str]]]:
-    """``names`` as (fill, names): the bare slots' apart from the others', empty parts left out."""
-    parts = [(False, [n for n in names if n not in bare]), (True, [n for n in names if n in bare])]
-    return [(fill, part) for fill, part in parts if part]
 
 
 SLIM_MERGE_BYTES = 100
