@@ -215,6 +215,11 @@ def main() -> None:
         filled_s = time.perf_counter() - t
         rss_mib = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4 / 1024
         result = {
+            "revision": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip(),
+            "utc_start": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_1m_start": os.getloadavg()[0],
             "conditions": {k: v for k, v in vars(args).items() if k != "json"},
             "collector_rss_mib": round(rss_mib),
             "fill_s": round(filled_s, 1),
@@ -225,6 +230,8 @@ def main() -> None:
             ("floor_constraint_false", "false"),
         ):
             result[name] = looks(address, pid, constraint, args.looks)
+        result["utc_end"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result["load_average_1m_end"] = os.getloadavg()[0]
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
