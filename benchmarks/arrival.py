@@ -57,6 +57,7 @@ LISTS = ("AvailableDatasets", "PartialDatasets", "ReplicatingDatasets", "StuckDa
 DIGEST = "DataLocalityDigest"
 NEGOTIATOR_INTERVAL_S = 5.0  # the test pool's (scripts/condor-pool)
 ARRIVAL_P99_S = NEGOTIATOR_INTERVAL_S + 5.0  # issue 32's target
+FRAGMENT = "70-arrival-bench.conf"  # --update-interval-s, in the pool's config dir
 JOB = (
     "executable = /bin/true\noutput = /dev/null\nerror = /dev/null\n"
     'requirements = identicalMember("{did}", TARGET.AvailableDatasets)\nqueue\n'
@@ -310,15 +311,22 @@ def side(
         imported = stack.enter_context(side_env(code))
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hydrator-arrival-")))
         stack.callback(invalidate_site_ads, pool)
+        if args.update_interval_s:  # the startds' UPDATE_INTERVAL for this side, then undone
+            pool.write_config(FRAGMENT, f"UPDATE_INTERVAL = {args.update_interval_s}\n")
+            stack.callback(pool.reconfig)
+            stack.callback(pool.remove_config, FRAGMENT)
+            pool.reconfig()
         extra = (f'\n[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
                  f'token_dir = "{pool.token_dir}"\n')  # fmt: skip
+        if label == "new" and args.new_reschedule_s:  # a key the old code may not know
+            extra += f"reschedule_min_interval_s = {args.new_reschedule_s}\n"
         daemon = stack.enter_context(
             running_event_daemon(admin, broker, work, SLOT_SITES[SLOT], extra, debounce_s=1.0)
         )
         events.defaults(daemon)
         wait_for("slot1 carries lists", lambda: slot_lists(pool) is not None,
                  timeout_s=120, interval_s=0.5, ignore=TRANSIENT)  # fmt: skip
-        out: dict[str, Any] = {"side": label, "hydrator": imported,
+        out: dict[str, Any] = {"side": label, "hydrator": imported, "config": extra,
                                "revision": revision(code or HERE.parent)}  # fmt: skip
         t0 = time.monotonic()
         if args.changes:
@@ -359,6 +367,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--arrivals", type=int, default=20, help="strict jobs started by an arrival")
     add("--period-s", type=float, default=0.2, help="seconds between samples of slot1's ad")
     add("--timeout", type=float, default=60.0, help="seconds before a miss")
+    add("--update-interval-s", type=int, default=0,
+        help="the startds' UPDATE_INTERVAL (0: the test pool's own, 5 s)")  # fmt: skip
+    add("--new-reschedule-s", type=float, default=0.0,
+        help="the new side's [collector] reschedule_min_interval_s (0: its default)")  # fmt: skip
     add("--json", type=Path, default=None)
     return parser.parse_args(argv)
 
