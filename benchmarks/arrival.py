@@ -125,8 +125,11 @@ def prepare(admin: RucioAdmin, daemon: EventDaemon, count: int) -> list[tuple[st
 def slot_changes(
     admin: RucioAdmin, daemon: EventDaemon, broker: Broker, pool: Pool, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Additions, then deletions, of ``args.changes`` datasets, timed to slot1's ad."""
-    made = prepare(admin, daemon, args.changes)
+    """Additions of ``args.changes`` + ``args.keep`` datasets, then deletions of the first
+    ``args.changes``, timed to slot1's ad. The kept ones are there because a site that loses
+    more than half its datasets at once is held back by ``[safety]`` (its default
+    ``site_max_drop_fraction``), as it should be: the last batch would empty the site."""
+    made = prepare(admin, daemon, args.changes + args.keep)
     adds: dict[str, float] = {}
     dels: dict[str, float] = {}
     with Sampler(pool, args.period_s) as sampler:
@@ -136,8 +139,9 @@ def slot_changes(
             events.retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
             time.sleep(max(0.0, adds[name] + args.stagger_s - time.monotonic()))
         settle(sampler, added_at, daemon, adds, args.timeout)
-        for i in range(0, len(made), args.delete_batch):
-            delete(admin, daemon, broker, made[i : i + args.delete_batch], dels)
+        for i in range(0, args.changes, args.delete_batch):
+            batch = made[i : min(i + args.delete_batch, args.changes)]
+            delete(admin, daemon, broker, batch, dels)
         settle(sampler, removed_at, daemon, dels, args.timeout)
     samples = sampler.samples
 
@@ -147,7 +151,7 @@ def slot_changes(
     add_s = [within(added_at(samples, did(daemon, n), t)) for n, t in adds.items()]
     # a deletion whose addition was never seen counts as a miss too
     del_s = [None if a is None else within(removed_at(samples, did(daemon, n), t))
-             for a, (n, t) in zip(add_s, dels.items(), strict=True)]  # fmt: skip
+             for a, (n, t) in zip(add_s, dels.items(), strict=False)]  # fmt: skip
     bare = sum(lists is None for _, lists in samples)
     return {
         "add_slot": events.summary(add_s, args.timeout) | {"path": "addition to slot1's ad"},
@@ -364,6 +368,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--changes", type=int, default=100, help="additions and deletions, each")
     add("--stagger-s", type=float, default=0.5, help="seconds between additions")
     add("--delete-batch", type=int, default=20, help="rules deleted per reaper pass")
+    add("--keep", type=int, default=40, help="datasets added and never deleted ([safety])")
     add("--arrivals", type=int, default=20, help="strict jobs started by an arrival")
     add("--period-s", type=float, default=0.2, help="seconds between samples of slot1's ad")
     add("--timeout", type=float, default=60.0, help="seconds before a miss")
@@ -380,9 +385,35 @@ def write(record: dict[str, Any], path: Path | None) -> None:
         path.write_text(json.dumps(record, indent=1, default=str) + "\n")
 
 
-def real_stack(stack: ExitStack) -> tuple[RucioAdmin, Broker]:
-    """A broker, a Rucio server and its ``rucio-hermes`` (``--sleep-time 1``), stopped when
-    ``stack`` closes."""
+class Supervised:
+    """Restarts ``rucio-hermes`` whenever it has exited, as a deployment's supervisor would
+    (a dead hermes would turn every later change into a miss); counts the restarts, with the
+    exit code and the tail of hermes' log before each."""
+
+    def __init__(self, hermes: Hermes) -> None:
+        self.hermes, self.restarts = hermes, list[str]()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            process = self.hermes.process
+            if process is not None and process.poll() is not None:
+                log = self.hermes.config_path.parent / "hermes.log"
+                tail = log.read_text(errors="replace")[-400:] if log.exists() else ""
+                self.restarts.append(f"exit {process.returncode} at {time.time():.0f}: {tail}")
+                self.hermes.start(sleep_time_s=1)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.hermes.stop()
+
+
+def real_stack(stack: ExitStack) -> tuple[RucioAdmin, Broker, Supervised]:
+    """A broker, a Rucio server and its ``rucio-hermes`` (``--sleep-time 1``, restarted if it
+    exits), stopped when ``stack`` closes."""
     broker = stack.enter_context(running_broker())
     server = make_server()
     stack.callback(shutil.rmtree, server.dir, True)
@@ -390,8 +421,9 @@ def real_stack(stack: ExitStack) -> tuple[RucioAdmin, Broker]:
     server.execute_sql("PRAGMA journal_mode=WAL")  # hermes beside the API (events.py)
     hermes = Hermes(server, broker)
     hermes.start(sleep_time_s=1)
-    stack.callback(hermes.stop)
-    return RucioAdmin(server), broker
+    supervised = Supervised(hermes)
+    stack.callback(supervised.close)
+    return RucioAdmin(server), broker, supervised
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {"machine_before": machine(), "args": vars(args) | {"json": None},
                               "started_utc": datetime.now(UTC).isoformat()}  # fmt: skip
     with ExitStack() as stack:
-        admin, broker = real_stack(stack)
+        admin, broker, hermes = real_stack(stack)
         tokens = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         print("taking the HTCondor test pool (waits for its lock)", flush=True)
         pool = stack.enter_context(running_pool(tokens))
@@ -413,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["sides"].append(side(label, code, admin, broker, pool, args))
             except Exception as exc:  # the other side's figures are still written
                 record["sides"].append({"side": label, "error": repr(exc)[:2000]})
+            record["hermes_restarts"] = hermes.restarts
             write(record, args.json)
     record["machine_after"] = machine()
     record["finished_utc"] = datetime.now(UTC).isoformat()

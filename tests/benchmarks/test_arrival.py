@@ -48,9 +48,11 @@ def test_a_deletion_is_seen_once_no_later_sample_names_it_in_any_list() -> None:
 @pytest.mark.activemq
 @pytest.mark.slow
 def test_a_tiny_run_gives_every_figure(condor_pool: Pool) -> None:
-    args = arrival.parse(["--changes", "3", "--delete-batch", "2", "--arrivals", "2"])
+    args = arrival.parse(
+        ["--changes", "3", "--keep", "0", "--delete-batch", "2", "--arrivals", "2"]
+    )
     with ExitStack() as stack:
-        admin, broker = arrival.real_stack(stack)
+        admin, broker, _ = arrival.real_stack(stack)
         side = arrival.side("new", None, admin, broker, condor_pool, args)
     assert side["side"] == "new" and side["hydrator"].endswith("hydrator/__init__.py")
     assert side["slot"]["add_slot"]["n"] == side["slot"]["del_slot"]["n"] == 3
