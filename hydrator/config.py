@@ -487,16 +487,16 @@ class CollectorConfig(_Model):
     """Advertise one ad per site with MyType = "DataLocality"."""
     refresh_s: PositiveSeconds = 900.0
     """Re-merge a current slot whose DataLocalityUpdated is older than this."""
-    merge_min_interval_s: float = Field(300.0, ge=0)
-    """Re-merge a slot that still carries an earlier merge of its site's lists (its
-    DataLocalityMerged, written with every full merge, is in the collector) at most once per
-    this many seconds; slots without one (new, or wiped by their startd's update) are merged
-    at once, site ads follow every cycle. Slot ads then lag the catalogue by up to this long,
-    removals included. 0: every cycle. Default: HTCondor's UPDATE_INTERVAL, set it to the
-    startds' own. refresh_s still holds: a slot whose DataLocalityUpdated is older than
-    refresh_s while a newer exists is re-merged, so larger values act as refresh_s. The repair
-    watch (repair_interval_s) keeps the same limit; set it low for changes to reach slot ads
-    within seconds, at one full merge per slot per change (docs/coverage.md)."""
+    merge_min_interval_s: float = Field(120.0, ge=0)
+    """Merge changed lists into a slot at most once per this many seconds (its
+    DataLocalityMerged, written with every full merge, holds the time of the last change);
+    slots without one (new, or wiped by their startd's update) are merged at once and do not
+    restart the window, site ads follow every cycle. A change arriving within the window
+    reaches the slot when it ends (the repair watch merges it then). Slot ads lag the
+    catalogue by up to this long, removals included. 0: every cycle. Default: two cycles,
+    which bounds merges under a change every cycle to half of them (deploy/README.md).
+    refresh_s still holds: a slot whose DataLocalityUpdated is older than refresh_s while a
+    newer exists is re-merged, so larger values act as refresh_s (docs/coverage.md)."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU
@@ -512,7 +512,7 @@ class CollectorConfig(_Model):
     querying every schedd again; scheduled cycles always read. Unset: [daemon] interval_s
     (event cycles between two scheduled ones reuse, at most one read per schedd per
     interval). 0: every cycle reads."""
-    repair_interval_s: float = Field(2.0, ge=0)
+    repair_interval_s: float = Field(0.5, ge=0)
     """Every this many seconds, one collector query for the slot ads of our sites that lack
     their site's current digest (wiped by their startd's update, new, or stale), and merges
     into exactly those (docs/coverage.md); also measures coverage. 0: off (slots wait for

@@ -118,24 +118,32 @@ def stale_constraint(
     site's current digest, leaving out those merged by us at or after ``deferred_after_s``
     (epoch seconds; None: leave none out) that still carry a digest (held back by
     ``merge_min_interval_s``). Values are quoted with classad2; attribute names are checked.
-    ``=?=`` compares strings case-sensitively, as the publisher matches sites."""
+
+    Two list lookups per ad, whatever the number of sites: the site among ours, then
+    site and digest joined by a newline among the current pairs (the collector evaluates
+    this against every slot ad at every look: one clause per site cost it several times
+    more; docs/coverage.md). ``identicalMember`` compares strings case-sensitively, as the
+    publisher matches sites."""
     for name in (site_attribute, digest_attribute, merged_attribute):
         if not _ATTRIBUTE.fullmatch(name):
             raise ValueError(f"{name!r} is not a ClassAd attribute name")
     if not current:
         return "false"
-    per_site = " || ".join(
-        f"({site_attribute} =?= {classad2.quote(str(site))}"
-        f" && {digest_attribute} =!= {classad2.quote(want.digest)})"
-        for site, want in sorted(current.items())
+    ordered = sorted(current.items())
+    sites = ", ".join(classad2.quote(str(site)) for site, _ in ordered)
+    pairs = ", ".join(classad2.quote(f"{site}\n{want.digest}") for site, want in ordered)
+    covered = (
+        f"isString({digest_attribute})"
+        f' && identicalMember(strcat({site_attribute}, "\\n", {digest_attribute}), {{{pairs}}})'
     )
+    ours = f"identicalMember({site_attribute}, {{{sites}}}) && !({covered})"
     if deferred_after_s is None:
-        return per_site
+        return ours
     recent = (
         f"{digest_attribute} isnt undefined && {merged_attribute} isnt undefined"
         f" && {merged_attribute} >= {int(deferred_after_s)}"
     )
-    return f"({per_site}) && !({recent})"
+    return f"({ours}) && !({recent})"
 
 
 def since_s(slot: SlotSeen, want: Current, now_s: float) -> float:

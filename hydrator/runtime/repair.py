@@ -6,6 +6,7 @@ capability makes one look (one collector query for the uncovered slots of our si
 merges into exactly those; docs/coverage.md). This module only repeats it, records the
 metrics and says each fault once: when the collector fails, looks back off (doubling from
 the interval up to :data:`MAX_BACKOFF_S`) and one line says so, one more when it answers.
+Looks that take long (a large pool) come less often: :data:`MAX_LOOK_SHARE`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 60.0
 """Longest pause between looks while the collector fails."""
+MAX_LOOK_SHARE = 0.2
+"""Looks take at most this share of the time: after a look that took ``w`` seconds the next
+starts no sooner than ``w / MAX_LOOK_SHARE`` after it began. The collector answers a look
+with a child that scans every slot ad, so its time grows with the pool; this keeps the
+collector's work for looks bounded while ``repair_interval_s`` sets the pace of a small
+pool (docs/coverage.md)."""
 
 
 class RepairWatch:
@@ -59,7 +66,8 @@ class RepairWatch:
         self._said: set[str] = set()  # causes already logged
 
     def __call__(self) -> None:
-        if time.monotonic() < self._resume:
+        started = time.monotonic()
+        if started < self._resume:
             return
         for target in self.targets:
             try:
@@ -71,6 +79,8 @@ class RepairWatch:
                 log.info("slot repair: the collector answers again (%d failed)", self._failures)
                 self._failures = 0
             self._record(report)
+        took = time.monotonic() - started
+        self._resume = started + took / MAX_LOOK_SHARE
 
     def _failed(self, exc: PublishError) -> None:
         self._failures += 1

@@ -382,6 +382,50 @@ def test_interval_merges_wiped_slots_at_once(slow_updates: Pool, dynamic_slot: s
     )
 
 
+def test_a_repaired_wipe_does_not_hold_back_the_next_change(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """A repair look gives a wiped slot back the lists it lost; that is no change of its
+    lists, so the next change still reaches it merge_min_interval_s after the change that
+    put those lists there, not after the repair (and then from a repair look: the trailing
+    edge, with no cycle in between)."""
+    pool = slow_updates
+    before = {site: [*names, "ska:obs_repaired"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_A=[*before["SITE_A"], "ska:obs_repaired_new"])
+    t0 = _now().replace(microsecond=0)
+    publisher = build(_config(pool, merge_min_interval_s=INTERVAL_S), ATTRS)
+    publisher.publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)
+
+    wiped = wipe_merges(pool)
+    repaired = publisher.repair(t0 + timedelta(seconds=20), 1.0)
+    assert sum(repaired.merged.values()) == len(wiped)
+    kept = (before["SITE_A"], int(t0.timestamp()))  # the lists' own time, not the repair's
+    assert (
+        wait_for(
+            "slot1 repaired", lambda: slot_lists(pool, "slot1@"), done=kept.__eq__, timeout_s=10.0
+        )
+        == kept
+    )
+
+    changed = views(after, now=t0 + timedelta(seconds=60))
+    soon = publisher.publish(changed, frozenset(), t0 + timedelta(seconds=60))
+    assert (soon.sent, soon.deferred) == ({"site_ad": 1}, 1)
+    due = t0 + timedelta(seconds=INTERVAL_S + 1)  # the first look with the window over
+    assert sum(publisher.repair(due - timedelta(seconds=1), 1.0).merged.values()) == 0
+    assert publisher.repair(due, 1.0).merged == {Site("SITE_A"): 1}
+    merged_due = (after["SITE_A"], int(due.timestamp()))
+    assert (
+        wait_for(
+            "slot1 changed",
+            lambda: slot_lists(pool, "slot1@"),
+            done=merged_due.__eq__,
+            timeout_s=10.0,
+        )
+        == merged_due
+    )
+
+
 def test_interval_jobs_match_what_the_slot_ads_say(slow_updates: Pool, dynamic_slot: str) -> None:
     """As documented (deploy/README.md): within the interval a job needing a dataset that
     SITE_A just lost still matches SITE_A's slot, and one needing a dataset SITE_B just gained

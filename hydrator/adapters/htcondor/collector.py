@@ -18,11 +18,14 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
   ad carries, and a startd update wipes all merged attributes at once, so the lists it already
   carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
-* **rate limit** (``merge_min_interval_s``, default 300 s): every full merge also writes
-  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the cycle that sent it),
+* **rate limit** (``merge_min_interval_s``): every full merge also writes
+  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change of the
+  lists it carries: the merge's own time when it changes them, the time the site's current
+  lists were first published when it re-sends them to a bare slot, :func:`merged_value`),
   which the startd's next update wipes with the rest. A slot that carries it and an older
   digest was merged by us and not wiped since: it is re-merged only once that value is
-  ``merge_min_interval_s`` old (:func:`defer_merges`). The value is read back from the
+  ``merge_min_interval_s`` old (:func:`defer_merges`), by the next cycle or the next
+  repair look, whichever comes first (the trailing edge). The value is read back from the
   collector each cycle, so a restarted daemon keeps the same pace. Slots without it (new
   glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
   site ads and the hook's HTTP files follow every cycle. Trade-off: a slot ad lags the
@@ -323,7 +326,7 @@ class CollectorPublisher:
                 stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
             )
             self._take_census(seen, stale, todo)
-            sent["merge"], merged_bytes = self._merge(todo, rendered, int(now_s))
+            sent["merge"], merged_bytes = self._merge(todo, rendered, now_s)
             self._cycle_bytes += merged_bytes
             current += current_slots
         return PublishReport(
@@ -487,24 +490,24 @@ class CollectorPublisher:
         return self._advertise(sites, query, "INVALIDATE_ADS_GENERIC")
 
     def _merge(
-        self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], merged_s: int
+        self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float
     ) -> tuple[int, int]:
-        """Merge each slot's site attributes into it: per site and kind (full, with
-        :data:`MERGED_ATTRIBUTE` = ``merged_s``, or digest and updated alone: :func:`slim_merge`)
-        one template, whose ads are reused across that group's batches (:func:`named_batches`).
-        Returns (ads sent, their old-syntax bytes)."""
-        groups = merge_groups(slots, rendered)
+        """Merge each slot's site attributes into it: per site, kind (full, with
+        :data:`MERGED_ATTRIBUTE`, or digest and updated alone: :func:`slim_merge`) and merge
+        time (:func:`merged_value`) one template, whose ads are reused across that group's
+        batches (:func:`named_batches`). Returns (ads sent, their old-syntax bytes)."""
+        groups = merge_groups(slots, rendered, self._current, now_s)
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 
-        def template(site: Site, slim: bool) -> list[tuple[str, Any]]:
+        def template(site: Site, slim: bool, merged_s: int) -> list[tuple[str, Any]]:
             if slim:
                 return [(k, e) for k, e in rendered[site].exprs if k in slim_keys]
             return [*rendered[site].exprs, (MERGED_ATTRIBUTE, merged_s)]
 
         built = (
             batch
-            for (site, slim), names in sorted(groups.items())
-            for batch in named_batches(template(site, slim), names, self.config.batch_size)
+            for key, names in sorted(groups.items())
+            for batch in named_batches(template(*key), names, self.config.batch_size)
         )
         sent = self._send_batches(built, len(slots), "MERGE_STARTD_AD")
         return sent, merge_bytes(groups, rendered)
@@ -590,12 +593,11 @@ class CollectorPublisher:
             Target(r.slot.name, Site(str(r.slot.site)), r.slot.digest, r.slot.updated)
             for r in plan.merge
         ]
-        merged_s = int(now_s)
         delays: dict[Site, list[float]] = {}
         merged: dict[Site, int] = {}
         sizes: dict[Site, int] = {}
         for site, group in _by_site(targets).items():
-            count, size = self._merge(group, rendered, merged_s)
+            count, size = self._merge(group, rendered, now_s)
             merged[site], sizes[site] = count, size
         for repair in plan.merge:
             site = Site(str(repair.slot.site))
@@ -619,14 +621,31 @@ class CollectorPublisher:
         return self.config.pool or "(local configuration)"
 
 
+def merged_value(slot: Target, current: Mapping[Site, Current], now_s: float) -> int:
+    """The :data:`MERGED_ATTRIBUTE` a full merge into ``slot`` carries: ``now_s`` when the
+    merge changes the lists the slot carries (it starts the ``merge_min_interval_s``
+    window); for a bare slot (wiped by its startd's update, or new) the time its site's
+    current lists were first published, so that re-sending the same lists after a wipe does
+    not hold back the next change any longer than the slots that were never wiped."""
+    want = current.get(slot.site)
+    if slot.digest is not None or want is None:
+        return int(now_s)
+    return int(min(want.since_s, now_s))
+
+
 def merge_groups(
-    slots: Sequence[Target], rendered: Mapping[Site, Rendered]
-) -> dict[tuple[Site, bool], list[str]]:
-    """Slot names by (site, slim): one template each (:func:`slim_merge`)."""
-    groups: dict[tuple[Site, bool], list[str]] = {}
+    slots: Sequence[Target],
+    rendered: Mapping[Site, Rendered],
+    current: Mapping[Site, Current],
+    now_s: float,
+) -> dict[tuple[Site, bool, int], list[str]]:
+    """Slot names by (site, slim, merge time): one template each (:func:`slim_merge`,
+    :func:`merged_value`; a slim merge carries no merge time, 0 here)."""
+    groups: dict[tuple[Site, bool, int], list[str]] = {}
     for slot in slots:
         slim = slim_merge(slot, rendered[slot.site])
-        groups.setdefault((slot.site, slim), []).append(slot.name)
+        merged_s = 0 if slim else merged_value(slot, current, now_s)
+        groups.setdefault((slot.site, slim, merged_s), []).append(slot.name)
     return groups
 
 
@@ -635,11 +654,11 @@ SLIM_MERGE_BYTES = 100
 
 
 def merge_bytes(
-    groups: Mapping[tuple[Site, bool], Sequence[str]], rendered: Mapping[Site, Rendered]
+    groups: Mapping[tuple[Site, bool, int], Sequence[str]], rendered: Mapping[Site, Rendered]
 ) -> int:
     """Old-syntax bytes of the merges of ``groups``: each ad's template and its Name."""
     total = 0
-    for (site, slim), names in groups.items():
+    for (site, slim, _), names in groups.items():
         body = SLIM_MERGE_BYTES if slim else rendered[site].size_bytes
         total += sum(body + len(name) for name in names)
     return total

@@ -88,6 +88,8 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 def test_a_look_is_recorded_in_the_metrics_and_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
     publisher = Repairing(looked(), looked(merged={}, delays_s={}, plan=RepairPlan()))
     w, metrics, written = watch(publisher, [0.0])
     w()
@@ -101,8 +103,9 @@ def test_a_look_is_recorded_in_the_metrics_and_served(monkeypatch: pytest.Monkey
     assert value(metrics, "hydrator_slot_repair_queries_total", outcome="ok") == 1
     assert value(metrics, "hydrator_collector_merge_bytes_total") == 100
     assert written == [1] and w.coverage == {A: SiteCoverage(4, 3, 1)}
+    now[0] += 2.0
     w()  # nothing changed: nothing written again
-    assert written == [1]
+    assert publisher.calls == 2 and written == [1]
 
 
 def test_a_failing_collector_is_said_once_and_looked_at_with_back_off(
@@ -145,7 +148,35 @@ def test_the_back_off_stops_at_its_maximum(monkeypatch: pytest.MonkeyPatch) -> N
     assert publisher.calls == 10
 
 
-def test_each_fault_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_slow_looks_come_less_often_than_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look that takes long (a collector scanning many slot ads) is followed by a pause of
+    at least its duration / MAX_LOOK_SHARE: the collector's share of time on looks stays
+    bounded whatever repair_interval_s says."""
+    now = [0.0]
+    monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
+
+    class Slow(Repairing):
+        def repair(self, at: datetime, interval_s: float) -> RepairReport:
+            now[0] += 0.3  # the look's own time
+            return super().repair(at, interval_s)
+
+    publisher = Slow(*[looked()] * 3)
+    w, _, _ = watch(publisher, now)
+    w()
+    pause = 0.3 / repair.MAX_LOOK_SHARE
+    now[0] = pause - 0.01
+    w()  # the scheduler calls again within the pause: skipped
+    assert publisher.calls == 1
+    now[0] = pause
+    w()
+    assert publisher.calls == 2
+
+
+def test_each_fault_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
     strays: dict[str, Any] = {"without_site": 2, "unknown_site": 1}
     publisher = Repairing(
         looked(refused={A: 1}, **strays),
@@ -157,6 +188,7 @@ def test_each_fault_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="hydrator.runtime.repair"):
         for _ in range(4):
             w()
+            now[0] += 2.0  # the next interval
     lines = [r.getMessage() for r in caplog.records]
     assert sum("did not keep" in line for line in lines) == 1  # once per site
     assert sum("no [collector] slot_site_attribute" in line for line in lines) == 2  # came back

@@ -11,12 +11,15 @@ from hydrator.adapters.htcondor.collector import (
     defer_merges,
     is_current,
     may_merge_now,
+    merge_groups,
+    merged_value,
     named_batches,
     plan_merges,
     plan_site_ads,
     slim_merge,
 )
 from hydrator.adapters.htcondor.condor_queue import required_names, slot_site
+from hydrator.core.coverage import Current
 from hydrator.core.queue import demand_of_names
 from hydrator.domain import Site
 
@@ -172,3 +175,30 @@ def test_defer_merges_keeps_order_and_counts_and_zero_defers_none() -> None:
     assert [t.name for t in now] == ["slot2@a", "slot3@a"]
     assert deferred == 2
     assert defer_merges(todo, rendered, NOW, REFRESH, 0.0) == (todo, 0)
+
+
+def test_a_bare_slot_is_merged_with_its_lists_own_time_and_a_changed_one_with_now() -> None:
+    """Re-sending the current lists to a wiped or new slot starts no merge_min_interval_s
+    window; replacing other lists does."""
+    current = {Site("SITE_A"): Current("d1", NOW - 200)}
+    assert merged_value(slot("bare", digest=None, updated=None), current, NOW) == int(NOW) - 200
+    assert merged_value(slot("older", digest="d0"), current, NOW) == int(NOW)
+    assert merged_value(slot("other", "SITE_X", digest=None), current, NOW) == int(NOW)
+    future = {Site("SITE_A"): Current("d1", NOW + 50)}  # the clock went back: never ahead
+    assert merged_value(slot("bare", digest=None, updated=None), future, NOW) == int(NOW)
+
+
+def test_merge_groups_split_by_kind_and_merge_time() -> None:
+    current = {Site("SITE_A"): Current("d1", NOW - 200)}
+    slots = [
+        slot("bare", digest=None, updated=None),
+        slot("older", digest="d0"),
+        slot("same", digest="d1"),
+        slot("bare2", digest=None, updated=None),
+    ]
+    groups = merge_groups(slots, {Site("SITE_A"): WANT}, current, NOW)
+    assert groups == {
+        (Site("SITE_A"), False, int(NOW) - 200): ["bare", "bare2"],
+        (Site("SITE_A"), False, int(NOW)): ["older"],
+        (Site("SITE_A"), True, 0): ["same"],
+    }
