@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import htcondor2
+from tenacity import retry_if_exception_type, stop_after_attempt
 
 from benchmarks import events, events_chaos
 from benchmarks.conditions import machine
@@ -57,6 +58,9 @@ LISTS = ("AvailableDatasets", "PartialDatasets", "ReplicatingDatasets", "StuckDa
 DIGEST = "DataLocalityDigest"
 NEGOTIATOR_INTERVAL_S = 5.0  # the test pool's (scripts/condor-pool)
 ARRIVAL_P99_S = NEGOTIATOR_INTERVAL_S + 5.0  # issue 32's target
+CHUNK = 20  # datasets per bulk call in prepare()
+PATIENT = events.retried.copy(stop=stop_after_attempt(10))
+ONCE_MORE = PATIENT.copy(retry=retry_if_exception_type(RuntimeError))  # a Rucio daemon's pass
 FRAGMENT = "70-arrival-bench.conf"  # --update-interval-s, in the pool's config dir
 JOB = (
     "executable = /bin/true\noutput = /dev/null\nerror = /dev/null\n"
@@ -115,11 +119,17 @@ def removed_at(samples: list[Seen], did: str, t0: float) -> float | None:
 
 def prepare(admin: RucioAdmin, daemon: EventDaemon, count: int) -> list[tuple[str, str]]:
     """``count`` datasets of two files complete at the source (in bulk, with a rule there), each
-    with a ``notify="Y"`` rule to the site (one bulk call); (name, rule id) pairs."""
-    names = events.retried(admin.many_datasets, daemon.scope, count, daemon.src, files=2)
-    dids = [{"scope": daemon.scope, "name": n} for n in names]
-    rules = events.retried(admin.client.add_replication_rule, dids, 1, daemon.dst, notify="Y")
-    return list(zip(names, (str(r) for r in rules), strict=True))
+    with a ``notify="Y"`` rule to the site; (name, rule id) pairs. In chunks of
+    :data:`CHUNK`, each call tried up to 10 times: the test server's SQLite database is busy
+    while hermes reads it, and a long bulk write fails ("database is locked")."""
+    out: list[tuple[str, str]] = []
+    for start in range(0, count, CHUNK):
+        size = min(CHUNK, count - start)
+        names = PATIENT(admin.many_datasets, daemon.scope, size, daemon.src, files=2)
+        dids = [{"scope": daemon.scope, "name": n} for n in names]
+        rules = PATIENT(admin.client.add_replication_rule, dids, 1, daemon.dst, notify="Y")
+        out += zip(names, (str(r) for r in rules), strict=True)
+    return out
 
 
 def slot_changes(
@@ -136,7 +146,7 @@ def slot_changes(
         for name, _ in made:
             adds[name] = time.monotonic()
             files = [f"{name}.f{i:03d}" for i in range(2)]
-            events.retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
+            PATIENT(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
             time.sleep(max(0.0, adds[name] + args.stagger_s - time.monotonic()))
         settle(sampler, added_at, daemon, adds, args.timeout)
         for i in range(0, args.changes, args.delete_batch):
@@ -195,9 +205,9 @@ def delete(
     judge-cleaner and reaper pass for the whole batch); the clock of each starts when the
     reaper returns."""
     for _, rule in batch:
-        events.retried(admin.client.update_replication_rule, rule, {"lifetime": 0})
-    admin.server.run_daemon("rucio-judge-cleaner")
-    admin.server.run_daemon("rucio-reaper", "--greedy", "--rses", daemon.dst)
+        PATIENT(admin.client.update_replication_rule, rule, {"lifetime": 0})
+    ONCE_MORE(admin.server.run_daemon, "rucio-judge-cleaner")
+    ONCE_MORE(admin.server.run_daemon, "rucio-reaper", "--greedy", "--rses", daemon.dst)
     t0 = time.monotonic()
     created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     broker.publish_as_hermes([
@@ -207,7 +217,7 @@ def delete(
     ])  # fmt: skip
     for name, _ in batch:
         started[name] = t0
-    admin.server.run_abacus()
+    ONCE_MORE(admin.server.run_abacus)
 
 
 def arrivals(
@@ -269,7 +279,7 @@ def one_arrival(
              timeout_s=60, interval_s=0.5, ignore=TRANSIENT)  # fmt: skip
     files = [f"{name}.f{i:03d}" for i in range(2)]
     t0, mono = time.time(), time.monotonic()
-    events.retried(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
+    PATIENT(admin.set_file_states, daemon.dst, daemon.scope, files, "A")
     more: dict[str, Any] = {"listed_s": None, "seen_started_s": None, "reschedule": None}
     started = None
     while started is None and time.monotonic() < mono + timeout_s:
