@@ -515,7 +515,8 @@ class CollectorConfig(_Model):
     repair_interval_s: float = Field(0.5, ge=0)
     """Every this many seconds, one collector query for the slot ads of our sites that lack
     their site's current digest (wiped by their startd's update, new, or stale), and merges
-    into exactly those (docs/coverage.md); also measures coverage. 0: off (slots wait for
+    into exactly those (docs/coverage.md); also measures coverage. Looks are paced to take
+    at most a fifth of the time (a large pool's look takes longer). 0: off (slots wait for
     the next cycle)."""
     reschedule_min_interval_s: float = Field(0.0, ge=0)
     """After a cycle that changed a site's published lists, ask every schedd ([jobs] schedds,

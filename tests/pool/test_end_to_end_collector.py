@@ -93,9 +93,9 @@ def test_merged_attributes_follow_a_data_change_within_a_cycle(
 def test_with_the_default_interval_a_change_reaches_the_slot_with_its_startds_update(
     condor_pool: Pool, tmp_path: Path
 ) -> None:
-    """merge_min_interval_s = 300 (the default) and the pool's UPDATE_INTERVAL of 5 s: slot1
-    is not re-merged for the change, but its startd's next update wipes it and the next cycle
-    merges it at once, so the change arrives within UPDATE_INTERVAL and a cycle."""
+    """merge_min_interval_s = 300 (a production UPDATE_INTERVAL) and the pool's UPDATE_INTERVAL
+    of 5 s: slot1 is not re-merged for the change, but its startd's next update wipes it and
+    it is merged at once, so the change arrives within UPDATE_INTERVAL and a cycle."""
     pool = condor_pool
     d = Daemon(tmp_path)
     write_inventory(d.directory, INVENTORY)
