@@ -356,6 +356,10 @@ def side(
             out["arrival"] = arrivals(admin, daemon, pool, args)
         out["seconds"] = round(time.monotonic() - t0, 1)
         out["counters"] = events_chaos.counters(daemon)
+        lines = daemon.log.read_text(errors="replace").splitlines()
+        out["daemon_warnings"] = [ln[:300] for ln in lines if " WARNING " in ln or " ERROR " in ln][
+            -30:
+        ]
         return out
 
 
