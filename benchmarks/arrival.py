@@ -357,9 +357,8 @@ def side(
         out["seconds"] = round(time.monotonic() - t0, 1)
         out["counters"] = events_chaos.counters(daemon)
         lines = daemon.log.read_text(errors="replace").splitlines()
-        out["daemon_warnings"] = [ln[:300] for ln in lines if " WARNING " in ln or " ERROR " in ln][
-            -30:
-        ]
+        said = [ln[:300] for ln in lines if " WARNING " in ln or " ERROR " in ln]
+        out["daemon_warnings"] = said[-30:]
         return out
 
 
