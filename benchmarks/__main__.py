@@ -21,6 +21,7 @@ SCENARIOS = {
     "http": ("http_load", "the HTTP server under wrk while cycles run, idle and slow clients"),
     "locality": ("locality", "do jobs and glideins go to the data? 8 ways on the real test pool"),
     "coverage": ("coverage", "share of slot-seconds carrying the current lists, on the real pool"),
+    "arrival": ("arrival", "change to the slot ad, data arrival to job start (real stack, pool)"),
     "replay": ("replay", "serve the generated federation in Rucio's wire format"),
     "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
     "generate": ("generate", "print the generated federation's size at a scale"),

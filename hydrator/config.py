@@ -539,6 +539,11 @@ class CollectorConfig(_Model):
     into exactly those (docs/coverage.md); also measures coverage. Looks are paced to take
     at most a fifth of the time (a large pool's look takes longer). 0: off (slots wait for
     the next cycle)."""
+    reschedule_min_interval_s: float = Field(0.0, ge=0)
+    """After a cycle that changed a site's published lists, ask every schedd ([jobs] schedds,
+    else all the collector knows) for a negotiation cycle, as condor_reschedule does, at most
+    once per this many seconds: an idle job the change makes matchable need not wait for
+    NEGOTIATOR_INTERVAL (docs/events.md). Needs WRITE on the schedds. 0: off."""
 
 
 class JobsConfig(_Model):

@@ -32,6 +32,7 @@ from hydrator.runtime.event_worker import FullReadGate, start_events
 from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs
+from hydrator.runtime.reschedule import install as install_reschedule
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
@@ -183,6 +184,7 @@ class Daemon:
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
         written = self.endpoint.write if self.endpoint is not None else lambda: None
         schedule_repairs(self._scheduler, self.service, written)
+        install_reschedule(self.service)  # a fresh service each start: added once
         self._scheduler.start()
 
     def _stop_cycles(self) -> None:

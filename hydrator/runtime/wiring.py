@@ -119,6 +119,13 @@ def schedd_queues(
     return schedd_jobs.build(config, collector, reader)
 
 
+def schedd_reschedule(config: Config) -> Callable[[], int]:
+    """``[collector] reschedule_min_interval_s``: asks the schedds for a negotiation cycle."""
+    from hydrator.adapters.htcondor.reschedule import ScheddReschedule  # noqa: PLC0415  (lazy)
+
+    return ScheddReschedule(config.collector, config.jobs.schedds)
+
+
 def queue_reader(config: Config) -> CondorQueue | None:
     """The one queue read per cycle (:mod:`hydrator.core.queue`) for the consumers that are on:
     the demand and the probe (``[collector]``), annotation (``[jobs]``); None when none is."""

@@ -1,0 +1,48 @@
+"""Ask the pool's schedds for a negotiation cycle (``Schedd.reschedule()``, the command
+``condor_reschedule`` sends): each schedd then asks the negotiator to start one, which it does
+unless it is busy or inside ``NEGOTIATOR_MIN_INTERVAL``. The schedds are those named in
+``[jobs] schedds``, else every one the collector knows, located each time. Authentication: the
+IDTOKEN in ``[collector] token_dir``; the identity needs WRITE on the schedds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import classad2
+import htcondor2
+
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
+from hydrator.config import CollectorConfig
+from hydrator.errors import PublishError
+
+
+class ScheddReschedule:
+    """One call: every schedd asked once. Raises PublishError naming the schedds that could
+    not be located or asked (the others are still asked)."""
+
+    def __init__(self, config: CollectorConfig, names: Sequence[str] = ()) -> None:
+        if config.token_dir is not None:
+            htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(config.token_dir)
+        self.pool, self.names = config.pool, tuple(names)
+
+    def __call__(self) -> int:
+        """Ask every schedd; returns how many were asked."""
+        try:
+            collector = htcondor2.Collector(self.pool)
+            found: list[classad2.ClassAd] = (
+                [collector.locate(htcondor2.DaemonType.Schedd, n) for n in self.names]
+                if self.names
+                else list(collector.locateAll(htcondor2.DaemonType.Schedd))
+            )
+        except HTCONDOR_ERRORS as exc:
+            raise PublishError(f"cannot locate the schedds: {exc}") from None
+        failed = []
+        for ad in found:
+            try:
+                htcondor2.Schedd(ad).reschedule()
+            except HTCONDOR_ERRORS as exc:
+                failed.append(f"{ad.get('Name', '?')}: {exc}")
+        if failed:
+            raise PublishError("reschedule refused: " + "; ".join(failed))
+        return len(found)
