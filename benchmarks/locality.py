@@ -49,7 +49,8 @@ SLOTS = {f"slot{i + 1}": SITES[i // PER_SITE] for i in range(len(SITES) * PER_SI
 DATASETS = ("ska:exp_a", "ska:exp_b", "ska:exp_c")
 INITIAL: Inventory = {site: frozenset(DATASETS[i : i + 1]) for i, site in enumerate(SITES)}
 MOVING, MOVE_FROM, MOVE_TO, OVERLAP_S = "ska:exp_a", "SITE_A", "SITE_D", 5.0
-JOBS_PER_DATASET, SLEEP_S, DEADLINE_S, POLL_S = 16, 2, 150.0, 0.5
+# SLEEPS_S: the jobs' sleeps, cycled over the submit rows (one value: every job alike)
+JOBS_PER_DATASET, SLEEPS_S, DEADLINE_S, POLL_S = 16, (2,), 150.0, 0.5
 TOTAL = JOBS_PER_DATASET * len(DATASETS)
 # (d2): 2/3 of the strict drain (16 jobs on 3 slots: 6 negotiation cycles of 5 s), above the
 # usual wait for a local slot (~10 s median in (c)).
@@ -61,6 +62,24 @@ FRONTEND_PERIOD_S, BUDGET, GLIDEINS = 5.0, 6, "61-locality-glideins"
 DISTANCES = {s: {o: 1 if "SITE_D" in (s, o) else 2 for o in SITES if o != s} for s in SITES}
 MAX_DISTANCE, REMOTE_BUDGET, NEAR_ATTRIBUTE = 1, 2, "DataLocalityNearSites"
 NEAR = {s: frozenset(o for o, d in DISTANCES[s].items() if d <= MAX_DISTANCE) for s in SITES}
+# --workload busy: jobs long enough that a 5 s negotiation cycle is noise (sleeps 15-24 s, out
+# of step so slots free one by one), the site emptied by the move (SITE_A) near the other data
+# sites too (so after the move the near sites are idle while the data sites are busy), and a
+# budget of 1 that the near slots' demand exceeds. FALLBACK_AFTER_S: 2/3 of the strict drain.
+BUSY_DISTANCES = {
+    s: {o: 1 if "SITE_D" in (s, o) or "SITE_A" in (s, o) else 2 for o in SITES if o != s}
+    for s in SITES
+}
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "short": {},  # the module's values above: the 2026-11-28 04:31 record
+    "busy": {
+        "SLEEPS_S": (15, 18, 21, 24),
+        "DEADLINE_S": 420.0,
+        "FALLBACK_AFTER_S": 80,
+        "DISTANCES": BUSY_DISTANCES,
+        "REMOTE_BUDGET": 1,
+    },
+}
 JOB_ATTRS = ["ProcId", "JobStatus", "QDate", "JobStartDate", "RemoteHost", "RequiredDatasets"]
 JOB_ATTRS += ["MATCH_EXP_JOB_GLIDEIN_Site", "DataLocalitySites", "CompletionDate"]
 # CLAIM_WORKLIFE = 0: every start goes through the negotiator (no claim reused against an older
@@ -88,12 +107,13 @@ class Scenario:
 
     def submit(self) -> str:
         """One cluster, datasets interleaved; ``$(Sites)``: the dataset's site at submit."""
-        rows = [f"{d} {SITES[i]}" for _ in range(JOBS_PER_DATASET) for i, d in enumerate(DATASETS)]
+        pairs = [(d, SITES[i]) for _ in range(JOBS_PER_DATASET) for i, d in enumerate(DATASETS)]
+        rows = [f"{d} {s} {SLEEPS_S[n % len(SLEEPS_S)]}" for n, (d, s) in enumerate(pairs)]
         head = "universe = vanilla\nexecutable = /bin/sleep\noutput = /dev/null\nerror = /dev/null"
         glidein_site = '+JOB_GLIDEIN_Site = "$$(GLIDEIN_Site:Unknown)"'
         required = f"My.RequiredDatasets = {_expr('required')}"
-        body = [head, f"arguments = {SLEEP_S}", glidein_site, required, *self.lines]
-        return "\n".join([*body, "queue Dataset, Sites from (", *rows, ")", ""])
+        body = [head, "arguments = $(Sleep)", glidein_site, required, *self.lines]
+        return "\n".join([*body, "queue Dataset, Sites, Sleep from (", *rows, ")", ""])
 
 
 def _expr(attribute: str, fallback_after_s: int | None = None) -> str:
@@ -123,6 +143,20 @@ def scenarios() -> list[Scenario]:
         Scenario("e2", "provisioning, annotation", (strict, rank), documented.strip(), True),
         Scenario("near", "local or near, remote-read budget", near_lines, None, True),
     ]
+
+
+def select_workload(name: str) -> None:
+    """Rebind the module's workload constants to :data:`WORKLOADS` ``[name]`` (``NEAR`` and
+    ``TOTAL`` follow), before any scenario is built; the record's ``parameters`` show them."""
+    module = globals()
+    module.update(WORKLOADS[name], WORKLOAD=name)
+    module["TOTAL"] = JOBS_PER_DATASET * len(DATASETS)
+    module["NEAR"] = {
+        s: frozenset(o for o, d in DISTANCES[s].items() if d <= MAX_DISTANCE) for s in SITES
+    }
+
+
+WORKLOAD = "short"
 
 
 def count_requests(
@@ -181,6 +215,8 @@ class Experiment:
         self.annotating = False
         self.at: dict[str, float] = {}  # the current scenario's events, epoch seconds
         self.passes: list[dict[str, Any]] = []  # the current scenario's frontend passes
+        self.annotated: dict[int, float] = {}  # ProcId -> first poll seeing DataLocalitySites
+        self.held: list[float] = []  # polls at which the budget held a job back (see held_back)
 
     def holders(self, required: frozenset[str], when: float) -> frozenset[str]:
         """Sites holding all of ``required`` at ``when`` by the inventory written."""
@@ -218,6 +254,7 @@ class Experiment:
 
         wait_for("slots as set", seen, done=want.__eq__, timeout_s=60.0, ignore=TRANSIENT)
         self.at, self.passes, self.readers = {}, [], dict.fromkeys(SITES, 0)
+        self.annotated, self.held = {}, []
 
     def distances(self) -> str:
         """The daemon's ``[distances]``: the operator table :data:`DISTANCES`, the budget."""
@@ -239,6 +276,20 @@ class Experiment:
                 for site in holders:
                     count[site] += 1
         return count
+
+    def held_back(self, ads: Sequence[Any], readers: Mapping[str, int], now: float) -> bool:
+        """The budget binds: an idle job whose data sites are all at the budget, while a slot
+        at a site near one of them (holding none of its data) is unclaimed."""
+        unclaimed = {SLOTS[_slot(a["Name"])] for a in self.pool.slot_ads(["State"])
+                     if a.get("State") == "Unclaimed"}  # fmt: skip
+        for ad in ads:
+            if ad["JobStatus"] != IDLE:
+                continue
+            holders = self.holders(frozenset(str(d) for d in ad.get("RequiredDatasets") or []), now)
+            near = {n for h in holders for n in NEAR[h]} - holders
+            if holders and all(readers[h] >= self.budget for h in holders) and near & unclaimed:
+                return True
+        return False
 
     def set_glideins(self, on: frozenset[str] | None) -> None:
         """Glideins on exactly these slots (None: all): ``SLOTn_GlideinOn`` + startd reconfig."""
@@ -264,8 +315,14 @@ class Experiment:
                 self.at["ended"] = now
                 return self.score(scenario, self.records(cluster))
             self.move_data(TOTAL - sum(ad["JobStatus"] == IDLE for ad in ads), now)
-            for site, n in self.remote_readers(ads).items():
+            readers = self.remote_readers(ads)
+            for site, n in readers.items():
                 self.readers[site] = max(self.readers[site], n)
+            for ad in ads:
+                if ad.get("DataLocalitySites") is not None:
+                    self.annotated.setdefault(int(ad["ProcId"]), now)
+            if scenario.key == "near" and self.held_back(ads, readers, now):
+                self.held.append(round(now - self.at["submitted"], 1))
             if scenario.match_expr is not None and now >= next_pass:
                 self.passes.append(self.frontend_pass(scenario.match_expr, ads))
                 next_pass = now + FRONTEND_PERIOD_S
@@ -317,7 +374,9 @@ class Experiment:
         return wait_for(what, query, done=complete, timeout_s=60.0, ignore=TRANSIENT)
 
     def job(self, ad: Any) -> list[Any]:
-        """[proc, required, site, started_s, wait_s, local, ended_s, kind]: ``kind`` "local",
+        """[proc, required, site, started_s, wait_s, local, ended_s, kind, annotated_s]:
+        ``annotated_s`` the first poll (every POLL_S) seeing the job's DataLocalitySites, from
+        its QDate (None: never seen, e.g. the daemon does not annotate); ``kind`` "local",
         "near" (a site near the job's holds its data, by :data:`NEAR`), "far" or None (not
         started); ``ended_s`` None for a job that did not complete."""
         site, start = ad.get("MATCH_EXP_JOB_GLIDEIN_Site"), ad.get("JobStartDate")
@@ -330,8 +389,10 @@ class Experiment:
         started = None if start is None else round(float(start) - self.at["submitted"], 1)
         end = ad.get("CompletionDate") or None  # 0 or missing: not completed
         ended = None if end is None else round(float(end) - self.at["submitted"], 1)
+        seen = self.annotated.get(int(ad["ProcId"]))
+        annotated = None if seen is None else round(seen - float(ad["QDate"]), 1)
         return [int(ad["ProcId"]), sorted(required), site, started, round(wait, 1), local,
-                ended, kind]  # fmt: skip
+                ended, kind, annotated]  # fmt: skip
 
     def score(self, scenario: Scenario, ads: Sequence[Any]) -> dict[str, Any]:
         """The scenario's numbers (LOCALITY.md says what each is) and every job."""
@@ -343,7 +404,7 @@ class Experiment:
         local["_after_move"] = [j[5] for j in started if j[3] >= moved]
         stranded = [j for j in jobs if j[3] is None and self.holders(frozenset(j[1]), math.inf)]
         waits, passes, ends = [j[4] for j in jobs], self.passes, [j[6] for j in jobs]
-        kinds = [j[7] for j in started]
+        kinds, marks = [j[7] for j in started], [j[8] for j in jobs if j[8] is not None]
         last_end = self.at["ended"] - self.at["submitted"] if None in ends else max(ends)
         requested = sum(p["total"] for p in passes)
         at_data = sum(p["at_data_sites"] for p in passes) / requested if requested else None
@@ -365,6 +426,12 @@ class Experiment:
             "wait_median_s": statistics.median(waits),
             "wait_p95_s": statistics.quantiles(waits, n=20, method="inclusive")[-1],
             "last_start_s": max((j[3] for j in started), default=None),
+            "first_start_s": min((j[3] for j in started), default=None),
+            "annotated_median_s": statistics.median(marks) if marks else None,
+            "annotated_max_s": max(marks, default=None),
+            "budget_held_polls": len(self.held),
+            "budget_held_at_s": self.held[:50],
+            "total": TOTAL,
             **{f"{k}_at_s": round(t - self.at["submitted"], 1) for k, t in self.at.items()},
             "request_share_at_data_sites": at_data,
             "frontend_passes": passes,
@@ -430,10 +497,11 @@ def near_targets(scenarios: Sequence[Mapping[str, Any]]) -> list[tuple[str, str,
     if near is None:
         return []
     shares = (near["local_fraction"] or 0) + (near["near_fraction"] or 0)
-    done = near["started"] == TOTAL
+    total = near.get("total", TOTAL)
+    done = near["started"] == total
     readers, budget, span = near["max_remote_readers"], near["budget"], near["makespan_s"]
     out = [
-        ("100 % of jobs local or near", f"{100 * shares:.0f} % of {near['started']}/{TOTAL}",
+        ("100 % of jobs local or near", f"{100 * shares:.0f} % of {near['started']}/{total}",
          done and shares == 1.0),
         ("remote readers per site <= budget", f"{readers} (budget {budget})", readers <= budget),
     ]  # fmt: skip
@@ -476,12 +544,17 @@ def main() -> None:
         "--scenarios", "--only", nargs="*", default=(), choices=keys, metavar="KEY",
         help=f"run only these ({' '.join(keys)}; default all)",
     )  # fmt: skip
-    parser.add_argument("--budget", type=int, default=REMOTE_BUDGET, help="remote readers per site")
+    parser.add_argument(
+        "--workload", choices=sorted(WORKLOADS), default="short",
+        help="short: 2 s jobs (the first near record); busy: 15-24 s jobs, budget 1",
+    )  # fmt: skip
+    parser.add_argument("--budget", type=int, help="remote readers per site (default: workload's)")
     parser.add_argument("--json", type=Path, help="write the record here (default: print only)")
     args = parser.parse_args()
-    if args.budget < 1:
+    if args.budget is not None and args.budget < 1:
         parser.error("--budget must be at least 1")
-    results = run_all(args.scenarios, args.budget)
+    select_workload(args.workload)
+    results = run_all(args.scenarios, REMOTE_BUDGET if args.budget is None else args.budget)
     targets = near_targets(results["scenarios"])
     results["near_targets"] = [{"target": t, "measured": m, "met": ok} for t, m, ok in targets]
     if args.json:

@@ -51,3 +51,27 @@ def test_a_budget_of_0_and_an_unknown_scenario_are_refused() -> None:
             check=False,
         )
         assert run.returncode == 2, run.stderr
+
+
+def test_the_busy_workload_has_long_jobs_a_binding_budget_and_site_a_near_every_site() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", BUSY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert run.stdout.split() == ["48", "15", "1", "SITE_B,SITE_C,SITE_D", "SITE_A,SITE_D", "True"]
+
+
+# In a child: select_workload rebinds the module's constants.
+BUSY = """
+from benchmarks import locality as L
+L.select_workload("busy")
+near = L.NEAR
+sub = L.scenarios()[-1].submit()
+print(L.TOTAL, min(L.SLEEPS_S), L.REMOTE_BUDGET, ",".join(sorted(near["SITE_A"])),
+      ",".join(sorted(near["SITE_B"])), all(a in near[b] for a in near for b in near[a])
+      and "$(Sleep)" in sub and " 24\\n" in sub)
+"""
