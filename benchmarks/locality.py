@@ -1,9 +1,11 @@
 """The locality experiment (issue 11): do data-bound jobs and glideins go where the data is?
 Eight ways, on the real test pool, with the daemon and its execute-node hook running.
 
-    .venv/bin/python -m benchmarks locality [--scenarios c d d2 near] [--budget N] [--json PATH]
+    .venv/bin/python -m benchmarks locality [--scenarios c d d2 near] [--workload short|busy]
+        [--budget N] [--json PATH]
 
-Needs root; holds the pool lock throughout (~6 min for all, ~3 min for c d d2 near); prints the
+Needs root; holds the pool lock throughout (~6 min for all, ~3 min for c d d2 near with the
+default workload; ``--workload busy``: LOCALITY.md); prints the
 table of LOCALITY.md (design and scoring); ``--json PATH`` writes the record (committed:
 ``benchmarks/locality.json``, ``benchmarks/locality_near.json``). Exits 1 when the ``near``
 scenario misses a target (:func:`near_targets`).
