@@ -23,5 +23,5 @@ def test_every_schedd_the_collector_knows_is_asked(condor_pool: Pool) -> None:
 
 
 def test_a_schedd_that_cannot_be_located_is_named(condor_pool: Pool) -> None:
-    with pytest.raises(PublishError, match="cannot locate the schedds"):
+    with pytest.raises(PublishError, match="no-such-schedd@nowhere: not in the collector"):
         ScheddReschedule(config(condor_pool), ["no-such-schedd@nowhere"])()

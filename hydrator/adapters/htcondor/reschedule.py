@@ -30,19 +30,20 @@ class ScheddReschedule:
         """Ask every schedd; returns how many were asked."""
         try:
             collector = htcondor2.Collector(self.pool)
-            found: list[classad2.ClassAd] = (
+            found: list[classad2.ClassAd | None] = (
                 [collector.locate(htcondor2.DaemonType.Schedd, n) for n in self.names]
                 if self.names
                 else list(collector.locateAll(htcondor2.DaemonType.Schedd))
             )
         except HTCONDOR_ERRORS as exc:
             raise PublishError(f"cannot locate the schedds: {exc}") from None
-        failed = []
-        for ad in found:
+        named = zip(self.names, found, strict=False)  # no names: every schedd located
+        failed = [f"{n}: not in the collector" for n, ad in named if ad is None]
+        for ad in (ad for ad in found if ad is not None):
             try:
                 htcondor2.Schedd(ad).reschedule()
             except HTCONDOR_ERRORS as exc:
                 failed.append(f"{ad.get('Name', '?')}: {exc}")
         if failed:
-            raise PublishError("reschedule refused: " + "; ".join(failed))
+            raise PublishError("cannot ask every schedd: " + "; ".join(failed))
         return len(found)
