@@ -269,7 +269,7 @@ class CollectorPublisher:
     ) -> None:
         self.config = config
         self.attrs = attrs
-        self._collector = collector if collector is not None else _connect(config)
+        self._collector = collector if collector is not None else connect(config)
         self._rendered: dict[Site, Rendered] = {}
         """Last cycle's rendered ads, keyed by (digest, published updated), which determine
         the ad: an unchanged site is not rendered again."""
@@ -679,7 +679,7 @@ def _as_target(slot: SlotSeen) -> Target | None:
     return Target(slot.name, site, slot.digest, slot.updated, slot.heard_s, slot.merged_s)
 
 
-def _connect(config: CollectorConfig) -> htcondor2.Collector:
+def connect(config: CollectorConfig) -> htcondor2.Collector:
     """Point the HTCondor library at the token directory and timeout, then make a Collector."""
     if config.token_dir is not None:
         htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(config.token_dir)

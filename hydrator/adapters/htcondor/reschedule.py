@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import classad2
 import htcondor2
 
+from hydrator.adapters.htcondor.collector import connect
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.config import CollectorConfig
 from hydrator.errors import PublishError
@@ -22,14 +23,12 @@ class ScheddReschedule:
     not be located or asked (the others are still asked)."""
 
     def __init__(self, config: CollectorConfig, names: Sequence[str] = ()) -> None:
-        if config.token_dir is not None:
-            htcondor2.param["SEC_TOKEN_DIRECTORY"] = str(config.token_dir)
-        self.pool, self.names = config.pool, tuple(names)
+        self.config, self.names = config, tuple(names)
 
     def __call__(self) -> int:
         """Ask every schedd; returns how many were asked."""
+        collector = connect(self.config)  # the token directory and QUERY_TIMEOUT, as merges
         try:
-            collector = htcondor2.Collector(self.pool)
             found: list[classad2.ClassAd | None] = (
                 [collector.locate(htcondor2.DaemonType.Schedd, n) for n in self.names]
                 if self.names
