@@ -280,7 +280,8 @@ class RucioEventsConfig(_Model):
     max_parent_lookups_per_cycle: int = Field(20, ge=0)
     """``deletion-done`` names a file, no dataset: an event cycle looks up the datasets of at
     most this many such files (``list_parent_dids``, one call each) and re-reads them; the
-    others (and all with 0) wait for the next full read."""
+    others wait for the next cycles (ten cycles' worth at most; beyond, and all with 0, the
+    next full read)."""
     timeout_s: float = Field(10.0, gt=0)
     """Deadline of each network step with a broker, seconds: the TCP connect, the STOMP
     CONNECT/CONNECTED exchange, the receipt for SUBSCRIBE. On a deadline the attempt fails

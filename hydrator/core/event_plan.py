@@ -10,8 +10,9 @@ read. Mapping (:func:`hint_of`):
 * ``transfer-done`` / ``transfer-failed``: the payload's rule dataset (``datasetScope``,
   ``dataset``); a file with no dataset marks the source for the next full read.
 * ``deletion-done``: scope, name, rse of a *file*, no dataset: the file, whose parent datasets
-  an event cycle looks up (at most ``max_parent_lookups_per_cycle``, :class:`Batch`); without
-  a file, or over the bound, it marks the next full read.
+  an event cycle looks up (at most ``max_parent_lookups_per_cycle``; the others wait for the
+  next cycles, :class:`Batch`); without a file, or over the bound of files held
+  (:data:`LOOKUP_CYCLES_HELD`), it marks the next full read.
 * ``datasetlock_ok`` (the dataset complete at an RSE), ``rule_ok``, ``rule_progress``
   (the rule's DID), ``erase``, ``close``, ``open``, ``incomplete`` (the DID itself).
 * Anything else (``transfer-queued``, ``create_dts``, ``register_cnt``, e-mails ...) says
@@ -53,6 +54,11 @@ DATASET_TYPES = frozenset(
 RECONCILE_TYPES = frozenset({"deletion-done"})
 KNOWN_TYPES = TRANSFER_TYPES | DATASET_TYPES | RECONCILE_TYPES
 """The event types with a label of their own in metrics; any other is ``other``."""
+LOOKUP_CYCLES_HELD = 10
+"""Files waiting for a parent lookup are held for at most this many event cycles' worth
+(``max_parent_lookups_per_cycle`` each): a burst of deletions (a rule's files, deleted
+together) is looked up over a few consecutive cycles instead of stopping event cycles until
+a full read; beyond that many, a full read is cheaper than the lookups (one call per file)."""
 
 
 class Ignored(enum.Enum):
@@ -229,11 +235,12 @@ class Batch:
             held[key] = created_at
             self._arrived[key] = self.arrivals
 
-    def take_files(self) -> tuple[list[tuple[str, str]], list[datetime]]:
-        """The files whose datasets to look up now and their messages' ``created_at``
-        (at most ``file_capacity``: the rest marked ``reconcile`` when added); emptied."""
-        files, times = list(self.files), [t for t in self.files.values() if t is not None]
-        self.files = {}
+    def take_files(self, limit: int) -> tuple[list[tuple[str, str]], list[datetime]]:
+        """Up to ``limit`` files whose datasets to look up now, the first held first, and
+        their messages' ``created_at``; the others stay held for the next cycle (at most
+        ``file_capacity`` are held: beyond, marked ``reconcile`` when added)."""
+        files = list(self.files)[:limit]
+        times = [t for f in files if (t := self.files.pop(f)) is not None]
         self._forget(files)
         return files, times
 

@@ -34,6 +34,7 @@ from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, Rucio
 from hydrator.core.derived import Derived
 from hydrator.core.event_plan import (
     Batch,
+    LOOKUP_CYCLES_HELD,
     Ignored,
     ListenerStatus,
     ReconcilePolicy,
@@ -93,9 +94,8 @@ class EventCycles:
         self._clock, self._utcnow = clock, utcnow
         self._lock = threading.Lock()
         self._triage = Triage(scopes=frozenset(scopes))
-        self._batch = Batch(
-            config.max_pending_datasets, file_capacity=config.max_parent_lookups_per_cycle
-        )
+        lookups = config.max_parent_lookups_per_cycle
+        self._batch = Batch(config.max_pending_datasets, file_capacity=LOOKUP_CYCLES_HELD * lookups)
         self._first_hint: float | None = None
         self._marked = False  # a full read must cover what no event cycle read
         self._last_full_read: float | None = None
@@ -328,10 +328,11 @@ class EventCycles:
             if self._marked:
                 self._first_hint = None  # after_full_read arms the next cycle
                 return None
-            files, file_created = self._batch.take_files()
+            files, file_created = self._batch.take_files(self.config.max_parent_lookups_per_cycle)
             datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
             self._marked |= marked
-            self._first_hint = None
+            # files left for the next cycle's lookups arm it now
+            self._first_hint = self._clock() if self._batch.files else None
         if not datasets and not files:
             return None
         created += file_created

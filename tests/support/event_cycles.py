@@ -1,22 +1,30 @@
 """An in-memory catalogue and listener for event-cycle tests (hydrator.runtime.event_worker): the
 runtime's batching, debounce and gating do not depend on Rucio; tests/events/ runs the same
-path on the real server, broker and hermes. The ``setup`` fixture is in
-tests/unit/runtime/conftest.py."""
+path on the real server, broker and hermes. The ``setup`` fixture
+(tests/unit/runtime/conftest.py) is :func:`build` over one replica."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from hydrator.core.event_plan import ListenerStatus, RucioEvent
+from hydrator.adapters.state.sqlite import SqliteStateStore
+from hydrator.config import RucioEventsConfig, parse_config
+from hydrator.core.event_plan import ListenerStatus, ReconcilePolicy, RucioEvent
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, StorageStatus
 from hydrator.errors import TransientSourceError
+from hydrator.runtime.event_worker import EventCycles
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
+from hydrator.runtime.wiring import assemble
 
 
 class Catalogue:
@@ -100,3 +108,31 @@ def wait_until(check: Callable[[], object], what: str, timeout_s: float = 30.0) 
         if time.monotonic() > deadline:
             pytest.fail(f"not seen within {timeout_s} s: {what}")
         time.sleep(0.02)
+
+
+def build(tmp_path: Path, catalogue: Catalogue, **events: Any) -> Any:
+    """The service over ``catalogue`` and its event cycles (``events``: RucioEventsConfig
+    fields over the tests' own), the listener subscribed, the clock at 1000 s."""
+    config = parse_config(
+        {
+            "daemon": {"state_path": "s.sqlite", "interval_s": 60},
+            "sources": [{"type": "static", "path": "unused.toml"}],
+        },
+        tmp_path,
+    )
+    metrics = Metrics(CollectorRegistry())
+    service = assemble(
+        config,
+        sources=[catalogue],
+        store=SqliteStateStore(tmp_path / "s.sqlite"),
+        metrics=metrics,
+    )
+    settings: dict[str, Any] = {"event_debounce_s": 0.2, "max_event_reads_per_cycle": 2}
+    settings.update(events)
+    events_config = RucioEventsConfig(enabled=True, brokers=["127.0.0.1:1"], **settings)
+    now = [1000.0]
+    cycles = EventCycles(
+        service, catalogue, events_config, ReconcilePolicy(60, 1800, 600), clock=lambda: now[0]
+    )
+    cycles.listener = Listening(ListenerStatus(True, 999.0, 999.0))
+    return service, catalogue, cycles, metrics, now

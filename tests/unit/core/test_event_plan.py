@@ -103,19 +103,30 @@ def test_batch_is_bounded_and_marks_the_rest_for_the_next_full_read() -> None:
     assert batch.take(limit=5) == ([DS], [], False)
 
 
-def test_files_for_a_parent_lookup_are_bounded_and_the_rest_marked() -> None:
-    batch = Batch(capacity=5, file_capacity=1)
+def test_files_for_a_parent_lookup_are_taken_a_cycle_at_a_time_and_bounded() -> None:
+    batch = Batch(capacity=5, file_capacity=3)
     batch.add(Hint(files=frozenset({("ska", "f1")})), t(1))
     batch.add(Hint(files=frozenset({("ska", "f1")})), t(2))  # the same file: held once
-    assert batch.take_files() == ([("ska", "f1")], [t(1)])
-    assert not batch
     batch.add(Hint(files=frozenset({("ska", "f2")})), t(3))
-    batch.add(Hint(files=frozenset({("ska", "f3")})), t(4))  # over the bound
-    assert batch.take_files() == ([("ska", "f2")], [t(3)])
-    assert batch.take(limit=5) == ([], [], True)  # f3 waits for the full read
+    assert batch.take_files(limit=1) == ([("ska", "f1")], [t(1)])  # the first held first
+    assert batch  # f2 waits for the next cycle, not for a full read
+    assert batch.take(limit=5) == ([], [], False)
+    assert batch.take_files(limit=1) == ([("ska", "f2")], [t(3)])
+    assert not batch
+    for i in range(3, 7):  # four files, three held at most
+        batch.add(Hint(files=frozenset({("ska", f"f{i}")})), t(i))
+    assert batch.take_files(limit=5) == (
+        [("ska", "f3"), ("ska", "f4"), ("ska", "f5")],
+        [
+            t(3),
+            t(4),
+            t(5),
+        ],
+    )
+    assert batch.take(limit=5) == ([], [], True)  # f6 waits for the full read
     none = Batch(capacity=5)  # max_parent_lookups_per_cycle = 0: every deletion marks
     none.add(Hint(files=frozenset({("ska", "f1")})), t(1))
-    assert none.take_files() == ([], [])
+    assert none.take_files(limit=0) == ([], [])
     assert none.take(limit=5) == ([], [], True)
 
 

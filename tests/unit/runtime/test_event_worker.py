@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,18 @@ import pytest
 from hydrator.adapters.state.drains import remove_drain, set_drain
 from hydrator.core.event_plan import ListenerStatus, RucioEvent
 from hydrator.core.storage import Drain
-from hydrator.domain import Site, StorageStatus
+from hydrator.domain import DatasetId, Replica, Site, StorageStatus
 from hydrator.runtime.event_worker import EventCycles, FullReadGate
 from hydrator.runtime.report import sites_json
-from tests.support.event_cycles import Listening, available, ds, lock_ok, wait_until
+from tests.support.event_cycles import (
+    Catalogue,
+    Listening,
+    available,
+    build,
+    ds,
+    lock_ok,
+    wait_until,
+)
 from tests.unit.factories import rep
 
 
@@ -256,3 +265,50 @@ def test_a_skipped_full_read_is_a_refresh_cycle_that_reads_storage_and_no_datase
     assert sample("hydrator_refresh_cycles_total", {"outcome": "ok"}) == 3
     calls = {"source": "rucio", "method": "list_rses"}
     assert sample("hydrator_source_api_calls_total", calls) == 3  # the failed one too
+
+
+class WithParents(Catalogue):
+    """The catalogue, answering parent lookups: file ``<dataset>.f`` belongs to ``<dataset>``."""
+
+    def __init__(self, *replicas: Replica) -> None:
+        super().__init__(*replicas)
+        self.lookups: list[int] = []  # files asked, per call
+
+    def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
+        self.lookups.append(len(files))
+        return [DatasetId(scope, name.removesuffix(".f")) for scope, name in files]
+
+
+def deletion(name: str) -> RucioEvent:
+    return RucioEvent("deletion-done", file=("ska", f"{name}.f"), rse="B_DISK", key=f"d-{name}")
+
+
+def test_a_burst_of_deletions_is_looked_up_over_the_next_cycles_without_a_full_read(
+    tmp_path: Path,
+) -> None:
+    """Five deleted files with two lookups a cycle: three event cycles, each within the
+    debounce of the last, remove all five datasets; no full read is marked, so an addition
+    named meanwhile is read at once, not held for it."""
+    held = {rep("B", f"obs{i}") for i in range(5)}
+    service, catalogue, cycles, _metrics, now = build(
+        tmp_path, WithParents(*held), max_parent_lookups_per_cycle=2
+    )
+    try:
+        cycles.full_read()
+        assert len(available(service, "B")) == 5
+        catalogue.replicas = {rep("B", "new")}  # all five deleted, one added
+        for i in range(5):
+            cycles.event(deletion(f"obs{i}"))
+        cycles.event_cycle()
+        assert catalogue.lookups == [2]
+        cycles.event(lock_ok("new"))
+        cycles.event_cycle()
+        cycles.event_cycle()
+        assert catalogue.lookups == [2, 2, 1]
+        assert cycles.event_cycle() is None  # nothing left
+        assert available(service, "B") == ["ska:new"]
+        assert catalogue.full_reads == 1
+        now[0] += 61
+        assert not cycles.full_read_due()  # nothing was marked
+    finally:
+        service.close()
