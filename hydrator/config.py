@@ -509,16 +509,16 @@ class CollectorConfig(_Model):
     """Advertise one ad per site with MyType = "DataLocality"."""
     refresh_s: PositiveSeconds = 900.0
     """Re-merge a current slot whose DataLocalityUpdated is older than this."""
-    merge_min_interval_s: float = Field(120.0, ge=0)
+    merge_min_interval_s: float = Field(0.0, ge=0)
     """Merge changed lists into a slot at most once per this many seconds (its
     DataLocalityMerged, written with every full merge, holds the time of the last change);
     slots without one (new, or wiped by their startd's update) are merged at once and do not
     restart the window, site ads follow every cycle. A change arriving within the window
     reaches the slot when it ends (the repair watch merges it then). Slot ads lag the
-    catalogue by up to this long, removals included. 0: every cycle. Default: two cycles,
-    which bounds merges under a change every cycle to half of them (deploy/README.md).
-    refresh_s still holds: a slot whose DataLocalityUpdated is older than refresh_s while a
-    newer exists is re-merged, so larger values act as refresh_s (docs/coverage.md)."""
+    catalogue by up to this long, removals included. 0 (default): no window; the collector's
+    load is bounded by merge_budget_bytes_per_s instead. refresh_s still holds: a slot whose
+    DataLocalityUpdated is older than refresh_s while a newer exists is re-merged, so larger
+    values act as refresh_s (docs/coverage.md)."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
     ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU
@@ -545,6 +545,13 @@ class CollectorConfig(_Model):
     else all the collector knows) for a negotiation cycle, as condor_reschedule does, at most
     once per this many seconds: an idle job the change makes matchable need not wait for
     NEGOTIATOR_INTERVAL (docs/events.md). Needs WRITE on the schedds. 0: off."""
+    merge_budget_bytes_per_s: float = Field(10_000_000.0, ge=0)
+    """Bytes per second of merges that replace a slot's lists with its site's new ones, on
+    average, in bursts of up to a minute's worth: a change goes to every slot of its site at
+    once while it fits, and what does not waits for the next repair look. Merges into bare
+    slots (wiped by their startd's update, or new) are not counted. Default: the load a
+    change of every site every 120 s puts on a collector of 20,000 slot ads of 60 kB lists
+    (docs/coverage.md, "The merge budget"). 0: no bound."""
 
 
 class JobsConfig(_Model):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import classad2
@@ -160,8 +161,12 @@ def plan_repairs(
     pending: Mapping[str, Pending],
     now_s: float,
     backoff_s: tuple[float, float],
+    *,
+    held: AbstractSet[str] = frozenset(),
 ) -> RepairPlan:
-    """Decide one look's repairs from the uncovered slots ``found``.
+    """Decide one look's repairs from the uncovered slots ``found``; those named in ``held``
+    (older lists the merge budget does not let this look replace: deferred, as the cycle that
+    held them back counted them) are left for a later look, as if not found.
 
     A slot not merged before (or wiped again since: another ``heard_s``; or its site's
     lists changed since: another digest) starts an episode:
@@ -182,6 +187,8 @@ def plan_repairs(
         if want is None or slot.digest == want.digest:
             unknown += want is None
             continue
+        if slot.name in held:
+            continue  # deferred: the cycle that held it back counted it
         site = Site(str(slot.site))
         b, s = uncovered.get(site, (0, 0))
         uncovered[site] = (b + (slot.digest is None), s + (slot.digest is not None))

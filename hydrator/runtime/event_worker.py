@@ -33,8 +33,8 @@ from functools import partial
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
 from hydrator.core.derived import Derived
 from hydrator.core.event_plan import (
-    Batch,
     LOOKUP_CYCLES_HELD,
+    Batch,
     Ignored,
     ListenerStatus,
     ReconcilePolicy,

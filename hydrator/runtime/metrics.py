@@ -223,8 +223,8 @@ class Metrics:
     )
     collector_merges_deferred = _gauge(
         "collector_merges_deferred",
-        "Slot merges held back in the last cycle by [collector] merge_min_interval_s: slots"
-        " whose ads still carry an earlier merge of their site's lists.",
+        "Slot merges held back in the last cycle by [collector] merge_budget_bytes_per_s or"
+        " merge_min_interval_s: slots whose ads still carry older lists of their site.",
     )
     unadvertised = _gauge(
         "datasets_unadvertised",
@@ -462,7 +462,8 @@ class Metrics:
         "slot_coverage_slots",
         "The site's slot ads at the last look by state: current (its current lists), bare"
         " (none: wiped by the startd's update, or new), stale (older lists, to repair),"
-        " deferred (older lists held back by [collector] merge_min_interval_s).",
+        " deferred (older lists held back by [collector] merge_budget_bytes_per_s or"
+        " merge_min_interval_s).",
         "site",
         "state",
     )

@@ -542,3 +542,70 @@ def test_collector_down_raises_publish_error_promptly(
     # the first publish after the restart works, although sessions cached for the old
     # collector are stale
     assert publisher.publish(views(CONTENT), frozenset(), _now()).sent.get("site_ad") == 3
+
+
+def _defaults(pool: Pool, **overrides: object) -> CollectorConfig:
+    """The publisher's configuration at the shipped defaults (window, budget), but for the
+    pool's address and token."""
+    return CollectorConfig.model_validate(
+        {**overrides, "enabled": True, "pool": pool.collector_address, "token_dir": pool.token_dir}
+    )
+
+
+def test_at_the_defaults_a_change_soon_after_the_last_reaches_the_slots_at_once(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """Events change a site's lists seconds apart. At the shipped defaults the second change
+    is merged into the slots at once (no per-slot window holds it back), with the startd not
+    updating in between (600 s), as a production startd at UPDATE_INTERVAL 300 s would not."""
+    pool = slow_updates
+    before = {site: [*names, "ska:obs_soon"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_A=[*before["SITE_A"], "ska:obs_soon_new"])
+    t0 = _now().replace(microsecond=0)
+    publisher = build(_defaults(pool), ATTRS)
+    publisher.publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)
+    t1 = t0 + timedelta(seconds=10)
+    report = publisher.publish(views(after, now=t1), frozenset(), t1)
+    assert (report.sent, report.deferred) == ({"site_ad": 1, "merge": 1}, 0)
+    want = (after["SITE_A"], int(t1.timestamp()))
+    assert (
+        wait_for(
+            "slot1 changed", lambda: slot_lists(pool, "slot1@"), done=want.__eq__, timeout_s=10.0
+        )
+        == want
+    )
+
+
+def test_the_merge_budget_spreads_a_change_over_the_looks_after_it_refilled(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """A budget whose minute's worth is one and a half SITE_C ads: the change's cycle merges
+    one of SITE_C's three slots and holds two back (deferred); the looks after it merge one
+    more each time the bucket has refilled to a whole ad (0.025 ads a second: at 30 s and
+    70 s after the cycle, none at 10 s and 50 s); then every slot carries the new lists."""
+    pool = slow_updates
+    before = {site: [*names, "ska:obs_budget"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_C=[*before["SITE_C"], "ska:obs_budget_new"])
+    t0 = _now().replace(microsecond=0)
+    build(_config(pool), ATTRS).publish(first := views(before, now=t0), frozenset(), t0)
+    landed(pool, first)
+    t1 = t0 + timedelta(seconds=10)
+    changed = views(after, now=t1)
+    size = len(site_classad(changed[Site("SITE_C")], ATTRS, says_available=True).printOld())
+    publisher = build(_defaults(pool, merge_budget_bytes_per_s=1.5 * size / 60), ATTRS)
+    report = publisher.publish(changed, frozenset(), t1)
+    assert (report.sent, report.deferred) == ({"site_ad": 1, "merge": 1}, 2)
+    looks = [publisher.repair(t1 + timedelta(seconds=s), 1.0) for s in (10, 30, 50, 70)]
+    assert [sum(look.merged.values()) for look in looks] == [0, 1, 0, 1]
+    on_c = [name for name in merged(pool) if slot_site(name) == "SITE_C"]
+    want = dict.fromkeys(on_c, after["SITE_C"])
+    assert (
+        wait_for(
+            "every SITE_C slot changed",
+            lambda: {n: merged(pool)[n] for n in on_c},
+            done=want.__eq__,
+            timeout_s=10.0,
+        )
+        == want
+    )

@@ -18,27 +18,26 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
   ad carries, and a startd update wipes all merged attributes at once, so the lists it already
   carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
-* **rate limit** (``merge_min_interval_s``): every full merge also writes
-  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change of the
-  lists it carries: the merge's own time when it changes them, the time the site's current
-  lists were first published when it re-sends them to a bare slot, :func:`merged_value`),
-  which the startd's next update wipes with the rest. A slot that carries it and an older
-  digest was merged by us and not wiped since: it is re-merged only once that value is
-  ``merge_min_interval_s`` old (:func:`defer_merges`), by the next cycle or the next
-  repair look, whichever comes first (the trailing edge). The value is read back from the
-  collector each cycle, so a restarted daemon keeps the same pace. Slots without it (new
-  glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
-  site ads and the hook's HTTP files follow every cycle. Trade-off: a slot ad lags the
-  catalogue by up to the interval, removals included, so a job can match a slot whose site
-  has just lost (or not yet see one that has just gained) its dataset. With the interval at
-  the startds' ``UPDATE_INTERVAL`` a changed slot is in practice wiped by its own startd
-  before it is due, so merges follow the startd updates (merged at once) and continuous
-  churn adds next to none: at 20,000 slots, 60 s cycles and a 300 s ``UPDATE_INTERVAL``, ~4,000
-  merges a cycle (the wiped fifth) instead of 20,000 under continuous churn, ~0.24 GB instead
-  of ~1.2 GB into the collector (``benchmarks/cycle.py --merge-min-interval-s``: 1.2 GB of
-  merge ads per churn cycle with 0, none with 300; deploy/README.md, "Collector merges or the
-  hook"). ``refresh_s`` keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is
-  older than ``refresh_s`` while a newer one exists is re-merged anyway.
+* **merge budget** (``merge_budget_bytes_per_s``): full merges that replace a slot's lists
+  with its site's new ones are charged their bytes against a token bucket
+  (:mod:`hydrator.core.merge_budget`, :func:`within_budget`); what does not fit is deferred
+  to the next repair looks. Merges into bare slots (wiped, new) and slim merges are free.
+  A change thus reaches every slot of its site at once while the bucket holds it, and the
+  collector's load under changes everywhere all the time is the budget's rate
+  (docs/coverage.md, "The merge budget").
+* **per-slot window** (``merge_min_interval_s``, 0 by default: off): every full merge also
+  writes ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change
+  of the lists it carries: the merge's own time when it changes them, the time the site's
+  current lists were first published when it re-sends them to a bare slot,
+  :func:`merged_value`), which the startd's next update wipes with the rest. A slot that
+  carries it and an older digest was merged by us and not wiped since: it is re-merged only
+  once that value is ``merge_min_interval_s`` old (:func:`defer_merges`), by the next cycle
+  or the next repair look, whichever comes first (the trailing edge). The value is read back
+  from the collector each cycle, so a restarted daemon keeps the same pace. Slots without it
+  (new glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
+  site ads and the hook's HTTP files follow every cycle. ``refresh_s`` keeps its promise: a
+  deferred slot whose ``DataLocalityUpdated`` is older than ``refresh_s`` while a newer one
+  exists is re-merged anyway.
 * **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
   between cycles): one query for the slot ads of the last published sites that lack their
   site's current digest, leaving out those the rate limit holds back
@@ -88,6 +87,7 @@ from hydrator.core.coverage import (
     plan_repairs,
     stale_constraint,
 )
+from hydrator.core.merge_budget import MergeBudget
 from hydrator.core.ports import PublishReport
 from hydrator.core.render import published_updated, site_classad
 from hydrator.domain import Site, SiteView
@@ -199,6 +199,39 @@ def defer_merges(
     return now, len(todo) - len(now)
 
 
+def within_budget(
+    todo: Sequence[Target], rendered: Mapping[Site, Rendered], budget: MergeBudget, now_s: float
+) -> tuple[list[Target], int]:
+    """The slots of ``todo`` to merge now under the change-merge ``budget``, and how many
+    wait: merges into bare slots and slim merges are free; full merges replacing other lists
+    are charged their ad's bytes, in order, until the budget is spent."""
+    free = [t for t in todo if t.digest is None or slim_merge(t, rendered[t.site])]
+    charged = [t for t in todo if not (t.digest is None or slim_merge(t, rendered[t.site]))]
+    allowed = budget.allow([rendered[t.site].size_bytes for t in charged], now_s)
+    return free + charged[:allowed], len(charged) - allowed
+
+
+def held_by_budget(
+    found: Sequence[SlotSeen],
+    current: Mapping[Site, Current],
+    rendered: Mapping[Site, Rendered],
+    budget: MergeBudget,
+    now_s: float,
+) -> frozenset[str]:
+    """Names of the slots a repair look found with older lists of their site (not bare) that
+    the change-merge ``budget`` does not let it merge now (:func:`within_budget`)."""
+    stale: list[tuple[str, int]] = []
+    for slot in found:
+        if slot.site is None or slot.digest is None:
+            continue
+        site = Site(slot.site)
+        want = current.get(site)
+        if want is not None and slot.digest != want.digest and site in rendered:
+            stale.append((slot.name, rendered[site].size_bytes))
+    allowed = budget.allow([size for _name, size in stale], now_s)
+    return frozenset(name for name, _size in stale[allowed:])
+
+
 def plan_site_ads(
     existing: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float, refresh_s: float
 ) -> tuple[list[Site], list[Site], int]:
@@ -279,6 +312,7 @@ class CollectorPublisher:
         self._census: dict[Site, SiteCoverage] = {}  # the last cycle's full look
         self._strays = (0, 0)  # slots without a site attribute, naming no site of ours
         self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
+        self._budget = MergeBudget(config.merge_budget_bytes_per_s)  # change merges' bytes
 
     @property
     def name(self) -> str:
@@ -325,6 +359,8 @@ class CollectorPublisher:
             todo, deferred = defer_merges(
                 stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
             )
+            todo, held = within_budget(todo, rendered, self._budget, now_s)
+            deferred += held
             self._take_census(seen, stale, todo)
             sent["merge"], merged_bytes = self._merge(todo, rendered, now_s)
             self._cycle_bytes += merged_bytes
@@ -566,7 +602,8 @@ class CollectorPublisher:
             now_s = now.timestamp()
             found = self._slots(self._stale_constraint(current, now_s))
             backoff = (interval_s, max(interval_s, MAX_REPAIR_BACKOFF_S))
-            plan = plan_repairs(found, current, self._pending, now_s, backoff)
+            held = held_by_budget(found, current, rendered, self._budget, now_s)
+            plan = plan_repairs(found, current, self._pending, now_s, backoff, held=held)
             self._pending = dict(plan.pending)
             return self._repair(plan, rendered, now_s, len(found), cycle_bytes)
 

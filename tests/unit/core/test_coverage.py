@@ -100,6 +100,15 @@ def test_a_look_merges_every_uncovered_slot_once_and_counts_each_episode() -> No
     assert set(plan.pending) == {"a1", "a2", "b1"}
 
 
+def test_slots_the_merge_budget_holds_are_left_for_a_later_look_uncounted() -> None:
+    found = [slot("a1", "SITE_A", None), slot("a2", "SITE_A", "old"), slot("a3", "SITE_A", "old")]
+    plan = plan_repairs(found, CURRENT, {}, NOW, BACKOFF, held=frozenset({"a3"}))
+    assert [r.slot.name for r in plan.merge] == ["a1", "a2"]
+    assert plan.found_stale == {A: 1}  # a3's episode starts when it is merged
+    assert plan.uncovered == {A: (1, 1)}  # a3 is the cycle's deferred slot
+    assert set(plan.pending) == {"a1", "a2"}
+
+
 @pytest.mark.parametrize(
     ("before", "heard", "merged", "refused", "counted", "waiting"),
     [

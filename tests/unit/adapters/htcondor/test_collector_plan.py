@@ -17,9 +17,11 @@ from hydrator.adapters.htcondor.collector import (
     plan_merges,
     plan_site_ads,
     slim_merge,
+    within_budget,
 )
 from hydrator.adapters.htcondor.condor_queue import required_names, slot_site
 from hydrator.core.coverage import Current
+from hydrator.core.merge_budget import MergeBudget
 from hydrator.core.queue import demand_of_names
 from hydrator.domain import Site
 
@@ -202,3 +204,22 @@ def test_merge_groups_split_by_kind_and_merge_time() -> None:
         (Site("SITE_A"), False, int(NOW)): ["older"],
         (Site("SITE_A"), True, 0): ["same"],
     }
+
+
+def test_the_budget_charges_only_merges_that_replace_other_lists() -> None:
+    """Bare slots (wiped or new) and slim merges (same lists, newer updated value) go
+    whatever the budget; merges replacing an older digest are charged the ad's bytes, in
+    order, and the rest wait."""
+    want = Rendered(classad2.ClassAd({"AvailableDatasets": ["ska:obs_1"]}), "d1", int(NOW))
+    size = want.size_bytes
+    todo = [
+        slot("old1", digest="d0"),
+        slot("bare", digest=None),
+        slot("old2", digest="d0"),
+        slot("slim", digest="d1", updated=int(NOW) - 1000),
+    ]
+    budget = MergeBudget(rate=1.5 * size / 60)  # a minute's worth: one ad and a half
+    now, held = within_budget(todo, {Site("SITE_A"): want}, budget, NOW)
+    assert ([t.name for t in now], held) == (["bare", "slim", "old1"], 1)
+    again, held = within_budget(todo, {Site("SITE_A"): want}, MergeBudget(rate=0), NOW)
+    assert (len(again), held) == (4, 0)
