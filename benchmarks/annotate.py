@@ -19,7 +19,7 @@ every job's ``DataLocalitySites`` against the inventory, removes the jobs and st
 
 Needs root and the test pool (``scripts/condor-pool build``); holds the pool lock throughout
 (about 2-4 minutes). Prints the result; ``--json FILE`` writes it (the committed record:
-``--json benchmarks/annotate_results.json``, which ``benchmarks/ANNOTATE.md`` describes).
+``--json benchmarks/results/annotation.json``, which ``benchmarks/ANNOTATE.md`` describes).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ ActiveMQ, ``hydrator run`` with ``[sources.events]`` and the collector path on t
   (what a daemon step would do at best), to measure whether it helps.
 
     .venv/bin/python -m benchmarks arrival --code OLD_CHECKOUT --new-code NEW_CHECKOUT \
-        --json benchmarks/arrival.json
+        --json benchmarks/results/arrival.json
 
 Needs root (the pool); takes the pool once for both sides. Exits 1 when a target is missed.
 """

@@ -6,7 +6,7 @@ rucio-clients; glidein-like startds join and leave and a dataset comes and goes 
 COVERAGE.md says what each figure is.
 
     .venv/bin/python -m benchmarks coverage --code OLD_CHECKOUT --new-code NEW_CHECKOUT \
-        --duration-s 600 --json benchmarks/coverage.json
+        --duration-s 600 --json benchmarks/results/coverage.json
 
 Needs root; takes the pool for one segment (one condition, one side) at a time and releases
 it between segments. Exits 1 when a target is missed.

@@ -9,7 +9,7 @@ the pool carries (each slot's ad holds its site's lists: sum over slots), plus w
     .venv/bin/python -m benchmarks demand [--replicas 100000 1000000] [--json F]
 
 Prints JSON; ``--json FILE`` writes it (the committed record: ``--json
-benchmarks/demand_results.json``, which ``benchmarks/DEMAND.md`` describes).
+benchmarks/results/demand.json``, which ``benchmarks/DEMAND.md`` describes).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 collector), a chaos run checked against Rucio itself (:mod:`benchmarks.events_chaos`) and idle
 CPU; exits 1 when a target is missed. benchmarks/EVENTS.md says how each is taken.
 
-    .venv/bin/python -m benchmarks events --changes 100 --json benchmarks/events_results.json
+    .venv/bin/python -m benchmarks events --changes 100 --json benchmarks/results/events.json
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Eight ways, on the real test pool, with the daemon and its execute-node hook run
 Needs root; holds the pool lock throughout (~6 min for all, ~3 min for c d d2 near with the
 default workload; ``--workload busy``: LOCALITY.md); prints the
 table of LOCALITY.md (design and scoring); ``--json PATH`` writes the record (committed:
-``benchmarks/locality.json``, ``benchmarks/locality_near.json``). Exits 1 when the ``near``
-scenario misses a target (:func:`near_targets`).
+``benchmarks/results/locality.json``, ``benchmarks/results/locality_near.json``). Exits 1
+when the ``near`` scenario misses a target (:func:`near_targets`).
 """
 
 from __future__ import annotations

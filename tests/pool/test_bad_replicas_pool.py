@@ -6,7 +6,7 @@ and annotating idle jobs. A file declared bad, and one set TEMPORARY_UNAVAILABLE
 within one cycle of the change; a dataset complete at the site's other RSE stays; the
 necromancer and abacus change nothing the pool sees afterwards; the expired replica
 (``rucio-minos-temporary-expiration``) brings the dataset back within one cycle. The delays
-are printed (``-s``): benchmarks/bad_replicas_pool_delays.json holds them, README quotes them."""
+are printed (``-s``): benchmarks/results/bad_replicas_pool.json holds them, README quotes them."""
 
 from __future__ import annotations
 

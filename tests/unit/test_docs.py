@@ -17,6 +17,13 @@ then), must also name only files and folders of the repository that exist: a pat
 one of :data:`PATH_STARTS` (``hydrator/...``, ``core/plan.py``, ``deploy/condor/``) is looked up
 as written or as the tail of a real path, so a moved or deleted module cannot stay in the docs.
 
+Every document, benchmarks/*.md and benchmarks/results/README.md included, must cite only files
+that exist: a ``benchmarks/...`` path, a relative link's target and a file named alone in
+backticks (``results/arrival.json``, ``RESULTS.md``) are looked up from the document's folder or
+the repository's root, exactly. A file kept only in git history is cited as ``git show
+<commit>:benchmarks/<name>``, and a command's output as ``--json benchmarks/<name>``; neither is
+looked up.
+
 The code, scripts and deploy files may cite documents too: every ``docs/x.md`` they name must
 exist, and none may cite a file kept outside the repository (a fact the code relies on is
 written in docs/platform.md, in the project's own words).
@@ -53,7 +60,7 @@ def documents(root: Path) -> list[Path]:
     found = {root / "README.md", root / "CONTRIBUTING.md"}
     found.update((root / "docs").glob("*.md"))
     found.update((root / "deploy").rglob("README.md"))
-    found.update((root / "benchmarks").glob("*.md"))
+    found.update((root / "benchmarks").rglob("*.md"))
     return sorted(path for path in found if path.is_file())
 
 
@@ -220,6 +227,47 @@ def test_the_path_check_finds_moved_modules_and_accepts_short_forms(tmp_path: Pa
     assert missing_paths("README.md", lines, paths) == [
         "README.md:2: hydrator/core.py is no file or folder of the repository",
         "README.md:2: core/gone.py is no file or folder of the repository",
+    ]
+
+
+CITED_FILE = re.compile(
+    r"`(?P<named>[\w.-]+(?:/[\w.-]+)*\.(?:json|md|png|csv))`"
+    r"|\]\((?P<link>[^)\s#:]+)(?:#[^)\s]*)?\)"
+    r"|(?<![\w/.:~$-])(?<!--json )(?P<bench>benchmarks/[\w./-]*[\w-])"
+)
+
+
+def missing_files(doc: Path, root: Path) -> list[str]:
+    """One ``doc:line: name ...`` line per file ``doc`` cites that is absent (see the module)."""
+    found: list[str] = []
+    where = doc.relative_to(root).as_posix()
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+        for match in CITED_FILE.finditer(line):
+            cited = match["named"] or match["link"] or match["bench"]
+            if not any((base / cited).exists() for base in (doc.parent, root)):
+                found.append(f"{where}:{number}: {cited} does not exist")
+    return found
+
+
+def test_every_file_cited_in_the_docs_exists() -> None:
+    problems = [problem for doc in documents(ROOT) for problem in missing_files(doc, ROOT)]
+    assert not problems, "documents cite files that do not exist:\n" + "\n".join(problems)
+
+
+def test_the_file_check_reads_links_names_and_benchmark_paths(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text("{}", encoding="utf-8")
+    doc = tmp_path / "benchmarks" / "A.md"
+    doc.write_text(
+        "[`results/a.json`](results/a.json), `benchmarks/results/a.json`, `A.md`\n"
+        "[gone](results/b.json#x), `b.json`, benchmarks/b.json, [web](https://x/y.json)\n"
+        "`git show abc1234:benchmarks/b.json`, `--json b.json`, --json benchmarks/b.json\n",
+        encoding="utf-8",
+    )
+    assert missing_files(doc, tmp_path) == [
+        "benchmarks/A.md:2: results/b.json does not exist",
+        "benchmarks/A.md:2: b.json does not exist",
+        "benchmarks/A.md:2: benchmarks/b.json does not exist",
     ]
 
 

@@ -4,6 +4,7 @@ that differ only in case (ClassAd ``==`` ignores case) are refused."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,9 +29,9 @@ LONG = "x" * 10_000
         lambda: StorageStatus(Site("SITE_A"), LONG + " "),
     ],
 )
-def test_an_invalid_name_is_quoted_as_a_prefix_and_its_length(make: object) -> None:
+def test_an_invalid_name_is_quoted_as_a_prefix_and_its_length(make: Callable[[], object]) -> None:
     with pytest.raises(InvalidNameError) as caught:
-        make()  # type: ignore[operator]
+        make()
     message = str(caught.value)
     assert len(message) < 300, message[:400]
     assert "characters)" in message and "'xxxxxxxx" in message

@@ -9,7 +9,8 @@ exits when its standard input (a pipe the daemon holds open) ends, i.e. when the
 dies, and then removes the directory.
 
 Why a process of its own: a cycle is CPU-bound Python, and in the daemon's process it would
-stall the server through the GIL (``benchmarks/ANALYSIS.md``). Why aiohttp: ``docs/http.md``.
+stall the server through the GIL. The measurements behind that, and why aiohttp:
+``docs/http.md``.
 
 ===============================  ===============================  ==========================
 ``GET /v1/sites/<site>/classad``  ``classad/<site>``               ``ETag`` (hash of the

@@ -13,12 +13,12 @@ Older files are upgraded when a writer opens them, in one transaction (:func:`_m
 kill or an error leaves the old file as it was, migrated again at the next start); a reader
 reads their rows through the same query (:data:`_ROWS_OF`) and writes nothing.
 
-* Version 3 (up to the issue-24 release) had no ``drains`` and ``storages`` tables: both are
+* Version 3 had no ``drains`` and ``storages`` tables: both are
   added empty (no drain; the next answer of each source states its storage).
-* Version 2 (up to befc475) kept first-seen times in a table of their own,
+* Version 2 kept first-seen times in a table of their own,
   ``first_seen(site, scope, name, at)``: each replica row takes its pair's time; a time of no
   replica row (a pair no source reports) is dropped, as the core never reads it.
-* Version 1 (up to f139dde) had one state per replica that mixed presence and transfer:
+* Version 1 had one state per replica that mixed presence and transfer:
   ``replicating``/``stuck`` rows carried the rule's progress in ``fraction``. They become
   absent-with-a-transfer (``fraction`` 0, ``progress`` the old fraction), partial rows get
   ``bytes_fraction`` = their file fraction. Every advertised list, and so every site digest,

@@ -69,7 +69,7 @@ def trickle_config(server: TrickleServer, password: Path, **overrides: object) -
         "backoff_s": 0.05,
     }
     values.update(overrides)
-    return RucioSourceConfig(**values)  # type: ignore[arg-type]
+    return RucioSourceConfig.model_validate(values)
 
 
 def test_a_fetch_ends_by_itself_at_its_deadline(

@@ -101,11 +101,7 @@ def test_an_annotator_bug_never_fails_the_cycle(served: tuple[str, Any, Scripted
     _, service, adapter = served
     adapter.reads = [[queue(("1.0", XY))]]
     adapter.refuse = set()
-
-    def broken(edit: object) -> int:
-        raise KeyError("a bug")
-
-    adapter.apply = broken  # type: ignore[method-assign]
+    adapter.broken = KeyError("a bug")
     report = service.run_cycle()
     assert report.outcome == "ok" and report.jobs is not None and report.jobs.error
 

@@ -90,8 +90,8 @@ class AnswerTooLarge(requests.RequestException):
 class _BoundedAdapter(WatchedAdapter):
     """requests' transport adapter, with urllib3 pools of watched connections
     (:mod:`..._deadline`) and bodies read within the current run's deadline and at most
-    ``max_bytes`` (after decompression): a 62 MB answer took a cycle to 4 GB resident (issue
-    26, item 4).
+    ``max_bytes`` (after decompression), so one oversized answer cannot grow the daemon's memory
+    without bound.
 
     The body is read here, one socket read at a time, and handed to requests as the
     response's ``raw`` file, which requests then reads as usual (``Response.content``).

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -225,11 +226,11 @@ def test_an_inventory_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     ids=["fifo", "dev-zero"],
 )
 def test_a_path_that_is_not_a_regular_file_fails_at_once_naming_it(
-    tmp_path: Path, make: object, kind: str
+    tmp_path: Path, make: Callable[[Path], object], kind: str
 ) -> None:
     """A FIFO blocked the read (SIGTERM ignored); /dev/zero grew memory by GBs (item 4)."""
     path = tmp_path / "inv.toml"
-    make(path)  # type: ignore[operator]
+    make(path)
     t0 = time.monotonic()
     expected = f"inv.toml: cannot read: not a regular file \\({kind}\\)"
     with pytest.raises(PermanentSourceError, match=expected):
