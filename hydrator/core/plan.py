@@ -33,17 +33,24 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
-from operator import attrgetter
 
 from hydrator.core.changes import Changes
 from hydrator.core.derived import Derived, SourceDerived
+from hydrator.core.guards import (
+    Policy,
+    SourceDelta,
+    guard_sites,
+    recounted,
+    shrunken_sites,
+    suspicious_drop,
+    without_case_twins,
+)
 from hydrator.core.index import Index, each_replica, index_of, merge_replicas, replica_key
 from hydrator.core.presence import combine
 from hydrator.core.storage import (
@@ -51,14 +58,12 @@ from hydrator.core.storage import (
     count_outside,
     explained_entries,
     served_views,
-    unavailable_storages,
 )
 from hydrator.core.views import patch_view, views_of
 from hydrator.domain import (
     Change,
     ChangeKind,
     DatasetId,
-    ElementCount,
     Replica,
     Site,
     SiteView,
@@ -69,27 +74,9 @@ from hydrator.domain import (
     State,
 )
 
+__all__ = ["Plan", "Policy", "SourceDelta", "SourceStatus", "plan_cycle"]
+
 Key = tuple[Site, DatasetId]
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Safety thresholds (``[safety]`` in the config)."""
-
-    max_drop_fraction: float = 0.5
-    drop_min_entries: int = 20
-    accept_drop_after_cycles: int = 10
-    site_max_drop_fraction: float = 0.5
-    site_drop_min_entries: int = 20
-    accept_site_drops: Collection[str] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SourceDelta:
-    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
-
-    added: AbstractSet[Replica] = frozenset()
-    removed: AbstractSet[Replica] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +145,7 @@ def plan_cycle(
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
     merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
-    outcomes, refused = _without_case_twins(held, outcomes)
+    outcomes, refused = without_case_twins(held, outcomes)
     for name in sorted(outcomes):
         before = old.sources.get(name, SourceState(name))
         known = held.source(name) if name in old.sources else SourceDerived(before.replicas)
@@ -236,11 +223,11 @@ def _advance_source(
         status = _status(after, kind, reason=outcome.error)
         return after, known.moved_to(after.replicas), status, SourceDelta()
     explained = explained_entries(before.storages, before.elements, outcome.storages)
-    held = _suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
+    held = suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
     if held and explained:  # what storage newly stated unavailable held is explained
         unknown = frozenset(site for site, n in explained.items() if n is None)
         counted = sum(n for n in explained.values() if n is not None)
-        held = _suspicious_drop(
+        held = suspicious_drop(
             count_outside(before.replicas, unknown) - counted,
             count_outside(outcome.replicas, unknown),
             policy,
@@ -262,8 +249,8 @@ def _advance_source(
         status = _status(after, "held", reason=reason, snapshot=outcome)
         return after, known.moved_to(after.replicas), status, SourceDelta()
     delta = _delta(before.replicas, outcome.replicas)
-    shrunk = _shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
-    guard = _guard_sites(before, outcome, delta, shrunk, policy)
+    shrunk = shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
+    guard = guard_sites(before, outcome, delta, shrunk, policy)
     delta = guard.delta
     moved = bool(delta.added or delta.removed)
     after = SourceState(
@@ -290,198 +277,8 @@ def _moved(
     return SourceDerived(
         replicas,
         None if index is None else _patched(known, delta, replicas),
-        None if counts is None else _recounted(counts, delta),
+        None if counts is None else recounted(counts, delta),
     )
-
-
-@dataclass(frozen=True)
-class _Guarded:
-    """A source's answer after the site guard: what the state keeps (``replicas``,
-    ``sites``, ``elements``), its delta against the previous answer, and per held site its
-    count of consecutive held cycles and the reason."""
-
-    replicas: AbstractSet[Replica]
-    sites: frozenset[Site]
-    delta: SourceDelta
-    counts: Mapping[Site, int]
-    reasons: Mapping[Site, str]
-    elements: Mapping[str, ElementCount]
-
-
-def _guard_sites(
-    before: SourceState,
-    outcome: Snapshot,
-    delta: SourceDelta,
-    found: Mapping[Site, str],
-    policy: Policy,
-) -> _Guarded:
-    """The site guard (module doc) on an answer the source guard let through, given the sites
-    whose drop it holds and how each shrank (``found``: :func:`_shrunken_sites`): they keep
-    ``before``'s replicas (and storage element counts) unless held long enough, and leave
-    ``delta``. Costs O(delta + elements) per cycle, and one copy of the answer in a cycle that
-    holds a site."""
-    accept_after = policy.accept_drop_after_cycles
-    held: dict[Site, int] = {}
-    reasons: dict[Site, str] = {}
-    for site, shrink in sorted(found.items()):
-        cycle = before.held_sites.get(site, 0) + 1
-        if accept_after and cycle >= accept_after:
-            continue  # held long enough: accepted this cycle
-        held[site] = cycle
-        reasons[site] = (
-            f"site {site}: answer of source {before.name} held back: {shrink} (cycle {cycle} "
-            f"of {accept_after or 'unlimited'}); to accept it at once, add the site to "
-            "[safety] accept_site_drops and reload"
-        )
-    if not held:
-        return _Guarded(outcome.replicas, outcome.sites, delta, {}, {}, outcome.elements)
-    out = [r for r in delta.added if r.site in held]
-    back = [r for r in delta.removed if r.site in held]
-    replicas = set(outcome.replicas)
-    replicas.difference_update(out)
-    replicas.update(back)
-    kept = SourceDelta(
-        added=frozenset(r for r in delta.added if r.site not in held),
-        removed=frozenset(r for r in delta.removed if r.site not in held),
-    )
-    sites = outcome.sites | (before.sites & held.keys())
-    elements = {e: c for e, c in outcome.elements.items() if c.site not in held}
-    elements.update((e, c) for e, c in before.elements.items() if c.site in held)
-    return _Guarded(replicas, sites, kept, held, reasons, elements)
-
-
-def _shrunken_sites(
-    before: SourceState,
-    known: SourceDerived,
-    outcome: Snapshot,
-    delta: SourceDelta,
-    *,
-    policy: Policy,
-    explained: Mapping[Site, int | None],
-) -> dict[Site, str]:
-    """Site -> how it shrank, for each site whose drop the site guard holds (before the count
-    of cycles decides): the site's own entries (:func:`_suspicious_sites`; less those that
-    storage stated unavailable explains, ``explained``, and not at all where that is not
-    known), else one of its available storage elements' (where the source reports them) at a
-    site that lost entries. Only the entries of unavailable storage are explained, not the
-    whole site's. Costs O(delta) per cycle, plus one count of ``before``'s replicas per site
-    the first time a site loses enough to be a candidate (then carried on, O(sites + delta) a
-    cycle)."""
-    if not delta.removed:
-        return {}
-    found = {
-        s: f"{new} entries against {old} last time"
-        for s, (old, new) in _suspicious_sites(known, delta, policy, explained).items()
-    }
-    touched = frozenset(map(_site_of, delta.removed))
-    down = unavailable_storages(outcome.storages)  # their entries leave at once
-    now = outcome.elements
-    for element, (site, old) in sorted(before.elements.items()):
-        if site in found or site not in touched or site in policy.accept_site_drops:
-            continue
-        new = now[element].entries if element in now else 0
-        if element not in down and _shrank(old, new, policy):
-            found[site] = f"storage element {element}: {new} entries against {old} last time"
-    return found
-
-
-def _shrank(old: int, new: int, policy: Policy) -> bool:
-    """Whether ``old`` entries becoming ``new`` is a drop the site guard holds."""
-    if old < max(policy.site_drop_min_entries, 1) or new >= old:
-        return False
-    return new == 0 or new < old * (1.0 - policy.site_max_drop_fraction)
-
-
-def _suspicious_sites(
-    before: SourceDerived,
-    delta: SourceDelta,
-    policy: Policy,
-    explained: Mapping[Site, int | None],
-) -> dict[Site, tuple[int, int]]:
-    """Site -> (entries before on storage still available, entries now) of each site whose
-    own entries shrank enough (:func:`_shrank`), from ``delta``, the ``explained`` entries
-    (storage stated unavailable) not counted as lost; a site whose explained entries are not
-    known is not judged here. ``before``'s site counts are read only when a site lost enough
-    to be a candidate (built then, carried on after)."""
-    lost = Counter(map(_site_of, delta.removed))
-    lost.subtract(Counter(map(_site_of, delta.added)))
-    floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
-    accepted = policy.accept_site_drops
-    candidates = {
-        s
-        for s, n in lost.items()
-        if n > 0 and n >= floor and s not in accepted and explained.get(s, 0) is not None
-    }
-    if not candidates:
-        return {}
-    was = before.site_counts
-    found: dict[Site, tuple[int, int]] = {}
-    for site in candidates:
-        old = was.get(site, 0)
-        base = old - (explained.get(site) or 0)
-        if _shrank(base, old - lost[site], policy):
-            found[site] = (base, old - lost[site])
-    return found
-
-
-def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
-    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
-    moved = Counter(counts)
-    moved.update(map(_site_of, delta.added))
-    moved.subtract(map(_site_of, delta.removed))
-    return {site: n for site, n in moved.items() if n > 0}
-
-
-def _without_case_twins(
-    previous: Derived, outcomes: Mapping[str, SourceOutcome]
-) -> tuple[dict[str, SourceOutcome], dict[str, dict[Site, str]]]:
-    """``outcomes`` without the sites whose names differ only in case from a name kept (the
-    one already held, else the first in sorted order), and per source the names refused and
-    why. Looks at the answers' sites and at those a failed source keeps; a refused site's
-    records are counted invalid. O(sites), plus a copy of an answer that names a twin."""
-    kept_sites = [o.sites for o in outcomes.values() if isinstance(o, Snapshot)]
-    kept_sites += [
-        previous.state.sources[n].sites
-        for n, o in outcomes.items()
-        if isinstance(o, SourceFailure) and n in previous.state.sources
-    ]
-    spellings: dict[str, set[Site]] = {}
-    for site in chain.from_iterable(kept_sites):
-        spellings.setdefault(site.casefold(), set()).add(site)
-    kept_of: dict[Site, Site] = {}
-    for group in spellings.values():
-        if len(group) > 1:
-            held = previous.coverage
-            kept = min(group, key=lambda s: (s not in held, s))
-            kept_of.update((s, kept) for s in group if s != kept)
-    if not kept_of:
-        return dict(outcomes), {}
-    out: dict[str, SourceOutcome] = {}
-    refused: dict[str, dict[Site, str]] = {}
-    for name, outcome in outcomes.items():
-        twins = kept_of.keys() & outcome.sites if isinstance(outcome, Snapshot) else set()
-        if not twins or not isinstance(outcome, Snapshot):
-            out[name] = outcome
-            continue
-        dropped = Counter(r.site for r in outcome.replicas if r.site in twins)
-        out[name] = replace(
-            outcome,
-            replicas=frozenset(r for r in outcome.replicas if r.site not in twins),
-            sites=outcome.sites - twins,
-            invalid=outcome.invalid + sum(dropped.values()),
-        )
-        refused[name] = {
-            s: f"site name {s} differs only in case from {kept_of[s]} (ClassAd == ignores "
-            f"case): refused, its {dropped[s]} record(s) skipped"
-            for s in sorted(twins)
-        }
-    return out, refused
-
-
-def _suspicious_drop(before: int, now: int, policy: Policy) -> bool:
-    if before == 0 or before < policy.drop_min_entries:
-        return False
-    return now < before * (1.0 - policy.max_drop_fraction)
 
 
 def _status(
@@ -554,7 +351,6 @@ def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
     return found
 
 
-_site_of: Callable[[Replica], Site] = attrgetter("site")
 _SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
 _NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -64,6 +63,18 @@ from hydrator.core.ports import (
 from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.redact import redact
+from hydrator.runtime.observe import (
+    EventCycleRecord,
+    FetchRecord,
+    forget_listener,
+    record_event_cycle,
+    record_fetch,
+    record_full_read_skipped,
+    record_hints_covered,
+    record_listener,
+    record_message,
+    record_refresh_cycle,
+)
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 
@@ -110,41 +121,33 @@ class EventCycles:
         self.subscribed = threading.Event()  # set while the listener is subscribed
         self._label = source.name
         self.on_change: Callable[[], None] | None = None  # the listener's state changed
-        self.metrics.events_connected.labels(self._label).set(0)
-        self.metrics.events_disconnected_since.labels(self._label).set(time.time())
+        record_listener(self.metrics, self._label, connected=False, now=time.time())
 
     # -- the sink (listener threads) ------------------------------------------------------
 
     def event(self, event: RucioEvent) -> None:
-        label = event.label
-        self.metrics.events_received.labels(self._label, label).inc()
-        self.metrics.events_last_message.labels(self._label).set(time.time())
+        received = time.time()
         with self._lock:
             verdict = self._triage.judge(event)
-            if isinstance(verdict, Ignored):
-                self.metrics.events_ignored.labels(self._label, label, verdict.value).inc()
-                return
-            self._batch.add(verdict, event.created_at)
-            self._marked |= verdict.reconcile  # nothing to re-read: the next full read
-            if (verdict.datasets or verdict.files) and self._first_hint is None:
-                self._first_hint = self._clock()
-        self.metrics.events_applied.labels(self._label, label).inc()
-        self._wake.set()
+            if not isinstance(verdict, Ignored):
+                self._batch.add(verdict, event.created_at)
+                self._marked |= verdict.reconcile  # nothing to re-read: the next full read
+                if (verdict.datasets or verdict.files) and self._first_hint is None:
+                    self._first_hint = self._clock()
+        ignored = verdict.value if isinstance(verdict, Ignored) else None
+        record_message(self.metrics, self._label, event.label, ignored, received)
+        if ignored is None:
+            self._wake.set()
 
     def ignored(self, label: str, reason: Ignored) -> None:
-        self.metrics.events_received.labels(self._label, label).inc()
-        self.metrics.events_last_message.labels(self._label).set(time.time())
-        self.metrics.events_ignored.labels(self._label, label, reason.value).inc()
+        record_message(self.metrics, self._label, label, reason.value, time.time())
 
     def connection(self, connected: bool) -> None:
         if connected:
             self.subscribed.set()
         else:
             self.subscribed.clear()
-        self.metrics.events_connected.labels(self._label).set(1 if connected else 0)
-        self.metrics.events_disconnected_since.labels(self._label).set(
-            0 if connected else time.time()
-        )
+        record_listener(self.metrics, self._label, connected, time.time())
         self._wake.set()  # a reconnect makes the full read due at once
         if self.on_change is not None:
             self.on_change()  # the served metrics show it now, not after the next cycle
@@ -205,9 +208,7 @@ class EventCycles:
             if self._thread.is_alive():
                 log.warning("events %s: the event cycle did not end; stopping anyway", self._label)
         self.subscribed.clear()
-        for gauge in (self.metrics.events_connected, self.metrics.events_disconnected_since):
-            with contextlib.suppress(KeyError):
-                gauge.remove(self._label)
+        forget_listener(self.metrics, self._label)
 
     def _stop_wait_s(self) -> float:
         """How long :meth:`stop` waits for a running event cycle (seconds): a reload closes
@@ -273,7 +274,7 @@ class EventCycles:
             covered = self._batch.drop_covered(self._covers)
             if self._batch and self._first_hint is None:
                 self._first_hint = self._clock()  # what arrived meanwhile: read it next
-        self.metrics.event_hints_covered.labels(self._label).inc(covered)
+        record_hints_covered(self.metrics, self._label, covered)
         self._wake.set()
 
     # -- event cycles (the worker thread) -----------------------------------------------------
@@ -292,7 +293,7 @@ class EventCycles:
                     " is left to the next full read",
                     self._label,
                 )
-                self.metrics.event_cycles.labels(self._label, "failed").inc()
+                record_event_cycle(self.metrics, EventCycleRecord(self._label, "failed"))
                 with self._lock:
                     self._marked = True
 
@@ -338,17 +339,16 @@ class EventCycles:
         created += file_created
         self._read_last_cycle = 0
         report = self.service.run_cycle(planner=partial(self._plan, datasets, files))
-        self.metrics.event_cycles.labels(self._label, report.outcome).inc()
+        record = EventCycleRecord(self._label, report.outcome)
         if report.outcome in ("ok", "degraded"):
-            self.metrics.event_reads.labels(self._label).inc(self._read_last_cycle)
-            saved = max(0, self._full_read_calls - self._read_last_cycle - len(files))
-            self.metrics.event_reads_saved.labels(self._label).inc(saved)
-            published = self._utcnow()
-            for lag in lag_seconds(created, published):
-                self.metrics.event_lag.labels(self._label).observe(lag)
+            reads = self._read_last_cycle
+            saved = max(0, self._full_read_calls - reads - len(files))
+            lags = lag_seconds(created, self._utcnow())
+            record = replace(record, reads=reads, saved=saved, lags_s=tuple(lags))
         else:
             with self._lock:
                 self._marked = True  # what it should have read waits for the full read
+        record_event_cycle(self.metrics, record)
         self.service.notify_listeners()  # the metrics above into the served files now
         log.info(
             "event cycle %s: %d dataset(s) re-read, %s in %.2f s",
@@ -428,8 +428,8 @@ class EventCycles:
         """The requests of the source's last targeted read (:class:`CountsReadCalls`), into
         ``hydrator_source_calls_total`` as a full read's are (failed reads' too)."""
         if isinstance(self.source, CountsReadCalls):
-            for method, count in self.source.calls_last_read.items():
-                self.metrics.source_calls.labels(self._label, method).inc(count)
+            calls = dict(self.source.calls_last_read)
+            record_fetch(self.metrics, FetchRecord(self._label, calls=calls))
 
 
 class FullReadGate:
@@ -463,7 +463,7 @@ class FullReadGate:
         if not due and not self.service.drains_changed():
             inexact = self.refresh()
             if not inexact:
-                self.service.metrics.full_reads_skipped.inc()
+                record_full_read_skipped(self.service.metrics)
                 return
             log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
         started = [(cycles, cycles.begin_full_read()) for cycles in self.cycles]
@@ -481,7 +481,7 @@ class FullReadGate:
         read: dict[str, tuple[str, ...]] = {}
         planner = partial(refresh_plan, self.service, read)
         report = self.service.run_cycle(planner=planner, scheduled=True)
-        self.service.metrics.refresh_cycles.labels(report.outcome).inc()
+        record_refresh_cycle(self.service.metrics, report.outcome)
         self.service.notify_listeners()
         log.info(
             "refresh cycle (no full read due): storage of %s read again, %s in %.2f s",
@@ -531,8 +531,8 @@ def _read_storages(
         return None
     finally:
         if isinstance(source, CountsReadCalls):
-            for method, count in source.calls_last_read.items():
-                service.metrics.source_calls.labels(name, method).inc(count)
+            calls = dict(source.calls_last_read)
+            record_fetch(service.metrics, FetchRecord(name, calls=calls))
 
 
 def start_events(

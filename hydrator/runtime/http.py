@@ -46,6 +46,7 @@ from hydrator.config import HttpConfig
 from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter
+from hydrator.runtime.observe import record_http_front_restart
 from hydrator.runtime.report import demand_json, site_json, sites_json
 from hydrator.runtime.service import Service
 
@@ -268,7 +269,7 @@ class HttpEndpoint:
                 if self._stopping.is_set():
                     return
                 log.error("the HTTP server exited with status %s: restarting it", code)
-                self.service.metrics.http_front_restarts.inc()
+                record_http_front_restart(self.service.metrics)
                 self.write()  # the count, on /metrics
                 _end(child)
             if self._stopping.wait(RESTART_DELAY_S):

@@ -6,17 +6,12 @@ Labels are bounded: ``source``, ``site``, ``state``, ``kind``, ``outcome``; neve
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hydrator.core.advertise import Advertised
-from hydrator.core.jobs import JobsReport
-from hydrator.core.locality import LocalityReport
 from hydrator.core.near import PROBLEM_KINDS
-from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 NAMESPACE = "hydrator"
@@ -542,107 +537,3 @@ class Metrics:
             }
             for values in found:
                 metric.remove(*values)
-
-    def set_jobs(self, report: JobsReport) -> None:
-        """Count one annotation cycle and replace the per-site demand gauges."""
-        self.job_edits.labels("ok").inc(report.edits)
-        self.job_edits.labels("error").inc(len(report.refused_schedds))
-        self.job_edit_calls.inc(report.edit_calls)
-        self.jobs_edited.inc(report.jobs_edited)
-        self.jobs_seen.set(report.seen)
-        self.job_edits_deferred.set(report.deferred)
-        refused = len(report.refused_schedds)
-        self.job_schedd_failures.labels("refused").inc(refused)
-        self.job_schedd_failures.labels("unavailable").inc(len(report.failed_schedds) - refused)
-        demand = report.demand
-        self.jobs_at_site.clear()
-        for locality, counts in (("complete", demand.complete), ("partial", demand.partial)):
-            for site, count in counts.items():
-                self.jobs_at_site.labels(site, locality).set(count)
-        self.jobs_data_nowhere.set(demand.nowhere)
-
-    def set_locality(self, report: LocalityReport) -> None:
-        """Replace the matchmaking-quality gauges with this cycle's report."""
-        self.jobs_running.labels("local").set(report.running_local)
-        self.jobs_running.labels("remote").set(report.running_remote)
-        self.jobs_running.labels("near").set(report.running_near)
-        self.site_remote_readers.clear()
-        for site, count in report.remote_readers.items():
-            self.site_remote_readers.labels(site).set(count)
-        ratio = report.local_ratio
-        self.local_ratio.set(float("nan") if ratio is None else ratio)
-        for reason, count in report.idle.items():
-            self.jobs_idle.labels(reason).set(count)
-        self.jobs_running_by_site.clear()
-        for (site, locality), count in report.running_by_site.items():
-            self.jobs_running_by_site.labels(site, locality).set(count)
-        self.unclaimed_with_data.clear()
-        for site in report.missed_by_site:
-            self.unclaimed_with_data.labels(site).set(report.unclaimed_by_site.get(site, 0))
-
-    def set_unadvertised(self, advertised: Iterable[Advertised]) -> None:
-        self.unadvertised.clear()
-        for a in advertised:
-            self.unadvertised.labels(a.view.site, "not_demanded").set(a.not_demanded)
-            self.unadvertised.labels(a.view.site, "over_budget").set(a.over_budget)
-            self.unadvertised.labels(a.view.site, "over_size").set(a.over_size)
-
-    def set_sites(self, views: Iterable[SiteView], sizes: Mapping[Site, int]) -> None:
-        """Replace the per-site gauges (sites that went away lose their series)."""
-        views = tuple(views)
-        self.datasets.clear()
-        self.transfers.clear()
-        self.classad_size.clear()
-        for view in views:
-            counts = {
-                ReplicaState.AVAILABLE: len(view.available),
-                ReplicaState.PARTIAL: len(view.partial),
-                ReplicaState.REPLICATING: len(view.replicating),
-                ReplicaState.STUCK: len(view.stuck) - _present(view, view.stuck),
-            }
-            for state, count in counts.items():
-                self.datasets.labels(view.site, state.value).set(count)
-            moving = len(view.replicating) + len(view.incoming)
-            self.transfers.labels(view.site, Transfer.REPLICATING.value).set(moving)
-            self.transfers.labels(view.site, Transfer.STUCK.value).set(len(view.stuck))
-            self.classad_size.labels(view.site).set(sizes.get(view.site, 0))
-        self.set_storage(views)
-
-    def set_storage(self, views: Iterable[SiteView]) -> None:
-        """Replace the per-storage gauges from the sites' views (gone elements lose theirs)."""
-        self.storage_available.clear()
-        self.storage_unavailable_wanted.clear()
-        for view in views:
-            for status in view.storages:
-                self.storage_available.labels(view.site, status.storage).set(status.available)
-                wanted = 0 if status.available else status.wanted
-                self.storage_unavailable_wanted.labels(view.site, status.storage).set(wanted)
-
-    def set_drains(self, drains: Iterable[tuple[str, str]]) -> None:
-        """One series per drain in effect, ``(site, storage or "")``."""
-        self.drains.clear()
-        for site, storage in drains:
-            self.drains.labels(site, storage).set(1)
-
-
-def _present(view: SiteView, datasets: Iterable[DatasetId]) -> int:
-    """How many of ``datasets`` the view lists as available or partial (binary searches in
-    its sorted lists: the cost grows with ``datasets``, not with the site's size)."""
-    found = 0
-    for d in datasets:
-        wanted = (d.scope, d.name)
-        at = bisect_left(view.available, wanted, key=_by_id)
-        if at < len(view.available) and view.available[at] == d:
-            found += 1
-            continue
-        at = bisect_left(view.partial, wanted, key=_by_pair)
-        found += at < len(view.partial) and view.partial[at][0] == d
-    return found
-
-
-def _by_id(d: DatasetId) -> tuple[str, str]:
-    return (d.scope, d.name)
-
-
-def _by_pair(pair: tuple[DatasetId, float]) -> tuple[str, str]:
-    return (pair[0].scope, pair[0].name)

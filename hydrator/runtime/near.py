@@ -20,6 +20,7 @@ from hydrator.domain import Site
 from hydrator.errors import SourceError
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import record_near_problem, record_near_read
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,11 @@ class NearSites:
             else:
                 read = self.reader.read_distances()
         except SourceError as exc:
-            self.metrics.near_reads.labels("failed").inc()
+            record_near_read(self.metrics, ok=False)
             line = f"cannot read the distances, keeping the last near lists: {redact(str(exc))}"
             self._note([Problem("refused", "read", line)], keep_others=True)
             return
-        self.metrics.near_reads.labels("ok").inc()
+        record_near_read(self.metrics, ok=True)
         self.table, problems = refresh(read, self.table, self.config.max_distance, sites)
         self._note(problems)
 
@@ -73,7 +74,7 @@ class NearSites:
         for problem in problems:
             if (problem.kind, problem.subject) not in self._problems:
                 log.warning("near sites: %s", problem.line)
-                self.metrics.near_problems.labels(problem.kind).inc()
+                record_near_problem(self.metrics, problem)
         if keep_others:  # a failed read says nothing about the table's own problems
             seen |= {key for key in self._problems if key[0] != "refused"}
         self._problems = seen

@@ -19,6 +19,7 @@ from hydrator.core.ports import QueueReader
 from hydrator.core.queue import QueueSnapshot
 from hydrator.core.queue_reuse import QueueRead, read_due, read_outcome, with_edits
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import record_queue_read
 
 
 def queue_max_age_s(config: Config) -> float:
@@ -75,7 +76,7 @@ class QueueReads:
             self.outcome = read_outcome(self._snapshot)
         else:
             self.outcome = QueueRead.REUSED
-        self.metrics.queue_reads.labels(self.outcome.value).inc()
+        record_queue_read(self.metrics, self.outcome.value)
         self._taken = self._snapshot
         return self._taken
 

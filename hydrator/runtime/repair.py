@@ -26,6 +26,7 @@ from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import record_coverage, record_repair, record_repair_failed
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import slot_coverage
 
@@ -86,7 +87,7 @@ class RepairWatch:
         self._failures += 1
         pause = min(MAX_BACKOFF_S, self.interval_s * 2**self._failures)
         self._resume = time.monotonic() + pause
-        self.metrics.slot_repair_queries.labels("error").inc()
+        record_repair_failed(self.metrics)
         if self._failures == 1:
             log.warning(
                 "slot repair: %s; looking again in %.0fs, backing off up to %.0fs while it fails",
@@ -96,28 +97,9 @@ class RepairWatch:
             )
 
     def _record(self, report: RepairReport) -> None:
-        m = self.metrics
-        if report.cycle_merge_bytes:
-            m.collector_merge_bytes.inc(report.cycle_merge_bytes)
+        record_repair(self.metrics, report)
         if not report.looked:
             return
-        plan = report.plan
-        m.slot_repair_queries.labels("ok").inc()
-        m.slot_repair_query_ads.inc(report.returned)
-        for site, n in plan.found_bare.items():
-            m.slots_found_bare.labels(site).inc(n)
-        for site, n in plan.found_stale.items():
-            m.slots_found_stale.labels(site).inc(n)
-        for site, n in plan.refused.items():
-            m.slot_repair_refused.labels(site).inc(n)
-        for site, n in report.merged.items():
-            m.slot_repairs.labels(site).inc(n)
-            m.slot_repair_bytes.labels(site).inc(report.merge_bytes.get(site, 0))
-        for site, delays in report.delays_s.items():
-            for delay in delays:
-                m.slot_bare_seconds.labels(site).observe(delay)
-        m.slots_without_site.set(report.without_site)
-        m.slots_unknown_site.set(report.unknown_site)
         changed = report.coverage != self.coverage or bool(report.merged)
         self._set_coverage(report.coverage)
         self._say(report)
@@ -125,20 +107,7 @@ class RepairWatch:
             self.written()
 
     def _set_coverage(self, coverage: Mapping[Site, SiteCoverage]) -> None:
-        m = self.metrics
-        for site in self.coverage.keys() - coverage.keys():
-            m.slot_coverage_ratio.remove(site)
-            for state in ("current", "bare", "stale", "deferred"):
-                m.slot_coverage.remove(site, state)
-        for site, c in coverage.items():
-            m.slot_coverage_ratio.labels(site).set(c.ratio)
-            for state, n in (
-                ("current", c.current),
-                ("bare", c.bare),
-                ("stale", c.stale),
-                ("deferred", c.deferred),
-            ):
-                m.slot_coverage.labels(site, state).set(n)
+        record_coverage(self.metrics, coverage, self.coverage.keys() - coverage.keys())
         self.coverage = dict(coverage)
         self.shown(self.coverage)
 

@@ -50,9 +50,19 @@ from hydrator.errors import HydratorError, PermanentSourceError, PublishError, S
 from hydrator.redact import redact
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
-from hydrator.runtime.metrics import JOB_NAMES, Metrics
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near import NearSites
-from hydrator.runtime.observe import log_cycle, record_cycle
+from hydrator.runtime.observe import (
+    FetchRecord,
+    log_cycle,
+    record_cycle,
+    record_drains,
+    record_fetch,
+    record_locality,
+    record_pool_read,
+    record_remote_budget,
+    record_unadvertised,
+)
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.phases import phase, recording
 from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
@@ -158,7 +168,7 @@ class Service:
         self.near = near
         self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
         if near is not None:
-            metrics.remote_budget.set(near.config.remote_budget)
+            record_remote_budget(metrics, near.config.remote_budget)
         self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
 
     def add_listener(self, listener: Callable[[], None]) -> None:
@@ -299,7 +309,7 @@ class Service:
             plan.sites,  # the full lists, for the JSON views
             dict(self._origins),
         )
-        self.metrics.set_unadvertised(advertised.values())
+        record_unadvertised(self.metrics, advertised.values())
         with phase("publish"):
             return self._publish(views, plan.removed_sites, started)
 
@@ -312,7 +322,7 @@ class Service:
         except HydratorError as exc:
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in self._drains if d.active(now)]
-        self.metrics.set_drains((d.site, d.storage or "") for d in active)
+        record_drains(self.metrics, active)
         return active
 
     def drains_changed(self) -> bool:
@@ -425,24 +435,8 @@ class Service:
             log.exception("source %s raised an unexpected error", source.name)
             reason = redact(f"unexpected {type(exc).__name__}: {exc}")
             outcome = SourceFailure(source.name, reason)
-        self.metrics.source_duration.labels(source.name).observe(time.monotonic() - t0)
-        self._record_source_counts(source)
+        record_fetch(self.metrics, _fetch_record(source, time.monotonic() - t0))
         return outcome
-
-    def _record_source_counts(self, source: Source) -> None:
-        """The numbers a source knows after its fetch, for those that have the optional
-        capabilities of :mod:`hydrator.core.ports` (:class:`CountsCalls`: one count, or one
-        per method; :class:`DefersChecks`; :class:`ReusesAnswers`)."""
-        if isinstance(source, DefersChecks):
-            self.metrics.source_deferred.labels(source.name).set(source.deferred_last_fetch)
-        if isinstance(source, ReusesAnswers):
-            self.metrics.source_reused.labels(source.name).set(source.reused_last_fetch)
-        if isinstance(source, CountsCalls):
-            calls = source.calls_last_fetch
-            if isinstance(calls, int):
-                calls = {"request": calls}
-            for method, count in calls.items():
-                self.metrics.source_calls.labels(source.name, str(method)).inc(int(count))
 
     def _publish(
         self, views: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
@@ -469,12 +463,11 @@ class Service:
                 jobs, slots = self.probe.jobs_and_slots(queue)
         except PublishError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
-            self.metrics.pool_queries.labels("error").inc()
+            record_pool_read(self.metrics, None)
             return
-        self.metrics.pool_queries.labels("ok").inc()
-        self.metrics.invalid_records.labels(JOB_NAMES).inc(self.probe.invalid_last_query)
+        record_pool_read(self.metrics, self.probe.invalid_last_query)
         near = self.near.table.near if self.near is not None else None
-        self.metrics.set_locality(locality_report(jobs, slots, plan.sites, near))
+        record_locality(self.metrics, locality_report(jobs, slots, plan.sites, near))
 
     def _annotate(
         self, plan: Plan, started: datetime, queue: QueueSnapshot | None
@@ -528,3 +521,22 @@ def _origin(planner: Planner | None, scheduled: bool) -> str:
     if planner is None:
         return "full_read"
     return "refresh" if scheduled else "event"
+
+
+def _fetch_record(source: Source, duration_s: float) -> FetchRecord:
+    """What a source knows after its fetch, for those that have the optional capabilities
+    of :mod:`hydrator.core.ports` (:class:`CountsCalls`: one count, or one per method;
+    :class:`DefersChecks`; :class:`ReusesAnswers`)."""
+    calls: Mapping[str, int] | None = None
+    if isinstance(source, CountsCalls):
+        counted = source.calls_last_fetch
+        if isinstance(counted, int):
+            counted = {"request": counted}
+        calls = {str(method): int(count) for method, count in counted.items()}
+    return FetchRecord(
+        source.name,
+        duration_s,
+        calls,
+        source.deferred_last_fetch if isinstance(source, DefersChecks) else None,
+        source.reused_last_fetch if isinstance(source, ReusesAnswers) else None,
+    )

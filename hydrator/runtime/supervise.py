@@ -16,7 +16,6 @@ handlers (the formatter, redaction) instead of :func:`threading.excepthook`'s ba
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 from hydrator.core.supervision import Verdict, Watch, first_wait_s, step
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import forget_thread, record_thread, record_thread_restart
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +61,13 @@ class Supervisor:
         it again (called from :meth:`check`'s thread)."""
         with self._lock:
             self._watched[name] = _Watched(alive, restart, Watch(up_since=self._clock()))
-        self.metrics.thread_alive.labels(name).set(1)
+        record_thread(self.metrics, name, alive=True)
 
     def forget(self, name: str) -> None:
         """Stop supervising ``name`` (it was stopped on purpose: a reload); its series go."""
         with self._lock:
             self._watched.pop(name, None)
-        for metric in (self.metrics.thread_alive, self.metrics.thread_restarts):
-            with contextlib.suppress(KeyError):
-                metric.remove(name)
+        forget_thread(self.metrics, name)
 
     def down(self) -> list[str]:
         """The supervised threads now down, by name (sorted)."""
@@ -107,17 +105,17 @@ class Supervisor:
         if verdict is Verdict.DIED:
             wait = first_wait_s(item.watch, self.backoff_s)
             log.error("thread %s is not running: restarting it in %g s", name, wait)
-            self.metrics.thread_alive.labels(name).set(0)
+            record_thread(self.metrics, name, alive=False)
         elif verdict is Verdict.RESTART:
             log.warning("restarting thread %s (restart %d in a row)", name, item.watch.attempts)
-            self.metrics.thread_restarts.labels(name).inc()
+            record_thread_restart(self.metrics, name)
             try:
                 item.restart()
             except Exception:  # a failed restart waits for the next step of the backoff
                 log.exception("thread %s could not be restarted", name)
         elif verdict is Verdict.BACK:
             log.info("thread %s is running again", name)
-            self.metrics.thread_alive.labels(name).set(1)
+            record_thread(self.metrics, name, alive=True)
         return verdict in (Verdict.DIED, Verdict.RESTART, Verdict.BACK)
 
 

@@ -55,6 +55,7 @@ from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near import NearSites
+from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.service import Demand, Service, Startup, render_ads, utcnow
 
@@ -255,8 +256,7 @@ def load_startup(
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
     derived = store.load()
-    for table, count in store.rejected_rows.items():
-        metrics.state_rejected_rows.labels(table).set(count)
+    record_rejected_rows(metrics, store.rejected_rows)
     drains: Sequence[Drain] = ()
     if not policy.demand_only:  # only the startup views read them before the first cycle
         now = clock()
@@ -265,7 +265,7 @@ def load_startup(
         except HydratorError as exc:
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
-        metrics.set_drains((d.site, d.storage or "") for d in active)
+        record_drains(metrics, active)
         views = startup_views(derived, active, now, policy, config.classad)
     else:
         views = {}

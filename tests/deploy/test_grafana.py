@@ -19,6 +19,7 @@ from hydrator.adapters.http.server import ServerMetrics
 from hydrator.config import load_config
 from hydrator.core.locality import LocalityReport
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import record_locality
 from hydrator.runtime.wiring import build_service
 from tests.support.deploy import DEPLOY, REPO
 
@@ -67,7 +68,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
         assert service.run_cycle().outcome == "ok"
     finally:
         service.close()
-    metrics.set_locality(LocalityReport())  # what a probe sets each cycle
+    record_locality(metrics, LocalityReport())  # what a probe sets each cycle
     front = ServerMetrics()  # appended to the scrape by the HTTP server process
     front.requests.labels("healthz", "200").inc()
     names: set[str] = set()

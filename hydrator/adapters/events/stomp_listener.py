@@ -28,14 +28,14 @@ sends to, for one Rucio source. The only module that imports stomp-py.
   the next attempt waits as after a failed round. A MESSAGE cut so is acknowledged unread
   first when its headers arrived whole, and counted as ``too_large``: a broker that does not
   bound frames itself would otherwise deliver it again at every reconnect.
-* **Hostile input.** :func:`parse_message` says why a body cannot be used: over
-  ``max_message_bytes`` (``too_large``), not UTF-8, not JSON, not hermes' envelope
-  (``event_type``, ``payload``, ``created_at``; nothing else: ``malformed``), a ``created_at``
-  that is no UTC time (``bad_time``), a scope or name outside the name rules
-  (``invalid_name``). A type the hydrator does not use is ``irrelevant``. The sink gets a
-  :class:`~hydrator.core.event_plan.RucioEvent` or the reason it was dropped, counted by the
-  sink; each reason is logged at most once per :data:`DROP_LOG_INTERVAL_S`, with the number
-  dropped since.
+* **Hostile input.** :func:`~hydrator.adapters.events.hermes_messages.parse_message`
+  says why a body cannot be used: over ``max_message_bytes`` (``too_large``), not UTF-8, not
+  JSON, not hermes' envelope (``event_type``, ``payload``, ``created_at``; nothing else:
+  ``malformed``), a ``created_at`` that is no UTC time (``bad_time``), a scope or name
+  outside the name rules (``invalid_name``). A type the hydrator does not use is
+  ``irrelevant``. The sink gets a :class:`~hydrator.core.event_plan.RucioEvent` or the reason
+  it was dropped, counted by the sink; each reason is logged at most once per
+  :data:`DROP_LOG_INTERVAL_S`, with the number dropped since.
 """
 
 from __future__ import annotations
@@ -46,27 +46,20 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
 import stomp
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from stomp.exception import StompException
 
+from hydrator.adapters.events.hermes_messages import Dropped, parse_message
 from hydrator.config import RucioEventsConfig
 from hydrator.core.event_plan import (
     KNOWN_TYPES,
-    TRANSFER_TYPES,
     Ignored,
     ListenerStatus,
-    RucioEvent,
-    message_key,
 )
 from hydrator.core.ports import EventSink
-from hydrator.domain import DatasetId
 from hydrator.errors import SourceError
-from hydrator.names import InvalidNameError
 from hydrator.redact import read_secret, redact
 
 log = logging.getLogger(__name__)
@@ -82,93 +75,6 @@ STABLE_S = 30.0  # a subscription lost sooner than this counts as a failed round
 # sends its heart-beats up to two intervals apart; stomp-py's default of 1.5 then drops a
 # healthy connection now and then, and every reconnect costs a full read (docs/platform.md).
 HEARTBEAT_RECEIVE_SCALE = 2.5
-
-
-class _Envelope(BaseModel):
-    """hermes' message body (``deliver_to_activemq``, Rucio 41.5.1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    event_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    payload: dict[str, Any]
-    created_at: Annotated[str, StringConstraints(max_length=64)] | None = None
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """Why a message body cannot be used: the reason counted and a short detail logged."""
-
-    reason: Ignored
-    detail: str
-
-
-def parse_message(body: str | bytes, max_bytes: int) -> RucioEvent | Dropped:
-    """One message body as an event, or why it is dropped; never raises."""
-    raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
-    if len(raw) > max_bytes:
-        return Dropped(Ignored.TOO_LARGE, f"{len(raw)} bytes, over max_message_bytes {max_bytes}")
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Dropped(Ignored.NOT_UTF8, f"not UTF-8 at byte {exc.start}")
-    try:
-        envelope = _Envelope.model_validate_json(raw)
-    except ValidationError as exc:
-        kinds = {e["type"] for e in exc.errors()}
-        if "json_invalid" in kinds:
-            return Dropped(Ignored.NOT_JSON, "not JSON")
-        return Dropped(Ignored.MALFORMED, "not hermes' envelope: " + ", ".join(sorted(kinds)))
-    created = _created_at(envelope.created_at)
-    if envelope.created_at is not None and created is None:
-        return Dropped(Ignored.BAD_TIME, f"created_at {envelope.created_at[:64]!r} is no UTC time")
-    return _event(envelope, created, raw)
-
-
-def _event(envelope: _Envelope, created: datetime | None, raw: bytes) -> RucioEvent | Dropped:
-    """The event of a valid envelope, or INVALID_NAME when a name it carries breaks the rules."""
-    kind = envelope.event_type.lower()
-    payload = envelope.payload
-    if kind in TRANSFER_TYPES:
-        scope, name, rse = (
-            payload.get("datasetScope"),
-            payload.get("dataset"),
-            payload.get("dst-rse"),
-        )
-    else:
-        scope, name = payload.get("scope"), payload.get("name")
-        rse = payload.get("rse")
-    try:
-        dataset = _named(scope, name)
-        file = _named(payload.get("scope"), payload.get("name"))
-    except InvalidNameError as exc:
-        return Dropped(Ignored.INVALID_NAME, str(exc))
-    return RucioEvent(
-        event_type=kind,
-        created_at=created,
-        dataset=dataset,
-        file=None if file is None else (file.scope, file.name),
-        rse=rse if isinstance(rse, str) else None,
-        key=message_key(raw),
-    )
-
-
-def _named(scope: object, name: object) -> DatasetId | None:
-    """A checked (scope, name) when both are strings; None when either is absent or not a
-    string; raises :class:`InvalidNameError` when they break the name rules."""
-    if not isinstance(scope, str) or not isinstance(name, str):
-        return None
-    return DatasetId(scope, name)
-
-
-def _created_at(text: str | None) -> datetime | None:
-    """hermes' ``str(datetime)`` (UTC, naive: ``2026-11-26 10:55:12.123456``) as aware UTC;
-    None when it is no time, or one that has no UTC equivalent (year 1 at +05:00)."""
-    if text is None:
-        return None
-    try:
-        when = datetime.fromisoformat(text)
-        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
 
 
 def reconnect_delay(failures: int, initial_s: float, max_s: float, draw: float) -> float:

@@ -163,6 +163,18 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+    def answered(self, route: str, status: int) -> None:
+        """One answer on the public port (``route``: a bounded label, never the site)."""
+        self.requests.labels(route, str(status)).inc()
+
+    def refused(self) -> None:
+        """One connection closed on arrival (``max_connections`` were open)."""
+        self.rejected.inc()
+
+    def count_connections(self, open_now: Callable[[], int]) -> None:
+        """Export ``open_now()`` as the open connections at each scrape."""
+        self.connections.set_function(open_now)
+
 
 def healthz(status: dict[str, object], now: float) -> tuple[int, str]:
     """``200`` while the daemon's last cycle ended less than ``wedged_after_s`` ago (both
@@ -260,7 +272,7 @@ def counting(metrics: ServerMetrics) -> type[AbstractAccessLogger]:
     class Counting(AbstractAccessLogger):
         def log(self, request: BaseRequest, response: web.StreamResponse, time: float) -> None:
             route = request.get("route") or ("invalid" if response.status == 400 else "other")
-            metrics.requests.labels(route, str(response.status)).inc()
+            metrics.answered(route, response.status)
 
     return Counting
 
@@ -301,11 +313,11 @@ async def serve(sock: socket.socket, files: Files, limits: Limits, lifeline: int
     await runner.setup()
     handlers = runner.server
     assert handlers is not None
-    metrics.connections.set_function(lambda: len(handlers.connections))
+    metrics.count_connections(lambda: len(handlers.connections))
 
     def protocol() -> asyncio.BaseProtocol:
         if len(handlers.connections) >= limits.max_connections:
-            metrics.rejected.inc()
+            metrics.refused()
             return _Refused()
         return handlers()
 

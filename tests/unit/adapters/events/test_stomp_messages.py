@@ -10,11 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hydrator.adapters.events.stomp_listener import (
-    Dropped,
-    parse_message,
-    reconnect_delay,
-)
+from hydrator.adapters.events.hermes_messages import Dropped, parse_message
+from hydrator.adapters.events.stomp_listener import reconnect_delay
 from hydrator.core.event_plan import Ignored, RucioEvent
 from hydrator.domain import DatasetId
 

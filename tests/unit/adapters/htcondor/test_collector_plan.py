@@ -5,7 +5,8 @@ from __future__ import annotations
 import classad2
 import pytest
 
-from hydrator.adapters.htcondor.collector import (
+from hydrator.adapters.htcondor.collector import named_batches
+from hydrator.adapters.htcondor.collector_plan import (
     Rendered,
     Target,
     defer_merges,
@@ -13,7 +14,6 @@ from hydrator.adapters.htcondor.collector import (
     may_merge_now,
     merge_groups,
     merged_value,
-    named_batches,
     plan_merges,
     plan_site_ads,
     slim_merge,

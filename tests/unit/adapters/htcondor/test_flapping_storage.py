@@ -11,7 +11,7 @@ from datetime import timedelta
 import classad2
 import pytest
 
-from hydrator.adapters.htcondor.collector import Rendered, Target, defer_merges, plan_merges
+from hydrator.adapters.htcondor.collector_plan import Rendered, Target, defer_merges, plan_merges
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.index import merged_snapshot
