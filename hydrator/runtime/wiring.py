@@ -120,7 +120,8 @@ def schedd_queues(
 
 
 def schedd_reschedule(config: Config) -> Callable[[], int]:
-    """``[collector] reschedule_min_interval_s``: asks the schedds for a negotiation cycle."""
+    """``[collector]`` and ``[jobs] reschedule_min_interval_s``: asks the schedds for a
+    negotiation cycle."""
     from hydrator.adapters.htcondor.reschedule import ScheddReschedule  # noqa: PLC0415  (lazy)
 
     return ScheddReschedule(config.collector, config.jobs.schedds)
