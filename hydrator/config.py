@@ -575,11 +575,6 @@ class JobsConfig(_Model):
     overwrite_desired_sites: bool = False
     """Replace a desired_sites_attribute value the job set itself (at submit); default: leave
     such jobs alone."""
-    reschedule_min_interval_s: float = Field(5.0, ge=0)
-    """After a cycle that annotated jobs, ask the schedds (``schedds``, else all the collector
-    knows) for a negotiation cycle, at most once per this many seconds: a job matching through
-    its annotation (``hydrator expr --near``) need not wait for NEGOTIATOR_INTERVAL after the
-    cycle its submission triggered, which ran before the annotation (docs/near.md). 0: off."""
 
     @field_validator("schedds")
     @classmethod

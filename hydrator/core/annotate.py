@@ -33,15 +33,13 @@ log = logging.getLogger(__name__)
 class Annotator:
     """Sequences one annotation cycle over a :class:`QueueAdapter` and remembers, per schedd,
     its last good read (a schedd that fails is counted from it in the demand, never read as
-    "no jobs"), whether it is failing (logged once per change of state, with its name) and
-    how many jobs it has annotated there (:attr:`edited`)."""
+    "no jobs") and whether it is failing (logged once per change of state, with its name)."""
 
     def __init__(self, adapter: QueueAdapter, settings: AnnotateSettings) -> None:
         self.adapter = adapter
         self.settings = settings
         self._last_good: dict[str, ScheddQueue] = {}
         self._failing: dict[str, tuple[str, str]] = {}  # schedd -> (kind, problem)
-        self.edited: dict[str, int] = {}  # schedd -> jobs whose annotation was written, ever
 
     def run(
         self, views: Mapping[Site, SiteView], now_s: int, queue: QueueSnapshot | None = None
@@ -99,7 +97,6 @@ class Annotator:
                 continue
             edits, jobs = edits + 1, jobs + edit.jobs
             applied.append(edit)
-            self.edited[edit.schedd] = self.edited.get(edit.schedd, 0) + edit.jobs
         for schedd in {e.schedd for e in plan.edits}:
             problem = refused.get(schedd)
             self._note(schedd, "edit", f"edit refused or failed: {problem}" if problem else None)

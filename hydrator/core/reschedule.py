@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 Tags = Mapping[str, str]
-"""Site -> the entity tag of its published ad (any change of its lists changes it); or
-schedd -> how many jobs have been annotated there (any new annotation changes it)."""
+"""Site -> the entity tag of its published ad (any change of its lists changes it)."""
 
 
 def due(

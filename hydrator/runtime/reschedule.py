@@ -8,12 +8,6 @@
 merged its lists into the slot ads. A failure is logged once per cause (and once when it
 answers again), never retried before the next changing cycle: the negotiator's own interval
 still applies.
-
-:func:`install_after_annotation` adds the same step for job annotation (``[jobs] annotate``):
-a job that matches only through its annotation (``hydrator expr --near``) misses the
-negotiation cycle its submission triggered, which ran before the daemon annotated it; after a
-cycle that annotated jobs, the step asks for the next one (``[jobs]
-reschedule_min_interval_s``).
 """
 
 from __future__ import annotations
@@ -81,21 +75,5 @@ def install(service: Service) -> Reschedule | None:
         return {str(site): ad.etag for site, ad in service.published.ads.items()}
 
     step = Reschedule(tags, schedd_reschedule(config), interval_s)
-    service.add_listener(step)
-    return step
-
-
-def install_after_annotation(service: Service) -> Reschedule | None:
-    """Add the step after annotating cycles to ``service`` (None when it is off or the daemon
-    does not annotate): a cycle is a change when it annotated a job on some schedd."""
-    interval_s, annotator = service.config.jobs.reschedule_min_interval_s, service.annotator
-    if annotator is None or interval_s <= 0:
-        return None
-
-    def tags() -> Tags:
-        return {schedd: str(jobs) for schedd, jobs in annotator.edited.items()}
-
-    step = Reschedule(tags, schedd_reschedule(service.config), interval_s)
-    step.before = tags()  # the first annotating cycle is a change
     service.add_listener(step)
     return step

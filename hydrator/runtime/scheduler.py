@@ -33,7 +33,6 @@ from hydrator.runtime.http import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs
 from hydrator.runtime.reschedule import install as install_reschedule
-from hydrator.runtime.reschedule import install_after_annotation
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
@@ -186,7 +185,6 @@ class Daemon:
         written = self.endpoint.write if self.endpoint is not None else lambda: None
         schedule_repairs(self._scheduler, self.service, written)
         install_reschedule(self.service)  # a fresh service each start: added once
-        install_after_annotation(self.service)
         self._scheduler.start()
 
     def _stop_cycles(self) -> None:

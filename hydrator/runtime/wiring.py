@@ -120,8 +120,7 @@ def schedd_queues(
 
 
 def schedd_reschedule(config: Config) -> Callable[[], int]:
-    """``[collector]`` and ``[jobs] reschedule_min_interval_s``: asks the schedds for a
-    negotiation cycle."""
+    """``[collector] reschedule_min_interval_s``: asks the schedds for a negotiation cycle."""
     from hydrator.adapters.htcondor.reschedule import ScheddReschedule  # noqa: PLC0415  (lazy)
 
     return ScheddReschedule(config.collector, config.jobs.schedds)

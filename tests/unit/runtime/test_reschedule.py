@@ -1,19 +1,17 @@
 """The after-cycle reschedule step (hydrator.runtime.reschedule): one request per changing
 cycle, never more than one per quiet time however many cycles change the ads, a refusal said
-once; the same step after cycles that annotated jobs; and how the daemon installs both."""
+once; and how the daemon installs it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hydrator.config import Config, parse_config
 from hydrator.errors import PublishError
-from hydrator.runtime import reschedule
-from hydrator.runtime.reschedule import Reschedule, install, install_after_annotation
+from hydrator.runtime.reschedule import Reschedule, install
 
 
 class Fake:
@@ -94,59 +92,3 @@ def test_it_is_installed_only_when_on_with_the_collector_path(tmp_path: Path) ->
         service = Service(config)
         install(service)  # type: ignore[arg-type]
         assert len(service.listeners) == wanted
-
-
-class Annotator:
-    def __init__(self) -> None:
-        self.edited: dict[str, int] = {}  # schedd -> jobs annotated there, ever
-
-
-class Annotating:
-    """What the step after annotation sees of a service: its config, annotator, listeners."""
-
-    def __init__(self, config: Config) -> None:
-        self.config, self.listeners = config, list[Callable[[], None]]()
-        self.annotator = Annotator() if config.jobs.annotate else None
-
-    def add_listener(self, listener: Callable[[], None]) -> None:
-        self.listeners.append(listener)
-
-
-def jobs_config(tmp_path: Path, **jobs: object) -> Config:
-    source = {"type": "static", "path": "inv.toml"}
-    collector = {"pool": "127.0.0.1:1"}  # the collector path off: annotation alone
-    return parse_config({"sources": [source], "collector": collector, "jobs": jobs}, tmp_path)
-
-
-def test_after_annotation_it_is_on_by_default_and_off_at_0_or_without_annotation(
-    tmp_path: Path,
-) -> None:
-    off = jobs_config(tmp_path)
-    zero = jobs_config(tmp_path, annotate=True, reschedule_min_interval_s=0)
-    on = jobs_config(tmp_path, annotate=True)
-    assert on.jobs.reschedule_min_interval_s == 5.0
-    for config, wanted in ((off, 0), (zero, 0), (on, 1)):
-        service = Annotating(config)
-        install_after_annotation(service)  # type: ignore[arg-type]
-        assert len(service.listeners) == wanted
-
-
-def test_a_cycle_that_annotated_jobs_asks_and_one_that_did_not_does_not(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = Fake()
-    monkeypatch.setattr(reschedule, "schedd_reschedule", lambda config: fake.ask)
-    service = Annotating(jobs_config(tmp_path, annotate=True, reschedule_min_interval_s=0.001))
-    step = install_after_annotation(service)  # type: ignore[arg-type]
-    assert step is not None and service.annotator is not None
-    step()  # a cycle that annotated nothing
-    assert fake.asked == 0
-    service.annotator.edited["schedd@a"] = 3  # the first annotating cycle since the start
-    step()
-    assert fake.asked == 1
-    step.clock = lambda: 1e9  # past the quiet time: only a new annotation asks again
-    step()
-    assert fake.asked == 1
-    service.annotator.edited["schedd@b"] = 1
-    step()
-    assert fake.asked == 2
