@@ -118,9 +118,15 @@ def near_expressions(
     sites_attribute: str = "DataLocalitySites",
     near_attribute: str = "DataLocalityNearSites",
     slot_site_attribute: str = "GLIDEIN_Site",
+    available_attribute: str = "AvailableDatasets",
 ) -> NearExpressions:
     """Requirements "local, or near", a rank of local (2) over near (1) over far (0), and the
     concurrency limits that make a remote reader count against its data sites' budget.
+
+    Until the job is annotated it is local where the slot's ``available_attribute`` lists all
+    its ``RequiredDatasets``: the negotiation cycle ``condor_submit`` asks for runs before the
+    daemon annotates the job, and without this branch the job could not match in it (its
+    limits are then UNDEFINED, so it holds none: the negotiator skips no candidate for them).
 
     ``sites_attribute`` is the job's annotation (the sites holding all its data, written by
     ``[jobs] annotate``); ``near_attribute`` the slot's near sites; ``slot_site_attribute`` the
@@ -129,15 +135,20 @@ def near_expressions(
     annotation, UNDEFINED when the job is evaluated alone, which makes the negotiator evaluate
     the limits against each candidate slot instead of once per job (docs/near.md). A remote
     reader holds ``remote.S`` for every site S of its annotation."""
-    for name in (sites_attribute, near_attribute, slot_site_attribute):
+    for name in (sites_attribute, near_attribute, slot_site_attribute, available_attribute):
         if not name.isidentifier():
             raise ValueError(f"{name!r} is not a ClassAd attribute name")
     local = f"member(TARGET.{slot_site_attribute}, MY.{sites_attribute})"
     near = (
         f'stringListsIntersect(join(",", MY.{sites_attribute}), join(",", TARGET.{near_attribute}))'
     )
-    requirements = f"({local} =?= True) || ({near} =?= True)"
-    rank = f"ifThenElse({local} =?= True, 2, ifThenElse({near} =?= True, 1, 0))"
+    subset = (
+        'stringListSubsetMatch(join(",", MY.RequiredDatasets), '
+        f'join(",", TARGET.{available_attribute}))'
+    )
+    before = f"(MY.{sites_attribute} =?= UNDEFINED && {subset} =?= True)"  # not yet annotated
+    requirements = f"({local} =?= True) || ({near} =?= True) || {before}"
+    rank = f"ifThenElse(({local} =?= True) || {before}, 2, ifThenElse({near} =?= True, 1, 0))"
     remote = f'strcat("{REMOTE_SET}.", join(",{REMOTE_SET}.", MY.{sites_attribute}))'
     limits = f'ifThenElse({local}, "{LOCAL_LIMIT}", {remote})'
     return NearExpressions(requirements, rank, limits)

@@ -153,7 +153,7 @@ def refresh(
 ) -> tuple[NearTable, list[Problem]]:
     """The near table from a new read, with the last good values wherever the read is bad
     (:func:`checked_pairs`); ``published`` sites that no element belongs to are problems and
-    keep their near list of ``last``."""
+    keep their near list of ``last``, and their place in the other sites' lists of ``last``."""
     pairs, problems = checked_pairs(read, last.pairs)
     distances = site_distances(pairs, read.sites)
     near = near_sites(distances, max_distance)
@@ -164,6 +164,10 @@ def refresh(
         problems.append(Problem("unmapped_site", str(site), line))
         if site in last.near:
             near[site] = last.near[site]
+            distances.update({k: v for k, v in last.distances.items() if site in k})
+            for other, was in last.near.items():
+                if site in was and other in near and site not in near[other]:
+                    near[other] = tuple(sorted((*near[other], site)))
     return NearTable(pairs, distances, near), problems
 
 

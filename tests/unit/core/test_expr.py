@@ -180,6 +180,40 @@ def test_near_limits_are_undefined_for_the_job_alone() -> None:
     )  # no annotation yet: no match
 
 
+UNANNOTATED = {"RequiredDatasets": ["ska:x", "ska:y"]}
+BEFORE_ANNOTATION = {  # slot -> (job, matches, rank)
+    "holds-all": ({"AvailableDatasets": ["ska:x", "ska:y", "ska:z"]}, UNANNOTATED, True, 2),
+    "holds-part": ({"AvailableDatasets": ["ska:x"]}, UNANNOTATED, False, 0),
+    "near-only": ({"DataLocalityNearSites": ["SITE_C"]}, UNANNOTATED, False, 0),
+    # once annotated, the annotation decides: here the data is nowhere complete
+    "annotated": (
+        {"AvailableDatasets": ["ska:x", "ska:y"]},
+        {**UNANNOTATED, "DataLocalitySites": []},
+        False,
+        0,
+    ),
+}
+
+
+@pytest.mark.parametrize("slot", BEFORE_ANNOTATION)
+def test_near_form_before_the_annotation_is_local_where_the_slot_lists_every_dataset(
+    slot: str,
+) -> None:
+    """The cycle condor_submit asks for comes before the annotation: local slots match in it,
+    and the job holds no limit (UNDEFINED: the negotiator skips no candidate for it)."""
+    from hydrator.core.expr import near_expressions
+
+    attrs, job_attrs, matches_, rank_ = BEFORE_ANNOTATION[slot]
+    expr = near_expressions()
+    job, target = classad2.ClassAd(job_attrs), classad2.ClassAd({"GLIDEIN_Site": "SITE_A", **attrs})
+    assert classad2.ExprTree(expr.requirements).eval(job, target) is matches_
+    assert classad2.ExprTree(expr.rank).eval(job, target) == rank_
+    limits = classad2.ExprTree(expr.concurrency_limits_expr)
+    if "DataLocalitySites" not in job_attrs:
+        assert limits.eval(job, target) is classad2.Value.Undefined
+        assert limits.eval(job) is classad2.Value.Undefined
+
+
 def test_cli_near_prints_the_submit_lines(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["expr", "--near", "ska:obs_1"]) == 0
     out = capsys.readouterr().out.splitlines()
