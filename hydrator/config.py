@@ -544,7 +544,9 @@ class CollectorConfig(_Model):
     """After a cycle that changed a site's published lists, ask every schedd ([jobs] schedds,
     else all the collector knows) for a negotiation cycle, as condor_reschedule does, at most
     once per this many seconds: an idle job the change makes matchable need not wait for
-    NEGOTIATOR_INTERVAL (docs/events.md). Needs WRITE on the schedds. 0: off."""
+    NEGOTIATOR_INTERVAL (docs/events.md). Needs WRITE on the schedds. Schedds of HTCondor
+    25.14 and later no longer forward the request to the negotiator: there it changes
+    nothing. 0: off."""
     merge_budget_bytes_per_s: float = Field(10_000_000.0, ge=0)
     """Bytes per second of merges that replace a slot's lists with its site's new ones, on
     average, in bursts of up to a minute's worth: a change goes to every slot of its site at
