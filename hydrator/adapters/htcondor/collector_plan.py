@@ -119,8 +119,10 @@ def within_budget(
     """The slots of ``todo`` to merge now under the change-merge ``budget``, and how many
     wait: merges into bare slots and slim merges are free; full merges replacing other lists
     are charged their ad's bytes, in order, until the budget is spent."""
-    free = [t for t in todo if t.digest is None or slim_merge(t, rendered[t.site])]
-    charged = [t for t in todo if not (t.digest is None or slim_merge(t, rendered[t.site]))]
+    free: list[Target] = []
+    charged: list[Target] = []
+    for t in todo:
+        (free if t.digest is None or slim_merge(t, rendered[t.site]) else charged).append(t)
     allowed = budget.allow([rendered[t.site].size_bytes for t in charged], now_s)
     return free + charged[:allowed], len(charged) - allowed
 
