@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from statistics import median
@@ -91,6 +91,7 @@ class PoolStub:
         self._next_update = 0
         self.site_ads: dict[str, dict[str, Any]] = {}
         self.encoded_bytes = 0
+        self.merges = 0  # MERGE_STARTD_AD ads sent (slot merges)
         attrs = ClassAdConfig()
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
 
@@ -113,6 +114,7 @@ class PoolStub:
         now = int(time.time())
         for ad in ads:
             self.encoded_bytes += len(ad.printOld())
+            self.merges += command == "MERGE_STARTD_AD"
             fields = {key: ad.get(key) for key in self.kept}
             name = str(fields.get("Name"))
             if command == "MERGE_STARTD_AD" and name in self.slots:
@@ -258,25 +260,42 @@ def profiled(directory: Path | None, kind: str) -> Iterator[None]:
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
     pool, daemon, startup_empty = started(args)
     with closing(daemon):  # also when a cycle fails: its files and token directory go
+        sent = []  # the collector traffic after each kind of cycle: (ads merged, bytes)
         with profiled(args.profile, "first"):
             first = daemon.cycle()
+        sent.append((pool.merges, pool.encoded_bytes))
         churned, nochange = [], []
         with profiled(args.profile, "churn"):
             for _ in range(args.cycles):
                 churn(args.url)
                 pool.startd_updates(args.startd_updates)
                 churned.append(daemon.cycle())
+        sent.append((pool.merges, pool.encoded_bytes))
         with profiled(args.profile, "nochange"):
             for _ in range(args.cycles):
                 pool.startd_updates(args.startd_updates)
                 nochange.append(daemon.cycle())
+        sent.append((pool.merges, pool.encoded_bytes))
     return {
         "startup_empty_s": startup_empty,
         "first": first,
         "churn": churned,
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
+        "collector_sent": collector_sent(sent, args.cycles),
         "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def collector_sent(sent: Sequence[tuple[int, int]], cycles: int) -> dict[str, dict[str, float]]:
+    """Slot merges and encoded bytes (merges and site ads) per cycle of each kind, from the
+    running totals after the first cycle, the churn cycles and the no-change cycles."""
+    (m1, b1), (m2, b2), (m3, b3) = sent
+    per = max(1, cycles)
+    return {
+        "first": {"merges": m1, "bytes": b1},
+        "churn": {"merges": (m2 - m1) / per, "bytes": (b2 - b1) / per},
+        "nochange": {"merges": (m3 - m2) / per, "bytes": (b3 - b2) / per},
     }
 
 
@@ -452,6 +471,8 @@ def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
         "calls": {"first": first["calls"], "churn": churned[-1]["calls"]}
         | {"nochange": idle[-1]["calls"]},
     }
+    if "collector_sent" in daemon:
+        out["collector_sent"] = daemon["collector_sent"]
     if "fetch_cpu" in first:
         out["fetch_cpu_s"] = {
             "first": first["fetch_cpu"],

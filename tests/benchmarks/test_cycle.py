@@ -145,6 +145,11 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     assert (tmp_path / "prof" / "churn.txt").exists()
     assert result["failed"] == {} and result["replay_peak_rss_mib"] > 0
     assert result["machine"]["cores"] >= 1 and result["machine"]["ram_gib"] > 0
+    # the collector's traffic by kind of cycle: the first merges into every slot, a cycle
+    # with nothing changed and no slot wiped sends no merge
+    sent = result["collector_sent"]
+    assert sent["first"]["merges"] > 0 and sent["first"]["bytes"] > 0
+    assert sent["nochange"]["merges"] == 0
 
 
 def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
