@@ -92,6 +92,8 @@ class PoolStub:
         self.site_ads: dict[str, dict[str, Any]] = {}
         self.encoded_bytes = 0
         attrs = ClassAdConfig()
+        self.near_attribute = getattr(attrs, "near_attribute", "DataLocalityNearSites")
+        self.near_ads = 0  # ads advertised carrying the near sites (``[distances]`` on)
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
 
     def startd_updates(self, fraction: float) -> None:
@@ -113,6 +115,7 @@ class PoolStub:
         now = int(time.time())
         for ad in ads:
             self.encoded_bytes += len(ad.printOld())
+            self.near_ads += self.near_attribute in ad
             fields = {key: ad.get(key) for key in self.kept}
             name = str(fields.get("Name"))
             if command == "MERGE_STARTD_AD" and name in self.slots:
@@ -137,7 +140,11 @@ def slot_names(count: int = N_SLOTS, seed: int = 2026) -> dict[str, str]:
 # -- the daemon under test -----------------------------------------------------------------
 
 
-def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -> Config:
+def config(
+    url: str, workdir: Path, merge_min_interval_s: float | None = None, distances: int = 0
+) -> Config:
+    """The daemon's configuration; ``distances`` > 0: ``[distances]`` on with the operator
+    table :func:`distance_table` of that many sites (0: off, as the default config)."""
     password = workdir / "password"
     password.write_text("secret\n")
     password.chmod(0o600)
@@ -157,13 +164,36 @@ def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -
         # replicas (776 MiB; 78 MiB at 1M): the operator raises it at that scale, as here
         max_answer_bytes=2 * 1024**3,
     )
+    # a dict, not DistancesConfig: older code (--code) has no such model; given only when on
+    near: dict[str, Any] = {}
+    if distances:
+        near["distances"] = {"enabled": True, "sites": distance_table(distances)}
     return Config(
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
         http=HttpConfig(listen="127.0.0.1:0"),
         classad=ClassAdConfig(),
         collector=collector_config(merge_min_interval_s),
         sources=[source],
+        **near,
     )
+
+
+REGION_SITES = 5
+
+
+def distance_table(count: int) -> dict[str, dict[str, int]]:
+    """An operator distance table of the federation's first ``count`` sites (at most
+    :data:`N_SITES`), every ordered pair given: 1 within a region of :data:`REGION_SITES`
+    consecutive sites, 2 between regions; with ``max_distance`` 1 each site has the other
+    sites of its region near it."""
+    if not 1 <= count <= N_SITES:
+        raise ValueError(f"distances: 1 to {N_SITES} sites, not {count}")
+    names = [f"SRCNET_S{i:02d}" for i in range(count)]
+    region = [i // REGION_SITES for i in range(count)]
+    return {
+        a: {b: 1 if region[i] == region[j] else 2 for j, b in enumerate(names) if j != i}
+        for i, a in enumerate(names)
+    }
 
 
 def collector_config(merge_min_interval_s: float | None) -> CollectorConfig:
@@ -229,7 +259,7 @@ class BenchService:
 def started(args: argparse.Namespace) -> tuple[PoolStub, BenchService, float]:
     """A pool and a service started on what ``--workdir`` holds, and the seconds it took."""
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    cfg = config(args.url, args.workdir, args.merge_min_interval_s)
+    cfg = config(args.url, args.workdir, args.merge_min_interval_s, args.distances)
     t0 = time.perf_counter()
     return pool, BenchService(cfg, pool), time.perf_counter() - t0
 
@@ -276,6 +306,7 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
         "churn": churned,
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
+        "near_ads": pool.near_ads,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -361,7 +392,7 @@ def run_step(
         command += ["--profile", str(args.profile)]
     if args.merge_min_interval_s is not None:
         command += ["--merge-min-interval-s", str(args.merge_min_interval_s)]
-    command += ["--startd-updates", str(args.startd_updates)]
+    command += ["--startd-updates", str(args.startd_updates), "--distances", str(args.distances)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if code is not None:
@@ -485,6 +516,7 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
         for k in ("pswpin", "pswpout")
     }
     out["hydrator"] = daemon.get("hydrator") or restart.get("hydrator")
+    out["near_ads"] = daemon.get("near_ads")  # ads sent carrying near sites, the daemon step
     out["raw"] = steps
     return out
 
@@ -544,6 +576,9 @@ def arguments() -> argparse.ArgumentParser:
         help="fraction of the slots whose startd re-advertises (wiping merged attributes) "
         "before each churn and no-change cycle, e.g. 0.2 for a 60 s cycle (default 0)")  # fmt: skip
     add("--bad-replicas", type=int, default=0, help="BAD replicas the replay lists")
+    add("--distances", type=int, default=0, help="[distances] on, with an operator table of "
+        f"the first N sites (1 to {N_SITES}; near: the sites of a region of {REGION_SITES}); "
+        "default 0: off")  # fmt: skip
     add("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     add("--url", help=argparse.SUPPRESS)
     add("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -551,7 +586,10 @@ def arguments() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = arguments().parse_args()
+    parser = arguments()
+    args = parser.parse_args()
+    if not 0 <= args.distances <= N_SITES:
+        parser.error(f"--distances must be 0 to {N_SITES}")
     if args.step:
         result = step_daemon(args) if args.step == "daemon" else step_restart(args)
         result["hydrator"] = str(Path(hydrator.__file__).resolve().parents[1])
@@ -627,6 +665,7 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         "merge_min_interval_s": collector_config(args.merge_min_interval_s).merge_min_interval_s,
         "startd_updates": args.startd_updates,
         "bad_replicas": args.bad_replicas,
+        "distances": args.distances,
         "replay": replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]},
         "replay_peak_rss_mib": replay["peak_rss_mib"],
         "machine": before,

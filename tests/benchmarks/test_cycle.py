@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cycle import ReplayServer
+from benchmarks.cycle import N_SITES, ReplayServer, config, distance_table
 from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
+from hydrator.core.near import NearTable, operator_distances, refresh
+from hydrator.domain import Site
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "benchmarks" / "rucio_wire.json").read_text())
@@ -145,6 +147,46 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     assert (tmp_path / "prof" / "churn.txt").exists()
     assert result["failed"] == {} and result["replay_peak_rss_mib"] > 0
     assert result["machine"]["cores"] >= 1 and result["machine"]["ram_gib"] > 0
+    assert result["distances"] == 0 and result["near_ads"] == 0  # [distances] off by default
+
+
+def test_the_distance_table_puts_each_site_near_the_other_sites_of_its_region() -> None:
+    table = distance_table(N_SITES)
+    assert len(table) == N_SITES and all(len(row) == N_SITES - 1 for row in table.values())
+    assert all(table[b][a] == d for a, row in table.items() for b, d in row.items())
+    published = [Site(f"SRCNET_S{i:02d}") for i in range(N_SITES)]
+    near, problems = refresh(operator_distances(table), NearTable(), 1, published)
+    assert problems == []
+    assert near.near[Site("SRCNET_S07")] == ("SRCNET_S05", "SRCNET_S06", "SRCNET_S08", "SRCNET_S09")
+    assert all(len(others) == 4 for others in near.near.values())
+    for wrong in (0, N_SITES + 1):
+        with pytest.raises(ValueError, match="sites"):
+            distance_table(wrong)
+
+
+def test_the_config_turns_distances_on_only_when_asked(tmp_path: Path) -> None:
+    assert not config("http://x", tmp_path).distances.enabled
+    on = config("http://x", tmp_path, distances=10).distances
+    assert (
+        on.enabled
+        and on.source is None
+        and sorted(on.sites) == [f"SRCNET_S{i:02d}" for i in range(10)]
+    )
+
+
+def test_the_benchmark_runs_with_the_near_sites_on(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--distances", "10")
+    assert result["failed"] == {} and result["distances"] == 10
+    assert result["near_ads"] > 0 and result["whole_cycle_s"] > 0
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cycle", "--distances", str(N_SITES + 1)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2 and "--distances" in refused.stderr
 
 
 def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
