@@ -24,7 +24,9 @@ peak RSS and CPU (not in ``peak_rss_mib``). Old and new code in one run: ``--cod
 both steps first with the ``hydrator`` package of the checkout ``DIR`` (harness and replay stay
 this checkout's; the run stops if a step imported another ``hydrator``), then with this
 checkout's, each against a fresh replay of the same federation (:func:`compare`;
-benchmarks/README.md gives the command). A step that dies is recorded, not a crash: ``failed``
+benchmarks/README.md gives the command); ``--distances N --against-no-distances`` compares
+this checkout with ``[distances]`` off and on (an operator table, :func:`distance_table`) the
+same way. A step that dies is recorded, not a crash: ``failed``
 names the step and why (the OOM killer, seen in ``/proc/vmstat``, or this harness's watchdog
 when the machine's available memory falls under ``--min-available-mib``); its figures are null.
 """
@@ -579,6 +581,8 @@ def arguments() -> argparse.ArgumentParser:
     add("--distances", type=int, default=0, help="[distances] on, with an operator table of "
         f"the first N sites (1 to {N_SITES}; near: the sites of a region of {REGION_SITES}); "
         "default 0: off")  # fmt: skip
+    add("--against-no-distances", action="store_true", help="with --distances: old and new "
+        "in one run as with --code, old being this checkout with [distances] off")  # fmt: skip
     add("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     add("--url", help=argparse.SUPPRESS)
     add("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -595,20 +599,27 @@ def main() -> None:
         result["hydrator"] = str(Path(hydrator.__file__).resolve().parents[1])
         print(json.dumps(result))
         return
-    summary = run(args, None) if args.code is None else compare(args, args.code)
+    if args.against_no_distances and not args.distances:
+        parser.error("--against-no-distances needs --distances N")
+    if args.against_no_distances and args.code is not None:
+        parser.error("--against-no-distances compares this checkout with itself: no --code")
+    compared = args.code is not None or args.against_no_distances
+    summary = compare(args, args.code) if compared else run(args, None)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(brief(summary), indent=1))
 
 
-def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
-    """``--rounds`` pairs of runs of old (``code``) and new: the first pair in full (``old``,
+def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
+    """``--rounds`` pairs of runs of old (``code``; None: this checkout with ``[distances]``
+    off, ``--against-no-distances``) and new: the first pair in full (``old``,
     ``new``, ``new_vs_old``), every pair's :data:`COMPARED` figures (``rounds``) and the median
     of each figure's change over the pairs (``new_vs_old_median``: on a shared machine the
     load moves between runs; alternating and taking the median lessens its weight). Old runs
     first in the first pair, new first in the second, and so on: a load that rises (or falls)
     through the run weighs on both sides alike, not always on the side that runs second."""
-    pairs = [pair(args, code, old_first=i % 2 == 0) for i in range(args.rounds)]
+    old_args = args if code is not None else argparse.Namespace(**{**vars(args), "distances": 0})
+    pairs = [pair(args, code, i % 2 == 0, old_args) for i in range(args.rounds)]
     changes = [new_vs_old(old, new) for old, new in pairs]
     return {
         "old": pairs[0][0],
@@ -624,14 +635,15 @@ def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
 
 
 def pair(
-    args: argparse.Namespace, code: Path, old_first: bool
+    args: argparse.Namespace, code: Path | None, old_first: bool, old_args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One run of old and one of new, in the order asked; returned as (old, new)."""
+    """One run of old (``code`` with ``old_args``) and one of new (this checkout with
+    ``args``), in the order asked; returned as (old, new)."""
     if old_first:
-        old = run(args, code)
+        old = run(old_args, code)
         return old, run(args, None)
     new = run(args, None)
-    return run(args, code), new
+    return run(old_args, code), new
 
 
 def brief(summary: dict[str, Any]) -> dict[str, Any]:

@@ -174,19 +174,23 @@ def test_the_config_turns_distances_on_only_when_asked(tmp_path: Path) -> None:
     )
 
 
-def test_the_benchmark_runs_with_the_near_sites_on(tmp_path: Path) -> None:
-    result = _benchmark(tmp_path, "--distances", "10")
-    assert result["failed"] == {} and result["distances"] == 10
-    assert result["near_ads"] > 0 and result["whole_cycle_s"] > 0
-    refused = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cycle", "--distances", str(N_SITES + 1)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert refused.returncode == 2 and "--distances" in refused.stderr
+def test_the_benchmark_compares_the_near_sites_on_with_them_off(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--distances", "10", "--against-no-distances")
+    old, new = result["old"], result["new"]
+    assert old["failed"] == {} and new["failed"] == {}
+    assert (old["distances"], old["near_ads"]) == (0, 0)
+    assert new["distances"] == 10 and new["near_ads"] > 0 and new["whole_cycle_s"] > 0
+    assert old["hydrator"] == new["hydrator"] == str(ROOT)
+    assert set(result["new_vs_old_median"]) >= {"whole_cycle_s", "nochange_cycle_s"}
+    wrong = {
+        ("--distances", str(N_SITES + 1)): "--distances must be 0 to",
+        ("--against-no-distances",): "needs --distances",
+        ("--distances", "5", "--against-no-distances", "--code", "x"): "no --code",
+    }
+    for options, said in wrong.items():
+        command = [sys.executable, "-m", "benchmarks.cycle", *options]
+        refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        assert refused.returncode == 2 and said in refused.stderr, options
 
 
 def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
