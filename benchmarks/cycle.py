@@ -24,7 +24,9 @@ peak RSS and CPU (not in ``peak_rss_mib``). Old and new code in one run: ``--cod
 both steps first with the ``hydrator`` package of the checkout ``DIR`` (harness and replay stay
 this checkout's; the run stops if a step imported another ``hydrator``), then with this
 checkout's, each against a fresh replay of the same federation (:func:`compare`;
-benchmarks/README.md gives the command). A step that dies is recorded, not a crash: ``failed``
+benchmarks/README.md gives the command); ``--distances N --against-no-distances`` compares
+this checkout with ``[distances]`` off and on (an operator table, :func:`distance_table`) the
+same way. A step that dies is recorded, not a crash: ``failed``
 names the step and why (the OOM killer, seen in ``/proc/vmstat``, or this harness's watchdog
 when the machine's available memory falls under ``--min-available-mib``); its figures are null.
 """
@@ -93,6 +95,8 @@ class PoolStub:
         self.encoded_bytes = 0
         self.merges = 0  # MERGE_STARTD_AD ads sent (slot merges)
         attrs = ClassAdConfig()
+        self.near_attribute = getattr(attrs, "near_attribute", "DataLocalityNearSites")
+        self.near_ads = 0  # ads advertised carrying the near sites (``[distances]`` on)
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
 
     def startd_updates(self, fraction: float) -> None:
@@ -115,6 +119,7 @@ class PoolStub:
         for ad in ads:
             self.encoded_bytes += len(ad.printOld())
             self.merges += command == "MERGE_STARTD_AD"
+            self.near_ads += self.near_attribute in ad
             fields = {key: ad.get(key) for key in self.kept}
             name = str(fields.get("Name"))
             if command == "MERGE_STARTD_AD" and name in self.slots:
@@ -139,7 +144,11 @@ def slot_names(count: int = N_SLOTS, seed: int = 2026) -> dict[str, str]:
 # -- the daemon under test -----------------------------------------------------------------
 
 
-def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -> Config:
+def config(
+    url: str, workdir: Path, merge_min_interval_s: float | None = None, distances: int = 0
+) -> Config:
+    """The daemon's configuration; ``distances`` > 0: ``[distances]`` on with the operator
+    table :func:`distance_table` of that many sites (0: off, as the default config)."""
     password = workdir / "password"
     password.write_text("secret\n")
     password.chmod(0o600)
@@ -159,13 +168,36 @@ def config(url: str, workdir: Path, merge_min_interval_s: float | None = None) -
         # replicas (776 MiB; 78 MiB at 1M): the operator raises it at that scale, as here
         max_answer_bytes=2 * 1024**3,
     )
+    # a dict, not DistancesConfig: older code (--code) has no such model; given only when on
+    near: dict[str, Any] = {}
+    if distances:
+        near["distances"] = {"enabled": True, "sites": distance_table(distances)}
     return Config(
         daemon=DaemonConfig(state_path=workdir / "state.sqlite"),
         http=HttpConfig(listen="127.0.0.1:0"),
         classad=ClassAdConfig(),
         collector=collector_config(merge_min_interval_s),
         sources=[source],
+        **near,
     )
+
+
+REGION_SITES = 5
+
+
+def distance_table(count: int) -> dict[str, dict[str, int]]:
+    """An operator distance table of the federation's first ``count`` sites (at most
+    :data:`N_SITES`), every ordered pair given: 1 within a region of :data:`REGION_SITES`
+    consecutive sites, 2 between regions; with ``max_distance`` 1 each site has the other
+    sites of its region near it."""
+    if not 1 <= count <= N_SITES:
+        raise ValueError(f"distances: 1 to {N_SITES} sites, not {count}")
+    names = [f"SRCNET_S{i:02d}" for i in range(count)]
+    region = [i // REGION_SITES for i in range(count)]
+    return {
+        a: {b: 1 if region[i] == region[j] else 2 for j, b in enumerate(names) if j != i}
+        for i, a in enumerate(names)
+    }
 
 
 def collector_config(merge_min_interval_s: float | None) -> CollectorConfig:
@@ -231,7 +263,7 @@ class BenchService:
 def started(args: argparse.Namespace) -> tuple[PoolStub, BenchService, float]:
     """A pool and a service started on what ``--workdir`` holds, and the seconds it took."""
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
-    cfg = config(args.url, args.workdir, args.merge_min_interval_s)
+    cfg = config(args.url, args.workdir, args.merge_min_interval_s, args.distances)
     t0 = time.perf_counter()
     return pool, BenchService(cfg, pool), time.perf_counter() - t0
 
@@ -283,6 +315,7 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
         "collector_sent": collector_sent(sent, args.cycles),
+        "near_ads": pool.near_ads,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -380,7 +413,7 @@ def run_step(
         command += ["--profile", str(args.profile)]
     if args.merge_min_interval_s is not None:
         command += ["--merge-min-interval-s", str(args.merge_min_interval_s)]
-    command += ["--startd-updates", str(args.startd_updates)]
+    command += ["--startd-updates", str(args.startd_updates), "--distances", str(args.distances)]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if code is not None:
@@ -506,6 +539,7 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
         for k in ("pswpin", "pswpout")
     }
     out["hydrator"] = daemon.get("hydrator") or restart.get("hydrator")
+    out["near_ads"] = daemon.get("near_ads")  # ads sent carrying near sites, the daemon step
     out["raw"] = steps
     return out
 
@@ -565,6 +599,11 @@ def arguments() -> argparse.ArgumentParser:
         help="fraction of the slots whose startd re-advertises (wiping merged attributes) "
         "before each churn and no-change cycle, e.g. 0.2 for a 60 s cycle (default 0)")  # fmt: skip
     add("--bad-replicas", type=int, default=0, help="BAD replicas the replay lists")
+    add("--distances", type=int, default=0, help="[distances] on, with an operator table of "
+        f"the first N sites (1 to {N_SITES}; near: the sites of a region of {REGION_SITES}); "
+        "default 0: off")  # fmt: skip
+    add("--against-no-distances", action="store_true", help="with --distances: old and new "
+        "in one run as with --code, old being this checkout with [distances] off")  # fmt: skip
     add("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     add("--url", help=argparse.SUPPRESS)
     add("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -572,26 +611,36 @@ def arguments() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = arguments().parse_args()
+    parser = arguments()
+    args = parser.parse_args()
+    if not 0 <= args.distances <= N_SITES:
+        parser.error(f"--distances must be 0 to {N_SITES}")
     if args.step:
         result = step_daemon(args) if args.step == "daemon" else step_restart(args)
         result["hydrator"] = str(Path(hydrator.__file__).resolve().parents[1])
         print(json.dumps(result))
         return
-    summary = run(args, None) if args.code is None else compare(args, args.code)
+    if args.against_no_distances and not args.distances:
+        parser.error("--against-no-distances needs --distances N")
+    if args.against_no_distances and args.code is not None:
+        parser.error("--against-no-distances compares this checkout with itself: no --code")
+    compared = args.code is not None or args.against_no_distances
+    summary = compare(args, args.code) if compared else run(args, None)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(brief(summary), indent=1))
 
 
-def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
-    """``--rounds`` pairs of runs of old (``code``) and new: the first pair in full (``old``,
+def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
+    """``--rounds`` pairs of runs of old (``code``; None: this checkout with ``[distances]``
+    off, ``--against-no-distances``) and new: the first pair in full (``old``,
     ``new``, ``new_vs_old``), every pair's :data:`COMPARED` figures (``rounds``) and the median
     of each figure's change over the pairs (``new_vs_old_median``: on a shared machine the
     load moves between runs; alternating and taking the median lessens its weight). Old runs
     first in the first pair, new first in the second, and so on: a load that rises (or falls)
     through the run weighs on both sides alike, not always on the side that runs second."""
-    pairs = [pair(args, code, old_first=i % 2 == 0) for i in range(args.rounds)]
+    old_args = args if code is not None else argparse.Namespace(**{**vars(args), "distances": 0})
+    pairs = [pair(args, code, i % 2 == 0, old_args) for i in range(args.rounds)]
     changes = [new_vs_old(old, new) for old, new in pairs]
     return {
         "old": pairs[0][0],
@@ -607,14 +656,15 @@ def compare(args: argparse.Namespace, code: Path) -> dict[str, Any]:
 
 
 def pair(
-    args: argparse.Namespace, code: Path, old_first: bool
+    args: argparse.Namespace, code: Path | None, old_first: bool, old_args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One run of old and one of new, in the order asked; returned as (old, new)."""
+    """One run of old (``code`` with ``old_args``) and one of new (this checkout with
+    ``args``), in the order asked; returned as (old, new)."""
     if old_first:
-        old = run(args, code)
+        old = run(old_args, code)
         return old, run(args, None)
     new = run(args, None)
-    return run(args, code), new
+    return run(old_args, code), new
 
 
 def brief(summary: dict[str, Any]) -> dict[str, Any]:
@@ -648,6 +698,7 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         "merge_min_interval_s": collector_config(args.merge_min_interval_s).merge_min_interval_s,
         "startd_updates": args.startd_updates,
         "bad_replicas": args.bad_replicas,
+        "distances": args.distances,
         "replay": replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]},
         "replay_peak_rss_mib": replay["peak_rss_mib"],
         "machine": before,

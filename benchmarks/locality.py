@@ -1,11 +1,12 @@
 """The locality experiment (issue 11): do data-bound jobs and glideins go where the data is?
 Eight ways, on the real test pool, with the daemon and its execute-node hook running.
 
-    .venv/bin/python -m benchmarks locality [--scenarios c d d2 near] [--workload short|busy]
-        [--budget N] [--json PATH]
+    .venv/bin/python -m benchmarks locality [--scenarios c d d2 near]
+        [--workload short|busy|contended] [--budget N] [--json PATH] [--dry-run]
 
 Needs root; holds the pool lock throughout (~6 min for all, ~3 min for c d d2 near with the
-default workload; ``--workload busy``: LOCALITY.md); prints the
+default workload; ``--workload busy`` and ``contended``: LOCALITY.md; ``--dry-run``: no
+pool, prints the constants and submit files); prints the
 table of LOCALITY.md (design and scoring); ``--json PATH`` writes the record (committed:
 ``benchmarks/results/locality.json``, ``benchmarks/results/locality_near.json``). Exits 1
 when the ``near`` scenario misses a target (:func:`near_targets`).
@@ -72,6 +73,10 @@ BUSY_DISTANCES = {
     s: {o: 1 if "SITE_D" in (s, o) or "SITE_A" in (s, o) else 2 for o in SITES if o != s}
     for s in SITES
 }
+# BACKGROUND: slots per site held by other users' long jobs, submitted (BACKGROUND_SLEEP_S, far
+# beyond any scenario) before the measured jobs and removed after them; none by default.
+BACKGROUND: dict[str, int] = {}
+BACKGROUND_SLEEP_S = 3600
 WORKLOADS: dict[str, dict[str, Any]] = {
     "short": {},  # the module's values above: the 2026-11-28 04:31 record
     "busy": {
@@ -80,6 +85,18 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "FALLBACK_AFTER_S": 80,
         "DISTANCES": BUSY_DISTANCES,
         "REMOTE_BUDGET": 1,
+    },
+    # busy, with other users' long jobs holding 2 of the 3 slots at every site holding data at
+    # the start (the near site SITE_D idle); 8 jobs per dataset, four times the 6 slots left
+    # free; FALLBACK_AFTER_S 2/3 of the strict drain (8 jobs on 1 slot: 8 rounds of ~20 s).
+    "contended": {
+        "SLEEPS_S": (15, 18, 21, 24),
+        "DEADLINE_S": 420.0,
+        "FALLBACK_AFTER_S": 107,
+        "DISTANCES": BUSY_DISTANCES,
+        "REMOTE_BUDGET": 1,
+        "JOBS_PER_DATASET": 8,
+        "BACKGROUND": {"SITE_A": 2, "SITE_B": 2, "SITE_C": 2},
     },
 }
 JOB_ATTRS = ["ProcId", "JobStatus", "QDate", "JobStartDate", "RemoteHost", "RequiredDatasets"]
@@ -116,6 +133,15 @@ class Scenario:
         required = f"My.RequiredDatasets = {_expr('required')}"
         body = [head, "arguments = $(Sleep)", glidein_site, required, *self.lines]
         return "\n".join([*body, "queue Dataset, Sites, Sleep from (", *rows, ")", ""])
+
+
+def background_submit(held: Mapping[str, int], sleep_s: int) -> str:
+    """Other users' long jobs, one cluster: ``held[site]`` jobs sleeping ``sleep_s`` seconds
+    pinned to that site's slots (``GLIDEIN_Site``); they declare no data and name no limit."""
+    rows = [site for site, count in held.items() for _ in range(count)]
+    head = "universe = vanilla\nexecutable = /bin/sleep\noutput = /dev/null\nerror = /dev/null"
+    pin = 'requirements = TARGET.GLIDEIN_Site =?= "$(Site)"'
+    return "\n".join([head, f"arguments = {sleep_s}", pin, "queue Site from (", *rows, ")", ""])
 
 
 def _expr(attribute: str, fallback_after_s: int | None = None) -> str:
@@ -202,6 +228,14 @@ def allocate(demand: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
+def distances_config(budget: int) -> str:
+    """The daemon's ``[distances]``: the operator table :data:`DISTANCES`, ``budget``."""
+    rows = "".join(f"{s} = {json.dumps(r).replace(':', ' =')}\n" for s, r in DISTANCES.items())
+    rows = rows.replace('"', "")  # site names are bare TOML keys
+    head = f"[distances]\nenabled = true\nmax_distance = {MAX_DISTANCE}\n"
+    return f"{head}remote_budget = {budget}\n\n[distances.sites]\n{rows}\n"
+
+
 def _slot(host: object) -> str:
     return str(host).split("@")[0].split("_")[0]  # slot4_1@vm -> slot4
 
@@ -219,6 +253,7 @@ class Experiment:
         self.passes: list[dict[str, Any]] = []  # the current scenario's frontend passes
         self.annotated: dict[int, float] = {}  # ProcId -> first poll seeing DataLocalitySites
         self.held: list[float] = []  # polls at which the budget held a job back (see held_back)
+        self.background: dict[str, Any] = {}  # the current scenario's background (end_background)
 
     def holders(self, required: frozenset[str], when: float) -> frozenset[str]:
         """Sites holding all of ``required`` at ``when`` by the inventory written."""
@@ -259,11 +294,8 @@ class Experiment:
         self.annotated, self.held = {}, []
 
     def distances(self) -> str:
-        """The daemon's ``[distances]``: the operator table :data:`DISTANCES`, the budget."""
-        rows = "".join(f"{s} = {json.dumps(r).replace(':', ' =')}\n" for s, r in DISTANCES.items())
-        rows = rows.replace('"', "")  # site names are bare TOML keys
-        head = f"[distances]\nenabled = true\nmax_distance = {MAX_DISTANCE}\n"
-        return f"{head}remote_budget = {self.budget}\n\n[distances.sites]\n{rows}\n"
+        """The daemon's ``[distances]`` (:func:`distances_config`) with this run's budget."""
+        return distances_config(self.budget)
 
     def remote_readers(self, ads: Sequence[Any]) -> dict[str, int]:
         """Running jobs not at a site holding their data at their start, per site they read
@@ -304,9 +336,44 @@ class Experiment:
         self.pool.run_in_chroot(["condor_reconfig", "-daemon", "startd"])
         self.on = on
 
+    def start_background(self) -> int | None:
+        """Submit :data:`BACKGROUND` (None when empty) and wait until each of its jobs runs on
+        a slot of its site."""
+        if not BACKGROUND:
+            return None
+        cluster = self.pool.submit(background_submit(BACKGROUND, BACKGROUND_SLEEP_S))
+        want = {s: n for s, n in BACKGROUND.items() if n}
+
+        def running() -> dict[str, int]:
+            ads = self.pool.schedd.query(f"ClusterId == {cluster}", ["JobStatus", "RemoteHost"])
+            on = [SLOTS.get(_slot(a.get("RemoteHost"))) for a in ads if a["JobStatus"] == RUNNING]
+            return {s: on.count(s) for s in SITES if s in on}
+
+        wait_for("background running", running, done=want.__eq__, timeout_s=60.0, ignore=TRANSIENT)
+        return cluster
+
+    def end_background(self, cluster: int | None) -> dict[str, Any]:
+        """Check that the background held its slots from before the submission to now (each job
+        running, started once, before the measured submit), then remove it."""
+        if cluster is None:
+            return {}
+        attrs = ["JobStatus", "JobStartDate", "NumJobStarts", "RemoteHost"]
+        ads = self.pool.schedd.query(f"ClusterId == {cluster}", attrs)
+        self.pool.run_in_chroot(["condor_rm", str(cluster)], user=SUBMIT_USER, check=False)
+        held = [a["JobStatus"] == RUNNING and a.get("NumJobStarts") == 1
+                and float(a["JobStartDate"]) <= self.at["submitted"] for a in ads]  # fmt: skip
+        sites = [SLOTS.get(_slot(a.get("RemoteHost"))) for a in ads]
+        return {
+            "background_jobs": len(ads),
+            "background_by_site": {s: sites.count(s) for s in SITES if s in sites},
+            "background_held_throughout": len(ads) == sum(BACKGROUND.values()) and all(held),
+        }
+
     def run(self, scenario: Scenario) -> dict[str, Any]:
-        """Prepare, submit, poll every POLL_S until the cluster is gone or DEADLINE_S, score."""
+        """Prepare, start the background, submit, poll every POLL_S until the cluster is gone
+        or DEADLINE_S, score (the background is not scored)."""
         self.prepare(scenario)
+        background = self.start_background()
         self.at["submitted"] = float(int(time.time()))  # QDate has whole seconds
         cluster, schedd = self.pool.submit(scenario.submit()), self.pool.schedd
         next_pass = self.at["submitted"] + FRONTEND_PERIOD_S / 2  # a periodic frontend's phase
@@ -315,6 +382,7 @@ class Experiment:
             ads = schedd.query(constraint=f"ClusterId == {cluster}", projection=JOB_ATTRS)
             if not ads or now - self.at["submitted"] > DEADLINE_S:
                 self.at["ended"] = now
+                self.background = self.end_background(background)
                 return self.score(scenario, self.records(cluster))
             self.move_data(TOTAL - sum(ad["JobStatus"] == IDLE for ad in ads), now)
             readers = self.remote_readers(ads)
@@ -434,6 +502,7 @@ class Experiment:
             "budget_held_polls": len(self.held),
             "budget_held_at_s": self.held[:50],
             "total": TOTAL,
+            **self.background,
             **{f"{k}_at_s": round(t - self.at["submitted"], 1) for k, t in self.at.items()},
             "request_share_at_data_sites": at_data,
             "frontend_passes": passes,
@@ -539,6 +608,22 @@ def row(s: Mapping[str, Any]) -> str:
     return "| " + " | ".join(map(str, [*cells, _fmt(s["request_share_at_data_sites"])])) + " |"
 
 
+def dry_run(only: Sequence[str], budget: int) -> str:
+    """What a run would do, without the pool: the workload's constants, the daemon's
+    ``[distances]``, the negotiator's limits, the background's and each scenario's submit."""
+    constants = "WORKLOAD JOBS_PER_DATASET TOTAL SLEEPS_S DEADLINE_S POLL_S FALLBACK_AFTER_S"
+    constants += " MAX_DISTANCE BACKGROUND BACKGROUND_SLEEP_S"
+    out = [f"{name} = {globals()[name]!r}" for name in constants.split()]
+    near = {s: sorted(n) for s, n in NEAR.items()}
+    out += [f"REMOTE_BUDGET = {budget}", f"NEAR = {near}"]
+    out += ["", distances_config(budget), negotiator_config(budget)]
+    if BACKGROUND:
+        out += ["# background", background_submit(BACKGROUND, BACKGROUND_SLEEP_S)]
+    for scenario in (s for s in scenarios() if not only or s.key in only):
+        out += [f"# scenario {scenario.key}: {scenario.title}", scenario.submit()]
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     keys = [s.key for s in scenarios()]
@@ -548,15 +633,24 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--workload", choices=sorted(WORKLOADS), default="short",
-        help="short: 2 s jobs (the first near record); busy: 15-24 s jobs, budget 1",
+        help="short: 2 s jobs (the first near record); busy: 15-24 s jobs, budget 1; "
+        "contended: busy with other users' long jobs holding 2 of 3 slots at the data sites",
     )  # fmt: skip
     parser.add_argument("--budget", type=int, help="remote readers per site (default: workload's)")
     parser.add_argument("--json", type=Path, help="write the record here (default: print only)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run; no pool")
     args = parser.parse_args()
     if args.budget is not None and args.budget < 1:
         parser.error("--budget must be at least 1")
     select_workload(args.workload)
-    results = run_all(args.scenarios, REMOTE_BUDGET if args.budget is None else args.budget)
+    if BACKGROUND and {"e1", "e2"} & set(args.scenarios or keys):
+        parser.error(f"--workload {args.workload}: e1 and e2 switch slots off, which the "
+                     "background needs: choose --scenarios among a b c d d2 near")  # fmt: skip
+    budget = REMOTE_BUDGET if args.budget is None else args.budget
+    if args.dry_run:
+        print(dry_run(args.scenarios, budget))
+        return
+    results = run_all(args.scenarios, budget)
     targets = near_targets(results["scenarios"])
     results["near_targets"] = [{"target": t, "measured": m, "met": ok} for t, m, ok in targets]
     if args.json:

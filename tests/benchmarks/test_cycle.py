@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cycle import ReplayServer
+from benchmarks.cycle import N_SITES, ReplayServer, config, distance_table
 from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
+from hydrator.core.near import NearTable, operator_distances, refresh
+from hydrator.domain import Site
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "benchmarks" / "rucio_wire.json").read_text())
@@ -150,6 +152,50 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     sent = result["collector_sent"]
     assert sent["first"]["merges"] > 0 and sent["first"]["bytes"] > 0
     assert sent["nochange"]["merges"] == 0
+    assert result["distances"] == 0 and result["near_ads"] == 0  # [distances] off by default
+
+
+def test_the_distance_table_puts_each_site_near_the_other_sites_of_its_region() -> None:
+    table = distance_table(N_SITES)
+    assert len(table) == N_SITES and all(len(row) == N_SITES - 1 for row in table.values())
+    assert all(table[b][a] == d for a, row in table.items() for b, d in row.items())
+    published = [Site(f"SRCNET_S{i:02d}") for i in range(N_SITES)]
+    near, problems = refresh(operator_distances(table), NearTable(), 1, published)
+    assert problems == []
+    assert near.near[Site("SRCNET_S07")] == ("SRCNET_S05", "SRCNET_S06", "SRCNET_S08", "SRCNET_S09")
+    assert all(len(others) == 4 for others in near.near.values())
+    for wrong in (0, N_SITES + 1):
+        with pytest.raises(ValueError, match="sites"):
+            distance_table(wrong)
+
+
+def test_the_config_turns_distances_on_only_when_asked(tmp_path: Path) -> None:
+    assert not config("http://x", tmp_path).distances.enabled
+    on = config("http://x", tmp_path, distances=10).distances
+    assert (
+        on.enabled
+        and on.source is None
+        and sorted(on.sites) == [f"SRCNET_S{i:02d}" for i in range(10)]
+    )
+
+
+def test_the_benchmark_compares_the_near_sites_on_with_them_off(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--distances", "10", "--against-no-distances")
+    old, new = result["old"], result["new"]
+    assert old["failed"] == {} and new["failed"] == {}
+    assert (old["distances"], old["near_ads"]) == (0, 0)
+    assert new["distances"] == 10 and new["near_ads"] > 0 and new["whole_cycle_s"] > 0
+    assert old["hydrator"] == new["hydrator"] == str(ROOT)
+    assert set(result["new_vs_old_median"]) >= {"whole_cycle_s", "nochange_cycle_s"}
+    wrong = {
+        ("--distances", str(N_SITES + 1)): "--distances must be 0 to",
+        ("--against-no-distances",): "needs --distances",
+        ("--distances", "5", "--against-no-distances", "--code", "x"): "no --code",
+    }
+    for options, said in wrong.items():
+        command = [sys.executable, "-m", "benchmarks.cycle", *options]
+        refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        assert refused.returncode == 2 and said in refused.stderr, options
 
 
 def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
