@@ -218,7 +218,7 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
         report = service.run_cycle(dry_run=dry_run)
     finally:
         service.close()
-    near = service.near.table.near if service.near is not None else None
+    near = service.pool.near.table.near if service.pool.near is not None else None
     if as_json:
         print(json.dumps(cycle_json(report, near), indent=1))
     else:

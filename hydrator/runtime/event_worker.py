@@ -386,7 +386,9 @@ class EventCycles:
             other: unchanged(s) for other, s in state.sources.items() if other != name
         }
         outcomes[name] = patched(held, replicas, sites)
-        plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
+        plan = plan_cycle(
+            previous, outcomes, context.now, self.service.policies.plan, context.drains
+        )
         return keep_read_times(plan, state)
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
@@ -515,7 +517,7 @@ def refresh_plan(
         if statuses is not None:
             read[name] = inexact(held, statuses)
         outcomes[name] = restated(held, statuses)
-    plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
+    plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
     return keep_read_times(plan, state)
 
 

@@ -71,7 +71,7 @@ def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
     def planner(previous: Derived, context: FetchContext) -> Plan:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(previous, outcomes, context.now, svc.policy, context.drains)
+        plan = plan_cycle(previous, outcomes, context.now, svc.policies.plan, context.drains)
         return keep_read_times(plan, state)
 
     return planner
