@@ -1,4 +1,6 @@
-"""The service: one cycle as a plain call (:meth:`Service.run_cycle`), plus what the HTTP
+"""The service: one cycle as a plain call, one method per kind of cycle (:class:`CycleKind`:
+:meth:`Service.run_cycle`, :meth:`~Service.run_event_cycle`,
+:meth:`~Service.run_refresh_cycle`; and :meth:`~Service.run_dry_cycle`), plus what the HTTP
 endpoint serves between cycles. Scheduling lives in :mod:`.scheduler`; the decision in
 :mod:`hydrator.core.plan`; this module only sequences fetch -> plan -> save -> publish.
 """
@@ -11,6 +13,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import Enum
+from functools import partial
+from typing import NamedTuple
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.coverage import SiteCoverage
@@ -56,7 +61,33 @@ from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
 log = logging.getLogger(__name__)
 
 Planner = Callable[[Derived, FetchContext], Plan]
-"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.event_worker`)."""
+"""An event or refresh cycle's decision in place of fetch + plan
+(:mod:`hydrator.runtime.event_worker`): the state before, with its views, and the cycle's
+context, to the plan."""
+
+
+class CycleKind(Enum):
+    """The kinds of cycle, one :class:`Service` method each. The value is what ``/v1/sites``
+    labels the sites a cycle changed with (``origin``; :attr:`Published.origins`)."""
+
+    FULL_READ = "full_read"
+    """Every source fetched, then planned (:meth:`Service.run_cycle`): the scheduled cycle,
+    the first one, the event gate's full read, ``hydrator once``."""
+    EVENT = "event"
+    """A planner re-reads the datasets messages named (:meth:`Service.run_event_cycle`); the
+    queues' last snapshot is reused while young (:mod:`.queue_reads`)."""
+    REFRESH = "refresh"
+    """A planner restates the last good answers with the storage statuses and drains read
+    now, no dataset (:meth:`Service.run_refresh_cycle`); the queues read afresh."""
+
+
+class _Decided(NamedTuple):
+    """What a cycle decided before it saves: the plan, the demand it advertises by (None:
+    the queues never read) and the queues' snapshot taken for it (None: none yet)."""
+
+    plan: Plan
+    wanted: Mapping[DatasetId, int] | None
+    queue: QueueSnapshot | None
 
 
 def render_ads(
@@ -165,18 +196,36 @@ class Service:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
         return True, f"every source ({len(self.sources)}) has answered at least once"
 
-    def run_cycle(
-        self, dry_run: bool = False, planner: Planner | None = None, *, scheduled: bool = False
-    ) -> CycleReport:
-        """Fetch, plan, save, publish. Never raises for source, state or publish failures.
-        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan;
-        ``scheduled`` (a refresh cycle) reads the queues afresh as a full cycle does."""
+    def run_cycle(self) -> CycleReport:
+        """A full read (:attr:`CycleKind.FULL_READ`): fetch, plan, save, publish, annotate.
+        Never raises for source, state or publish failures (the report says)."""
+        return self._run(partial(self._cycle, CycleKind.FULL_READ, None))
+
+    def run_event_cycle(self, planner: Planner) -> CycleReport:
+        """An event cycle (:attr:`CycleKind.EVENT`): ``planner`` decides the plan in place of
+        fetch + plan, then as :meth:`run_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.EVENT, planner))
+
+    def run_refresh_cycle(self, planner: Planner) -> CycleReport:
+        """A refresh cycle (:attr:`CycleKind.REFRESH`, in place of a skipped full read):
+        ``planner`` decides the plan, then as :meth:`run_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.REFRESH, planner))
+
+    def run_dry_cycle(self) -> CycleReport:
+        """A full read's fetch and plan, nothing saved, published or annotated (``hydrator
+        once --dry-run``)."""
+        return self._run(self._dry_cycle)
+
+    def _run(self, cycle: Callable[[datetime, float], CycleReport]) -> CycleReport:
+        """``cycle``, given its start (the clock's) and monotonic ``t0``: one at a time,
+        its phases recorded, the garbage collector paused; a failure (``HydratorError``) is
+        a failed report; then logged, counted and the listeners told."""
         with self._lock, recording() as phases:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
-                    report = self._cycle(started, t0, dry_run, planner, scheduled)
+                    report = cycle(started, t0)
                 except HydratorError as exc:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
@@ -200,18 +249,15 @@ class Service:
             except Exception:  # a listener's bug must not end the daemon's cycles
                 log.exception("after-cycle listener %r failed", listener)
 
-    def _cycle(
-        self,
-        started: datetime,
-        t0: float,
-        dry_run: bool,
-        planner: Planner | None,
-        scheduled: bool = False,
-    ) -> CycleReport:
+    def _decide(
+        self, kind: CycleKind, planner: Planner | None, started: datetime
+    ) -> _Decided | None:
+        """The queues, the drains, and the plan: ``planner``'s, or (a full read, no
+        ``planner``) every source fetched and planned; None when stopped during the fetch."""
         # the cycle's one queue read: first when the demand needs it, else after the ads;
         # an event cycle reuses a young one (queue_reads.py)
         reads = self._queue_reads
-        reads.begin(scheduled=planner is None or scheduled)
+        reads.begin(scheduled=kind is not CycleKind.EVENT)
         with phase("queue"):
             queue = reads.take() if reads.pool else None
             wanted = self._wanted(queue)
@@ -224,27 +270,41 @@ class Service:
         )
         if planner is not None:
             with phase("plan"):
-                plan = planner(self._derived, context)
-        else:
-            self._drains_read = frozenset(drains)
-            with phase("fetch"):
-                outcomes = self._fetch_all(context)
-            if self.stop_event.is_set():
-                return CycleReport(started, time.monotonic() - t0, "abandoned")
-            with phase("plan"):
-                plan = plan_cycle(self._derived, outcomes, started, self.policies.plan, drains)
-        if dry_run:
-            return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+                return _Decided(planner(self._derived, context), wanted, queue)
+        self._drains_read = frozenset(drains)
+        with phase("fetch"):
+            outcomes = self._fetch_all(context)
+        if self.stop_event.is_set():
+            return None
+        with phase("plan"):
+            plan = plan_cycle(self._derived, outcomes, started, self.policies.plan, drains)
+        return _Decided(plan, wanted, queue)
+
+    def _dry_cycle(self, started: datetime, t0: float) -> CycleReport:
+        decided = self._decide(CycleKind.FULL_READ, None, started)
+        if decided is None:
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan = decided.plan
+        return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+
+    def _cycle(
+        self, kind: CycleKind, planner: Planner | None, started: datetime, t0: float
+    ) -> CycleReport:
+        decided = self._decide(kind, planner, started)
+        if decided is None:
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan, wanted, queue = decided
         with phase("save"):
             rows = self.catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._derived = plan.derived
-        self._note_origins(plan, started, _origin(planner, scheduled))
+        self._note_origins(plan, started, kind)
         if self.policies.advertise.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
+        reads = self._queue_reads
         with phase("jobs"):
             if queue is None and reads.present:
                 queue = reads.take()  # annotation alone: a slow schedd never delays the ads
@@ -302,11 +362,12 @@ class Service:
         now = self.clock()
         return frozenset(d for d in drains if d.active(now)) != self._drains_read
 
-    def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
+    def _note_origins(self, plan: Plan, started: datetime, kind: CycleKind) -> None:
         """Where each site's data last came from: a full read sets every site, an event or
         refresh cycle the sites whose lists it changed (``/v1/sites`` says it): their content,
         or what storage and drains let them serve (a refresh cycle changes only that)."""
-        if origin == "full_read":
+        origin = kind.value
+        if kind is CycleKind.FULL_READ:
             self._origins = {site: (origin, started) for site in plan.sites}
             return
         served = self.published.views  # the last cycle's lists, storage and drains applied
@@ -436,16 +497,6 @@ def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
     if publish_errors or any(not s.fresh for s in plan.sources):
         return "degraded"
     return "ok"
-
-
-def _origin(planner: Planner | None, scheduled: bool) -> str:
-    """What a cycle's changes are labelled with in ``/v1/sites``: ``full_read`` (every source
-    fetched), ``refresh`` (a planner on a scheduled run: storage statuses, drains and queues
-    read again, :meth:`~hydrator.runtime.event_worker.FullReadGate.refresh`) or ``event`` (a planner
-    re-reading the datasets messages named)."""
-    if planner is None:
-        return "full_read"
-    return "refresh" if scheduled else "event"
 
 
 def _fetch_record(source: Source, duration_s: float) -> FetchRecord:

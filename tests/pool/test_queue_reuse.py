@@ -63,7 +63,7 @@ def event_cycle(service: Service) -> CycleReport:
         plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
         return keep_read_times(plan, state)
 
-    return service.run_cycle(planner=planner)
+    return service.run_event_cycle(planner)
 
 
 def edit_calls(service: Service) -> float | None:
