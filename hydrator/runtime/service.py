@@ -40,13 +40,13 @@ from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutc
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
 from hydrator.runtime.advertising import Advertising
+from hydrator.runtime.drain_reads import DrainReads
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.observe import (
     FetchRecord,
     log_cycle,
     record_cycle,
-    record_drains,
     record_fetch,
     record_locality,
     record_pool_read,
@@ -125,8 +125,12 @@ class Startup:
 
 
 class Service:
-    """Sequences one cycle; owns the stop event and the state between cycles. Built by
-    :mod:`hydrator.runtime.wiring` (``assemble``), which makes every part it is given."""
+    """Sequences one cycle of each kind (:class:`CycleKind`); owns the stop event and what
+    is kept between cycles: the state with its views, what is served (:attr:`published`,
+    :attr:`coverage`), where each site's lists came from, the drains (:class:`.DrainReads`),
+    each site's advertise answer (:class:`.Advertising`), the queues' last snapshot
+    (:class:`.QueueReads`) and the last demand. Built by :mod:`hydrator.runtime.wiring`
+    (``assemble``), which makes every part it is given."""
 
     def __init__(
         self,
@@ -150,8 +154,7 @@ class Service:
         self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
         self.published = startup.published
         self._derived = startup.derived  # the state, and its views and indexes
-        self._drains: Sequence[Drain] = startup.drains  # the operator's, as last read
-        self._drains_read: frozenset[Drain] | None = None  # active in the last full read
+        self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
         self._queue_reads = QueueReads(pool.queue, queue_max_age_s(config), self.metrics)
@@ -261,7 +264,7 @@ class Service:
         with phase("queue"):
             queue = reads.take() if reads.pool else None
             wanted = self._wanted(queue)
-        drains = self._read_drains(started)
+        drains = self._drains.active(started)
         context = FetchContext(
             now=started,
             wanted=wanted or {},
@@ -271,7 +274,7 @@ class Service:
         if planner is not None:
             with phase("plan"):
                 return _Decided(planner(self._derived, context), wanted, queue)
-        self._drains_read = frozenset(drains)
+        self._drains.applied(drains)
         with phase("fetch"):
             outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
@@ -338,29 +341,10 @@ class Service:
         with phase("publish"):
             return self._publish(views, plan.removed_sites, started)
 
-    def _read_drains(self, now: datetime) -> Sequence[Drain]:
-        """The operator's drains, read every cycle (``hydrator drain`` writes them while the
-        daemon runs); on a failed read the last good ones (a drain must not lapse because
-        the file was busy)."""
-        try:
-            self._drains = self.catalogue.store.drains()
-        except HydratorError as exc:
-            log.warning("cannot read the drains, using the previous ones: %s", exc)
-        active = [d for d in self._drains if d.active(now)]
-        record_drains(self.metrics, active)
-        return active
-
     def drains_changed(self) -> bool:
-        """The active drains differ from those the last full read applied (a drain or
-        undrain since, or an ``until`` passed): an event cycle would not apply them all
-        (a storage drain needs the source's read of its storage). False when they cannot
-        be read (the last good ones stand)."""
-        try:
-            drains = self.catalogue.store.drains()
-        except HydratorError:
-            return False
-        now = self.clock()
-        return frozenset(d for d in drains if d.active(now)) != self._drains_read
+        """The active drains differ from those the last full read applied
+        (:meth:`.DrainReads.changed`): only a full read applies them all."""
+        return self._drains.changed()
 
     def _note_origins(self, plan: Plan, started: datetime, kind: CycleKind) -> None:
         """Where each site's data last came from: a full read sets every site, an event or
