@@ -215,10 +215,10 @@ def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
     before = set(threading.enumerate())
     service = build_service(config, read_only=dry_run, reset=reset)
     try:
-        report = service.run_cycle(dry_run=dry_run)
+        report = service.run_dry_cycle() if dry_run else service.run_cycle()
     finally:
         service.close()
-    near = service.near.table.near if service.near is not None else None
+    near = service.pool.near.table.near if service.pool.near is not None else None
     if as_json:
         print(json.dumps(cycle_json(report, near), indent=1))
     else:

@@ -8,7 +8,7 @@
 * a worker thread that runs an *event cycle* at most ``event_debounce_s`` after the first hint
   of a batch: the batch's datasets (at most ``max_event_reads_per_cycle``) are re-read exactly
   through the source's deep path (:class:`TargetedReads`), and the service plans, saves and
-  publishes as in any cycle (:meth:`Service.run_cycle` with a planner); nothing is published
+  publishes as in any cycle (:meth:`Service.run_event_cycle`); nothing is published
   from a message alone;
 * the gate of the scheduled full read (:meth:`scheduled`, every ``[daemon] interval_s``): a
   full read runs when :func:`~hydrator.core.event_plan.full_read_due` says so (start-up, after a
@@ -338,7 +338,7 @@ class EventCycles:
             return None
         created += file_created
         self._read_last_cycle = 0
-        report = self.service.run_cycle(planner=partial(self._plan, datasets, files))
+        report = self.service.run_event_cycle(partial(self._plan, datasets, files))
         record = EventCycleRecord(self._label, report.outcome)
         if report.outcome in ("ok", "degraded"):
             reads = self._read_last_cycle
@@ -386,7 +386,9 @@ class EventCycles:
             other: unchanged(s) for other, s in state.sources.items() if other != name
         }
         outcomes[name] = patched(held, replicas, sites)
-        plan = plan_cycle(previous, outcomes, context.now, self.service.policy, context.drains)
+        plan = plan_cycle(
+            previous, outcomes, context.now, self.service.policies.plan, context.drains
+        )
         return keep_read_times(plan, state)
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
@@ -480,7 +482,7 @@ class FullReadGate:
         (:func:`~hydrator.core.event_plan.inexact`)."""
         read: dict[str, tuple[str, ...]] = {}
         planner = partial(refresh_plan, self.service, read)
-        report = self.service.run_cycle(planner=planner, scheduled=True)
+        report = self.service.run_refresh_cycle(planner)
         record_refresh_cycle(self.service.metrics, report.outcome)
         self.service.notify_listeners()
         log.info(
@@ -515,7 +517,7 @@ def refresh_plan(
         if statuses is not None:
             read[name] = inexact(held, statuses)
         outcomes[name] = restated(held, statuses)
-    plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
+    plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
     return keep_read_times(plan, state)
 
 

@@ -157,8 +157,9 @@ def schedule_repairs(
     def shown(coverage: Mapping[Site, SiteCoverage]) -> None:
         service.coverage = coverage
 
+    pool = service.pool
     watch = RepairWatch(
-        service.publishers, service.metrics, interval_s, service.clock, written=written, shown=shown
+        pool.publishers, service.metrics, interval_s, service.clock, written=written, shown=shown
     )
     if not watch.targets:
         return None

@@ -1,4 +1,6 @@
-"""The service: one cycle as a plain call (:meth:`Service.run_cycle`), plus what the HTTP
+"""The service: one cycle as a plain call, one method per kind of cycle (:class:`CycleKind`:
+:meth:`Service.run_cycle`, :meth:`~Service.run_event_cycle`,
+:meth:`~Service.run_refresh_cycle`; and :meth:`~Service.run_dry_cycle`), plus what the HTTP
 endpoint serves between cycles. Scheduling lives in :mod:`.scheduler`; the decision in
 :mod:`hydrator.core.plan`; this module only sequences fetch -> plan -> save -> publish.
 """
@@ -10,53 +12,41 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
+from enum import Enum
+from functools import partial
+from typing import NamedTuple
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
-from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
-from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
-from hydrator.core.annotate import Annotator
 from hydrator.core.coverage import SiteCoverage
 from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
-from hydrator.core.near import near_line_bytes, with_near
-from hydrator.core.plan import Plan, Policy, plan_cycle
+from hydrator.core.near import with_near
+from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
     CountsCalls,
     DefersChecks,
     FetchContext,
-    PoolProbe,
-    Publisher,
     PublishReport,
-    QueueReader,
     ReusesAnswers,
     Source,
-    StateStore,
 )
 from hydrator.core.queue import QueueSnapshot, idle_demand
 from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain
-from hydrator.domain import (
-    DatasetId,
-    Site,
-    SiteView,
-    SourceFailure,
-    SourceOutcome,
-    State,
-)
+from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutcome, State
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
+from hydrator.runtime.advertising import Advertising
+from hydrator.runtime.drain_reads import DrainReads
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
-from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near import NearSites
 from hydrator.runtime.observe import (
     FetchRecord,
     log_cycle,
     record_cycle,
-    record_drains,
     record_fetch,
     record_locality,
     record_pool_read,
@@ -64,18 +54,40 @@ from hydrator.runtime.observe import (
     record_unadvertised,
 )
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
+from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
 from hydrator.runtime.phases import phase, recording
 from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
 
 log = logging.getLogger(__name__)
 
-Demand = Callable[[], Mapping[DatasetId, int]]
 Planner = Callable[[Derived, FetchContext], Plan]
-"""An event cycle's decision in place of fetch + plan (:mod:`hydrator.runtime.event_worker`)."""
+"""An event or refresh cycle's decision in place of fetch + plan
+(:mod:`hydrator.runtime.event_worker`): the state before, with its views, and the cycle's
+context, to the plan."""
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+class CycleKind(Enum):
+    """The kinds of cycle, one :class:`Service` method each. The value is what ``/v1/sites``
+    labels the sites a cycle changed with (``origin``; :attr:`Published.origins`)."""
+
+    FULL_READ = "full_read"
+    """Every source fetched, then planned (:meth:`Service.run_cycle`): the scheduled cycle,
+    the first one, the event gate's full read, ``hydrator once``."""
+    EVENT = "event"
+    """A planner re-reads the datasets messages named (:meth:`Service.run_event_cycle`); the
+    queues' last snapshot is reused while young (:mod:`.queue_reads`)."""
+    REFRESH = "refresh"
+    """A planner restates the last good answers with the storage statuses and drains read
+    now, no dataset (:meth:`Service.run_refresh_cycle`); the queues read afresh."""
+
+
+class _Decided(NamedTuple):
+    """What a cycle decided before it saves: the plan, the demand it advertises by (None:
+    the queues never read) and the queues' snapshot taken for it (None: none yet)."""
+
+    plan: Plan
+    wanted: Mapping[DatasetId, int] | None
+    queue: QueueSnapshot | None
 
 
 def render_ads(
@@ -113,63 +125,46 @@ class Startup:
 
 
 class Service:
-    """Sequences one cycle; owns the stop event and the state between cycles. Built by
-    :mod:`hydrator.runtime.wiring` (``assemble``), which makes every part it is given."""
+    """Sequences one cycle of each kind (:class:`CycleKind`); owns the stop event and what
+    is kept between cycles: the state with its views, what is served (:attr:`published`,
+    :attr:`coverage`), where each site's lists came from, the drains (:class:`.DrainReads`),
+    each site's advertise answer (:class:`.Advertising`), the queues' last snapshot
+    (:class:`.QueueReads`) and the last demand. Built by :mod:`hydrator.runtime.wiring`
+    (``assemble``), which makes every part it is given."""
 
     def __init__(
         self,
         config: Config,
         startup: Startup,
         *,
-        sources: Sequence[Source],
-        store: StateStore,
-        policy: Policy,
-        advertise_policy: AdvertisePolicy,
-        metrics: Metrics,
-        publishers: Sequence[Publisher] = (),
-        demand: Demand | None = None,
-        probe: PoolProbe | None = None,
-        annotator: Annotator | None = None,
-        clock: Callable[[], datetime] = utcnow,
-        queue: QueueReader | None = None,
-        near: NearSites | None = None,
+        catalogue: Catalogue,
+        pool: Pool,
+        policies: Policies,
+        instruments: Instruments,
     ) -> None:
-        """``near`` gives each site's near sites (``[distances]``). ``queue`` reads the
-        schedds once per cycle for the demand, ``probe`` and
-        ``annotator`` (:mod:`hydrator.core.queue`); ``demand``, when given, answers the
-        demand instead (no queue)."""
+        """``config`` is what the parts were built from (the event cycles, the repair watch
+        and the reschedule step read their settings there), ``startup`` what the first cycle
+        starts from; the parts are the groups of :mod:`.parts`: the catalogue side, the pool
+        side, the policies, and the metrics and clock."""
         self.config = config
-        self.sources = list(sources)
-        self.store = store
-        self.publishers = list(publishers)
-        self.metrics = metrics
-        self.demand = demand
-        self.probe = probe
-        self.annotator = annotator
-        self.queue = queue
-        self._queue_reads = QueueReads(queue, queue_max_age_s(config), metrics)  # see _cycle
-        self.clock = clock
-        self.policy = policy
-        self.advertise_policy = advertise_policy
-        self._derived = startup.derived  # the state, and its views and indexes
-        self.published = startup.published
-        self._drains: Sequence[Drain] = startup.drains  # the operator's, as last read
-        self._drains_read: frozenset[Drain] | None = None  # active in the last full read
-        self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
-        self._advertised: dict[Site, AdvertiseMemo] = {}  # last cycle's, per site
-        self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
+        self.catalogue, self.pool, self.policies = catalogue, pool, policies
+        self.metrics, self.clock = instruments.metrics, instruments.clock
         self.stop_event = threading.Event()
+        self.last_cycle_end = time.monotonic()
+        self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
+        self.published = startup.published
+        self._derived = startup.derived  # the state, and its views and indexes
+        self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
+        self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
+        self._advertising = Advertising(policies.advertise, policies.classad)
+        self._queue_reads = QueueReads(pool.queue, queue_max_age_s(config), self.metrics)
+        self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self._fetches = FetchThreads(self._deadline_s, self.stop_event)
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._cycles = 0
-        self.last_cycle_end = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
-        self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
-        self.near = near
-        self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
-        if near is not None:
-            record_remote_budget(metrics, near.config.remote_budget)
-        self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
+        if pool.near is not None:
+            record_remote_budget(self.metrics, pool.near.config.remote_budget)
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -179,6 +174,11 @@ class Service:
 
     def remove_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.remove(listener)
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """The catalogue's sources (:attr:`catalogue`)."""
+        return self.catalogue.sources
 
     @property
     def state(self) -> State:
@@ -199,18 +199,36 @@ class Service:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
         return True, f"every source ({len(self.sources)}) has answered at least once"
 
-    def run_cycle(
-        self, dry_run: bool = False, planner: Planner | None = None, *, scheduled: bool = False
-    ) -> CycleReport:
-        """Fetch, plan, save, publish. Never raises for source, state or publish failures.
-        With ``planner`` (an event cycle), it decides the plan instead of fetch + plan;
-        ``scheduled`` (a refresh cycle) reads the queues afresh as a full cycle does."""
+    def run_cycle(self) -> CycleReport:
+        """A full read (:attr:`CycleKind.FULL_READ`): fetch, plan, save, publish, annotate.
+        Never raises for source, state or publish failures (the report says)."""
+        return self._run(partial(self._cycle, CycleKind.FULL_READ, None))
+
+    def run_event_cycle(self, planner: Planner) -> CycleReport:
+        """An event cycle (:attr:`CycleKind.EVENT`): ``planner`` decides the plan in place of
+        fetch + plan, then as :meth:`run_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.EVENT, planner))
+
+    def run_refresh_cycle(self, planner: Planner) -> CycleReport:
+        """A refresh cycle (:attr:`CycleKind.REFRESH`, in place of a skipped full read):
+        ``planner`` decides the plan, then as :meth:`run_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.REFRESH, planner))
+
+    def run_dry_cycle(self) -> CycleReport:
+        """A full read's fetch and plan, nothing saved, published or annotated (``hydrator
+        once --dry-run``)."""
+        return self._run(self._dry_cycle)
+
+    def _run(self, cycle: Callable[[datetime, float], CycleReport]) -> CycleReport:
+        """``cycle``, given its start (the clock's) and monotonic ``t0``: one at a time,
+        its phases recorded, the garbage collector paused; a failure (``HydratorError``) is
+        a failed report; then logged, counted and the listeners told."""
         with self._lock, recording() as phases:
             started, t0 = self.clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
-                    report = self._cycle(started, t0, dry_run, planner, scheduled)
+                    report = cycle(started, t0)
                 except HydratorError as exc:
                     log.error("cycle failed: %s", exc)
                     error = redact(str(exc))
@@ -234,22 +252,19 @@ class Service:
             except Exception:  # a listener's bug must not end the daemon's cycles
                 log.exception("after-cycle listener %r failed", listener)
 
-    def _cycle(
-        self,
-        started: datetime,
-        t0: float,
-        dry_run: bool,
-        planner: Planner | None,
-        scheduled: bool = False,
-    ) -> CycleReport:
+    def _decide(
+        self, kind: CycleKind, planner: Planner | None, started: datetime
+    ) -> _Decided | None:
+        """The queues, the drains, and the plan: ``planner``'s, or (a full read, no
+        ``planner``) every source fetched and planned; None when stopped during the fetch."""
         # the cycle's one queue read: first when the demand needs it, else after the ads;
         # an event cycle reuses a young one (queue_reads.py)
         reads = self._queue_reads
-        reads.begin(scheduled=planner is None or scheduled)
+        reads.begin(scheduled=kind is not CycleKind.EVENT)
         with phase("queue"):
             queue = reads.take() if reads.pool else None
             wanted = self._wanted(queue)
-        drains = self._read_drains(started)
+        drains = self._drains.active(started)
         context = FetchContext(
             now=started,
             wanted=wanted or {},
@@ -258,27 +273,41 @@ class Service:
         )
         if planner is not None:
             with phase("plan"):
-                plan = planner(self._derived, context)
-        else:
-            self._drains_read = frozenset(drains)
-            with phase("fetch"):
-                outcomes = self._fetch_all(context)
-            if self.stop_event.is_set():
-                return CycleReport(started, time.monotonic() - t0, "abandoned")
-            with phase("plan"):
-                plan = plan_cycle(self._derived, outcomes, started, self.policy, drains)
-        if dry_run:
-            return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+                return _Decided(planner(self._derived, context), wanted, queue)
+        self._drains.applied(drains)
+        with phase("fetch"):
+            outcomes = self._fetch_all(context)
+        if self.stop_event.is_set():
+            return None
+        with phase("plan"):
+            plan = plan_cycle(self._derived, outcomes, started, self.policies.plan, drains)
+        return _Decided(plan, wanted, queue)
+
+    def _dry_cycle(self, started: datetime, t0: float) -> CycleReport:
+        decided = self._decide(CycleKind.FULL_READ, None, started)
+        if decided is None:
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan = decided.plan
+        return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
+
+    def _cycle(
+        self, kind: CycleKind, planner: Planner | None, started: datetime, t0: float
+    ) -> CycleReport:
+        decided = self._decide(kind, planner, started)
+        if decided is None:
+            return CycleReport(started, time.monotonic() - t0, "abandoned")
+        plan, wanted, queue = decided
         with phase("save"):
-            rows = self.store.save(plan)  # StateError: nothing advanced, cycle failed
+            rows = self.catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._derived = plan.derived
-        self._note_origins(plan, started, _origin(planner, scheduled))
-        if self.advertise_policy.demand_only and wanted is None:
+        self._note_origins(plan, started, kind)
+        if self.policies.advertise.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
             published, errors = self._advertise_and_publish(plan, wanted or {}, started)
+        reads = self._queue_reads
         with phase("jobs"):
             if queue is None and reads.present:
                 queue = reads.take()  # annotation alone: a slow schedd never delays the ads
@@ -293,14 +322,13 @@ class Service:
     def _advertise_and_publish(
         self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
-        near = self.near.current(plan.sites) if self.near is not None else {}
-        attribute = self.config.classad.near_attribute  # its line counts in max_ad_bytes
-        self._near_bytes = {site: near_line_bytes(n, attribute) for site, n in near.items()}
+        near = self.pool.near.current(plan.sites) if self.pool.near is not None else {}
+        self._advertising.near(near)  # its line counts in max_ad_bytes
         with phase("advertise"):
-            advertised = self._advertise(plan, wanted)
+            advertised = self._advertising.choose(plan, wanted, self.published.ads)
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
-            ads = render_ads(views, self.config.classad, self.published.ads)
+            ads = render_ads(views, self.policies.classad, self.published.ads)
         self.published = Published(
             ads,
             plan.sources,
@@ -313,35 +341,17 @@ class Service:
         with phase("publish"):
             return self._publish(views, plan.removed_sites, started)
 
-    def _read_drains(self, now: datetime) -> Sequence[Drain]:
-        """The operator's drains, read every cycle (``hydrator drain`` writes them while the
-        daemon runs); on a failed read the last good ones (a drain must not lapse because
-        the file was busy)."""
-        try:
-            self._drains = self.store.drains()
-        except HydratorError as exc:
-            log.warning("cannot read the drains, using the previous ones: %s", exc)
-        active = [d for d in self._drains if d.active(now)]
-        record_drains(self.metrics, active)
-        return active
-
     def drains_changed(self) -> bool:
-        """The active drains differ from those the last full read applied (a drain or
-        undrain since, or an ``until`` passed): an event cycle would not apply them all
-        (a storage drain needs the source's read of its storage). False when they cannot
-        be read (the last good ones stand)."""
-        try:
-            drains = self.store.drains()
-        except HydratorError:
-            return False
-        now = self.clock()
-        return frozenset(d for d in drains if d.active(now)) != self._drains_read
+        """The active drains differ from those the last full read applied
+        (:meth:`.DrainReads.changed`): only a full read applies them all."""
+        return self._drains.changed()
 
-    def _note_origins(self, plan: Plan, started: datetime, origin: str) -> None:
+    def _note_origins(self, plan: Plan, started: datetime, kind: CycleKind) -> None:
         """Where each site's data last came from: a full read sets every site, an event or
         refresh cycle the sites whose lists it changed (``/v1/sites`` says it): their content,
         or what storage and drains let them serve (a refresh cycle changes only that)."""
-        if origin == "full_read":
+        origin = kind.value
+        if kind is CycleKind.FULL_READ:
             self._origins = {site: (origin, started) for site in plan.sites}
             return
         served = self.published.views  # the last cycle's lists, storage and drains applied
@@ -355,59 +365,17 @@ class Service:
     def _wanted(self, queue: QueueSnapshot | None) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
         does not answer must not empty demand-driven ads); None if never read."""
-        if self.demand is None and (queue is None or not queue.pool):
+        demand = self.pool.demand
+        if demand is None and (queue is None or not queue.pool):
             return {}
         try:
-            if self.demand is not None:
-                self._last_wanted = self.demand()
+            if demand is not None:
+                self._last_wanted = demand()
             elif queue is not None:
                 self._last_wanted = idle_demand(queue).counts
         except HydratorError as exc:
             log.warning("queue query failed, using the previous demand: %s", exc)
         return self._last_wanted
-
-    def _advertise(self, plan: Plan, wanted: Mapping[DatasetId, int]) -> dict[Site, Advertised]:
-        policy, size = self.advertise_policy, self._ad_size
-        contents, memo = plan.derived.contents, self._advertised
-        demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
-        advertised: dict[Site, Advertised] = {}
-        for site, view in plan.sites.items():
-            known, near = memo.get(site), self._near_bytes.get(site, 0)
-            if known is not None and known.fits(contents[site], view, wanted, near):
-                advertised[site] = known.stamped(view)
-                continue
-            advertised[site] = advertise(view, wanted, policy, size)
-            memo[site] = AdvertiseMemo(contents[site], view, demand, advertised[site], near)
-        for site in memo.keys() - plan.sites.keys():
-            del memo[site]
-        self._warn_over_size(advertised)
-        return advertised
-
-    def _ad_size(self, view: SiteView) -> int:
-        """:func:`~hydrator.core.adsize.ad_size`, or the published body's length when the
-        site's lists are unchanged; plus its near line (``[distances]``)."""
-        near = self._near_bytes.get(view.site, 0)
-        old = self.published.ads.get(view.site)
-        if not near and old is not None and old.view.digest == view.digest:
-            return len(old.body)
-        return ad_size(view, self.config.classad, self.advertise_policy.max_ad_bytes) + near
-
-    def _warn_over_size(self, advertised: Mapping[Site, Advertised]) -> None:
-        """One warning when a site's ad starts being cut to fit, one line when it fits again."""
-        news = over_size_news(self._over_size, advertised)
-        limit = self.advertise_policy.max_ad_bytes
-        for site, left_out in news.started:
-            log.warning(
-                "site %s: its ad would exceed [classad] max_ad_bytes = %d; leaving out %d "
-                "dataset(s), least demanded first (hydrator_datasets_unadvertised"
-                '{reason="over_size"}); /v1/sites still lists them all',
-                site,
-                limit,
-                left_out,
-            )
-        for site in news.ended:
-            log.info("site %s: its ad fits max_ad_bytes = %d again", site, limit)
-        self._over_size = news.over
 
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         """Every source fetched at once, each awaited up to its ``deadline_s``:
@@ -443,7 +411,7 @@ class Service:
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         reports: dict[str, PublishReport] = {}
         errors: dict[str, str] = {}
-        for publisher in self.publishers:
+        for publisher in self.pool.publishers:
             try:
                 reports[publisher.name] = publisher.publish(views, removed, now)
             except PublishError as exc:
@@ -454,30 +422,31 @@ class Service:
     def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
         """Matchmaking quality from the pool, and the invalid names its jobs declare; a pool
         that cannot be read skips both this cycle."""
-        if self.probe is None:
+        probe, near = self.pool.probe, self.pool.near
+        if probe is None:
             return
         try:
             if queue is None:  # a probe given without a queue reader reads on its own
-                jobs, slots = self.probe.jobs_and_slots()
+                jobs, slots = probe.jobs_and_slots()
             else:
-                jobs, slots = self.probe.jobs_and_slots(queue)
+                jobs, slots = probe.jobs_and_slots(queue)
         except PublishError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
             record_pool_read(self.metrics, None)
             return
-        record_pool_read(self.metrics, self.probe.invalid_last_query)
-        near = self.near.table.near if self.near is not None else None
-        record_locality(self.metrics, locality_report(jobs, slots, plan.sites, near))
+        record_pool_read(self.metrics, probe.invalid_last_query)
+        table = near.table.near if near is not None else None
+        record_locality(self.metrics, locality_report(jobs, slots, plan.sites, table))
 
     def _annotate(
         self, plan: Plan, started: datetime, queue: QueueSnapshot | None
     ) -> JobsReport | None:
         """Write where their data is onto idle jobs (after the ads are out: a slow or failing
         schedd never delays them); a failure here is counted and logged, never fails the cycle."""
-        if self.annotator is None:
+        if self.pool.annotator is None:
             return None
         try:
-            report = self.annotator.run(plan.sites, int(started.timestamp()), queue)
+            report = self.pool.annotator.run(plan.sites, int(started.timestamp()), queue)
         except Exception:  # a bug in annotation must not cost the cycle its ads
             log.exception("job annotation failed")
             return JobsReport(error="job annotation failed unexpectedly")
@@ -494,33 +463,24 @@ class Service:
         for source in self.sources:  # ... unless it is Abandonable: that ends it, not blocking
             if source.name in busy and isinstance(source, Abandonable):
                 closers.append((source.name, source.abandon))
-        closers += [(p.name, p.close) for p in self.publishers]
-        if self.annotator is not None:
-            closers.append(("job annotator", self.annotator.close))
-        if self.near is not None:
-            closers.append(("distance reader", self.near.close))
+        pool = self.pool
+        closers += [(p.name, p.close) for p in pool.publishers]
+        if pool.annotator is not None:
+            closers.append(("job annotator", pool.annotator.close))
+        if pool.near is not None:
+            closers.append(("distance reader", pool.near.close))
         for name, close in closers:
             try:
                 close()
             except Exception:  # closing is best effort at shutdown; say what failed
                 log.exception("closing %s failed", name)
-        self.store.close()
+        self.catalogue.store.close()
 
 
 def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
     if publish_errors or any(not s.fresh for s in plan.sources):
         return "degraded"
     return "ok"
-
-
-def _origin(planner: Planner | None, scheduled: bool) -> str:
-    """What a cycle's changes are labelled with in ``/v1/sites``: ``full_read`` (every source
-    fetched), ``refresh`` (a planner on a scheduled run: storage statuses, drains and queues
-    read again, :meth:`~hydrator.runtime.event_worker.FullReadGate.refresh`) or ``event`` (a planner
-    re-reading the datasets messages named)."""
-    if planner is None:
-        return "full_read"
-    return "refresh" if scheduled else "event"
 
 
 def _fetch_record(source: Source, duration_s: float) -> FetchRecord:

@@ -57,7 +57,8 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near import NearSites
 from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published
-from hydrator.runtime.service import Demand, Service, Startup, render_ads, utcnow
+from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow
+from hydrator.runtime.service import Service, Startup, render_ads
 
 if TYPE_CHECKING:
     from hydrator.adapters.htcondor.collector import CollectorPublisher
@@ -213,10 +214,10 @@ def assemble(
     queue: QueueReader | None = None,
     distances: DistanceReader | None = None,
 ) -> Service:
-    """A :class:`Service` over the given parts, with its policies from ``config`` and its
-    :class:`Startup` loaded from ``store`` (garbage collection paused and the model frozen
-    after, glibc's allocator tuned first: :mod:`.memory`). ``demand``, when given, answers
-    the demand in place of ``queue``."""
+    """A :class:`Service` over the given parts, grouped as :mod:`.parts` says, with its
+    policies from ``config`` and its :class:`Startup` loaded from ``store`` (garbage
+    collection paused and the model frozen after, glibc's allocator tuned first:
+    :mod:`.memory`). ``demand``, when given, answers the demand in place of ``queue``."""
     metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
     advertise_policy = AdvertisePolicy(
         demand_only=config.classad.advertise == "demand",
@@ -227,21 +228,14 @@ def assemble(
     map_large_blocks()
     with collector_paused():
         startup = load_startup(config, store, metrics, advertise_policy, clock)
+    near = NearSites(config.distances, metrics, distances) if config.distances.enabled else None
     return Service(
         config,
         startup,
-        sources=sources,
-        store=store,
-        policy=Policy(**config.safety.model_dump()),
-        advertise_policy=advertise_policy,
-        metrics=metrics,
-        publishers=publishers,
-        demand=demand,
-        probe=probe,
-        annotator=annotator,
-        clock=clock,
-        queue=queue,
-        near=NearSites(config.distances, metrics, distances) if config.distances.enabled else None,
+        catalogue=Catalogue(tuple(sources), store),
+        pool=Pool(tuple(publishers), queue, demand, probe, annotator, near),
+        policies=Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad),
+        instruments=Instruments(metrics, clock),
     )
 
 

@@ -54,7 +54,7 @@ def service(daemon: Daemon) -> Iterator[Service]:
     path = daemon.directory / "in-process.toml"
     path.write_text(text.replace('"state.sqlite"', '"in-process.sqlite"'))
     svc = build_service(load_config(path))
-    assert svc.probe is not None, "[collector] enabled wires the pool probe"
+    assert svc.pool.probe is not None, "[collector] enabled wires the pool probe"
     yield svc
     svc.close()
 

@@ -41,8 +41,8 @@ def test_a_cycle_reads_each_schedd_once_for_demand_probe_and_annotation(
     cluster = submit_idle(condor_pool, COMPLETE_AT_A, count=3)
     condor_pool.wait_for_job_state(cluster, [IDLE])
     schedd = condor_pool.schedd_name()
-    reader = service.queue
-    assert isinstance(reader, CondorQueue) and service.probe is not None
+    reader = service.pool.queue
+    assert isinstance(reader, CondorQueue) and service.pool.probe is not None
 
     report = service.run_cycle()
 

@@ -60,10 +60,10 @@ def event_cycle(service: Service) -> CycleReport:
     def planner(previous: Derived, context: FetchContext) -> Plan:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(previous, outcomes, context.now, service.policy, context.drains)
+        plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
         return keep_read_times(plan, state)
 
-    return service.run_cycle(planner=planner)
+    return service.run_event_cycle(planner)
 
 
 def edit_calls(service: Service) -> float | None:
@@ -77,7 +77,7 @@ def test_event_cycles_within_the_age_query_no_schedd_and_edit_no_job_again(
     condor_pool.wait_for_job_state(cluster, [IDLE])
     schedd = condor_pool.schedd_name()
     service = make_service("")  # the default age: [daemon] interval_s = 60
-    reader = service.queue
+    reader = service.pool.queue
     assert isinstance(reader, CondorQueue)
 
     assert service.run_cycle().queue is QueueRead.READ
@@ -121,7 +121,7 @@ def test_schedd_queries_with_an_event_cycle_every_half_second(
     counted: dict[str, tuple[int, int]] = {}
     for label, line in (("before", "queue_max_age_s = 0"), ("after", "queue_max_age_s = 2")):
         service = make_service(line)
-        reader = service.queue
+        reader = service.pool.queue
         assert isinstance(reader, CondorQueue)
         service.run_cycle()
         cycles, end = 0, time.monotonic() + 6.0

@@ -4,6 +4,7 @@ queue; ``once --json``'s jobs section; the ``[jobs]`` configuration's checks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Any, Scripted]]:
     )
     service = build_service(config)
     adapter = Scripted()
-    service.annotator = Annotator(adapter, AnnotateSettings())
+    service.pool = replace(service.pool, annotator=Annotator(adapter, AnnotateSettings()))
     http = HttpEndpoint(service, config.http, wedged_after_s=300)
     http.start()
     yield f"http://127.0.0.1:{http.port}", service, adapter

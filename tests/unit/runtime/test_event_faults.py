@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_
 ) -> None:
     service, _catalogue, cycles, metrics, _now = setup
     source = Rejecting(rep("A", "obs1"))
-    service.sources = [source]
+    service.catalogue = replace(service.catalogue, sources=(source,))
     cycles.full_read()
     escaped: list[str] = []  # what threading.excepthook (which bypasses the formatter) saw
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.thread.name))
@@ -78,7 +79,7 @@ def test_the_failed_cycle_leaves_what_it_should_have_read_to_the_next_full_read(
 ) -> None:
     service, _catalogue, cycles, _metrics, now = setup
     source = Rejecting(rep("A", "obs1"))
-    service.sources = [source]
+    service.catalogue = replace(service.catalogue, sources=(source,))
     marked = EventCycles(service, source, cycles.config, cycles.policy, clock=lambda: now[0])
     marked.listener = cycles.listener
     marked.full_read()

@@ -71,7 +71,7 @@ def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
     def planner(previous: Derived, context: FetchContext) -> Plan:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(previous, outcomes, context.now, svc.policy, context.drains)
+        plan = plan_cycle(previous, outcomes, context.now, svc.policies.plan, context.drains)
         return keep_read_times(plan, state)
 
     return planner
@@ -79,7 +79,7 @@ def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
 
 def event(svc: Service) -> Plan:
     """An event cycle that re-reads nothing."""
-    plan = svc.run_cycle(planner=planner_of(svc)).plan
+    plan = svc.run_event_cycle(planner_of(svc)).plan
     assert plan is not None
     return plan
 
@@ -173,7 +173,7 @@ def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path:
     )
     first = svc.run_cycle()
     assert first.queue is QueueRead.READ and first.jobs is not None and first.jobs.edits == 1
-    later = [svc.run_cycle(planner=planner_of(svc)) for _ in range(3)]
+    later = [svc.run_event_cycle(planner_of(svc)) for _ in range(3)]
     assert [r.queue for r in later] == [QueueRead.REUSED] * 3
     assert reader.reads == 1
     assert len(edits.applied) == 1, "the held snapshot carries the first cycle's edit"
@@ -191,7 +191,7 @@ def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Pa
     reader = Reader(wanting("ska:x"), wanting("ska:y"))
     svc = service(tmp_path, reader)  # the age: an hour
     svc.run_cycle()
-    report = svc.run_cycle(planner=partial(refresh_plan, svc, {}), scheduled=True)
+    report = svc.run_refresh_cycle(partial(refresh_plan, svc, {}))
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
     event(svc)

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -279,7 +280,7 @@ def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: Clock
     assert m("hydrator_sites_unclaimed_slots_with_data", {"site": "A"}) == 1
     invalid = {"source": "RequiredDatasets"}  # the jobs' invalid names, counted per read
     assert m("hydrator_invalid_records_total", invalid) == 2
-    service.probe = Probe(fail=True)
+    service.pool = replace(service.pool, probe=Probe(fail=True))
     assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
     assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
     assert m("hydrator_invalid_records_total", invalid) == 2
@@ -374,7 +375,7 @@ def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
     unadvertised = {"site": "A", "reason": "over_size"}
     m = service.metrics.registry.get_sample_value
 
-    with caplog.at_level("INFO", logger="hydrator.runtime.service"):
+    with caplog.at_level("INFO", logger="hydrator.runtime.advertising"):
         for _ in range(2):
             service.run_cycle()
             body = service.published.ads[Site("A")].body

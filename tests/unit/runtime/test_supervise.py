@@ -10,6 +10,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -86,7 +87,7 @@ def test_a_dead_worker_is_logged_shown_restarted_counted_and_polling_resumes(
 ) -> None:
     service, _catalogue, cycles, metrics, now = setup
     source = Crashing(rep("A", "obs1"))
-    service.sources = [source]
+    service.catalogue = replace(service.catalogue, sources=(source,))
     monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # restored after
     log_thread_deaths()
     worker = EventCycles(service, source, cycles.config, cycles.policy, clock=lambda: now[0])

@@ -1,0 +1,74 @@
+"""What :func:`hydrator.runtime.wiring.assemble` hands a :class:`~hydrator.runtime.service.Service`,
+in four groups: where the data comes from and is kept (:class:`Catalogue`), what reaches the
+HTCondor pool (:class:`Pool`), the rules a cycle decides by (:class:`Policies`), and what it
+reports to and tells the time by (:class:`Instruments`).
+
+Frozen references only, no behaviour: the service calls the parts, these only carry them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hydrator.config import ClassAdConfig
+from hydrator.core.advertise import AdvertisePolicy
+from hydrator.core.annotate import Annotator
+from hydrator.core.plan import Policy
+from hydrator.core.ports import PoolProbe, Publisher, QueueReader, Source, StateStore
+from hydrator.domain import DatasetId
+from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.near import NearSites
+
+Demand = Callable[[], Mapping[DatasetId, int]]
+"""What queued jobs ask for, per dataset, answered without a queue read (tests, benchmarks)."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The catalogue side: the sources a full read fetches (each in its own thread, up to its
+    ``deadline_s``) and the store the state is saved in and the drains read from."""
+
+    sources: tuple[Source, ...]
+    store: StateStore
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The pool side, every part optional (a daemon without ``[collector]`` or ``[jobs]``
+    has none): the ``publishers`` of the site attributes; ``queue``, the schedds read once
+    per cycle for the demand, ``probe`` and ``annotator``; ``demand``, when given, answers
+    the demand instead of the queue; ``near``, each site's near sites (``[distances]``),
+    whose line goes into the ads."""
+
+    publishers: tuple[Publisher, ...] = ()
+    queue: QueueReader | None = None
+    demand: Demand | None = None
+    probe: PoolProbe | None = None
+    annotator: Annotator | None = None
+    near: NearSites | None = None
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The rules a cycle decides by, built from the configuration: ``plan`` (the safety
+    guards of :func:`~hydrator.core.plan.plan_cycle`), ``advertise`` (what an ad carries and
+    its size limit) and ``classad`` (the attribute names an ad is rendered with)."""
+
+    plan: Policy
+    advertise: AdvertisePolicy
+    classad: ClassAdConfig
+
+
+@dataclass(frozen=True)
+class Instruments:
+    """What the service reports to (``metrics``, through :mod:`.observe`) and tells the time
+    by (``clock``: timezone-aware UTC, the cycle's start and the drains' expiry)."""
+
+    metrics: Metrics
+    clock: Callable[[], datetime] = utcnow
