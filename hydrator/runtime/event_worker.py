@@ -63,6 +63,7 @@ from hydrator.core.ports import (
 from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.redact import redact
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import (
     EventCycleRecord,
     FetchRecord,
@@ -427,11 +428,7 @@ class EventCycles:
         return []
 
     def _count_calls(self) -> None:
-        """The requests of the source's last targeted read (:class:`CountsReadCalls`), into
-        ``hydrator_source_calls_total`` as a full read's are (failed reads' too)."""
-        if isinstance(self.source, CountsReadCalls):
-            calls = dict(self.source.calls_last_read)
-            record_fetch(self.metrics, FetchRecord(self._label, calls=calls))
+        count_read_calls(self.metrics, self._label, self.source)
 
 
 class FullReadGate:
@@ -532,9 +529,15 @@ def _read_storages(
         log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
         return None
     finally:
-        if isinstance(source, CountsReadCalls):
-            calls = dict(source.calls_last_read)
-            record_fetch(service.metrics, FetchRecord(name, calls=calls))
+        count_read_calls(service.metrics, name, source)
+
+
+def count_read_calls(metrics: Metrics, name: str, source: object) -> None:
+    """The requests of ``source``'s last targeted read (:class:`CountsReadCalls`), into
+    ``hydrator_source_calls_total`` as a full read's are (failed reads' too)."""
+    if isinstance(source, CountsReadCalls):
+        calls = dict(source.calls_last_read)
+        record_fetch(metrics, FetchRecord(name, calls=calls))
 
 
 def start_events(
