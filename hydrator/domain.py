@@ -187,7 +187,8 @@ class Replica(_ReplicaFields):
         return self.fraction if self.detail is None else self.detail.bytes_fraction
 
 
-_site_of: Callable[[Replica], Site] = attrgetter("site")
+site_of: Callable[[Replica], Site] = attrgetter("site")
+"""A replica's site, as a C-level getter for ``map`` over many replicas."""
 
 
 class ElementCount(NamedTuple):
@@ -258,7 +259,7 @@ class Snapshot:
         kept = replicas if isinstance(replicas, frozenset | set) else frozenset(replicas)
         covered = frozenset(sites)
         if not sites_named:
-            covered = covered.union(map(_site_of, kept))  # C-level loop
+            covered = covered.union(map(site_of, kept))  # C-level loop
         return cls(
             source, kept, covered, invalid, frozenset(unmapped), unmapped_more, storages=stated
         )

@@ -15,17 +15,14 @@ twice while a cycle patches it).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import datetime
-from operator import attrgetter
 
 from hydrator.core.index import Index, each_replica, index_of, index_size, merge_replicas
 from hydrator.core.views import views_of
-from hydrator.domain import Replica, Site, SiteView, State
-
-_site_of: Callable[[Replica], Site] = attrgetter("site")
+from hydrator.domain import Replica, Site, SiteView, State, site_of
 
 
 class SourceDerived:
@@ -65,7 +62,7 @@ class SourceDerived:
         ~0.5 s at a million replicas) and from then on handed from cycle to cycle by the core,
         patched by each delta."""
         if self._counts is None:
-            self._counts = Counter(map(_site_of, self.replicas))
+            self._counts = Counter(map(site_of, self.replicas))
         return self._counts
 
     @property

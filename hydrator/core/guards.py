@@ -7,11 +7,10 @@ in case. Pure; each function states its cost.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from itertools import chain
-from operator import attrgetter
 
 from hydrator.core.derived import Derived, SourceDerived
 from hydrator.core.storage import unavailable_storages
@@ -23,9 +22,8 @@ from hydrator.domain import (
     SourceFailure,
     SourceOutcome,
     SourceState,
+    site_of,
 )
-
-_site_of: Callable[[Replica], Site] = attrgetter("site")
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def shrunken_sites(
         s: f"{new} entries against {old} last time"
         for s, (old, new) in _suspicious_sites(known, delta, policy, explained).items()
     }
-    touched = frozenset(map(_site_of, delta.removed))
+    touched = frozenset(map(site_of, delta.removed))
     down = unavailable_storages(outcome.storages)  # their entries leave at once
     now = outcome.elements
     for element, (site, old) in sorted(before.elements.items()):
@@ -157,8 +155,8 @@ def _suspicious_sites(
     (storage stated unavailable) not counted as lost; a site whose explained entries are not
     known is not judged here. ``before``'s site counts are read only when a site lost enough
     to be a candidate (built then, carried on after)."""
-    lost = Counter(map(_site_of, delta.removed))
-    lost.subtract(Counter(map(_site_of, delta.added)))
+    lost = Counter(map(site_of, delta.removed))
+    lost.subtract(Counter(map(site_of, delta.added)))
     floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
     accepted = policy.accept_site_drops
     candidates = {
@@ -181,8 +179,8 @@ def _suspicious_sites(
 def recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
     """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
     moved = Counter(counts)
-    moved.update(map(_site_of, delta.added))
-    moved.subtract(map(_site_of, delta.removed))
+    moved.update(map(site_of, delta.added))
+    moved.subtract(map(site_of, delta.removed))
     return {site: n for site, n in moved.items() if n > 0}
 
 
