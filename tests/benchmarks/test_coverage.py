@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from benchmarks.coverage import Catalogue, misses, segment
+from benchmarks.coverage import Catalogue, Step, misses, segment
 from tests.support.pool import Pool
 from tests.support.rucio_server import RucioServer
 from tests.support.wait import wait_for
@@ -26,7 +26,7 @@ FIGURES = {
 def test_a_short_window_gives_every_figure(condor_pool: Pool, rucio_server: RucioServer) -> None:
     catalogue = Catalogue(rucio_server)
     args = argparse.Namespace(duration_s=20, period_s=1.0, glidein_every_s=6, data_every_s=10)
-    result = segment(args, catalogue, condor_pool, 30, None)
+    result = segment(args, catalogue, condor_pool, Step("collector", 30, "new", None))
     assert set(result) == FIGURES
     assert result["hydrator"].endswith("hydrator/__init__.py")
     assert result["glideins_started"] >= 2 and result["data_changes"] >= 1
