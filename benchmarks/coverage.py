@@ -3,13 +3,16 @@ lists, seen from the pool, not from the daemon. ``hydrator run`` with the defaul
 and merge settings on the test pool (real collector and startds) over a real Rucio server;
 every slot ad sampled every ``--period-s`` and compared with the truth read from Rucio with
 rucio-clients; glidein-like startds join and leave and a dataset comes and goes meanwhile.
+Two publication paths: the daemon's collector merges (``collector``), or its HTTP endpoint read
+by the execute-node hook as STARTD_CRON jobs of every startd (``hook``, new code only).
 COVERAGE.md says what each figure is.
 
     .venv/bin/python -m benchmarks coverage --code OLD_CHECKOUT --new-code NEW_CHECKOUT \
-        --duration-s 600 --json benchmarks/results/coverage.json
+        --paths collector hook --duration-s 600 --json benchmarks/results/coverage.json
 
 Needs root; takes the pool for one segment (one condition, one side) at a time and releases
-it between segments. Exits 1 when a target is missed.
+it between segments; the record is rewritten after each segment (``complete`` false until the
+last). Exits 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,7 +39,7 @@ import htcondor2
 
 from benchmarks.conditions import machine
 from tests.support.daemon import Daemon
-from tests.support.pool import Pool, running_pool
+from tests.support.pool import SLOT_SITES, Pool, running_pool
 from tests.support.rucio_server import RucioAdmin, RucioServer, make_server, unique
 from tests.support.static_inventory import TRANSIENT
 from tests.support.wait import wait_for
@@ -47,6 +50,10 @@ CHURN_SITE = "SITE_B"  # where a dataset comes and goes
 TARGETS = {300: 0.995, 30: 0.98}  # UPDATE_INTERVAL s -> least coverage (issue 32)
 NEW_STARTD_TARGET_S = 5.0
 FRAGMENT = "70-coverage-bench.conf"  # the condition's pool settings, in the pool's config dir
+HOOK_FRAGMENT = "71-coverage-hook.conf"  # the hook path's STARTD_CRON jobs (deploy file + sites)
+DEPLOY = HERE.parent / "deploy" / "condor"
+HOOK_IN_CHROOT = "/opt/hydrator/hydrator-classad-hook"
+HOOK_CACHE = "$(SPOOL)/hydrator-hook"  # the deploy file's HYDRATOR_HOOK_CACHE
 LAG_S = 65.0  # the default interval_s plus jitter_s: how long the catalogue may lead the ads
 Lists = Mapping[str, frozenset[str]]  # site -> datasets complete there
 Sample = dict[str, tuple[str, frozenset[str] | None]]  # slot name -> (site, lists or bare)
@@ -59,6 +66,8 @@ LOAD_ATTRS = (
     "InProcQueriesFromTOOL",
     "StatsLastUpdateTime",
 )
+# the daemon's counters of its collector load, and of its HTTP answers (the hook path's load)
+LOAD_METRICS = ("hydrator_collector", "hydrator_slot_repair", "hydrator_http_requests")
 
 
 class Catalogue:
@@ -121,8 +130,8 @@ class Glideins:
     chroot with its own ``STARTD_NAME``, log and address file, and one partitionable slot
     whose ``GLIDEIN_Site`` is its site; stopped with SIGTERM (they withdraw their ads)."""
 
-    def __init__(self, pool: Pool, tag: str) -> None:
-        self.pool, self.tag, self.count = pool, tag, 0
+    def __init__(self, pool: Pool, tag: str, hook: bool = False) -> None:
+        self.pool, self.tag, self.count, self.hook = pool, tag, 0, hook
         self.running: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
@@ -138,6 +147,8 @@ class Glideins:
             # which drops the first update and leaves the glidein unseen for UPDATE_INTERVAL
             "SEC_USE_FAMILY_SESSION": "false",
         }  # fmt: skip
+        if self.hook:
+            settings |= glidein_hook_settings(name, site)
         env = [
             "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
             *(f"_CONDOR_{k}={v}" for k, v in settings.items()),
@@ -165,6 +176,45 @@ class Glideins:
     def stop_all(self) -> None:
         while self.running:
             self.stop_oldest()
+
+
+def hook_config(deploy: str, url: str, period_s: int, sites: Iterable[str]) -> str:
+    """The pool's startd's hook config: ``deploy`` (deploy/condor/50-hydrator.conf) with this
+    pool's values (the hook's path in the chroot, the daemon's URL, the period) and, as this
+    one startd stands for several sites, its job ``HYDRATOR`` copied once per site with
+    ``--site S --slot-attribute GLIDEIN_Site`` (each site's ad merged only into its slots).
+    ``STARTD_CRON_AUTOPUBLISH`` back to HTCondor's default (``Never``; the test pool sets
+    ``If_Changed``): only the hook's own ``- update:true`` sends an update at once."""
+    jobs = [f"HYDRATOR_{site}" for site in sorted(set(sites))]
+    lines = [
+        deploy.rstrip("\n"),
+        "",
+        "# the coverage scenario's values",
+        f"HYDRATOR_HOOK = {HOOK_IN_CHROOT}",
+        f"HYDRATOR_URL = {url}",
+        f"STARTD_CRON_HYDRATOR_PERIOD = {period_s}",
+        "STARTD_CRON_AUTOPUBLISH = Never",
+        f"STARTD_CRON_JOBLIST = {' '.join(jobs)}",
+    ]
+    for job, site in zip(jobs, sorted(set(sites)), strict=True):
+        for key in ("EXECUTABLE", "MODE", "PERIOD", "KILL", "PREFIX"):
+            lines.append(f"STARTD_CRON_{job}_{key} = $(STARTD_CRON_HYDRATOR_{key})")
+        lines.append(
+            f"STARTD_CRON_{job}_ARGS = $(STARTD_CRON_HYDRATOR_ARGS)"
+            f" --site {site} --slot-attribute GLIDEIN_Site"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def glidein_hook_settings(name: str, site: str) -> dict[str, str]:
+    """A glidein's own settings on top of :func:`hook_config` (as ``_CONDOR_`` variables, the
+    way pyglidein configures its startd): the deploy file's one job ``HYDRATOR``, the site in
+    ``GLIDEIN_Site`` where the hook reads it, and a cache of its own (a glidein's directory)."""
+    return {
+        "STARTD_CRON_JOBLIST": "HYDRATOR",
+        "GLIDEIN_Site": f'"{site}"',
+        "HYDRATOR_HOOK_CACHE": f"{HOOK_CACHE}-{name}",
+    }
 
 
 def glidein_churn(stop: threading.Event, glideins: Glideins, every_s: float) -> None:
@@ -255,31 +305,33 @@ class Score:
         }
 
 
-def config(daemon: Daemon, pool: Pool, server: RucioServer, tag: str) -> Path:
-    """The daemon's config: defaults but for the Rucio source, the collector path and files."""
-    path = daemon.directory / "hydrator.toml"
-    path.write_text(
+def config(daemon: Daemon, pool: Pool, server: RucioServer, tag: str, path: str) -> Path:
+    """The daemon's config: defaults but for the Rucio source, files and the ``path``: the
+    collector path on, or (``hook``) off, the hook reading the HTTP endpoint instead."""
+    collector = (
+        f'\n[collector]\nenabled = true\npool = "{pool.collector_address}"\n'
+        f'token_dir = "{pool.token_dir}"\n'
+    )
+    out = daemon.directory / "hydrator.toml"
+    out.write_text(
         f'[daemon]\nstate_path = "state.sqlite"\n\n[http]\nlisten = "{daemon.target}"\n\n'
         f'[[sources]]\ntype = "rucio"\nname = "rucio"\nrucio_host = "{server.url}"\n'
         f'auth_host = "{server.url}"\naccount = "root"\nauth_type = "userpass"\n'
         f'username = "{server.username}"\npassword_file = "{server.password_file}"\n'
-        f'rse_expression = "fed={tag}"\n\n[collector]\nenabled = true\n'
-        f'pool = "{pool.collector_address}"\ntoken_dir = "{pool.token_dir}"\n',
+        f'rse_expression = "fed={tag}"\n' + (collector if path == "collector" else ""),
         encoding="utf-8",
     )
-    return path
+    return out
 
 
 def load(pool: Pool, daemon: Daemon) -> dict[str, float]:
     """The collector's own counters (its ad, refreshed every COLLECTOR_UPDATE_INTERVAL) and
-    the daemon's collector and repair counters (``*_total``, summed over sites), now."""
+    the daemon's collector, repair and HTTP counters (``*_total``, summed over sites), now."""
     (ad,) = pool.collector.query(htcondor2.AdType.Collector, projection=list(LOAD_ATTRS))
     out = {f"collector_{k}": float(ad[k]) for k in LOAD_ATTRS if k in ad}
     out["daemon_time"] = time.time()
     for (name, labels), value in daemon.metrics().items():
-        if name.startswith(("hydrator_collector", "hydrator_slot_repair")) and name.endswith(
-            "_total"
-        ):  # summed over sites
+        if name.startswith(LOAD_METRICS) and name.endswith("_total"):  # summed over sites
             key = name + "".join(f",{k}={v}" for k, v in sorted(labels) if k != "site")
             out[key] = out.get(key, 0.0) + value
     return out
@@ -313,33 +365,102 @@ def side_env(code: Path | None) -> Iterator[str]:
         ).stdout.strip()
 
 
+@dataclass(frozen=True)
+class Step:
+    """One segment of a run: a publication path, a startd ``UPDATE_INTERVAL``, a side and its
+    checkout (None: this one), and the hook's period (None on the collector path)."""
+
+    path: str
+    update_s: int
+    side: str
+    code: Path | None
+    hook_period_s: int | None = None
+
+
+def plan(
+    update_intervals: Sequence[int],
+    sides: Sequence[tuple[str, Path | None]],
+    paths: Sequence[str],
+    hook_period_s: int,
+    hook_extra_periods_s: Sequence[int] = (),
+) -> list[Step]:
+    """The segments in the order run: the collector path on every side at each interval, the
+    sides alternating (the first side first at the first interval); then the hook path on
+    the last side (the new code) at each interval with ``hook_period_s``; then each extra
+    period at the first interval (run last, so the first to go when time runs short)."""
+    steps: list[Step] = []
+    if "collector" in paths:
+        for i, update_s in enumerate(update_intervals):
+            for side, code in sides if i % 2 == 0 else sides[::-1]:
+                steps.append(Step("collector", update_s, side, code))
+    if "hook" in paths:
+        side, code = sides[-1]
+        for update_s in update_intervals:
+            steps.append(Step("hook", update_s, side, code, hook_period_s))
+        for period in hook_extra_periods_s:
+            steps.append(Step("hook", update_intervals[0], side, code, period))
+    return steps
+
+
+def install_hook(pool: Pool, stack: ExitStack, url: str, period_s: int) -> None:
+    """The hook in the chroot and :func:`hook_config` in the pool's config (reconfig); the
+    caches of the hook removed after the segment (a next segment starts without a copy)."""
+    target = pool.root / HOOK_IN_CHROOT.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DEPLOY / "hydrator-classad-hook", target)
+    target.chmod(0o755)
+    spool = pool.root / pool.run_in_chroot(["condor_config_val", "SPOOL"]).stdout.strip("/\n")
+
+    def clean() -> None:
+        for cache in spool.glob("hydrator-hook*"):
+            shutil.rmtree(cache, ignore_errors=True)
+
+    clean()
+    stack.callback(clean)
+    deploy = (DEPLOY / "50-hydrator.conf").read_text(encoding="utf-8")
+    pool.write_config(HOOK_FRAGMENT, hook_config(deploy, url, period_s, SLOT_SITES.values()))
+    stack.callback(pool.remove_config, HOOK_FRAGMENT)
+    pool.reconfig()
+
+
 def segment(
-    args: argparse.Namespace, catalogue: Catalogue, pool: Pool, update_s: int, code: Path | None
+    args: argparse.Namespace, catalogue: Catalogue, pool: Pool, step: Step
 ) -> dict[str, Any]:
-    """One condition for one side on a running pool: startds at ``UPDATE_INTERVAL`` ``update_s``
-    (a config fragment and a reconfig), the daemon up on ``code``'s package, every slot
-    current, then :func:`window`; the daemon, the glideins and the fragment gone after."""
+    """One step on a running pool: startds at its ``UPDATE_INTERVAL`` (a config fragment and a
+    reconfig), the daemon up on its checkout's package publishing by its path (the hook's
+    STARTD_CRON jobs installed for the hook path), every slot current, then :func:`window`;
+    the daemon, the glideins and the fragments gone after."""
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hydrator-coverage-")))
         pool.write_config(
-            FRAGMENT, f"UPDATE_INTERVAL = {update_s}\nCOLLECTOR_UPDATE_INTERVAL = 10\n"
+            FRAGMENT, f"UPDATE_INTERVAL = {step.update_s}\nCOLLECTOR_UPDATE_INTERVAL = 10\n"
         )
         stack.callback(pool.reconfig)
         stack.callback(pool.remove_config, FRAGMENT)
         pool.reconfig()
-        imported = stack.enter_context(side_env(code))
+        imported = stack.enter_context(side_env(step.code))
         daemon = stack.enter_context(Daemon(work))
-        daemon.start(config(daemon, pool, catalogue.server, catalogue.tag), ready_timeout_s=120)
+        settings = config(daemon, pool, catalogue.server, catalogue.tag, step.path)
+        daemon.start(settings, ready_timeout_s=120)
+        hook = step.hook_period_s is not None
+        if hook:
+            install_hook(pool, stack, daemon.url, step.hook_period_s or 0)
         truth = catalogue.timeline[-1][2]
 
         def current() -> bool:
             return all(lists == truth.get(site) for site, lists in sample(pool).values())
 
-        wait_for("every slot current", current, timeout_s=180, interval_s=1.0, ignore=TRANSIENT)
-        glideins = Glideins(pool, unique("s").lower())
+        wait = 180 + (step.hook_period_s or 0)
+        wait_for("every slot current", current, timeout_s=wait, interval_s=1.0, ignore=TRANSIENT)
+        glideins = Glideins(pool, unique("s").lower(), hook=hook)
         stack.callback(glideins.stop_all)
-        head = {"update_interval_s": update_s, "hydrator": imported}
-        head["revision"] = revision(code or HERE.parent)
+        head = {
+            "path": step.path,
+            "hook_period_s": step.hook_period_s,
+            "update_interval_s": step.update_s,
+            "hydrator": imported,
+            "revision": revision(step.code or HERE.parent),
+        }
         return head | window(args, pool, daemon, catalogue, glideins)
 
 
@@ -399,7 +520,7 @@ def misses(result: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add = parser.add_argument
     add("--code", type=Path, help="the old checkout: also run its hydrator package, alternating")
@@ -411,6 +532,21 @@ def main() -> None:
         default=[300, 30],
         help="startd UPDATE_INTERVAL s",
     )
+    add(
+        "--paths",
+        nargs="+",
+        choices=["collector", "hook"],
+        default=["collector"],
+        help="publication paths (hook: the new code only)",
+    )
+    add("--hook-period-s", type=int, default=300, help="the hook's STARTD_CRON period")
+    add(
+        "--hook-extra-periods-s",
+        type=int,
+        nargs="*",
+        default=[],
+        help="one more hook segment per period, at the first UPDATE_INTERVAL, run last",
+    )
     add("--duration-s", type=float, default=600.0, help="sampling window per condition and side")
     add("--period-s", type=float, default=1.0, help="seconds between samples")
     add("--glidein-every-s", type=float, default=60.0, help="a glidein joins this often")
@@ -421,27 +557,46 @@ def main() -> None:
         help="a dataset comes or goes this often (0: never)",
     )
     add("--json", type=Path, help="write the record here (default: print only)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def write(args: argparse.Namespace, record: dict[str, Any]) -> None:
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    args = arguments()
     sides: list[tuple[str, Path | None]] = [("new", args.new_code)]
     if args.code is not None:
         sides.insert(0, ("old", args.code))
+    steps = plan(
+        args.update_intervals, sides, args.paths, args.hook_period_s, args.hook_extra_periods_s
+    )
     meta = {**machine(), "utc_start": datetime.now(UTC).isoformat(timespec="seconds")}
-    segments, failed = [], []
+    record: dict[str, Any] = {
+        "meta": meta,
+        "parameters": {**vars(args), "lag_s": LAG_S},
+        "segments": [],
+        "missed": [],
+        "complete": False,
+    }
     server = make_server()
     try:
         catalogue = Catalogue(server)
-        for i, update_s in enumerate(args.update_intervals):
-            for label, code in sides if i % 2 == 0 else sides[::-1]:
-                print(f"UPDATE_INTERVAL {update_s} s, {label} code", flush=True)
-                with tempfile.TemporaryDirectory() as tmp, running_pool(Path(tmp)) as pool:
-                    segments.append(
-                        {"side": label, **segment(args, catalogue, pool, update_s, code)}
-                    )
-                print(
-                    json.dumps({k: v for k, v in segments[-1].items() if k != "new_slot_waits_s"}),
-                    flush=True,
-                )
-                failed += [f"{label} at {update_s} s: {m}" for m in misses(segments[-1])]
+        for step in steps:
+            period = "" if step.hook_period_s is None else f", hook period {step.hook_period_s} s"
+            label = f"{step.side} {step.path} at {step.update_s} s{period}"
+            print(f"UPDATE_INTERVAL {step.update_s} s, {label}", flush=True)
+            with tempfile.TemporaryDirectory() as tmp, running_pool(Path(tmp)) as pool:
+                result = {"side": step.side, **segment(args, catalogue, pool, step)}
+            record["segments"].append(result)
+            print(
+                json.dumps({k: v for k, v in result.items() if k != "new_slot_waits_s"}), flush=True
+            )
+            record["missed"] += [f"{label}: {m}" for m in misses(result)]
+            meta |= {"utc_last_segment_end": datetime.now(UTC).isoformat(timespec="seconds")}
+            write(args, record)
     finally:
         server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
@@ -449,16 +604,10 @@ def main() -> None:
         "utc_end": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_average_end": os.getloadavg(),
     }
-    record = {
-        "meta": meta,
-        "parameters": {**vars(args), "lag_s": LAG_S},
-        "segments": segments,
-        "missed": failed,
-    }
-    if args.json:
-        args.json.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
-    print("\n".join(failed) or "every target met")
-    raise SystemExit(1 if failed else 0)
+    record["complete"] = True
+    write(args, record)
+    print("\n".join(record["missed"]) or "every target met", flush=True)
+    raise SystemExit(1 if record["missed"] else 0)
 
 
 if __name__ == "__main__":
