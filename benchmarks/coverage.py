@@ -40,6 +40,7 @@ import htcondor2
 from benchmarks.conditions import machine
 from tests.support.daemon import Daemon
 from tests.support.pool import SLOT_SITES, Pool, running_pool
+from tests.support.pool_hook import HOOK_IN_CHROOT, copy_hook
 from tests.support.rucio_server import RucioAdmin, RucioServer, make_server, unique
 from tests.support.static_inventory import TRANSIENT
 from tests.support.wait import wait_for
@@ -52,7 +53,6 @@ NEW_STARTD_TARGET_S = 5.0
 FRAGMENT = "70-coverage-bench.conf"  # the condition's pool settings, in the pool's config dir
 HOOK_FRAGMENT = "71-coverage-hook.conf"  # the hook path's STARTD_CRON jobs (deploy file + sites)
 DEPLOY = HERE.parent / "deploy" / "condor"
-HOOK_IN_CHROOT = "/opt/hydrator/hydrator-classad-hook"
 HOOK_CACHE = "$(SPOOL)/hydrator-hook"  # the deploy file's HYDRATOR_HOOK_CACHE
 LAG_S = 65.0  # the default interval_s plus jitter_s: how long the catalogue may lead the ads
 Lists = Mapping[str, frozenset[str]]  # site -> datasets complete there
@@ -405,10 +405,7 @@ def plan(
 def install_hook(pool: Pool, stack: ExitStack, url: str, period_s: int) -> None:
     """The hook in the chroot and :func:`hook_config` in the pool's config (reconfig); the
     caches of the hook removed after the segment (a next segment starts without a copy)."""
-    target = pool.root / HOOK_IN_CHROOT.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(DEPLOY / "hydrator-classad-hook", target)
-    target.chmod(0o755)
+    copy_hook(pool)
     spool = pool.root / pool.run_in_chroot(["condor_config_val", "SPOOL"]).stdout.strip("/\n")
 
     def clean() -> None:

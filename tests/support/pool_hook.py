@@ -26,7 +26,7 @@ HOOK_FRAGMENT = "60-hydrator-hook"
 def hook_config(url: str, sites: Iterable[str] = ()) -> str:
     """One STARTD_CRON job per site (default: the test pool's), each merged only into that
     site's slots."""
-    lines = ["HYDRATOR_HOOK = /opt/hydrator/hydrator-classad-hook"]
+    lines = [f"HYDRATOR_HOOK = {HOOK_IN_CHROOT}"]
     for site in sorted(set(sites) or set(SLOT_SITES.values())):
         job = f"HYDRATOR_{site}"
         lines += [
@@ -41,12 +41,20 @@ def hook_config(url: str, sites: Iterable[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def install_hook(pool: Pool, url: str, sites: Iterable[str] = ()) -> None:
-    """Copy the hook into the chroot and run it as STARTD_CRON jobs against ``url``."""
-    target = pool.root / "opt" / "hydrator" / "hydrator-classad-hook"
+HOOK_IN_CHROOT = "/opt/hydrator/hydrator-classad-hook"
+
+
+def copy_hook(pool: Pool) -> None:
+    """The deploy directory's hook into the chroot, at :data:`HOOK_IN_CHROOT`, executable."""
+    target = pool.root / HOOK_IN_CHROOT.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(HOOK, target)
     target.chmod(0o755)
+
+
+def install_hook(pool: Pool, url: str, sites: Iterable[str] = ()) -> None:
+    """Copy the hook into the chroot and run it as STARTD_CRON jobs against ``url``."""
+    copy_hook(pool)
     pool.write_config(HOOK_FRAGMENT, hook_config(url, sites))
     pool.reconfig()
 
