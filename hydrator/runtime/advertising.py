@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
@@ -32,7 +33,6 @@ class Advertising:
         self._memo: dict[Site, AdvertiseMemo] = {}  # last cycle's, per site
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
-        self._published: Mapping[Site, SiteAd] = {}  # the ads served before this cycle's
 
     def near(self, near: Mapping[Site, tuple[Site, ...]]) -> None:
         """This cycle's near sites (``[distances]``; empty when off): their lines' bytes
@@ -46,9 +46,8 @@ class Advertising:
         """Each of ``plan``'s sites' advertised lists under the demand ``wanted``; a site
         whose inputs are those of last cycle gets last cycle's answer. ``published``: the
         ads served until now (an unchanged site's size is its body's length)."""
-        policy, size = self.policy, self._ad_size
+        policy, size = self.policy, partial(self._ad_size, published)
         contents, memo = plan.derived.contents, self._memo
-        self._published = published
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():
@@ -63,11 +62,11 @@ class Advertising:
         self._warn_over_size(advertised)
         return advertised
 
-    def _ad_size(self, view: SiteView) -> int:
-        """:func:`~hydrator.core.adsize.ad_size`, or the published body's length when the
+    def _ad_size(self, published: Mapping[Site, SiteAd], view: SiteView) -> int:
+        """:func:`~hydrator.core.adsize.ad_size`, or the ``published`` body's length when the
         site's lists are unchanged; plus its near line (``[distances]``)."""
         near = self._near_bytes.get(view.site, 0)
-        old = self._published.get(view.site)
+        old = published.get(view.site)
         if not near and old is not None and old.view.digest == view.digest:
             return len(old.body)
         return ad_size(view, self.attrs, self.policy.max_ad_bytes) + near

@@ -233,7 +233,14 @@ def assemble(
         config,
         startup,
         catalogue=Catalogue(tuple(sources), store),
-        pool=Pool(tuple(publishers), queue, demand, probe, annotator, near),
+        pool=Pool(
+            tuple(publishers),
+            queue=queue,
+            demand=demand,
+            probe=probe,
+            annotator=annotator,
+            near=near,
+        ),
         policies=Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad),
         instruments=Instruments(metrics, clock),
     )
