@@ -64,7 +64,8 @@ def remove_hook(pool: Pool) -> None:
     restarts: :func:`restart_startd`)."""
     pool.remove_config(HOOK_FRAGMENT)
     pool.reconfig()
-    shutil.rmtree(pool.root / "var" / "lib" / "condor" / "spool" / "hydrator-hook", True)
+    spool = pool.run_in_chroot(["condor_config_val", "SPOOL"]).stdout.strip()
+    shutil.rmtree(pool.root / spool.lstrip("/") / "hydrator-hook", True)
 
 
 def restart_startd(pool: Pool) -> None:
