@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -176,6 +177,15 @@ class Glideins:
     def stop_all(self) -> None:
         while self.running:
             self.stop_oldest()
+
+
+def shipped_period() -> int:
+    """``STARTD_CRON_HYDRATOR_PERIOD`` as deploy/condor/50-hydrator.conf ships it."""
+    text = (DEPLOY / "50-hydrator.conf").read_text(encoding="utf-8")
+    found = re.search(r"^STARTD_CRON_HYDRATOR_PERIOD\s*=\s*(\d+)\s*$", text, re.MULTILINE)
+    if found is None:
+        raise ValueError("deploy/condor/50-hydrator.conf sets no STARTD_CRON_HYDRATOR_PERIOD")
+    return int(found.group(1))
 
 
 def hook_config(deploy: str, url: str, period_s: int, sites: Iterable[str]) -> str:
@@ -536,7 +546,12 @@ def arguments() -> argparse.Namespace:
         default=["collector"],
         help="publication paths (hook: the new code only)",
     )
-    add("--hook-period-s", type=int, default=300, help="the hook's STARTD_CRON period")
+    add(
+        "--hook-period-s",
+        type=int,
+        default=shipped_period(),
+        help="the hook's STARTD_CRON period (default: deploy/condor/50-hydrator.conf's)",
+    )
     add(
         "--hook-extra-periods-s",
         type=int,

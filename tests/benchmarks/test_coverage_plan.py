@@ -3,9 +3,17 @@ in what order, and the hook's configuration built from the deploy file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from benchmarks.coverage import DEPLOY, Step, glidein_hook_settings, hook_config, plan
+from benchmarks.coverage import (
+    DEPLOY,
+    Step,
+    glidein_hook_settings,
+    hook_config,
+    plan,
+    shipped_period,
+)
 
 OLD, NEW = Path("/old"), Path("/new")
 SIDES = [("old", OLD), ("new", NEW)]
@@ -74,3 +82,11 @@ def test_a_glidein_runs_the_deploy_files_job_with_its_own_site_and_cache() -> No
         "GLIDEIN_Site": '"SITE_B"',
         "HYDRATOR_HOOK_CACHE": "$(SPOOL)/hydrator-hook-g1",
     }
+
+
+def test_the_default_hook_period_is_the_one_both_deploy_files_ship() -> None:
+    """The scenario measures the hook at the period operators install, and the GlideinWMS
+    snippet ships the same period as the STARTD_CRON config."""
+    snippet = (DEPLOY.parent / "glidein" / "hydrator-file-snippet.xml").read_text(encoding="utf-8")
+    periods = re.findall(r'period="(\d+)"', snippet)
+    assert periods == [str(shipped_period())]
