@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -80,13 +81,13 @@ from hydrator.adapters.htcondor.collector_plan import (
     as_target,
     batches,
     by_site,
+    cycle_share,
     defer_merges,
     held_by_budget,
     merge_bytes,
     merge_groups,
     plan_merges,
     plan_site_ads,
-    within_budget,
 )
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
@@ -167,6 +168,7 @@ class CollectorPublisher:
         self._strays = (0, 0)  # slots without a site attribute, naming no site of ours
         self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
         self._budget = MergeBudget(config.merge_budget_bytes_per_s)  # change merges' bytes
+        self._handed_to_repairs = False  # the repair looks alone deliver slot merges
 
     @property
     def name(self) -> str:
@@ -204,24 +206,41 @@ class CollectorPublisher:
             sent["site_ad"] = self._advertise_site_ads(send, rendered)
             sent["invalidate"] = self._invalidate(gone)
             current += current_ads
-        deferred = 0
+        slots = PublishReport()
         if self.config.merge_slots:
-            refresh_s = self.config.refresh_s
-            seen = self._slots()
-            targets = [t for t in map(as_target, seen) if t is not None]
-            stale, current_slots = plan_merges(targets, rendered, now_s, refresh_s)
-            todo, deferred = defer_merges(
-                stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
-            )
-            todo, held = within_budget(todo, rendered, self._budget, now_s)
-            deferred += held
-            self._take_census(seen, stale, todo)
-            sent["merge"], merged_bytes = self._merge(todo, rendered, now_s)
-            self._cycle_bytes += merged_bytes
-            current += current_slots
+            slots = self._publish_slots(rendered, now_s)
+            sent["merge"] = slots.sent["merge"]
         return PublishReport(
-            sent={k: v for k, v in sent.items() if v}, skipped_current=current, deferred=deferred
+            sent={k: v for k, v in sent.items() if v},
+            skipped_current=current + slots.skipped_current,
+            deferred=slots.deferred,
+            handed=slots.handed,
         )
+
+    def _publish_slots(self, rendered: Mapping[Site, Rendered], now_s: float) -> PublishReport:
+        """The cycle's part in the slot ads: one query of every slot ad (the census), then
+        the merges it sends itself (none once handed to the repair looks). ``sent`` holds
+        ``merge`` only."""
+        refresh_s = self.config.refresh_s
+        seen = self._slots()
+        targets = [t for t in map(as_target, seen) if t is not None]
+        stale, current = plan_merges(targets, rendered, now_s, refresh_s)
+        due, deferred = defer_merges(
+            stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
+        )
+        self._take_census(seen, stale, due)
+        todo, held, handed = cycle_share(
+            due, rendered, self._budget, now_s, self._handed_to_repairs
+        )
+        merges, merged_bytes = self._merge(todo, rendered, now_s)
+        self._cycle_bytes += merged_bytes
+        return PublishReport({"merge": merges}, {}, current, deferred + held, handed)
+
+    def hand_merges_to_repairs(self) -> None:
+        """From now on a publish merges into no slot: the repair looks deliver every slot
+        merge (:class:`~hydrator.core.ports.RepairsSlots`; the module doc)."""
+        with self._lock:
+            self._handed_to_repairs = True
 
     def close(self) -> None:
         """Nothing to release: htcondor2 opens a connection per call."""
@@ -487,9 +506,11 @@ class CollectorPublisher:
         delays: dict[Site, list[float]] = {}
         merged: dict[Site, int] = {}
         sizes: dict[Site, int] = {}
+        started = time.monotonic()
         for site, group in by_site(targets).items():
             count, size = self._merge(group, rendered, now_s)
             merged[site], sizes[site] = count, size
+        merge_s = time.monotonic() - started
         for repair in plan.merge:
             site = Site(str(repair.slot.site))
             delays.setdefault(site, []).append(max(0.0, now_s - repair.since_s))
@@ -501,11 +522,14 @@ class CollectorPublisher:
             merge_bytes=sizes,
             delays_s={site: tuple(d) for site, d in delays.items()},
             coverage={
-                s: c for s, c in after_look(self._census, plan.uncovered).items() if s in rendered
+                s: c
+                for s, c in after_look(self._census, plan.uncovered, plan.held).items()
+                if s in rendered
             },
             without_site=self._strays[0],
             unknown_site=self._strays[1],
             cycle_merge_bytes=cycle_bytes,
+            merge_s=merge_s,
         )
 
     def _where(self) -> str:

@@ -127,6 +127,23 @@ def within_budget(
     return free + charged[:allowed], len(charged) - allowed
 
 
+def cycle_share(
+    due: Sequence[Target],
+    rendered: Mapping[Site, Rendered],
+    budget: MergeBudget,
+    now_s: float,
+    handed_to_repairs: bool,
+) -> tuple[list[Target], int, int]:
+    """Which of the slots ``due`` (stale, not held by the per-slot window) a cycle merges
+    itself: (slots to merge, how many the ``budget`` holds back, how many are handed to the
+    repair looks). Handed to the looks, none is merged nor charged: the next look finds them
+    and applies the budget itself (:func:`held_by_budget`)."""
+    if handed_to_repairs:
+        return [], 0, len(due)
+    todo, held = within_budget(due, rendered, budget, now_s)
+    return todo, held, 0
+
+
 def held_by_budget(
     found: Sequence[SlotSeen],
     current: Mapping[Site, Current],
