@@ -3,10 +3,12 @@
 Every ``[collector] repair_interval_s`` the scheduler calls :class:`RepairWatch` (a job of
 its own, ``max_instances=1``): each publisher with the :class:`~hydrator.core.ports.RepairsSlots`
 capability makes one look (one collector query for the uncovered slots of our sites, then
-merges into exactly those; docs/coverage.md). This module only repeats it, records the
-metrics and says each fault once: when the collector fails, looks back off (doubling from
-the interval up to :data:`MAX_BACKOFF_S`) and one line says so, one more when it answers.
-Looks that take long (a large pool) come less often: :data:`MAX_LOOK_SHARE`.
+merges into exactly those; docs/coverage.md). Once scheduled (:func:`schedule_repairs`)
+the looks are the one path that sends slot merges: the cycles send site ads only. This
+module only repeats the looks, records the metrics and says each fault once: when the
+collector fails, looks back off (doubling from the interval up to :data:`MAX_BACKOFF_S`)
+and one line says so, one more when it answers. Looks whose queries take long (a large
+pool) come less often: :data:`MAX_LOOK_SHARE`.
 """
 
 from __future__ import annotations

@@ -43,6 +43,12 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   site's current digest, leaving out those the rate limit holds back
   (:func:`hydrator.core.coverage.stale_constraint`), then the merges above into exactly those
   slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
+* **the looks deliver** (:meth:`CollectorPublisher.hand_merges_to_repairs`, called when the
+  daemon schedules its repair watch): from then on a publish sends site ads and takes its
+  census but merges into no slot; what it finds stale is *handed* to the next look
+  (:func:`cycle_share`), which merges it under the same budget, window and back-off. A cycle
+  thus never waits for slot merges, and one path sends them. Without the call (no watch)
+  a publish merges as above.
 
 Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
@@ -59,7 +65,7 @@ Authentication: an IDTOKEN in ``token_dir`` (``SEC_TOKEN_DIRECTORY``), whose ide
 collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIATOR).
 
 The decisions named above (:func:`slim_merge`, :func:`within_budget`, :func:`defer_merges`,
-:func:`merged_value`, which ads are current) are pure and live in
+:func:`cycle_share`, :func:`merged_value`, which ads are current) are pure and live in
 :mod:`hydrator.adapters.htcondor.collector_plan`; this module reads, builds ads and sends.
 """
 
