@@ -681,3 +681,26 @@ def test_handed_to_the_looks_a_change_reaches_the_slots_by_the_next_look_not_the
         == wanted
     )
     landed(pool, changed)
+
+
+def test_handed_to_the_looks_a_refresh_of_an_unchanged_site_is_sent_by_the_next_look(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """The slots carry the site's current lists with an updated value older than refresh_s:
+    the publish (hand-over on) sends the site ads only; the look's query does not return
+    these slots (they carry the current digest), and the look sends their slim merges from
+    the cycle's list: every slot then carries the new updated value."""
+    pool = slow_updates
+    content = {site: [*names, "ska:obs_handed_refresh"] for site, names in CONTENT.items()}
+    before = _now() - timedelta(seconds=3000)
+    build(_config(pool), ATTRS).publish(first := views(content, now=before), frozenset(), before)
+    landed(pool, first)
+    publisher = build(_defaults(pool), ATTRS)
+    publisher.hand_merges_to_repairs()
+    t1 = _now()
+    report = publisher.publish(sites := views(content, now=t1), frozenset(), t1)
+    count = len(merged(pool))
+    assert (report.sent, report.handed) == ({"site_ad": 3}, count)
+    look = publisher.repair(t1 + timedelta(seconds=0.5), 0.5)
+    assert (look.returned, sum(look.merged.values())) == (0, count)
+    landed(pool, sites)

@@ -46,9 +46,11 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
 * **the looks deliver** (:meth:`CollectorPublisher.hand_merges_to_repairs`, called when the
   daemon schedules its repair watch): from then on a publish sends site ads and takes its
   census but merges into no slot; what it finds stale is *handed* to the next look
-  (:func:`cycle_share`), which merges it under the same budget, window and back-off. A cycle
-  thus never waits for slot merges, and one path sends them. Without the call (no watch)
-  a publish merges as above.
+  (:func:`cycle_share`), which merges it under the same budget, window and back-off. Slots
+  that carry the current digest and need only a newer updated value are not returned by a
+  look's query: the look sends their slim merges from the cycle's list
+  (:func:`refreshes_due`). A cycle thus never waits for slot merges, and one path sends
+  them. Without the call (no watch) a publish merges as above.
 
 Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
@@ -94,6 +96,7 @@ from hydrator.adapters.htcondor.collector_plan import (
     merge_groups,
     plan_merges,
     plan_site_ads,
+    refreshes_due,
 )
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
@@ -175,6 +178,7 @@ class CollectorPublisher:
         self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
         self._budget = MergeBudget(config.merge_budget_bytes_per_s)  # change merges' bytes
         self._handed_to_repairs = False  # the repair looks alone deliver slot merges
+        self._refresh: list[Target] = []  # slim merges the last cycle handed to the next look
 
     @property
     def name(self) -> str:
@@ -238,9 +242,10 @@ class CollectorPublisher:
         todo, held, handed = cycle_share(
             due, rendered, self._budget, now_s, self._handed_to_repairs
         )
+        self._refresh = refreshes_due(handed, rendered, frozenset())
         merges, merged_bytes = self._merge(todo, rendered, now_s)
         self._cycle_bytes += merged_bytes
-        return PublishReport({"merge": merges}, {}, current, deferred + held, handed)
+        return PublishReport({"merge": merges}, {}, current, deferred + held, len(handed))
 
     def hand_merges_to_repairs(self) -> None:
         """From now on a publish merges into no slot: the repair looks deliver every slot
@@ -484,7 +489,9 @@ class CollectorPublisher:
             held = held_by_budget(found, current, rendered, self._budget, now_s)
             plan = plan_repairs(found, current, self._pending, now_s, backoff, held=held)
             self._pending = dict(plan.pending)
-            return self._repair(plan, rendered, now_s, len(found), cycle_bytes)
+            refresh = refreshes_due(self._refresh, rendered, {s.name for s in found})
+            self._refresh = []
+            return self._repair(plan, refresh, rendered, now_s, (len(found), cycle_bytes))
 
     def _stale_constraint(self, current: Mapping[Site, Current], now_s: float) -> str:
         interval = self.config.merge_min_interval_s
@@ -500,15 +507,20 @@ class CollectorPublisher:
     def _repair(
         self,
         plan: RepairPlan,
+        refresh: Sequence[Target],
         rendered: Mapping[Site, Rendered],
         now_s: float,
-        returned: int,
-        cycle_bytes: int,
+        counts: tuple[int, int],
     ) -> RepairReport:
+        """The look's merges: the slots ``plan`` repairs and the slim ``refresh`` merges a
+        cycle handed over. ``counts``: slot ads the query returned, bytes the cycles merged
+        since the last report."""
+        returned, cycle_bytes = counts
         targets = [
             Target(r.slot.name, Site(str(r.slot.site)), r.slot.digest, r.slot.updated)
             for r in plan.merge
         ]
+        targets += refresh
         delays: dict[Site, list[float]] = {}
         merged: dict[Site, int] = {}
         sizes: dict[Site, int] = {}
