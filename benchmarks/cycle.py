@@ -9,6 +9,11 @@ set-up). Phases are the service's own (``CycleReport.phases``); the harness adds
 wall time past the report: log line, metrics, the HTTP files) and ``fetch_cpu_s`` (the daemon's
 own CPU in the fetch, whose wall time includes waiting for the replay on the other core). Code
 older than that report (``--code`` of an earlier checkout) gets whole-cycle figures only.
+As the daemon with its repair watch, code that makes repair looks makes one after each cycle,
+timed apart (``delivery_s`` by kind of cycle; its merges in ``collector_sent``'s
+``look_merges`` and ``look_bytes``), and code that hands slot merges to the looks does so
+(:class:`BenchService`): its cycles send site ads only, and the look after each sends the
+merges.
 
 Steps, each in a fresh process so that its peak RSS is its own:
 
@@ -40,6 +45,7 @@ import json
 import os
 import pstats
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -47,6 +53,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -85,10 +92,19 @@ class PoolStub:
     every ad as HTCondor's wire format needs it (``printOld``), which is the last step before
     the bytes go out. Startds re-advertising, which wipes what was merged into their slots
     (docs/platform.md), is modelled only when asked (:meth:`startd_updates`).
+
+    A repair look's query (any slot constraint but ``true``) is answered as the collector
+    evaluates it (:func:`hydrator.core.coverage.stale_constraint`): the slots of a site with
+    a site ad whose digest is not that ad's, less those merged at or after the constraint's
+    ``DataLocalityMerged >= N`` that carry a digest (the per-slot window). It is filtered in
+    Python here; that time is the collector's, not the daemon's, and is added up in
+    ``filter_s`` so that the harness can leave it out of the look's time.
     """
 
     def __init__(self, slots: Mapping[str, str], slot_site_attribute: str) -> None:
-        self.slots = {name: {"Name": name, slot_site_attribute: s} for name, s in slots.items()}
+        self.slots: dict[str, dict[str, Any]] = {
+            name: {"Name": name, slot_site_attribute: s} for name, s in slots.items()
+        }
         self.bare = {name: dict(ad) for name, ad in self.slots.items()}
         self._next_update = 0
         self.site_ads: dict[str, dict[str, Any]] = {}
@@ -98,6 +114,8 @@ class PoolStub:
         self.near_attribute = getattr(attrs, "near_attribute", "DataLocalityNearSites")
         self.near_ads = 0  # ads advertised carrying the near sites (``[distances]`` on)
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
+        self.site_attribute, self.digest_attribute = slot_site_attribute, attrs.digest_attribute
+        self.filter_s = 0.0  # seconds spent answering looks' queries (the collector's work)
 
     def startd_updates(self, fraction: float) -> None:
         """The next ``fraction`` of the slots (in turn, so every slot's startd updates once per
@@ -111,8 +129,31 @@ class PoolStub:
         self._next_update = (self._next_update + count) % max(1, len(names))
 
     def query(self, ad_type: Any, constraint: str, projection: list[str]) -> list[Any]:
-        ads = self.site_ads if constraint.startswith("MyType") else self.slots
-        return [dict(ad) for ad in ads.values()]
+        if constraint.startswith("MyType"):
+            return [dict(ad) for ad in self.site_ads.values()]
+        if constraint == "true":
+            return [dict(ad) for ad in self.slots.values()]
+        started = time.perf_counter()
+        found = self.uncovered(constraint)
+        self.filter_s += time.perf_counter() - started
+        return found
+
+    def uncovered(self, constraint: str) -> list[dict[str, Any]]:
+        """The slot ads a look's ``constraint`` selects (see the class doc)."""
+        current = {name: ad.get(self.digest_attribute) for name, ad in self.site_ads.items()}
+        window = re.search(rf"{MERGED_ATTRIBUTE} >= (-?\d+)", constraint)
+        after = int(window.group(1)) if window else None
+        found = []
+        for ad in self.slots.values():
+            site, digest = ad.get(self.site_attribute), ad.get(self.digest_attribute)
+            if site not in current or digest == current[site]:
+                continue
+            merged: Any = ad.get(MERGED_ATTRIBUTE)
+            held = after is not None and digest is not None and isinstance(merged, int)
+            if held and merged >= after:
+                continue
+            found.append(dict(ad))
+        return found
 
     def advertise(self, ads: list[Any], command: str, use_tcp: bool = True) -> None:
         now = int(time.time())
@@ -208,14 +249,28 @@ def collector_config(merge_min_interval_s: float | None) -> CollectorConfig:
     return CollectorConfig(enabled=True, **given)
 
 
+LOOK_INTERVAL_S = 0.5
+"""The repair watch's interval the looks are made with (``[collector] repair_interval_s``'s
+default)."""
+
+
 class BenchService:
     """A service wired as :func:`hydrator.runtime.wiring.build_service` wires it, with the
     collector at :class:`PoolStub` and the HTTP endpoint writing its files (no server child).
-    Nothing of it is wrapped: what is timed is the service's own report and the wall clock."""
+    Nothing of it is wrapped: what is timed is the service's own report and the wall clock.
+
+    As ``hydrator run`` with its repair watch: code that has the hand-over
+    (``hand_merges_to_repairs``) hands the slot merges to the looks, and after each cycle one
+    look (``repair``) is made and timed apart (:meth:`cycle`), as the watch's next look
+    would follow it; code older than the looks has neither."""
 
     def __init__(self, cfg: Config, pool: PoolStub) -> None:
         path = cfg.daemon.state_path
         publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)
+        self.pool, self.publisher = pool, publisher
+        hand_over = getattr(publisher, "hand_merges_to_repairs", None)  # None: older code
+        if hand_over is not None:
+            hand_over()
         # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
         # has the Service build its policies and load the state itself, with the same keys
         build: Callable[..., Service] = getattr(wiring, "assemble", Service)
@@ -253,7 +308,25 @@ class BenchService:
         }
         out["rss_mib"] = kib("self/status")["VmRSS"] / 1024
         out["peak_rss_mib"] = peak_rss_mib()  # the step's so far: which cycle raised it
-        return out
+        return out | self.look()
+
+    def look(self) -> dict[str, Any]:
+        """The repair look after a cycle, where the code has looks: ``delivery_s`` (its wall
+        seconds, less the stub's answering of its query: the collector's work), the slot
+        merges it sent and their encoded bytes (empty for older code)."""
+        repair = getattr(self.publisher, "repair", None)
+        if repair is None:
+            return {}
+        pool = self.pool
+        merges, sent, filtered = pool.merges, pool.encoded_bytes, pool.filter_s
+        t0 = time.perf_counter()
+        repair(datetime.now(UTC), LOOK_INTERVAL_S)
+        whole = time.perf_counter() - t0
+        return {
+            "delivery_s": whole - (pool.filter_s - filtered),
+            "delivery_merges": pool.merges - merges,
+            "delivery_bytes": pool.encoded_bytes - sent,
+        }
 
     def close(self) -> None:
         self.endpoint.stop()
@@ -314,22 +387,33 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
         "churn": churned,
         "nochange": nochange,
         "encoded_bytes": pool.encoded_bytes,
-        "collector_sent": collector_sent(sent, args.cycles),
+        "collector_sent": collector_sent(
+            sent, args.cycles, {"first": [first], "churn": churned, "nochange": nochange}
+        ),
         "near_ads": pool.near_ads,
         "peak_rss_mib": peak_rss_mib(),
     }
 
 
-def collector_sent(sent: Sequence[tuple[int, int]], cycles: int) -> dict[str, dict[str, float]]:
+def collector_sent(
+    sent: Sequence[tuple[int, int]], cycles: int, records: Mapping[str, Sequence[dict[str, Any]]]
+) -> dict[str, dict[str, float]]:
     """Slot merges and encoded bytes (merges and site ads) per cycle of each kind, from the
-    running totals after the first cycle, the churn cycles and the no-change cycles."""
+    running totals after the first cycle, the churn cycles and the no-change cycles; each
+    cycle's look included. Where the code makes looks, ``look_merges`` and ``look_bytes``
+    say how much of it the look after the cycle sent (the cycle's ``records``)."""
     (m1, b1), (m2, b2), (m3, b3) = sent
     per = max(1, cycles)
-    return {
+    out: dict[str, dict[str, float]] = {
         "first": {"merges": m1, "bytes": b1},
         "churn": {"merges": (m2 - m1) / per, "bytes": (b2 - b1) / per},
         "nochange": {"merges": (m3 - m2) / per, "bytes": (b3 - b2) / per},
     }
+    for kind, done in records.items():
+        if done and "delivery_merges" in done[0]:
+            out[kind]["look_merges"] = sum(r["delivery_merges"] for r in done) / len(done)
+            out[kind]["look_bytes"] = sum(r["delivery_bytes"] for r in done) / len(done)
+    return out
 
 
 def step_restart(args: argparse.Namespace) -> dict[str, Any]:
@@ -506,6 +590,12 @@ def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
     }
     if "collector_sent" in daemon:
         out["collector_sent"] = daemon["collector_sent"]
+    if "delivery_s" in first:  # code with repair looks: the look after each cycle
+        out["delivery_s"] = {
+            "first": first["delivery_s"],
+            "churn": median([r["delivery_s"] for r in churned]),
+            "nochange": median([r["delivery_s"] for r in idle]),
+        }
     if "fetch_cpu" in first:
         out["fetch_cpu_s"] = {
             "first": first["fetch_cpu"],

@@ -96,7 +96,8 @@ class Repair:
 class RepairPlan:
     """What one look decided: the slots to merge, the counts of newly found bare and stale
     slots per site (each slot once per episode), merges found not kept (``refused``), slots
-    waiting out their back-off, slots of no site of ours, and what to remember."""
+    waiting out their back-off, slots of no site of ours, what to remember, and per site
+    the slots with older lists the merge budget held back (``held``: deferred)."""
 
     merge: tuple[Repair, ...] = ()
     found_bare: Mapping[Site, int] = field(default_factory=dict)
@@ -106,6 +107,7 @@ class RepairPlan:
     backed_off: int = 0
     unknown: int = 0
     pending: Mapping[str, Pending] = field(default_factory=dict)
+    held: Mapping[Site, int] = field(default_factory=dict)
 
 
 def stale_constraint(
@@ -165,8 +167,8 @@ def plan_repairs(
     held: AbstractSet[str] = frozenset(),
 ) -> RepairPlan:
     """Decide one look's repairs from the uncovered slots ``found``; those named in ``held``
-    (older lists the merge budget does not let this look replace: deferred, as the cycle that
-    held them back counted them) are left for a later look, as if not found.
+    (older lists the merge budget does not let this look replace) are left for a later look
+    and counted per site as deferred (``RepairPlan.held``).
 
     A slot not merged before (or wiped again since: another ``heard_s``; or its site's
     lists changed since: another digest) starts an episode:
@@ -180,6 +182,7 @@ def plan_repairs(
     stale: dict[Site, int] = {}
     uncovered: dict[Site, tuple[int, int]] = {}
     refused: dict[Site, int] = {}
+    deferred: dict[Site, int] = {}
     remember: dict[str, Pending] = {}
     waiting = unknown = 0
     for slot in found:
@@ -187,9 +190,10 @@ def plan_repairs(
         if want is None or slot.digest == want.digest:
             unknown += want is None
             continue
-        if slot.name in held:
-            continue  # deferred: the cycle that held it back counted it
         site = Site(str(slot.site))
+        if slot.name in held:
+            deferred[site] = deferred.get(site, 0) + 1
+            continue
         b, s = uncovered.get(site, (0, 0))
         uncovered[site] = (b + (slot.digest is None), s + (slot.digest is not None))
         before = pending.get(slot.name)
@@ -208,7 +212,9 @@ def plan_repairs(
         delay = min(backoff_s[1], backoff_s[0] * 2**before.attempts)
         merge.append(Repair(slot, since_s(slot, want, now_s)))
         remember[slot.name] = replace(before, attempts=before.attempts + 1, retry_s=now_s + delay)
-    return RepairPlan(tuple(merge), bare, stale, uncovered, refused, waiting, unknown, remember)
+    return RepairPlan(
+        tuple(merge), bare, stale, uncovered, refused, waiting, unknown, remember, deferred
+    )
 
 
 def census(
@@ -216,7 +222,8 @@ def census(
 ) -> tuple[dict[Site, SiteCoverage], int, int]:
     """Every slot ad a full look returned, counted per site of ``current``: (coverage per
     site, slots without a site attribute, slots naming no site of ours). ``deferred``: per
-    site, the stale slots the cycle held back (they count as deferred, not stale)."""
+    site, the stale slots held back by ``merge_min_interval_s`` (they count as deferred, not
+    stale; those the merge budget holds back are counted by each look)."""
     counts: dict[Site, list[int]] = {site: [0, 0, 0, 0] for site in current}
     no_site = unknown = 0
     for slot in slots:
@@ -243,18 +250,23 @@ def census(
 
 
 def after_look(
-    last: Mapping[Site, SiteCoverage], uncovered: Mapping[Site, tuple[int, int]]
+    last: Mapping[Site, SiteCoverage],
+    uncovered: Mapping[Site, tuple[int, int]],
+    held: Mapping[Site, int] | None = None,
 ) -> dict[Site, SiteCoverage]:
-    """Each site's coverage at a repair look, from the last full census ``last`` and the
-    (bare, stale) slots the look found: the look sees only uncovered slots, so the total is
-    the census's (or more, if the look found more); deferred slots are the census's."""
+    """Each site's coverage at a repair look, from the last full census ``last``, the
+    (bare, stale) slots the look found and those it ``held`` back under the merge budget:
+    the look sees only uncovered slots, so the total is the census's (or more, if the look
+    found more); deferred slots are the census's (the per-slot window) and the held ones."""
+    held = held or {}
     out = {}
-    for site in last.keys() | uncovered.keys():
+    for site in last.keys() | uncovered.keys() | held.keys():
         before = last.get(site, SiteCoverage())
         bare, stale = uncovered.get(site, (0, 0))
-        total = max(before.slots, bare + stale + before.deferred)
-        current = max(0, total - bare - stale - before.deferred)
-        out[site] = SiteCoverage(total, current, bare, stale, before.deferred)
+        deferred = before.deferred + held.get(site, 0)
+        total = max(before.slots, bare + stale + deferred)
+        current = max(0, total - bare - stale - deferred)
+        out[site] = SiteCoverage(total, current, bare, stale, deferred)
     return out
 
 
@@ -266,7 +278,7 @@ class RepairReport:
     went without its lists; ``coverage``: per site at this look; ``without_site`` and
     ``unknown_site``: slot ads without a site attribute, and naming no site of ours, at the
     last full census; ``cycle_merge_bytes``: bytes the cycles' merges sent since the last
-    report."""
+    report; ``merge_s``: wall seconds the look spent sending its merges (its query aside)."""
 
     looked: bool = False
     returned: int = 0
@@ -278,3 +290,4 @@ class RepairReport:
     without_site: int = 0
     unknown_site: int = 0
     cycle_merge_bytes: int = 0
+    merge_s: float = 0.0

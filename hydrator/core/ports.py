@@ -179,6 +179,7 @@ class PublishReport:
     failed: Mapping[str, int] = field(default_factory=dict)
     skipped_current: int = 0  # targets already up to date, sent nothing
     deferred: int = 0  # targets not up to date, left for a later cycle (rate limits)
+    handed: int = 0  # targets not up to date, left to the repair looks (they deliver merges)
 
 
 class Publisher(Protocol):
@@ -205,6 +206,14 @@ class RepairsSlots(Protocol):
     def repair(self, now: datetime, interval_s: float) -> RepairReport:
         """One look and its merges (``interval_s``: the watch's, the first back-off of a
         slot whose repair was not kept). Raise PublishError when the collector fails."""
+        ...
+
+    def hand_merges_to_repairs(self) -> None:
+        """From now on the repair looks alone deliver slot merges: a publish still sends and
+        withdraws site ads and notes each site's current lists, but merges into no slot; the
+        slots it finds stale are reported as ``handed`` and the next look merges them. The
+        runtime calls it once, when it schedules the repair watch; until then (``hydrator
+        once``, no watch) a publish merges itself."""
         ...
 
 

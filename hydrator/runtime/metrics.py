@@ -221,6 +221,11 @@ class Metrics:
         "Slot merges held back in the last cycle by [collector] merge_budget_bytes_per_s or"
         " merge_min_interval_s: slots whose ads still carry older lists of their site.",
     )
+    collector_merges_handed = _gauge(
+        "collector_merges_handed",
+        "Slot merges the last cycle left to the repair looks, which deliver every slot merge"
+        " while the repair watch runs: slots whose ads carried no or older lists of their site.",
+    )
     unadvertised = _gauge(
         "datasets_unadvertised",
         "Datasets a site holds that its ad leaves out, by reason (not_demanded, "

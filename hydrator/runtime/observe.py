@@ -107,6 +107,7 @@ def record_cycle(metrics: Metrics, report: CycleReport, published: Published) ->
         for site in status.held_sites:
             metrics.site_held.labels(site, status.name).set(1)
     metrics.collector_merges_deferred.set(sum(r.deferred for r in report.published.values()))
+    metrics.collector_merges_handed.set(sum(r.handed for r in report.published.values()))
     for reported in report.published.values():
         for kind, count in reported.sent.items():
             metrics.collector_updates.labels(kind, "ok").inc(count)

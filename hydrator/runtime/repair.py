@@ -3,10 +3,12 @@
 Every ``[collector] repair_interval_s`` the scheduler calls :class:`RepairWatch` (a job of
 its own, ``max_instances=1``): each publisher with the :class:`~hydrator.core.ports.RepairsSlots`
 capability makes one look (one collector query for the uncovered slots of our sites, then
-merges into exactly those; docs/coverage.md). This module only repeats it, records the
-metrics and says each fault once: when the collector fails, looks back off (doubling from
-the interval up to :data:`MAX_BACKOFF_S`) and one line says so, one more when it answers.
-Looks that take long (a large pool) come less often: :data:`MAX_LOOK_SHARE`.
+merges into exactly those; docs/coverage.md). Once scheduled (:func:`schedule_repairs`)
+the looks are the one path that sends slot merges: the cycles send site ads only. This
+module only repeats the looks, records the metrics and says each fault once: when the
+collector fails, looks back off (doubling from the interval up to :data:`MAX_BACKOFF_S`)
+and one line says so, one more when it answers. Looks whose queries take long (a large
+pool) come less often: :data:`MAX_LOOK_SHARE`.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 """Longest pause between looks while the collector fails."""
 MAX_LOOK_SHARE = 0.2
-"""Looks take at most this share of the time: after a look that took ``w`` seconds the next
-starts no sooner than ``w / MAX_LOOK_SHARE`` after it began. The collector answers a look
-with a child that scans every slot ad, so its time grows with the pool; this keeps the
-collector's work for looks bounded while ``repair_interval_s`` sets the pace of a small
-pool (docs/coverage.md)."""
+"""Looks' queries take at most this share of the time: after a look whose query took ``w``
+seconds the next starts no sooner than ``w / MAX_LOOK_SHARE`` after it began. The collector
+answers a look with a child that scans every slot ad, so its time grows with the pool; this
+keeps the collector's work for looks bounded while ``repair_interval_s`` sets the pace of a
+small pool (docs/coverage.md). The time a look spends sending merges is not counted: each of
+them is owed whoever sends it (the looks deliver every slot merge of a running daemon), and
+a look that merged a change must not hold back the repairs after it."""
 
 
 class RepairWatch:
@@ -70,6 +74,7 @@ class RepairWatch:
         started = time.monotonic()
         if started < self._resume:
             return
+        merging_s = 0.0
         for target in self.targets:
             try:
                 report = target.repair(self.clock(), self.interval_s)
@@ -80,7 +85,8 @@ class RepairWatch:
                 log.info("slot repair: the collector answers again (%d failed)", self._failures)
                 self._failures = 0
             self._record(report)
-        took = time.monotonic() - started
+            merging_s += report.merge_s
+        took = max(0.0, time.monotonic() - started - merging_s)  # the looks' queries
         self._resume = started + took / MAX_LOOK_SHARE
 
     def _failed(self, exc: PublishError) -> None:
@@ -149,7 +155,9 @@ def schedule_repairs(
     scheduler: BaseScheduler, service: Service, written: Callable[[], None]
 ) -> RepairWatch | None:
     """Add the repair watch to ``scheduler`` (None when ``[collector] repair_interval_s`` is
-    0 or no publisher repairs slots); its coverage goes to ``service.coverage``."""
+    0 or no publisher repairs slots) and hand it the slot merges of those publishers
+    (:meth:`~hydrator.core.ports.RepairsSlots.hand_merges_to_repairs`: the cycles send
+    site ads, the looks every slot merge); its coverage goes to ``service.coverage``."""
     interval_s = service.config.collector.repair_interval_s
     if interval_s <= 0:
         return None
@@ -163,6 +171,8 @@ def schedule_repairs(
     )
     if not watch.targets:
         return None
+    for target in watch.targets:
+        target.hand_merges_to_repairs()  # the looks deliver slot merges from now on
     scheduler.add_job(
         watch,
         IntervalTrigger(seconds=interval_s),

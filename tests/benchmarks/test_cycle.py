@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cycle import N_SITES, ReplayServer, config, distance_table
+from benchmarks.cycle import N_SITES, PoolStub, ReplayServer, config, distance_table
 from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
+from hydrator.core.coverage import Current, stale_constraint
 from hydrator.core.near import NearTable, operator_distances, refresh
 from hydrator.domain import Site
 
@@ -152,7 +153,29 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     sent = result["collector_sent"]
     assert sent["first"]["merges"] > 0 and sent["first"]["bytes"] > 0
     assert sent["nochange"]["merges"] == 0
+    # as the daemon with its repair watch: the cycles hand the slot merges to the looks, and
+    # the look after each cycle sends them (timed apart)
+    for kind in ("first", "churn", "nochange"):
+        assert sent[kind]["look_merges"] == sent[kind]["merges"], kind
+        assert result["delivery_s"][kind] > 0
+    assert sent["first"]["look_bytes"] > 0
     assert result["distances"] == 0 and result["near_ads"] == 0  # [distances] off by default
+
+
+def test_the_stub_answers_a_look_as_the_collector_evaluates_its_constraint() -> None:
+    """Only the slots of a site with a site ad whose digest is not the ad's, less those the
+    per-slot window holds (merged at or after its bound, carrying a digest)."""
+    pool = PoolStub({f"s{i}": "A" for i in range(5)} | {"x": "X"}, "GLIDEIN_Site")
+    pool.site_ads["A"] = {"Name": "A", "DataLocalityDigest": "new"}
+    carried = {"s1": ("new", 10), "s2": ("old", 10), "s3": ("old", 50), "s4": (None, 50)}
+    for name, (digest, merged) in carried.items():
+        pool.slots[name] |= {"DataLocalityDigest": digest, "DataLocalityMerged": merged}
+    current = {Site("A"): Current("new", 0.0)}
+    args = ("GLIDEIN_Site", "DataLocalityDigest", "DataLocalityMerged", current)
+    names = [[ad["Name"] for ad in pool.query(None, stale_constraint(*args, after), [])]
+             for after in (None, 40)]  # fmt: skip
+    assert names == [["s0", "s2", "s3", "s4"], ["s0", "s2", "s4"]]
+    assert len(pool.query(None, "true", [])) == 6 and pool.filter_s > 0
 
 
 def test_the_distance_table_puts_each_site_near_the_other_sites_of_its_region() -> None:

@@ -609,3 +609,98 @@ def test_the_merge_budget_spreads_a_change_over_the_looks_after_it_refilled(
         )
         == want
     )
+
+
+def digests(pool: Pool) -> dict[str, object]:
+    """Slot name -> the digest attribute it carries (None when missing)."""
+    return {
+        str(ad["Name"]): ad.get(ATTRS.digest_attribute)
+        for ad in pool.slot_ads([ATTRS.digest_attribute])
+    }
+
+
+def site_ad_digest(pool: Pool, site: str) -> object:
+    ads = pool.collector.query(
+        htcondor2.AdType.Any,
+        f"MyType == {classad2.quote(SITE_AD_TYPE)} && Name == {classad2.quote(site)}",
+        ["Name", ATTRS.digest_attribute],
+    )
+    return ads[0].get(ATTRS.digest_attribute) if ads else None
+
+
+@pytest.mark.parametrize("handed", [True, False], ids=["handed-to-looks", "cycle-merges"])
+def test_handed_to_the_looks_a_change_reaches_the_slots_by_the_next_look_not_the_cycle(
+    slow_updates: Pool, dynamic_slot: str, handed: bool
+) -> None:
+    """With the repair watch scheduled (``hand_merges_to_repairs``) a publish sends site ads
+    and no slot merge: right after a publish that changes SITE_C's lists its site ad carries
+    the new digest and its slots (slot3, slot4, slot4_1) the old one; the next repair look
+    merges them all. Without the hand-over (``hydrator once``, no watch) the publish merges
+    them itself and the look after it finds nothing to do."""
+    pool = slow_updates
+    before = {site: [*names, f"ska:obs_handed_{handed}"] for site, names in CONTENT.items()}
+    after = dict(before, SITE_C=[*before["SITE_C"], "ska:obs_handed_new"])
+    on_c = sorted(n for n in merged(pool) if slot_site(n) == "SITE_C")
+    assert len(on_c) == 3
+    t0 = _now().replace(microsecond=0)
+    publisher = build(_defaults(pool), ATTRS)
+    if handed:
+        publisher.hand_merges_to_repairs()
+    first = publisher.publish(views(before, now=t0), frozenset(), t0)
+    count = len(merged(pool))
+    look = publisher.repair(t0 + timedelta(seconds=0.5), 0.5)
+    assert (first.sent.get("merge", 0), first.handed) == ((0, count) if handed else (count, 0))
+    assert sum(look.merged.values()) == (count if handed else 0)
+    landed(pool, views(before, now=t0))
+
+    t1 = t0 + timedelta(seconds=10)
+    changed = views(after, now=t1)
+    new, old = changed[Site("SITE_C")].digest, views(before, now=t0)[Site("SITE_C")].digest
+    report = publisher.publish(changed, frozenset(), t1)
+    if handed:
+        assert (report.sent, report.deferred, report.handed) == ({"site_ad": 1}, 0, 3)
+        wait_for(
+            "SITE_C's new site ad",
+            lambda: site_ad_digest(pool, "SITE_C"),
+            done=new.__eq__,
+            timeout_s=10.0,
+        )
+        assert {n: digests(pool)[n] for n in on_c} == dict.fromkeys(on_c, old)
+    else:
+        assert (report.sent, report.deferred, report.handed) == ({"site_ad": 1, "merge": 3}, 0, 0)
+    look = publisher.repair(t1 + timedelta(seconds=0.5), 0.5)
+    assert look.merged == ({Site("SITE_C"): 3} if handed else {})
+    wanted = dict.fromkeys(on_c, new)
+    assert (
+        wait_for(
+            "SITE_C's slots carry the new digest",
+            lambda: {n: digests(pool)[n] for n in on_c},
+            done=wanted.__eq__,
+            timeout_s=10.0,
+        )
+        == wanted
+    )
+    landed(pool, changed)
+
+
+def test_handed_to_the_looks_a_refresh_of_an_unchanged_site_is_sent_by_the_next_look(
+    slow_updates: Pool, dynamic_slot: str
+) -> None:
+    """The slots carry the site's current lists with an updated value older than refresh_s:
+    the publish (hand-over on) sends the site ads only; the look's query does not return
+    these slots (they carry the current digest), and the look sends their slim merges from
+    the cycle's list: every slot then carries the new updated value."""
+    pool = slow_updates
+    content = {site: [*names, "ska:obs_handed_refresh"] for site, names in CONTENT.items()}
+    before = _now() - timedelta(seconds=3000)
+    build(_config(pool), ATTRS).publish(first := views(content, now=before), frozenset(), before)
+    landed(pool, first)
+    publisher = build(_defaults(pool), ATTRS)
+    publisher.hand_merges_to_repairs()
+    t1 = _now()
+    report = publisher.publish(sites := views(content, now=t1), frozenset(), t1)
+    count = len(merged(pool))
+    assert (report.sent, report.handed) == ({"site_ad": 3}, count)
+    look = publisher.repair(t1 + timedelta(seconds=0.5), 0.5)
+    assert (look.returned, sum(look.merged.values())) == (0, count)
+    landed(pool, sites)

@@ -88,6 +88,15 @@ def test_merged_attributes_follow_a_data_change_within_a_cycle(
     took = time.monotonic() - started
     print(f"data change merged into the slot ad in {took:.1f}s")
     assert took < 2 * CYCLE_S + 3
+    # the daemon runs its repair watch: the looks sent every slot merge, the cycles none
+    assert sample(publishing_daemon.url, 'hydrator_collector_updates_total{kind="merge"') == 0
+    assert sample(publishing_daemon.url, "hydrator_slot_repairs_total{") > 0
+
+
+def sample(url: str, prefix: str) -> float:
+    """The sum of the samples whose line starts with ``prefix`` in the daemon's /metrics."""
+    lines = requests.get(f"{url}/metrics", timeout=5).text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(prefix))
 
 
 def test_with_the_default_interval_a_change_reaches_the_slot_with_its_startds_update(

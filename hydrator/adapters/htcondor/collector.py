@@ -43,6 +43,14 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   site's current digest, leaving out those the rate limit holds back
   (:func:`hydrator.core.coverage.stale_constraint`), then the merges above into exactly those
   slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
+* **the looks deliver** (:meth:`CollectorPublisher.hand_merges_to_repairs`, called when the
+  daemon schedules its repair watch): from then on a publish sends site ads and takes its
+  census but merges into no slot; what it finds stale is *handed* to the next look
+  (:func:`cycle_share`), which merges it under the same budget, window and back-off. Slots
+  that carry the current digest and need only a newer updated value are not returned by a
+  look's query: the look sends their slim merges from the cycle's list
+  (:func:`refreshes_due`). A cycle thus never waits for slot merges, and one path sends
+  them. Without the call (no watch) a publish merges as above.
 
 Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
 (``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
@@ -59,7 +67,7 @@ Authentication: an IDTOKEN in ``token_dir`` (``SEC_TOKEN_DIRECTORY``), whose ide
 collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIATOR).
 
 The decisions named above (:func:`slim_merge`, :func:`within_budget`, :func:`defer_merges`,
-:func:`merged_value`, which ads are current) are pure and live in
+:func:`cycle_share`, :func:`merged_value`, which ads are current) are pure and live in
 :mod:`hydrator.adapters.htcondor.collector_plan`; this module reads, builds ads and sends.
 """
 
@@ -67,6 +75,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -80,13 +89,14 @@ from hydrator.adapters.htcondor.collector_plan import (
     as_target,
     batches,
     by_site,
+    cycle_share,
     defer_merges,
     held_by_budget,
     merge_bytes,
     merge_groups,
     plan_merges,
     plan_site_ads,
-    within_budget,
+    refreshes_due,
 )
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
@@ -167,6 +177,8 @@ class CollectorPublisher:
         self._strays = (0, 0)  # slots without a site attribute, naming no site of ours
         self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
         self._budget = MergeBudget(config.merge_budget_bytes_per_s)  # change merges' bytes
+        self._handed_to_repairs = False  # the repair looks alone deliver slot merges
+        self._refresh: list[Target] = []  # slim merges the last cycle handed to the next look
 
     @property
     def name(self) -> str:
@@ -204,24 +216,42 @@ class CollectorPublisher:
             sent["site_ad"] = self._advertise_site_ads(send, rendered)
             sent["invalidate"] = self._invalidate(gone)
             current += current_ads
-        deferred = 0
+        slots = PublishReport()
         if self.config.merge_slots:
-            refresh_s = self.config.refresh_s
-            seen = self._slots()
-            targets = [t for t in map(as_target, seen) if t is not None]
-            stale, current_slots = plan_merges(targets, rendered, now_s, refresh_s)
-            todo, deferred = defer_merges(
-                stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
-            )
-            todo, held = within_budget(todo, rendered, self._budget, now_s)
-            deferred += held
-            self._take_census(seen, stale, todo)
-            sent["merge"], merged_bytes = self._merge(todo, rendered, now_s)
-            self._cycle_bytes += merged_bytes
-            current += current_slots
+            slots = self._publish_slots(rendered, now_s)
+            sent["merge"] = slots.sent["merge"]
         return PublishReport(
-            sent={k: v for k, v in sent.items() if v}, skipped_current=current, deferred=deferred
+            sent={k: v for k, v in sent.items() if v},
+            skipped_current=current + slots.skipped_current,
+            deferred=slots.deferred,
+            handed=slots.handed,
         )
+
+    def _publish_slots(self, rendered: Mapping[Site, Rendered], now_s: float) -> PublishReport:
+        """The cycle's part in the slot ads: one query of every slot ad (the census), then
+        the merges it sends itself (none once handed to the repair looks). ``sent`` holds
+        ``merge`` only."""
+        refresh_s = self.config.refresh_s
+        seen = self._slots()
+        targets = [t for t in map(as_target, seen) if t is not None]
+        stale, current = plan_merges(targets, rendered, now_s, refresh_s)
+        due, deferred = defer_merges(
+            stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
+        )
+        self._take_census(seen, stale, due)
+        todo, held, handed = cycle_share(
+            due, rendered, self._budget, now_s, self._handed_to_repairs
+        )
+        self._refresh = refreshes_due(handed, rendered, frozenset())
+        merges, merged_bytes = self._merge(todo, rendered, now_s)
+        self._cycle_bytes += merged_bytes
+        return PublishReport({"merge": merges}, {}, current, deferred + held, len(handed))
+
+    def hand_merges_to_repairs(self) -> None:
+        """From now on a publish merges into no slot: the repair looks deliver every slot
+        merge (:class:`~hydrator.core.ports.RepairsSlots`; the module doc)."""
+        with self._lock:
+            self._handed_to_repairs = True
 
     def close(self) -> None:
         """Nothing to release: htcondor2 opens a connection per call."""
@@ -459,7 +489,9 @@ class CollectorPublisher:
             held = held_by_budget(found, current, rendered, self._budget, now_s)
             plan = plan_repairs(found, current, self._pending, now_s, backoff, held=held)
             self._pending = dict(plan.pending)
-            return self._repair(plan, rendered, now_s, len(found), cycle_bytes)
+            refresh = refreshes_due(self._refresh, rendered, {s.name for s in found})
+            self._refresh = []
+            return self._repair(plan, refresh, rendered, now_s, (len(found), cycle_bytes))
 
     def _stale_constraint(self, current: Mapping[Site, Current], now_s: float) -> str:
         interval = self.config.merge_min_interval_s
@@ -475,21 +507,28 @@ class CollectorPublisher:
     def _repair(
         self,
         plan: RepairPlan,
+        refresh: Sequence[Target],
         rendered: Mapping[Site, Rendered],
         now_s: float,
-        returned: int,
-        cycle_bytes: int,
+        counts: tuple[int, int],
     ) -> RepairReport:
+        """The look's merges: the slots ``plan`` repairs and the slim ``refresh`` merges a
+        cycle handed over. ``counts``: slot ads the query returned, bytes the cycles merged
+        since the last report."""
+        returned, cycle_bytes = counts
         targets = [
             Target(r.slot.name, Site(str(r.slot.site)), r.slot.digest, r.slot.updated)
             for r in plan.merge
         ]
+        targets += refresh
         delays: dict[Site, list[float]] = {}
         merged: dict[Site, int] = {}
         sizes: dict[Site, int] = {}
+        started = time.monotonic()
         for site, group in by_site(targets).items():
             count, size = self._merge(group, rendered, now_s)
             merged[site], sizes[site] = count, size
+        merge_s = time.monotonic() - started
         for repair in plan.merge:
             site = Site(str(repair.slot.site))
             delays.setdefault(site, []).append(max(0.0, now_s - repair.since_s))
@@ -501,11 +540,14 @@ class CollectorPublisher:
             merge_bytes=sizes,
             delays_s={site: tuple(d) for site, d in delays.items()},
             coverage={
-                s: c for s, c in after_look(self._census, plan.uncovered).items() if s in rendered
+                s: c
+                for s, c in after_look(self._census, plan.uncovered, plan.held).items()
+                if s in rendered
             },
             without_site=self._strays[0],
             unknown_site=self._strays[1],
             cycle_merge_bytes=cycle_bytes,
+            merge_s=merge_s,
         )
 
     def _where(self) -> str:

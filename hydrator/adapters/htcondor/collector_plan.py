@@ -7,6 +7,7 @@ grouped and what it weighs. No I/O and no call into the HTCondor library: the pu
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,41 @@ def within_budget(
         (free if t.digest is None or slim_merge(t, rendered[t.site]) else charged).append(t)
     allowed = budget.allow([rendered[t.site].size_bytes for t in charged], now_s)
     return free + charged[:allowed], len(charged) - allowed
+
+
+def cycle_share(
+    due: Sequence[Target],
+    rendered: Mapping[Site, Rendered],
+    budget: MergeBudget,
+    now_s: float,
+    handed_to_repairs: bool,
+) -> tuple[list[Target], int, list[Target]]:
+    """Which of the slots ``due`` (not current, not held by the per-slot window) a cycle
+    merges itself: (slots to merge, how many the ``budget`` holds back, slots handed to the
+    repair looks). Handed to the looks, none is merged nor charged: the next look finds them
+    and applies the budget itself (:func:`held_by_budget`), or merges them from the cycle's
+    list (:func:`refreshes_due`)."""
+    if handed_to_repairs:
+        return [], 0, list(due)
+    todo, held = within_budget(due, rendered, budget, now_s)
+    return todo, held, []
+
+
+def refreshes_due(
+    handed: Sequence[Target], rendered: Mapping[Site, Rendered], found: AbstractSet[str]
+) -> list[Target]:
+    """Of the slots a cycle handed to the looks, those that carry their site's current lists
+    (``rendered``) and need only a newer updated value (:func:`slim_merge`). A look's query
+    selects slots by digest and never returns them, so the look merges them from this list;
+    left out are slots whose site's lists changed since and those the look ``found`` (by
+    name: wiped since, merged in full)."""
+    return [
+        t
+        for t in handed
+        if t.name not in found
+        and (want := rendered.get(t.site)) is not None
+        and slim_merge(t, want)
+    ]
 
 
 def held_by_budget(

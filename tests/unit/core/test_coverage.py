@@ -100,12 +100,13 @@ def test_a_look_merges_every_uncovered_slot_once_and_counts_each_episode() -> No
     assert set(plan.pending) == {"a1", "a2", "b1"}
 
 
-def test_slots_the_merge_budget_holds_are_left_for_a_later_look_uncounted() -> None:
+def test_slots_the_merge_budget_holds_are_left_for_a_later_look_as_deferred() -> None:
     found = [slot("a1", "SITE_A", None), slot("a2", "SITE_A", "old"), slot("a3", "SITE_A", "old")]
     plan = plan_repairs(found, CURRENT, {}, NOW, BACKOFF, held=frozenset({"a3"}))
     assert [r.slot.name for r in plan.merge] == ["a1", "a2"]
     assert plan.found_stale == {A: 1}  # a3's episode starts when it is merged
-    assert plan.uncovered == {A: (1, 1)}  # a3 is the cycle's deferred slot
+    assert plan.uncovered == {A: (1, 1)}
+    assert plan.held == {A: 1}  # a3: deferred at this look
     assert set(plan.pending) == {"a1", "a2"}
 
 
@@ -174,3 +175,19 @@ def test_a_look_updates_coverage_from_the_last_census(
     last: SiteCoverage, uncovered: tuple[int, int], want: SiteCoverage
 ) -> None:
     assert after_look({A: last}, {A: uncovered}) == {A: want}
+
+
+@pytest.mark.parametrize(
+    ("last", "uncovered", "held", "want"),
+    [
+        # the cycle handed a change of all 4 slots to the looks; the budget held 3 of them
+        (SiteCoverage(4, 0, 0, 4), (0, 1), 3, SiteCoverage(4, 0, 0, 1, 3)),
+        # the window held 1 at the cycle (the census), the budget 2 more at the look
+        (SiteCoverage(4, 1, 0, 2, 1), (0, 0), 2, SiteCoverage(4, 1, 0, 0, 3)),
+        (SiteCoverage(), (0, 0), 2, SiteCoverage(2, 0, 0, 0, 2)),  # new since the census
+    ],
+)
+def test_slots_a_look_holds_under_the_budget_count_as_deferred_not_current(
+    last: SiteCoverage, uncovered: tuple[int, int], held: int, want: SiteCoverage
+) -> None:
+    assert after_look({A: last}, {A: uncovered}, {A: held}) == {A: want}

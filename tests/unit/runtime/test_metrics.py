@@ -34,6 +34,7 @@ EXPECTED = {
     "hydrator_state_rows_written": ("counter", ()),
     "hydrator_collector_updates": ("counter", ("kind", "outcome")),
     "hydrator_collector_merges_deferred": ("gauge", ()),
+    "hydrator_collector_merges_handed": ("gauge", ()),
     "hydrator_datasets_unadvertised": ("gauge", ("site", "reason")),
     "hydrator_classad_size_bytes": ("gauge", ("site",)),
     "hydrator_site_held": ("gauge", ("site", "source")),

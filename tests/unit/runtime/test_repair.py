@@ -8,9 +8,11 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from hydrator.config import ClassAdConfig
@@ -37,6 +39,7 @@ class Repairing:
     def __init__(self, *outcomes: RepairReport | PublishError) -> None:
         self.outcomes = list(outcomes)
         self.calls = 0
+        self.handed = False
 
     def publish(
         self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
@@ -45,6 +48,9 @@ class Repairing:
 
     def close(self) -> None:
         pass
+
+    def hand_merges_to_repairs(self) -> None:
+        self.handed = True
 
     def repair(self, now: datetime, interval_s: float) -> RepairReport:
         self.calls += 1
@@ -170,6 +176,44 @@ def test_slow_looks_come_less_often_than_the_interval(monkeypatch: pytest.Monkey
     now[0] = pause
     w()
     assert publisher.calls == 2
+
+
+def test_the_time_a_look_spends_merging_does_not_pace_the_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A look that merged a change for 2 s after a 0.1 s query: the next comes after
+    0.1 s / MAX_LOOK_SHARE, not after 2.1 s / MAX_LOOK_SHARE (the looks deliver every slot
+    merge; their merges are owed whoever sends them)."""
+    now = [0.0]
+    monkeypatch.setattr("hydrator.runtime.repair.time.monotonic", lambda: now[0])
+
+    class Merging(Repairing):
+        def repair(self, at: datetime, interval_s: float) -> RepairReport:
+            now[0] += 2.1
+            return dataclasses.replace(super().repair(at, interval_s), merge_s=2.0)
+
+    publisher = Merging(*[looked()] * 2)
+    w, _, _ = watch(publisher, now)
+    w()
+    now[0] = 0.1 / repair.MAX_LOOK_SHARE + 1e-9
+    w()
+    assert publisher.calls == 2
+
+
+def test_scheduling_the_watch_hands_the_slot_merges_to_its_looks() -> None:
+    """``hydrator run`` with repair_interval_s > 0: the publishers that repair are told once
+    that their looks deliver the slot merges; with 0 (no watch) they are not."""
+    for interval_s, handed in ((0.5, True), (0.0, False)):
+        publisher = Repairing()
+        collector = SimpleNamespace(repair_interval_s=interval_s)
+        service: Any = SimpleNamespace(
+            config=SimpleNamespace(collector=collector),
+            pool=SimpleNamespace(publishers=[publisher]),
+            metrics=Metrics(CollectorRegistry()),
+            clock=lambda: datetime.now(UTC),
+        )
+        scheduled = repair.schedule_repairs(BackgroundScheduler(), service, lambda: None)
+        assert (scheduled is not None, publisher.handed) == (handed, handed)
 
 
 def test_each_fault_is_said_once(

@@ -157,6 +157,25 @@ def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: 
     assert m("hydrator_source_deferred_checks", {"source": "other"}) is None
 
 
+def test_slots_handed_to_the_looks_are_exported_apart_from_those_held_back(
+    config: Config, clock: Clock
+) -> None:
+    """A publisher whose repair looks deliver the slot merges: the cycle's report says how
+    many it handed to them, not counted as held back by a rate limit."""
+
+    class Handing(Recorder):
+        def publish(
+            self, sites: Mapping[Site, SiteView], removed: frozenset[Site], now: datetime
+        ) -> PublishReport:
+            return PublishReport(sent={"site_ad": 1}, deferred=2, handed=5)
+
+    service = make(config, [Scripted("s", [good(config)])], clock, [Handing()])
+    assert service.run_cycle().outcome == "ok"
+    m = service.metrics.registry.get_sample_value
+    assert m("hydrator_collector_merges_handed") == 5
+    assert m("hydrator_collector_merges_deferred") == 2
+
+
 def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: Clock) -> None:
     recorder = Recorder(fail=True)
     service = make(config, [Scripted("s", [good(config)])], clock, [recorder])

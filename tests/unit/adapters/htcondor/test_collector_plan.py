@@ -9,6 +9,7 @@ from hydrator.adapters.htcondor.collector import named_batches
 from hydrator.adapters.htcondor.collector_plan import (
     Rendered,
     Target,
+    cycle_share,
     defer_merges,
     is_current,
     may_merge_now,
@@ -16,6 +17,7 @@ from hydrator.adapters.htcondor.collector_plan import (
     merged_value,
     plan_merges,
     plan_site_ads,
+    refreshes_due,
     slim_merge,
     within_budget,
 )
@@ -223,3 +225,29 @@ def test_the_budget_charges_only_merges_that_replace_other_lists() -> None:
     assert ([t.name for t in now], held) == (["bare", "slim", "old1"], 1)
     again, held = within_budget(todo, {Site("SITE_A"): want}, MergeBudget(rate=0), NOW)
     assert (len(again), held) == (4, 0)
+
+
+def test_a_cycle_that_handed_merges_to_the_looks_merges_none_and_charges_nothing() -> None:
+    """Handed over, every due slot (bare, slim or a change) is left to the looks and the
+    budget stays full for them; not handed over, the cycle merges under the budget."""
+    want = Rendered(classad2.ClassAd({"AvailableDatasets": ["x" * 100]}), "d1", int(NOW))
+    rendered = {Site("SITE_A"): want}
+    due = [slot("bare", digest=None), slot("slim"), slot("old1", digest="d0")]
+    budget = MergeBudget(rate=1.0)  # a minute's worth: 60 bytes, under one ad
+    assert cycle_share(due, rendered, budget, NOW, True) == ([], 0, due)
+    assert budget.tokens is None  # untouched: full for the next look
+    todo, held, handed = cycle_share(due, rendered, budget, NOW, False)
+    assert ([t.name for t in todo], held, handed) == (["bare", "slim", "old1"], 0, [])
+    assert cycle_share(due, rendered, budget, NOW, False)[1:] == (1, [])  # now spent
+
+
+def test_the_look_after_a_cycle_sends_the_refreshes_it_handed_over() -> None:
+    """A look's query returns only slots lacking the current digest: the slots that carry
+    it and need a newer updated value are merged (slim) from the cycle's list, unless their
+    site's lists changed since or the look found them (wiped: merged in full)."""
+    handed = [slot("bare", digest=None), slot("slim1"), slot("slim2"), slot("b", site="SITE_B")]
+    rendered = {Site("SITE_A"): WANT, Site("SITE_B"): WANT}
+    due = refreshes_due(handed, rendered, {"slim2"})
+    assert [t.name for t in due] == ["slim1", "b"]
+    changed = {Site("SITE_A"): Rendered(classad2.ClassAd(), "d2", int(NOW))}
+    assert refreshes_due(handed, changed, set()) == []
