@@ -572,13 +572,12 @@ def run_all(
         (work / "layout.conf").write_text(layout, encoding="utf-8")
         extra = {"HYDRATOR_POOL_EXTRA_CONFIG": str(work / "layout.conf")}
         with mock.patch.dict(os.environ, extra), running_pool(work / "token") as pool:
-            load, start = os.getloadavg(), datetime.now(UTC)  # the pool is ours from here
-            version = pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0]
+            began = _began(pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0])
             experiment = Experiment(pool, Daemon(work), budget)
             experiment.set_data(INITIAL)
 
             def record(complete: bool) -> dict[str, Any]:
-                return _record(runs, (load, start), version, layout, budget, complete)
+                return _record(runs, began, layout, budget, complete)
 
             try:
                 start_static(experiment.daemon, experiment.distances())
@@ -600,23 +599,33 @@ def run_all(
     return record(True)
 
 
+def _began(version: str) -> dict[str, Any]:
+    """What the record says of its start: the pool is ours from here (load, UTC, commit)."""
+    git = ["git", "-C", str(HERE), "log", "-1", "--format=%h %s"]
+    return {
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+        "utc_start": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip(),
+        "condor_version": version,
+    }
+
+
 def _record(
     runs: Sequence[Mapping[str, Any]],
-    began: tuple[tuple[float, ...], datetime],
-    version: str,
+    began: Mapping[str, Any],
     layout: str,
     budget: int,
     complete: bool,
 ) -> dict[str, Any]:
-    """The record: ``meta``, ``parameters``; ``scenarios`` every scenario of every repeat;
-    ``runs`` each repeat's order and targets; ``median`` per scenario key, and its targets."""
-    end, git = datetime.now(UTC), ["git", "-C", str(HERE), "log", "-1", "--format=%h %s"]
+    """The record: ``meta`` (:func:`_began`'s, and the end so far), ``parameters``;
+    ``scenarios`` every scenario of every repeat; ``runs`` each repeat's order and targets;
+    ``median`` per scenario key, and its targets."""
     meta = {
         **machine(),
-        "load_avg_start_end": [[round(x, 2) for x in avg] for avg in (began[0], os.getloadavg())],
-        "utc_window": [began[1].isoformat(timespec="seconds"), end.isoformat(timespec="seconds")],
-        "commit": subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip(),
-        "condor_version": version,
+        "load_avg_start_end": [began["load_avg_start"], [round(x, 2) for x in os.getloadavg()]],
+        "utc_window": [began["utc_start"], datetime.now(UTC).isoformat(timespec="seconds")],
+        "commit": began["commit"],
+        "condor_version": began["condor_version"],
         "complete": complete,
     }
     plain = (int, float, str, tuple, list, dict)  # with CYCLE_S, HOOK_PERIOD_S from tests/support

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +143,8 @@ def test_the_median_per_scenario_and_its_targets_keep_the_worst_remote_readers()
             near(span, **(common(i) | {"max_remote_readers": readers}))]}
         for i, (span_d, span, readers) in enumerate(spans)
     ]  # fmt: skip
-    out = _record(runs, ((1.0, 1.0, 1.0), datetime.now(UTC)), "25", "", 2, complete=True)
+    began = {"load_avg_start": [1.0], "utc_start": "", "commit": "", "condor_version": "25"}
+    out = _record(runs, began, "", 2, complete=True)
     assert [s["repeat"] for s in out["scenarios"]] == [0, 0, 1, 1, 2, 2]
     assert out["median"]["near"]["makespan_s"] == 104.0 and out["median"]["d"]["makespan_s"] == 105
     assert out["median"]["near"]["max_remote_readers"] == 3 and out["median"]["near"]["runs"] == 3
