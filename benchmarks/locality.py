@@ -2,14 +2,16 @@
 Eight ways, on the real test pool, with the daemon and its execute-node hook running.
 
     .venv/bin/python -m benchmarks locality [--scenarios c d d2 near]
-        [--workload short|busy|contended] [--budget N] [--json PATH] [--dry-run]
+        [--workload short|busy|contended] [--budget N] [--repeat N] [--json PATH] [--dry-run]
 
 Needs root; holds the pool lock throughout (~6 min for all, ~3 min for c d d2 near with the
 default workload; ``--workload busy`` and ``contended``: LOCALITY.md; ``--dry-run``: no
 pool, prints the constants and submit files); prints the
 table of LOCALITY.md (design and scoring); ``--json PATH`` writes the record (committed:
-``benchmarks/results/locality.json``, ``benchmarks/results/locality_near.json``). Exits 1
-when the ``near`` scenario misses a target (:func:`near_targets`).
+``benchmarks/results/locality.json``, ``benchmarks/results/locality_near.json``), after each
+scenario as it goes. ``--repeat N`` runs the scenarios N times in rotated orders and records
+every run and the median per scenario. Exits 1 when the ``near`` scenario's median misses a
+target (:func:`near_targets`).
 """
 
 from __future__ import annotations
@@ -271,13 +273,15 @@ class Experiment:
 
     def prepare(self, scenario: Scenario) -> None:
         """The daemon as the scenario needs; slots idle, with the initial data, glideins set."""
-        if scenario.annotate and not self.annotating:  # (e2) runs last: no way back needed
-            tokens = self.pool.token_dir_for(EDITOR_IDENTITY, self.daemon.directory / "editor")
-            extra = f'[collector]\nenabled = false\npool = "{self.pool.collector_address}"\n'
-            extra += f'token_dir = "{tokens}"\n\n[jobs]\nannotate = true\n'
+        if scenario.annotate != self.annotating:  # repeats alternate: both ways
+            extra = ""
+            if scenario.annotate:
+                tokens = self.pool.token_dir_for(EDITOR_IDENTITY, self.daemon.directory / "editor")
+                extra = f'[collector]\nenabled = false\npool = "{self.pool.collector_address}"\n'
+                extra += f'token_dir = "{tokens}"\n\n[jobs]\nannotate = true\n'
             self.daemon.stop()
             start_static(self.daemon, extra + self.distances())
-            self.annotating = True
+            self.annotating = scenario.annotate
         self.set_data(INITIAL)
         self.set_glideins(None if scenario.match_expr is None else frozenset())
         want = {(s, INITIAL[SLOTS[s]], NEAR[SLOTS[s]], self.on is None or s in self.on, "Unclaimed")
@@ -373,6 +377,7 @@ class Experiment:
         """Prepare, start the background, submit, poll every POLL_S until the cluster is gone
         or DEADLINE_S, score (the background is not scored)."""
         self.prepare(scenario)
+        began, load = datetime.now(UTC), os.getloadavg()[0]
         background = self.start_background()
         self.at["submitted"] = float(int(time.time()))  # QDate has whole seconds
         cluster, schedd = self.pool.submit(scenario.submit()), self.pool.schedd
@@ -383,7 +388,12 @@ class Experiment:
             if not ads or now - self.at["submitted"] > DEADLINE_S:
                 self.at["ended"] = now
                 self.background = self.end_background(background)
-                return self.score(scenario, self.records(cluster))
+                window = [t.isoformat(timespec="seconds") for t in (began, datetime.now(UTC))]
+                conditions = {
+                    "utc_window": window,
+                    "load_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+                }
+                return {**self.score(scenario, self.records(cluster)), **conditions}
             self.move_data(TOTAL - sum(ad["JobStatus"] == IDLE for ad in ads), now)
             readers = self.remote_readers(ads)
             for site, n in readers.items():
@@ -464,6 +474,23 @@ class Experiment:
         return [int(ad["ProcId"]), sorted(required), site, started, round(wait, 1), local,
                 ended, kind, annotated]  # fmt: skip
 
+    def lent_while_waiting(self, jobs: Sequence[Sequence[Any]]) -> dict[str, float]:
+        """Per site: slot-seconds (from the jobs' start and end seconds, every POLL_S) in which
+        a slot there ran a job whose data the site did not hold while a job whose data it held
+        was still queued: the site's slots lent to other data while its own jobs waited."""
+        done = [j for j in jobs if j[3] is not None and j[6] is not None]
+        out, end = dict.fromkeys(SITES, 0.0), max((j[6] for j in done), default=0.0)
+        for step in range(int(end / POLL_S)):
+            t = step * POLL_S
+            when = self.at["submitted"] + t
+            queued = [j for j in jobs if j[3] is None or j[3] > t]
+            wanted = {h for j in queued for h in self.holders(frozenset(j[1]), when)}
+            for j in done:
+                mine = j[2] in self.holders(frozenset(j[1]), when)
+                if j[3] <= t < j[6] and not mine and j[2] in wanted:
+                    out[j[2]] += POLL_S
+        return out
+
     def score(self, scenario: Scenario, ads: Sequence[Any]) -> dict[str, Any]:
         """The scenario's numbers (LOCALITY.md says what each is) and every job."""
         jobs = sorted(self.job(ad) for ad in ads)
@@ -501,6 +528,7 @@ class Experiment:
             "annotated_max_s": max(marks, default=None),
             "budget_held_polls": len(self.held),
             "budget_held_at_s": self.held[:50],
+            "lent_while_waiting_s": self.lent_while_waiting(jobs),
             "total": TOTAL,
             **self.background,
             **{f"{k}_at_s": round(t - self.at["submitted"], 1) for k, t in self.at.items()},
@@ -519,45 +547,132 @@ def negotiator_config(budget: int) -> str:
     return line.sub(f"CONCURRENCY_LIMIT_DEFAULT_REMOTE = {budget}", text)
 
 
-def run_all(only: Sequence[str], budget: int = REMOTE_BUDGET) -> dict[str, Any]:
-    """The scenarios (all, or those in ``only``) on the real pool; stopped and unmounted after.
-    The daemon runs with the near table throughout, the negotiator with the remote budget."""
-    results: list[dict[str, Any]] = []
+def orders(keys: Sequence[str], repeats: int) -> list[list[str]]:
+    """The scenario order of each repeat: ``keys`` rotated by the repeat's index, so that with
+    as many repeats as scenarios each runs once in every position (none always first)."""
+    return [[*keys[i % len(keys) :], *keys[: i % len(keys)]] for i in range(repeats)]
+
+
+def run_all(
+    only: Sequence[str],
+    budget: int = REMOTE_BUDGET,
+    repeats: int = 1,
+    save: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The scenarios (all, or those in ``only``) on the real pool, ``repeats`` times in the
+    :func:`orders`; stopped and unmounted after. The daemon runs with the near table
+    throughout, the negotiator with the remote budget. ``save`` gets the record so far after
+    each scenario (``complete`` false until the last)."""
+    keys = [s.key for s in scenarios() if not only or s.key in only]
+    by_key = {s.key: s for s in scenarios()}
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hydrator-locality-") as tmp:
         work = Path(tmp)
         layout = LAYOUT + negotiator_config(budget)
         (work / "layout.conf").write_text(layout, encoding="utf-8")
         extra = {"HYDRATOR_POOL_EXTRA_CONFIG": str(work / "layout.conf")}
         with mock.patch.dict(os.environ, extra), running_pool(work / "token") as pool:
-            load, start = os.getloadavg(), datetime.now(UTC)  # the pool is ours from here
-            version = pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0]
+            began = _began(pool.run_in_chroot(["condor_version"]).stdout.splitlines()[0])
             experiment = Experiment(pool, Daemon(work), budget)
             experiment.set_data(INITIAL)
+
+            def record(complete: bool) -> dict[str, Any]:
+                return _record(runs, began, layout, budget, complete)
+
             try:
                 start_static(experiment.daemon, experiment.distances())
                 install_hook(pool, experiment.daemon.url, SITES)
-                for scenario in (s for s in scenarios() if not only or s.key in only):
-                    print(f"scenario {scenario.key}: {scenario.title}", flush=True)
-                    results.append(experiment.run(scenario))
-                    print(row(results[-1]), flush=True)
+                for repeat, order in enumerate(orders(keys, repeats)):
+                    runs.append({"repeat": repeat, "order": order, "scenarios": []})
+                    for key in order:
+                        print(f"repeat {repeat} scenario {key}: {by_key[key].title}", flush=True)
+                        result = experiment.run(by_key[key])
+                        runs[-1]["scenarios"].append(result)
+                        print(row(result), flush=True)
+                        if save is not None:
+                            save(record(False))
             finally:
                 pool.remove_all_jobs()
                 experiment.daemon.stop()
                 pool.remove_config(GLIDEINS)
                 remove_hook(pool)
-    end, git = datetime.now(UTC), ["git", "-C", str(HERE), "log", "-1", "--format=%h %s"]
-    meta = {
-        **machine(),
-        "load_avg_start_end": [[round(x, 2) for x in avg] for avg in (load, os.getloadavg())],
-        "utc_window": [start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")],
+    return record(True)
+
+
+def _began(version: str) -> dict[str, Any]:
+    """What the record says of its start: the pool is ours from here (load, UTC, commit)."""
+    git = ["git", "-C", str(HERE), "log", "-1", "--format=%h %s"]
+    return {
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+        "utc_start": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip(),
         "condor_version": version,
+    }
+
+
+def _record(
+    runs: Sequence[Mapping[str, Any]],
+    began: Mapping[str, Any],
+    layout: str,
+    budget: int,
+    complete: bool,
+) -> dict[str, Any]:
+    """The record: ``meta`` (:func:`_began`'s, and the end so far), ``parameters``;
+    ``scenarios`` every scenario of every repeat; ``runs`` each repeat's order and targets;
+    ``median`` per scenario key, and its targets."""
+    meta = {
+        **machine(),
+        "load_avg_start_end": [began["load_avg_start"], [round(x, 2) for x in os.getloadavg()]],
+        "utc_window": [began["utc_start"], datetime.now(UTC).isoformat(timespec="seconds")],
+        "commit": began["commit"],
+        "condor_version": began["condor_version"],
+        "complete": complete,
     }
     plain = (int, float, str, tuple, list, dict)  # with CYCLE_S, HOOK_PERIOD_S from tests/support
     constants = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, plain)}
     constants.pop("TRANSIENT")  # exception types
     constants.update(LAYOUT=layout, REMOTE_BUDGET=budget)
-    return {"meta": meta, "parameters": constants, "scenarios": results}
+    flat = [{**s, "repeat": run["repeat"]} for run in runs for s in run["scenarios"]]
+    summary = [
+        {"repeat": r["repeat"], "order": r["order"], "near_targets": _targets(r["scenarios"])}
+        for r in runs
+    ]
+    median = medians(flat)
+    out = {"meta": meta, "parameters": constants, "scenarios": flat, "runs": summary}
+    return out | {"median": median, "median_near_targets": _targets(list(median.values()))}
+
+
+def _targets(scenarios: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"target": t, "measured": m, "met": ok} for t, m, ok in near_targets(scenarios)]
+
+
+MEDIAN_KEYS: tuple[str, ...] = ("makespan_s", "wait_median_s", "wait_p95_s", "last_start_s")
+MEDIAN_KEYS += ("local_fraction", "near_fraction", "far_fraction")
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    numbers = [v for v in values if v is not None]
+    return statistics.median(numbers) if numbers and len(numbers) == len(values) else None
+
+
+def medians(flat: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scenario key over its runs: the median of each of :data:`MEDIAN_KEYS` (None when a
+    run lacks it), ``max_remote_readers`` the most in any run, ``started`` the fewest,
+    ``runs`` how many, ``budget`` (near) as run."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(s["key"] for s in flat):
+        mine = [s for s in flat if s["key"] == key]
+        values: dict[str, list[float | None]] = {k: [s.get(k) for s in mine] for k in MEDIAN_KEYS}
+        out[key] = {
+            "key": key,
+            "runs": len(mine),
+            **{k: _median(v) for k, v in values.items()},
+            "max_remote_readers": max(s["max_remote_readers"] for s in mine),
+            "started": min(s["started"] for s in mine),
+            "total": mine[0].get("total", TOTAL),
+            **({"budget": mine[0]["budget"]} if "budget" in mine[0] else {}),
+        }
+    return out
 
 
 def near_targets(scenarios: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bool | None]]:
@@ -608,7 +723,7 @@ def row(s: Mapping[str, Any]) -> str:
     return "| " + " | ".join(map(str, [*cells, _fmt(s["request_share_at_data_sites"])])) + " |"
 
 
-def dry_run(only: Sequence[str], budget: int) -> str:
+def dry_run(only: Sequence[str], budget: int, repeats: int = 1) -> str:
     """What a run would do, without the pool: the workload's constants, the daemon's
     ``[distances]``, the negotiator's limits, the background's and each scenario's submit."""
     constants = "WORKLOAD JOBS_PER_DATASET TOTAL SLEEPS_S DEADLINE_S POLL_S FALLBACK_AFTER_S"
@@ -616,6 +731,10 @@ def dry_run(only: Sequence[str], budget: int) -> str:
     out = [f"{name} = {globals()[name]!r}" for name in constants.split()]
     near = {s: sorted(n) for s, n in NEAR.items()}
     out += [f"REMOTE_BUDGET = {budget}", f"NEAR = {near}"]
+    keys = [s.key for s in scenarios() if not only or s.key in only]
+    out += [
+        f"REPEAT {i} ORDER = {' '.join(order)}" for i, order in enumerate(orders(keys, repeats))
+    ]
     out += ["", distances_config(budget), negotiator_config(budget)]
     if BACKGROUND:
         out += ["# background", background_submit(BACKGROUND, BACKGROUND_SLEEP_S)]
@@ -639,27 +758,45 @@ def main() -> None:
     parser.add_argument("--budget", type=int, help="remote readers per site (default: workload's)")
     parser.add_argument("--json", type=Path, help="write the record here (default: print only)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run; no pool")
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N",
+        help="run the scenarios N times, each repeat in another order (rotated); the record "
+        "keeps every run and the median per scenario",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.budget is not None and args.budget < 1:
         parser.error("--budget must be at least 1")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     select_workload(args.workload)
     if BACKGROUND and {"e1", "e2"} & set(args.scenarios or keys):
         parser.error(f"--workload {args.workload}: e1 and e2 switch slots off, which the "
                      "background needs: choose --scenarios among a b c d d2 near")  # fmt: skip
     budget = REMOTE_BUDGET if args.budget is None else args.budget
     if args.dry_run:
-        print(dry_run(args.scenarios, budget))
+        print(dry_run(args.scenarios, budget, args.repeat))
         return
-    results = run_all(args.scenarios, budget)
-    targets = near_targets(results["scenarios"])
-    results["near_targets"] = [{"target": t, "measured": m, "met": ok} for t, m, ok in targets]
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=sorted) + "\n", "utf-8")
+    results = run_all(args.scenarios, budget, args.repeat, partial(_write, args.json))
+    _write(args.json, results)
     print(HEADER + "\n" + "\n".join(row(s) for s in results["scenarios"]))
-    for target, measured, met in targets:
-        print(f"near target: {target}: {measured}: {_verdict(met)}")
-    if any(met is False for _, _, met in targets):
+    for run in results["runs"]:
+        for t in run["near_targets"]:
+            print(f"repeat {run['repeat']} near target: {t['target']}: {t['measured']}: "
+                  f"{_verdict(t['met'])}")  # fmt: skip
+    for key, m in results["median"].items():
+        most = m["max_remote_readers"]
+        print(f"median of {m['runs']} ({key}): makespan {m['makespan_s']} s, "
+              f"wait p95 {m['wait_p95_s']} s, max remote readers {most}")  # fmt: skip
+    for t in results["median_near_targets"]:
+        print(f"median near target: {t['target']}: {t['measured']}: {_verdict(t['met'])}")
+    if any(t["met"] is False for t in results["median_near_targets"]):
         sys.exit(1)
+
+
+def _write(path: Path | None, record: Mapping[str, Any]) -> None:
+    """The record as JSON at ``path`` (None: nowhere)."""
+    if path is not None:
+        path.write_text(json.dumps(record, indent=1, default=sorted) + "\n", "utf-8")
 
 
 def _verdict(met: bool | None) -> str:

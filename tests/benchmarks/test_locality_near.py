@@ -9,7 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.locality import NEAR, TOTAL, background_submit, near_targets, scenarios
+from benchmarks.locality import (
+    INITIAL,
+    NEAR,
+    TOTAL,
+    Experiment,
+    _record,
+    background_submit,
+    medians,
+    near_targets,
+    orders,
+    scenarios,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,10 +29,10 @@ def record(key: str, makespan_s: float, **more: Any) -> dict[str, Any]:
     return {"key": key, "makespan_s": makespan_s, **more}
 
 
-def near(**changed: Any) -> dict[str, Any]:
+def near(makespan_s: float = 20.0, **changed: Any) -> dict[str, Any]:
     fields = {"local_fraction": 0.75, "near_fraction": 0.25, "started": TOTAL}
     fields |= {"max_remote_readers": 2, "budget": 2}
-    return record("near", 20.0, **(fields | changed))
+    return record("near", makespan_s, **(fields | changed))
 
 
 def test_near_targets_met_missed_and_not_checked() -> None:
@@ -51,8 +62,8 @@ def locality(*options: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_budget_of_0_and_an_unknown_scenario_are_refused() -> None:
-    for options in (["--budget", "0"], ["--scenarios", "c", "nearby"]):
+def test_a_budget_of_0_a_repeat_of_0_and_an_unknown_scenario_are_refused() -> None:
+    for options in (["--budget", "0"], ["--repeat", "0"], ["--scenarios", "c", "nearby"]):
         run = locality(*options)
         assert run.returncode == 2, run.stderr
 
@@ -108,3 +119,62 @@ print(L.TOTAL, min(L.SLEEPS_S), L.REMOTE_BUDGET, ",".join(sorted(near["SITE_A"])
       ",".join(sorted(near["SITE_B"])), all(a in near[b] for a in near for b in near[a])
       and "$(Sleep)" in sub and " 24\\n" in sub)
 """
+
+
+def test_repeats_rotate_the_order_so_that_no_scenario_always_runs_first() -> None:
+    assert orders(["c", "d", "d2", "near"], 1) == [["c", "d", "d2", "near"]]
+    three = orders(["c", "d", "d2", "near"], 3)
+    assert three == [["c", "d", "d2", "near"], ["d", "d2", "near", "c"], ["d2", "near", "c", "d"]]
+    four = orders(["c", "d", "d2", "near"], 4)
+    for key in ("c", "d", "d2", "near"):
+        assert sorted(order.index(key) for order in four) == [0, 1, 2, 3]
+    dry = locality("--workload", "contended", "--scenarios", "c", "d", "near", "--repeat", "2",
+                   "--dry-run")  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    assert "REPEAT 0 ORDER = c d near" in dry.stdout.splitlines()
+    assert "REPEAT 1 ORDER = d near c" in dry.stdout.splitlines()
+
+
+def test_the_median_per_scenario_and_its_targets_keep_the_worst_remote_readers() -> None:
+    spans = [(100.0, 110.0, 2), (105.0, 100.0, 3), (110.0, 104.0, 2)]  # d, near, readers
+    runs: list[dict[str, Any]] = [
+        {"repeat": i, "order": ["d", "near"], "scenarios": [
+            record("d", span_d, **common(i)),
+            near(span, **(common(i) | {"max_remote_readers": readers}))]}
+        for i, (span_d, span, readers) in enumerate(spans)
+    ]  # fmt: skip
+    began = {"load_avg_start": [1.0], "utc_start": "", "commit": "", "condor_version": "25"}
+    out = _record(runs, began, "", 2, complete=True)
+    assert [s["repeat"] for s in out["scenarios"]] == [0, 0, 1, 1, 2, 2]
+    assert out["median"]["near"]["makespan_s"] == 104.0 and out["median"]["d"]["makespan_s"] == 105
+    assert out["median"]["near"]["max_remote_readers"] == 3 and out["median"]["near"]["runs"] == 3
+    assert out["median"]["near"]["budget"] == 2 and out["meta"]["complete"] is True
+    per_run = [[t["met"] for t in r["near_targets"]] for r in out["runs"]]
+    assert per_run == [[True, True, False, None], [True, False, True, None],
+                       [True, True, True, None]]  # fmt: skip
+    median = {t["target"]: t["met"] for t in out["median_near_targets"]}
+    assert median["makespan <= rank-only's"] is True
+    assert median["remote readers per site <= budget"] is False
+    assert (
+        medians([record("d", 1.0, **common(0)), record("d", 3.0, **common(0))])["d"]["makespan_s"]
+        == 2.0
+    )
+
+
+def common(i: int) -> dict[str, Any]:
+    fields = {"wait_median_s": 1.0 + i, "wait_p95_s": 2.0, "last_start_s": 3.0}
+    fields |= {"local_fraction": 0.75, "near_fraction": 0.25, "far_fraction": 0.0}
+    return fields | {"max_remote_readers": 2, "started": TOTAL}
+
+
+def test_a_data_sites_slot_lent_to_another_datasets_reader_is_counted_while_its_jobs_wait() -> None:
+    experiment = Experiment.__new__(Experiment)  # no pool: only the timeline and the times
+    experiment.at, experiment.timeline = {"submitted": 0.0}, [(0.0, INITIAL)]
+    jobs = [
+        [0, ["ska:exp_a"], "SITE_B", 0.0, 0.0, False, 10.0, "far", None],  # on B's slot
+        [1, ["ska:exp_b"], "SITE_B", 10.0, 10.0, True, 20.0, "local", None],  # waited for it
+        [2, ["ska:exp_c"], "SITE_D", 0.0, 0.0, False, 30.0, "near", None],  # D holds nothing
+        [3, ["ska:exp_a"], "SITE_A", 0.0, 0.0, True, 30.0, "local", None],
+    ]
+    lent = experiment.lent_while_waiting(jobs)
+    assert lent == {"SITE_A": 0.0, "SITE_B": 10.0, "SITE_C": 0.0, "SITE_D": 0.0}
