@@ -45,7 +45,6 @@ import json
 import os
 import pstats
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import classad2
 from prometheus_client import CollectorRegistry
 
 import hydrator
@@ -94,11 +94,9 @@ class PoolStub:
     (docs/platform.md), is modelled only when asked (:meth:`startd_updates`).
 
     A repair look's query (any slot constraint but ``true``) is answered as the collector
-    evaluates it (:func:`hydrator.core.coverage.stale_constraint`): the slots of a site with
-    a site ad whose digest is not that ad's, less those merged at or after the constraint's
-    ``DataLocalityMerged >= N`` that carry a digest (the per-slot window). It is filtered in
-    Python here; that time is the collector's, not the daemon's, and is added up in
-    ``filter_s`` so that the harness can leave it out of the look's time.
+    answers it: the constraint (:func:`hydrator.core.coverage.stale_constraint`) evaluated
+    by classad2 against every slot ad. That time is the collector's, not the daemon's, and
+    is added up in ``filter_s`` so that the harness can leave it out of the look's time.
     """
 
     def __init__(self, slots: Mapping[str, str], slot_site_attribute: str) -> None:
@@ -114,7 +112,6 @@ class PoolStub:
         self.near_attribute = getattr(attrs, "near_attribute", "DataLocalityNearSites")
         self.near_ads = 0  # ads advertised carrying the near sites (``[distances]`` on)
         self.kept = ("Name", attrs.digest_attribute, attrs.updated_attribute, MERGED_ATTRIBUTE)
-        self.site_attribute, self.digest_attribute = slot_site_attribute, attrs.digest_attribute
         self.filter_s = 0.0  # seconds spent answering looks' queries (the collector's work)
 
     def startd_updates(self, fraction: float) -> None:
@@ -139,21 +136,13 @@ class PoolStub:
         return found
 
     def uncovered(self, constraint: str) -> list[dict[str, Any]]:
-        """The slot ads a look's ``constraint`` selects (see the class doc)."""
-        current = {name: ad.get(self.digest_attribute) for name, ad in self.site_ads.items()}
-        window = re.search(rf"{MERGED_ATTRIBUTE} >= (-?\d+)", constraint)
-        after = int(window.group(1)) if window else None
-        found = []
-        for ad in self.slots.values():
-            site, digest = ad.get(self.site_attribute), ad.get(self.digest_attribute)
-            if site not in current or digest == current[site]:
-                continue
-            merged: Any = ad.get(MERGED_ATTRIBUTE)
-            held = after is not None and digest is not None and isinstance(merged, int)
-            if held and merged >= after:
-                continue
-            found.append(dict(ad))
-        return found
+        """The slot ads ``constraint`` selects, evaluated by classad2 as the collector would."""
+        expr = classad2.ExprTree(constraint)
+        return [
+            dict(ad)
+            for ad in self.slots.values()
+            if expr.eval(classad2.ClassAd({k: v for k, v in ad.items() if v is not None})) is True
+        ]
 
     def advertise(self, ads: list[Any], command: str, use_tcp: bool = True) -> None:
         now = int(time.time())
