@@ -21,8 +21,9 @@ class Changes(Sequence[Change]):
 
     Either held as built (a cycle that moved some pairs), or, for a plan that adds every
     replica of a collection (a first cycle), made only while iterated, from that collection
-    (never mutated): a million :class:`Change` tuples cost ~80 MB and a second of a first
-    cycle, and the daemon only counts them (logs, metrics); ``hydrator once`` lists them.
+    (never mutated): the daemon only counts a first cycle's changes (logs, metrics), so they
+    are never all held at once (:mod:`hydrator.core.model` says what it saves); ``hydrator
+    once`` lists them.
     Iterating that form twice makes them twice; indexing it builds every change (not kept).
     """
 
@@ -51,7 +52,7 @@ class Changes(Sequence[Change]):
     @staticmethod
     def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
         """Grouped by site first, so that the sort compares datasets within a site only (a
-        sort of a million (site, dataset) keys costs four times as much); each change built
+        sort of every (site, dataset) key costs several times as much); each change built
         by C-level iterators, no Python call per change."""
         by_site: dict[Site, list[Replica]] = {}
         for replica in replicas:

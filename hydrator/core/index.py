@@ -3,7 +3,7 @@
 :func:`~hydrator.core.presence.combine`; :func:`merged_snapshot`, a source's answer).
 
 The core builds an index only where several sources merge, or where a source's replicas
-must be looked up by site (:mod:`hydrator.core.derived` holds them between cycles); a
+must be looked up by site (:mod:`hydrator.core.model` holds them between cycles); a
 one-source daemon works from its set and its delta, and holds none.
 """
 
@@ -24,8 +24,8 @@ replica's own), smaller tables, a site's replicas at hand for its view."""
 
 
 replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
-"""``replica_key(r) == (r.site, r.dataset)``, without a Python call: for loops over a million
-replicas."""
+"""``replica_key(r) == (r.site, r.dataset)``, without a Python call: for loops over every
+replica."""
 
 
 def index_of(replicas: Iterable[Replica]) -> Index:

@@ -4,7 +4,7 @@ previous view and the changes at its site (:func:`patch_view`); the digests that
 publishers skip a site whose ad says nothing new (:func:`content_digest`,
 :func:`stuck_digest`).
 
-The views the daemon holds between cycles are in :mod:`hydrator.core.derived`; what each ad
+The views the daemon holds between cycles are in :mod:`hydrator.core.model`; what each ad
 then carries (demand, size) is :mod:`hydrator.core.advertise`.
 """
 
@@ -105,8 +105,8 @@ class _SiteLists:
     """One site's datasets by list while :func:`site_contents` collects them.
 
     Plain attributes and identity tests, not a dict keyed by the enum, and no
-    (dataset, fraction) pair for the available ones, which are most: at a million replicas
-    this is a large share of a cycle and of its garbage.
+    (dataset, fraction) pair for the available ones, which are most: a large share of a
+    full build's time and garbage (:mod:`hydrator.core.model` keeps the figures).
     """
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
