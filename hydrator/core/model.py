@@ -15,7 +15,7 @@ The tricks, and what each saves: the one place their figures are kept (at a mill
 replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit):
 
 * Patching instead of rebuilding: the merged index and the touched sites' views are patched
-  by the cycle's changes (:func:`~hydrator.core.views.patch_view`), the rest shared: a churn
+  by the cycle's changes (:func:`_patch_view`), the rest shared: a churn
   cycle's whole plan phase is 0.50 s.
 * No index for one source: a one-source daemon works from its set and its delta and holds
   no index (an index costs about 100 B of table a replica).
@@ -40,38 +40,42 @@ replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine an
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
+from operator import itemgetter
+from typing import TypeVar
 
 from hydrator.core.changes import Changes
-from hydrator.core.index import (
-    Index,
-    each_replica,
-    index_of,
-    index_size,
-    merge_replicas,
-    replica_key,
-)
+from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
 from hydrator.core.presence import combine
-from hydrator.core.views import patch_view, views_of
+from hydrator.core.views import SiteLists
 from hydrator.domain import (
     Change,
     ChangeKind,
     DatasetId,
     Replica,
+    ReplicaState,
     Site,
     SiteView,
     SourceState,
     State,
+    Transfer,
     site_of,
 )
 
 Key = tuple[Site, DatasetId]
+_T = TypeVar("_T")
+_first = itemgetter(0)  # a (dataset, share) pair's dataset
+
+
+def _itself(dataset: DatasetId) -> DatasetId:
+    return dataset
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ class SourceModel:
         core reads it only where several sources merge, and from then on hands it from
         cycle to cycle, patched by each delta."""
         if self._index is None:
-            self._index = index_of(self.replicas)
+            self._index = _index_of(self.replicas)
         return self._index
 
     @property
@@ -185,7 +189,7 @@ class Model:
         rows = None if as_read is None or only is None else as_read.get(only)
         if rows is not None:  # its views from the rows in the order read
             coverage = model.coverage
-            model = cls(state, coverage=coverage, contents=views_of(rows, frozenset(coverage)))
+            model = cls(state, coverage=coverage, contents=_views_of(rows, frozenset(coverage)))
         return model
 
     def apply(
@@ -268,7 +272,7 @@ class Model:
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
         if self._contents is None:
-            self._contents = views_of(self.merged_replicas, frozenset(self.coverage))
+            self._contents = _views_of(self.merged_replicas, frozenset(self.coverage))
         return self._contents
 
     @property
@@ -368,7 +372,7 @@ def _patched(before: SourceModel, delta: SourceDelta, replicas: AbstractSet[Repl
     held = before.index
     kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
     if any(held[r.site][r.dataset] is not r for r in kept):
-        return index_of(replicas)
+        return _index_of(replicas)
     index = dict(held)
     own: set[Site] = set()  # the sites whose dict is this index's own copy
     for replica in delta.removed:
@@ -481,12 +485,91 @@ def _contents(
     sites = sorted(state.coverage)
     new_sites = frozenset(s for s in sites if s not in old)
     replicas = state.merged_replicas if merged is None else each_replica(merged)
-    built = views_of(replicas, new_sites) if new_sites else {}
+    built = _views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
         if s in new_sites
-        else patch_view(old[s], touched[s])
+        else _patch_view(old[s], touched[s])
         if s in touched
         else old[s]
         for s in sites
     }
+
+
+def _index_of(replicas: Iterable[Replica]) -> Index:
+    """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
+    index: Index = {}
+    at_site = index.get
+    for replica in replicas:  # indexing by position: no attribute lookup per replica
+        found = at_site(replica[1])
+        if found is None:
+            found = index[replica[1]] = {}
+        found[replica[0]] = replica
+    return index
+
+
+def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """The site views of ``replicas`` (one per (site, dataset)) at ``sites``, as
+    :func:`~hydrator.core.views.site_contents` builds them, in one pass by position."""
+    lists = {site: SiteLists() for site in sites}
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            continue
+        if replica[2] is available and replica[4] is None:  # most: no call
+            found.available.append(replica[0])
+        else:
+            found.add(replica[0], replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
+
+
+def _patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
+    """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
+    rebuilding it (:func:`~hydrator.core.views.site_contents`), at the cost of the changes
+    plus a C-level copy and a sort of nearly sorted lists, not a loop over every replica."""
+    lists = SiteLists()
+    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
+        key: [] for key in (*ReplicaState, *Transfer)
+    }
+    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
+    for change in changes:
+        old = change.old
+        if old is not None:
+            gone[old.state].append(change.dataset)
+            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
+                gone[old.transfer].append(change.dataset)
+            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
+                sized.append(change.dataset)
+        if change.new is not None:
+            lists.add(change.dataset, change.new)
+    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
+    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
+    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
+    return lists.view(view.site)
+
+
+def _without(
+    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
+) -> list[_T]:
+    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
+    without the ``removed`` datasets."""
+    if not removed:
+        return list(items)
+    cuts: list[int] = []
+    for d in removed:
+        cut = bisect_left(items, d, key=key)
+        if cut == len(items) or key(items[cut]) != d:
+            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
+        cuts.append(cut)
+    cuts.sort()
+    out: list[_T] = []
+    start = 0
+    for cut in cuts:
+        out += items[start:cut]
+        start = cut + 1
+    out += items[start:]
+    return out
