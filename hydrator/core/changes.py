@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from functools import partial
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter
 from typing import overload
 
 from hydrator.domain import Change, ChangeKind, DatasetId, Replica, Site
-
-_make_change = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
 
 
 class Changes(Sequence[Change]):
@@ -52,20 +49,16 @@ class Changes(Sequence[Change]):
     @staticmethod
     def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
         """Grouped by site first, so that the sort compares datasets within a site only (a
-        sort of every (site, dataset) key costs several times as much); each change built
-        by C-level iterators, no Python call per change."""
+        sort of every (site, dataset) key costs several times as much)."""
         by_site: dict[Site, list[Replica]] = {}
         for replica in replicas:
-            found = by_site.get(replica[1])
-            if found is None:
-                found = by_site[replica[1]] = []
-            found.append(replica)
+            by_site.setdefault(replica.site, []).append(replica)
         added = ChangeKind.ADDED
         for site in sorted(by_site):
             held = by_site.pop(site)
             held.sort(key=_dataset_of)  # a site holds one replica per dataset
             fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
-            yield from map(_make_change, fields)
+            yield from map(Change._make, fields)
 
     def __len__(self) -> int:
         return len(self._held) if self._added is None else sum(self.counts.values())
@@ -90,5 +83,5 @@ class Changes(Sequence[Change]):
         return f"Changes({self._held!r})"
 
 
-_kind_of: Callable[[Change], ChangeKind] = itemgetter(2)
-_dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
+_kind_of: Callable[[Change], ChangeKind] = attrgetter("kind")
+_dataset_of: Callable[[Replica], DatasetId] = attrgetter("dataset")

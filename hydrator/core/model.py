@@ -32,10 +32,10 @@ replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine an
   cycle's plan phase is 1.4 s with the million changes counted, not built.
 * Site views of a loaded state built from the rows in the order read (:meth:`of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
-* Positional access and validation bypass where a replica or change is read or made per
-  replica (:mod:`hydrator.core.index`, :mod:`hydrator.core.views`,
-  :mod:`hydrator.core.changes`): replicas and changes are validated named tuples read by
-  position and built at C level (no figure of their own; part of the figures above).
+* Reading replicas by position where a loop visits every one (:func:`_index_of`,
+  :func:`_views_of`, whose available replicas with no transfer, most of them, go straight
+  into their list): no attribute lookup or call per replica (no figure of its own; part of
+  the startup and first-cycle figures above).
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def count_outside(replicas: Collection[Replica], sites: AbstractSet[Site]) -> in
     """How many of ``replicas`` are at none of ``sites`` (``len`` when ``sites`` is empty)."""
     if not sites:
         return len(replicas)
-    return sum(1 for r in replicas if r[1] not in sites)
+    return sum(1 for r in replicas if r.site not in sites)
 
 
 def active_site_drains(drains: Iterable[Drain], now: datetime) -> dict[Site, Drain]:
