@@ -62,8 +62,9 @@ log = logging.getLogger(__name__)
 
 Planner = Callable[[Model, FetchContext], Plan]
 """An event or refresh cycle's decision in place of fetch + plan
-(:mod:`hydrator.runtime.event_worker`): the state before, with its views, and the cycle's
-context, to the plan."""
+(:mod:`hydrator.runtime.event_worker`): the model of the state before (its ``state``, and
+what to hand :func:`~hydrator.core.plan.plan_cycle` as ``model``) and the cycle's context,
+to the plan."""
 
 
 class CycleKind(Enum):
@@ -115,9 +116,9 @@ def render_ads(
 @dataclass(frozen=True)
 class Startup:
     """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
-    saved state (with what was derived from it while loading), what it serves before its
-    first cycle, and the operator's drains as read (empty when they could not be; the next
-    cycle reads them again)."""
+    saved state's model (:class:`~hydrator.core.model.Model`, built from the store's load),
+    what it serves before its first cycle, and the operator's drains as read (empty when
+    they could not be; the next cycle reads them again)."""
 
     model: Model
     published: Published
@@ -153,7 +154,7 @@ class Service:
         self.last_cycle_end = time.monotonic()
         self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
         self.published = startup.published
-        self._model = startup.model  # the state, and its views and indexes
+        self._model = startup.model  # the state, and its memo: handed to each plan_cycle
         self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
