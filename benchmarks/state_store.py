@@ -66,7 +66,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     loaded = timed(store.load, figures, "load")
     federation.churn()
     later = T0 + timedelta(minutes=1)
-    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, Policy())
+    churned = plan_cycle(loaded.state, {SOURCE: federation.snapshot()}, later, Policy())
     timed(partial(store.save, churned), figures, "churn_save")
     store.close()
     del loaded

@@ -7,7 +7,7 @@ two independent facts, of which presence decides the advertised list. Sources pr
 :class:`Snapshot` objects; the core (:mod:`hydrator.core.plan`) turns the saved :class:`State` plus
 this cycle's snapshots into a plan. Values only: every dataclass here is frozen with slots (no
 instance ``__dict__``) and holds no cache; what the core derives from a state (indexes, site
-views) it holds beside it (:mod:`hydrator.core.derived`). The values a cycle handles by the
+views) it holds beside it (:mod:`hydrator.core.model`). The values a cycle handles by the
 million (:class:`DatasetId`, :class:`Replica`, :class:`Change`) are named tuples instead,
 validated in ``__new__``: as immutable, and hashed and compared by C code rather than by
 generated Python methods. Names are checked by the rules of :mod:`hydrator.names`.
@@ -284,7 +284,7 @@ class SourceState:
     ``replicas``/``sites`` are the last *good* snapshot. ``stale`` is true while the source
     failed or was held back since then. ``held_cycles`` counts consecutive cycles whose answer
     was held back as a suspicious drop. What the core derives from it (its index, its counts
-    per site) is held beside it: :class:`hydrator.core.derived.SourceDerived`.
+    per site) is held beside it: :class:`hydrator.core.model.SourceModel`.
     """
 
     name: str
@@ -312,7 +312,7 @@ class State:
     Not in it: each (site, dataset)'s first-seen time, which nothing in a cycle reads; the
     state store keeps it with the pair's rows, from the ``now`` of the plan that added the
     pair (:mod:`hydrator.adapters.state.sqlite`). What the core derives from it (merged
-    index, site views) is held beside it: :class:`hydrator.core.derived.Derived`.
+    index, site views) is held beside it: :class:`hydrator.core.model.Model`.
     """
 
     sources: Mapping[str, SourceState] = field(default_factory=dict)

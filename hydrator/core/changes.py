@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from functools import partial
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter
 from typing import overload
 
 from hydrator.domain import Change, ChangeKind, DatasetId, Replica, Site
-
-_make_change = partial(tuple.__new__, Change)  # Change._make at C level: fields already checked
 
 
 class Changes(Sequence[Change]):
@@ -21,8 +18,9 @@ class Changes(Sequence[Change]):
 
     Either held as built (a cycle that moved some pairs), or, for a plan that adds every
     replica of a collection (a first cycle), made only while iterated, from that collection
-    (never mutated): a million :class:`Change` tuples cost ~80 MB and a second of a first
-    cycle, and the daemon only counts them (logs, metrics); ``hydrator once`` lists them.
+    (never mutated): the daemon only counts a first cycle's changes (logs, metrics), so they
+    are never all held at once (:mod:`hydrator.core.model` says what it saves); ``hydrator
+    once`` lists them.
     Iterating that form twice makes them twice; indexing it builds every change (not kept).
     """
 
@@ -51,20 +49,16 @@ class Changes(Sequence[Change]):
     @staticmethod
     def _each_added(replicas: Iterable[Replica]) -> Iterator[Change]:
         """Grouped by site first, so that the sort compares datasets within a site only (a
-        sort of a million (site, dataset) keys costs four times as much); each change built
-        by C-level iterators, no Python call per change."""
+        sort of every (site, dataset) key costs several times as much)."""
         by_site: dict[Site, list[Replica]] = {}
         for replica in replicas:
-            found = by_site.get(replica[1])
-            if found is None:
-                found = by_site[replica[1]] = []
-            found.append(replica)
+            by_site.setdefault(replica.site, []).append(replica)
         added = ChangeKind.ADDED
         for site in sorted(by_site):
             held = by_site.pop(site)
             held.sort(key=_dataset_of)  # a site holds one replica per dataset
             fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
-            yield from map(_make_change, fields)
+            yield from map(Change._make, fields)
 
     def __len__(self) -> int:
         return len(self._held) if self._added is None else sum(self.counts.values())
@@ -89,5 +83,5 @@ class Changes(Sequence[Change]):
         return f"Changes({self._held!r})"
 
 
-_kind_of: Callable[[Change], ChangeKind] = itemgetter(2)
-_dataset_of: Callable[[Replica], DatasetId] = itemgetter(0)
+_kind_of: Callable[[Change], ChangeKind] = attrgetter("kind")
+_dataset_of: Callable[[Replica], DatasetId] = attrgetter("dataset")

@@ -382,11 +382,11 @@ def keep_read_times(plan: Plan, previous: State) -> Plan:
     for name, after in plan.state.sources.items():
         before = previous.sources.get(name)
         sources[name] = after if before is None else _kept(after, before)
-    derived = plan.derived.sharing(State(sources=sources))
+    model = plan.model.sharing(State(sources=sources))
     statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
-    updated = derived.site_updated
+    updated = model.site_updated
     sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}
-    return replace(plan, derived=derived, sources=statuses, sites=sites)
+    return replace(plan, state=model.state, model=model, sources=statuses, sites=sites)
 
 
 def _kept(after: SourceState, before: SourceState) -> SourceState:

@@ -12,7 +12,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from hydrator.core.derived import Derived, SourceDerived
+from hydrator.core.model import Model, SourceDelta, SourceModel
 from hydrator.core.storage import unavailable_storages
 from hydrator.domain import (
     ElementCount,
@@ -36,14 +36,6 @@ class Policy:
     site_max_drop_fraction: float = 0.5
     site_drop_min_entries: int = 20
     accept_site_drops: Collection[str] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SourceDelta:
-    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
-
-    added: AbstractSet[Replica] = frozenset()
-    removed: AbstractSet[Replica] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,7 @@ def guard_sites(
 
 def shrunken_sites(
     before: SourceState,
-    known: SourceDerived,
+    known: SourceModel,
     outcome: Snapshot,
     delta: SourceDelta,
     *,
@@ -145,7 +137,7 @@ def _shrank(old: int, new: int, policy: Policy) -> bool:
 
 
 def _suspicious_sites(
-    before: SourceDerived,
+    before: SourceModel,
     delta: SourceDelta,
     policy: Policy,
     explained: Mapping[Site, int | None],
@@ -176,16 +168,8 @@ def _suspicious_sites(
     return found
 
 
-def recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
-    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
-    moved = Counter(counts)
-    moved.update(map(site_of, delta.added))
-    moved.subtract(map(site_of, delta.removed))
-    return {site: n for site, n in moved.items() if n > 0}
-
-
 def without_case_twins(
-    previous: Derived, outcomes: Mapping[str, SourceOutcome]
+    previous: Model, outcomes: Mapping[str, SourceOutcome]
 ) -> tuple[dict[str, SourceOutcome], dict[str, dict[Site, str]]]:
     """``outcomes`` without the sites whose names differ only in case from a name kept (the
     one already held, else the first in sorted order), and per source the names refused and

@@ -2,9 +2,7 @@
 (site, dataset) merged into one (:func:`merge_replicas`, by
 :func:`~hydrator.core.presence.combine`; :func:`merged_snapshot`, a source's answer).
 
-The core builds an index only where several sources merge, or where a source's replicas
-must be looked up by site (:mod:`hydrator.core.derived` holds them between cycles); a
-one-source daemon works from its set and its delta, and holds none.
+The indexes the daemon holds between cycles are :mod:`hydrator.core.model`'s.
 """
 
 from __future__ import annotations
@@ -24,20 +22,8 @@ replica's own), smaller tables, a site's replicas at hand for its view."""
 
 
 replica_key: Callable[[Replica], tuple[Site, DatasetId]] = attrgetter("site", "dataset")
-"""``replica_key(r) == (r.site, r.dataset)``, without a Python call: for loops over a million
-replicas."""
-
-
-def index_of(replicas: Iterable[Replica]) -> Index:
-    """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
-    index: Index = {}
-    at_site = index.get
-    for replica in replicas:  # indexing by position: no attribute lookup per replica
-        found = at_site(replica[1])
-        if found is None:
-            found = index[replica[1]] = {}
-        found[replica[0]] = replica
-    return index
+"""``replica_key(r) == (r.site, r.dataset)``, without a Python call: for loops over every
+replica."""
 
 
 def index_size(index: Mapping[Site, Mapping[DatasetId, Replica]]) -> int:
@@ -52,13 +38,11 @@ def each_replica(index: Index) -> Iterator[Replica]:
 
 def merge_replicas(replicas: Iterable[Replica]) -> Index:
     """Collapse reports to one per (site, dataset) with :func:`~hydrator.core.presence.combine`."""
-    index: Index = {}  # no key object per replica
-    for r in replicas:  # by position: no attribute lookup per replica
-        held = index.get(r[1])
-        if held is None:
-            held = index[r[1]] = {}
-        old = held.get(r[0])
-        held[r[0]] = r if old is None else combine(old, r)
+    index: Index = {}
+    for r in replicas:
+        held = index.setdefault(r.site, {})
+        old = held.get(r.dataset)
+        held[r.dataset] = r if old is None else combine(old, r)
     return index
 
 

@@ -8,14 +8,14 @@ from functools import partial
 
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
-from hydrator.core.derived import Derived
+from hydrator.core.model import Model
 from hydrator.core.render import AdAttributes
 from hydrator.core.storage import Drain, served_views
 from hydrator.domain import Site, SiteView
 
 
 def startup_views(
-    derived: Derived,
+    model: Model,
     drains: Iterable[Drain],
     now: datetime,
     policy: AdvertisePolicy,
@@ -27,6 +27,6 @@ def startup_views(
     :func:`advertise` cuts them with no demand."""
     if policy.demand_only:
         return {}
-    views = served_views(derived, drains, now)
+    views = served_views(model, drains, now)
     size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
     return {s: advertise(v, {}, policy, size).view for s, v in views.items()}

@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
-from hydrator.core.derived import Derived
 from hydrator.core.index import merge_replicas
+from hydrator.core.model import Model
 from hydrator.core.presence import combine
 from hydrator.core.views import content_digest, site_contents
 from hydrator.domain import DatasetId, ElementCount, Replica, Site, SiteView, StorageStatus
@@ -233,7 +233,7 @@ def count_outside(replicas: Collection[Replica], sites: AbstractSet[Site]) -> in
     """How many of ``replicas`` are at none of ``sites`` (``len`` when ``sites`` is empty)."""
     if not sites:
         return len(replicas)
-    return sum(1 for r in replicas if r[1] not in sites)
+    return sum(1 for r in replicas if r.site not in sites)
 
 
 def active_site_drains(drains: Iterable[Drain], now: datetime) -> dict[Site, Drain]:
@@ -250,32 +250,32 @@ def site_reasons(statuses: Iterable[StorageStatus], site_drain: Drain | None) ->
     return tuple(reasons)
 
 
-def served_views(derived: Derived, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
-    """The views of ``derived`` as its sites' ads say them: every source's storage statuses
+def served_views(model: Model, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+    """The views of ``model`` as its sites' ads say them: every source's storage statuses
     and the ``drains`` active at ``now`` applied (:func:`with_storage`), and at each site
     the entries of the sources whose every storage element stated there cannot serve left
     out (:func:`_down_sources`; a full read has already left them out, a refresh cycle,
     which re-reads statuses but no dataset, needs this to take them out within one cycle).
     Another source's entries there stay: nobody said the storage holding them is down."""
-    sources = derived.state.sources
+    sources = model.state.sources
     statuses = [s for name in sorted(sources) for s in sources[name].storages]
-    views = derived.stamped_views()
+    views = model.stamped_views()
     emptied: set[Site] = set()
-    for site, down in _down_sources(derived).items():
-        covering = derived.coverage.get(site, frozenset())
-        others = [n for n in covering - down if derived.source(n).index.get(site)]
+    for site, down in _down_sources(model).items():
+        covering = model.coverage.get(site, frozenset())
+        others = [n for n in covering - down if model.source(n).index.get(site)]
         if not others:  # a one-source daemon always ends here, reading no index
             emptied.add(site)
-        elif any(derived.source(n).index.get(site) for n in covering & down):
-            views[site] = _held_by(derived, site, others, views[site])  # a refresh cycle's
+        elif any(model.source(n).index.get(site) for n in covering & down):
+            views[site] = _held_by(model, site, others, views[site])  # a refresh cycle's
     return with_storage(views, statuses, drains, now, frozenset(emptied))
 
 
-def _down_sources(derived: Derived) -> dict[Site, frozenset[str]]:
+def _down_sources(model: Model) -> dict[Site, frozenset[str]]:
     """Site -> the sources covering it whose every storage element stated there cannot serve
     (a source that states none there is not among them)."""
     stated: dict[tuple[Site, str], bool] = {}  # (site, source) -> one of them serves
-    for name, source in derived.state.sources.items():
+    for name, source in model.state.sources.items():
         for status in source.storages:
             key = (status.site, name)
             stated[key] = stated.get(key, False) or status.available
@@ -286,10 +286,10 @@ def _down_sources(derived: Derived) -> dict[Site, frozenset[str]]:
     return {site: frozenset(names) for site, names in down.items()}
 
 
-def _held_by(derived: Derived, site: Site, names: Iterable[str], view: SiteView) -> SiteView:
+def _held_by(model: Model, site: Site, names: Iterable[str], view: SiteView) -> SiteView:
     """``site``'s view from the entries of the sources ``names`` only (merged as any
     several reports of a pair are), stamped as ``view``."""
-    reports = (r for n in sorted(names) for r in derived.source(n).index[site].values())
+    reports = (r for n in sorted(names) for r in model.source(n).index[site].values())
     (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
     return replace(kept, updated=view.updated)
 

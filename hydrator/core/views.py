@@ -1,23 +1,21 @@
-"""Building a site's view (:class:`~hydrator.domain.SiteView`): the sorted lists its ClassAd
-carries and their digest, from replicas (:func:`views_of`, :func:`site_contents`) or from the
-previous view and the changes at its site (:func:`patch_view`); the digests that let
-publishers skip a site whose ad says nothing new (:func:`content_digest`,
-:func:`stuck_digest`).
+"""A site's view (:class:`~hydrator.domain.SiteView`): the sorted lists its ClassAd carries
+and their digest, built from replicas (:func:`site_contents`, the plain computation, with
+:class:`SiteLists`); the digests that let publishers skip a site whose ad says nothing new
+(:func:`content_digest`, :func:`stuck_digest`).
 
-The views the daemon holds between cycles are in :mod:`hydrator.core.derived`; what each ad
-then carries (demand, size) is :mod:`hydrator.core.advertise`.
+The views the daemon holds between cycles, built faster and patched by each cycle's changes,
+are :mod:`hydrator.core.model`'s; what each ad then carries (demand, size) is
+:mod:`hydrator.core.advertise`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from operator import itemgetter
-from typing import TypeVar
 
 from hydrator.core.index import Index, each_replica
-from hydrator.domain import Change, DatasetId, Replica, ReplicaState, Site, SiteView, Transfer
+from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, Transfer
 
 _first = itemgetter(0)  # a (dataset, share) pair's dataset
 
@@ -27,87 +25,20 @@ def _itself(dataset: DatasetId) -> DatasetId:
 
 
 def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """Per site, the sorted lists that make its ClassAd, and their digest (``merged``: an
-    :data:`Index`)."""
-    return views_of(each_replica(merged), sites)
-
-
-def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """:func:`site_contents` of ``replicas`` (one per (site, dataset)), in one pass over them."""
-    lists = {site: _SiteLists() for site in sites}
-    at_site, available = lists.get, ReplicaState.AVAILABLE
-    for replica in replicas:
-        found = at_site(replica[1])
-        if found is None:
-            continue
-        if replica[2] is available and replica[4] is None:  # most: no call
-            found.available.append(replica[0])
-        else:
-            found.add(replica[0], replica)
+    """Per site of ``sites``, the sorted lists that make its ClassAd, and their digest
+    (``merged``: an :data:`Index`; its replicas at other sites are left out). The plain
+    computation: :mod:`hydrator.core.model` builds the same views faster."""
+    lists = {site: SiteLists() for site in sites}
+    for replica in each_replica(merged):
+        found = lists.get(replica.site)
+        if found is not None:
+            found.add(replica.dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
 
-def patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
-    """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
-    rebuilding it with :func:`site_contents`, at the cost of the changes plus a C-level copy
-    and a sort of nearly sorted lists, instead of a Python loop over every replica."""
-    lists = _SiteLists()
-    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
-        key: [] for key in (*ReplicaState, *Transfer)
-    }
-    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
-    for change in changes:
-        old = change.old
-        if old is not None:
-            gone[old.state].append(change.dataset)
-            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
-                gone[old.transfer].append(change.dataset)
-            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
-                sized.append(change.dataset)
-        if change.new is not None:
-            lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
-    return lists.view(view.site)
-
-
-_T = TypeVar("_T")
-
-
-def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
-) -> list[_T]:
-    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
-    without the ``removed`` datasets."""
-    if not removed:
-        return list(items)
-    cuts: list[int] = []
-    for d in removed:
-        cut = bisect_left(items, d, key=key)
-        if cut == len(items) or key(items[cut]) != d:
-            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
-        cuts.append(cut)
-    cuts.sort()
-    out: list[_T] = []
-    start = 0
-    for cut in cuts:
-        out += items[start:cut]
-        start = cut + 1
-    out += items[start:]
-    return out
-
-
-class _SiteLists:
-    """One site's datasets by list while :func:`site_contents` collects them.
-
-    Plain attributes and identity tests, not a dict keyed by the enum, and no
-    (dataset, fraction) pair for the available ones, which are most: at a million replicas
-    this is a large share of a cycle and of its garbage.
-    """
+class SiteLists:
+    """One site's datasets by list while a view is collected (:func:`site_contents`, and
+    :mod:`hydrator.core.model`'s faster builds): :meth:`add` each replica, then :meth:`view`."""
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
 

@@ -35,7 +35,7 @@ from hydrator.names import InvalidNameError
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
-    from hydrator.core.derived import Derived
+    from hydrator.core.model import Model
     from hydrator.core.storage import Drain
     from hydrator.runtime.outcome import CycleReport
 
@@ -248,6 +248,7 @@ def _described(replica: Replica | None) -> str:
 
 
 def _show(config: Config, site: str | None) -> int:
+    from hydrator.core.model import Model  # noqa: PLC0415
     from hydrator.core.near import with_near  # noqa: PLC0415
     from hydrator.runtime.near import offline_near  # noqa: PLC0415
     from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
@@ -263,7 +264,7 @@ def _show(config: Config, site: str | None) -> int:
         loaded, drained = store.load(), store.drains()
     finally:
         store.close()
-    views, notes = _with_storage(loaded, drained)
+    views, notes = _with_storage(Model.of(loaded.state, as_read=loaded.as_read), drained)
     near, near_notes = offline_near(config.distances, views)
     views = {name: with_near(view, near.get(name)) for name, view in views.items()}
     if site is not None:
@@ -290,7 +291,7 @@ def _show(config: Config, site: str | None) -> int:
     return EXIT_OK
 
 
-def _with_storage(loaded: Derived, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
+def _with_storage(loaded: Model, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
     from hydrator.core.storage import served_views  # noqa: PLC0415

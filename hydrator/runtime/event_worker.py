@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
-from hydrator.core.derived import Derived
 from hydrator.core.event_plan import (
     LOOKUP_CYCLES_HELD,
     Batch,
@@ -48,6 +47,7 @@ from hydrator.core.event_plan import (
     restated,
     unchanged,
 )
+from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
     CountsCalls,
@@ -364,7 +364,7 @@ class EventCycles:
         self,
         datasets: Sequence[DatasetId],
         files: Sequence[tuple[str, str]],
-        previous: Derived,
+        previous: Model,
         context: FetchContext,
     ) -> Plan:
         """The event cycle's decision: this source's last answer with ``datasets`` (and the
@@ -387,9 +387,8 @@ class EventCycles:
             other: unchanged(s) for other, s in state.sources.items() if other != name
         }
         outcomes[name] = patched(held, replicas, sites)
-        plan = plan_cycle(
-            previous, outcomes, context.now, self.service.policies.plan, context.drains
-        )
+        policy = self.service.policies.plan
+        plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
         return keep_read_times(plan, state)
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
@@ -496,7 +495,7 @@ class FullReadGate:
 
 
 def refresh_plan(
-    service: Service, read: dict[str, tuple[str, ...]], previous: Derived, context: FetchContext
+    service: Service, read: dict[str, tuple[str, ...]], previous: Model, context: FetchContext
 ) -> Plan:
     """The refresh cycle's decision: every source's last good answer, with the storage
     statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
@@ -514,7 +513,8 @@ def refresh_plan(
         if statuses is not None:
             read[name] = inexact(held, statuses)
         outcomes[name] = restated(held, statuses)
-    plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
+    policy = service.policies.plan
+    plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
     return keep_read_times(plan, state)
 
 

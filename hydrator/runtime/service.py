@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
 from hydrator.core.coverage import SiteCoverage
-from hydrator.core.derived import Derived
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
+from hydrator.core.model import Model
 from hydrator.core.near import with_near
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
@@ -60,10 +60,11 @@ from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
 
 log = logging.getLogger(__name__)
 
-Planner = Callable[[Derived, FetchContext], Plan]
+Planner = Callable[[Model, FetchContext], Plan]
 """An event or refresh cycle's decision in place of fetch + plan
-(:mod:`hydrator.runtime.event_worker`): the state before, with its views, and the cycle's
-context, to the plan."""
+(:mod:`hydrator.runtime.event_worker`): the model of the state before (its ``state``, and
+what to hand :func:`~hydrator.core.plan.plan_cycle` as ``model``) and the cycle's context,
+to the plan."""
 
 
 class CycleKind(Enum):
@@ -115,11 +116,11 @@ def render_ads(
 @dataclass(frozen=True)
 class Startup:
     """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
-    saved state (with what was derived from it while loading), what it serves before its
-    first cycle, and the operator's drains as read (empty when they could not be; the next
-    cycle reads them again)."""
+    saved state's model (:class:`~hydrator.core.model.Model`, built from the store's load),
+    what it serves before its first cycle, and the operator's drains as read (empty when
+    they could not be; the next cycle reads them again)."""
 
-    derived: Derived
+    model: Model
     published: Published
     drains: Sequence[Drain] = ()
 
@@ -153,7 +154,7 @@ class Service:
         self.last_cycle_end = time.monotonic()
         self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
         self.published = startup.published
-        self._derived = startup.derived  # the state, and its views and indexes
+        self._model = startup.model  # the state, and its memo: handed to each plan_cycle
         self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
@@ -182,7 +183,7 @@ class Service:
 
     @property
     def state(self) -> State:
-        return self._derived.state
+        return self._model.state
 
     def readiness(self) -> tuple[bool, str]:
         """``(ready, reason)``: ready once every configured source has answered successfully
@@ -191,7 +192,7 @@ class Service:
         errors = {s.name: s.reason for s in self.published.sources}
         missing = []
         for source in self.sources:
-            saved = self._derived.state.sources.get(source.name)
+            saved = self._model.state.sources.get(source.name)
             if saved is None or saved.last_success is None:
                 error = errors.get(source.name)
                 missing.append(f"{source.name} ({error})" if error else source.name)
@@ -268,19 +269,21 @@ class Service:
         context = FetchContext(
             now=started,
             wanted=wanted or {},
-            previous={name: s.replicas for name, s in self._derived.state.sources.items()},
+            previous={name: s.replicas for name, s in self._model.state.sources.items()},
             drains=drains,
         )
         if planner is not None:
             with phase("plan"):
-                return _Decided(planner(self._derived, context), wanted, queue)
+                return _Decided(planner(self._model, context), wanted, queue)
         self._drains.applied(drains)
         with phase("fetch"):
             outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
             return None
         with phase("plan"):
-            plan = plan_cycle(self._derived, outcomes, started, self.policies.plan, drains)
+            plan = plan_cycle(
+                self._model.state, outcomes, started, self.policies.plan, drains, model=self._model
+            )
         return _Decided(plan, wanted, queue)
 
     def _dry_cycle(self, started: datetime, t0: float) -> CycleReport:
@@ -299,7 +302,7 @@ class Service:
         plan, wanted, queue = decided
         with phase("save"):
             rows = self.catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
-        self._derived = plan.derived
+        self._model = plan.model
         self._note_origins(plan, started, kind)
         if self.policies.advertise.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}

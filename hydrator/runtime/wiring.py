@@ -36,6 +36,7 @@ from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.annotate import Annotator
 from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import AnnotateSettings
+from hydrator.core.model import Model
 from hydrator.core.plan import Policy
 from hydrator.core.ports import (
     DistanceReader,
@@ -256,7 +257,8 @@ def load_startup(
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
-    derived = store.load()
+    loaded = store.load()
+    model = Model.of(loaded.state, as_read=loaded.as_read)
     record_rejected_rows(metrics, store.rejected_rows)
     drains: Sequence[Drain] = ()
     if not policy.demand_only:  # only the startup views read them before the first cycle
@@ -267,11 +269,11 @@ def load_startup(
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
         record_drains(metrics, active)
-        views = startup_views(derived, active, now, policy, config.classad)
+        views = startup_views(model, active, now, policy, config.classad)
     else:
         views = {}
-    full = derived.stamped_views() if views else {}
-    return Startup(derived, Published(render_ads(views, config.classad), views=full), drains)
+    full = model.stamped_views() if views else {}
+    return Startup(model, Published(render_ads(views, config.classad), views=full), drains)
 
 
 def build_service(

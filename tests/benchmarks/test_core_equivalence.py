@@ -1,8 +1,9 @@
-"""The core's incremental views (issue 6 optimisations) equal a full recomputation.
+"""The contract of :mod:`hydrator.core.model`: the model's answers equal the plain computation.
 
-``plan_cycle`` derives the merged view, the changes and the site views from the previous
-state and the sources' deltas. Here random cycle sequences (several sources, failures, sources
-dropped, sites appearing and vanishing) are checked against the straightforward definition:
+``plan_cycle`` derives the merged view, the changes and the site views through the previous
+state's :class:`~hydrator.core.model.Model` and the sources' deltas. Here random cycle
+sequences (several sources, failures, sources dropped, sites appearing and vanishing) are
+checked against the straightforward definition:
 merge every source's replicas, diff everything, rebuild every site. Each plan is saved, and
 the first-seen times the store derives from the saves are checked against their definition:
 a pair keeps the time of the cycle that first saw it while any source reports it.
@@ -22,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
-from hydrator.core.derived import Derived
 from hydrator.core.index import Index, merge_replicas, merged_snapshot
+from hydrator.core.model import Model
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.presence import holding
 from hydrator.core.views import site_contents
@@ -115,15 +116,15 @@ def check_cycles(
     sequence: list[dict[str, Snapshot | None]], reuse: bool, store: SqliteStateStore
 ) -> None:
     state, first_seen = State(), dict[tuple[Site, DatasetId], datetime]()
-    held = Derived(state)  # carried from plan to plan, as the service does
+    held = Model.of(state)  # carried from plan to plan, as the service does
     for i, raw in enumerate(sequence):
         before = flat(full_merge(state))
-        plan = plan_cycle(held, as_outcomes(raw, state, reuse), t(i), POLICY)
+        plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY, model=held)
         merged = full_merge(plan.state)
-        derived = plan.derived.built_merged  # not read: reading it builds what a plan may skip
+        derived = plan.model.built_merged  # not read: reading it builds what a plan may skip
         assert derived is None or derived == merged
         after = flat(merged)
-        assert plan.derived.entries == len(after)
+        assert plan.model.entries == len(after)
         expected = sorted(
             (k, "added" if k not in before else "removed" if k not in after else "changed")
             for k in before.keys() | after.keys()
@@ -134,11 +135,11 @@ def check_cycles(
         assert all(c.new == after.get((c.site, c.dataset)) for c in plan.changes)
         kinds = Counter(c.kind for c in plan.changes)
         assert plan.changes.counts == kinds and len(plan.changes) == len(expected)
-        rebuilt = site_contents(merged, frozenset(plan.derived.coverage))
-        assert plan.derived.contents == rebuilt
-        assert list(plan.derived.contents) == list(rebuilt)
+        rebuilt = site_contents(merged, frozenset(plan.model.coverage))
+        assert plan.model.contents == rebuilt
+        assert list(plan.model.contents) == list(rebuilt)
         for name in plan.state.sources:
-            source = plan.derived.source(name)
+            source = plan.model.source(name)
             index = source.built_index  # built only where several sources merge
             if index is None:
                 continue
@@ -148,4 +149,4 @@ def check_cycles(
         store.save(plan)
         first_seen = {k: first_seen.get(k, t(i)) for k in after}
         assert store.first_seen() == first_seen
-        state, held = plan.state, plan.derived
+        state, held = plan.state, plan.model

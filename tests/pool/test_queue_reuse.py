@@ -14,8 +14,8 @@ import pytest
 
 from hydrator.adapters.htcondor.condor_queue import CondorQueue
 from hydrator.config import load_config
-from hydrator.core.derived import Derived
 from hydrator.core.event_plan import keep_read_times, unchanged
+from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue_reuse import QueueRead
@@ -57,10 +57,11 @@ def event_cycle(service: Service) -> CycleReport:
     """An event cycle (``Service.run_cycle`` with a planner) that re-reads no dataset: every
     source as it stands, as the Rucio event cycles plan the sources they did not read."""
 
-    def planner(previous: Derived, context: FetchContext) -> Plan:
+    def planner(previous: Model, context: FetchContext) -> Plan:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(previous, outcomes, context.now, service.policies.plan, context.drains)
+        policy = service.policies.plan
+        plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
         return keep_read_times(plan, state)
 
     return service.run_event_cycle(planner)

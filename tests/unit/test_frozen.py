@@ -1,6 +1,6 @@
 """Domain values are truly frozen: no instance ``__dict__`` to write a cache into, no
 ``object.__setattr__`` around the dataclass guard; derived views are held beside a state
-(:class:`hydrator.core.derived.Derived`), never on it."""
+(:class:`hydrator.core.model.Model`), never on it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 import hydrator
 from hydrator import domain
-from hydrator.core.derived import Derived
+from hydrator.core.model import Model
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -63,7 +63,7 @@ def test_a_state_refuses_writes_and_its_views_are_held_beside_it() -> None:
         vars(state)
     with pytest.raises(dataclasses.FrozenInstanceError):
         write(state, "sources", {})
-    derived = Derived(state)
+    derived = Model(state)
     assert derived.merged == {Site("SITE_A"): {rep("SITE_A", "d1").dataset: rep("SITE_A", "d1")}}
     assert derived.built_merged is derived.merged  # built once, then reused
 
@@ -71,12 +71,12 @@ def test_a_state_refuses_writes_and_its_views_are_held_beside_it() -> None:
 def test_the_views_of_a_replaced_state_are_its_own() -> None:
     """A new state's derived data is built from it: views of other sources never leak."""
     before = SourceState("rucio", frozenset({rep("A", "d1")}), frozenset({Site("A")}))
-    old = Derived(State(sources={"rucio": before}))
+    old = Model(State(sources={"rucio": before}))
     assert list(old.contents) == ["A"] and old.merged == {
         "A": {rep("A", "d1").dataset: rep("A", "d1")}
     }
     source = SourceState("rucio", frozenset({rep("B", "d2")}), frozenset({Site("B")}))
-    new = Derived(dataclasses.replace(old.state, sources={"rucio": source}))
+    new = Model(dataclasses.replace(old.state, sources={"rucio": source}))
     assert list(new.contents) == ["B"]
     assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
     assert new.merged == {Site("B"): {rep("B", "d2").dataset: rep("B", "d2")}}

@@ -18,9 +18,8 @@ from typing import Any
 
 from hydrator.adapters.state.schema import EARLIEST, LATEST, TABLES, stated_storages
 from hydrator.config import SOURCE_NAME_PATTERN
-from hydrator.core.derived import Derived
+from hydrator.core.ports import Loaded
 from hydrator.core.storage import Drain, clean_text
-from hydrator.core.views import views_of
 from hydrator.domain import (
     DatasetId,
     Detail,
@@ -44,7 +43,7 @@ class Loader:
     """Rows -> :class:`State`, each row checked as fresh input is; rejects counted by table.
 
     One object per distinct site name, dataset, fraction, detail and time, as SQLite hands out
-    a new str/float per row (~190 MB of duplicates at a million replicas); names and replica
+    a new str/float per row (a duplicate per row otherwise); names and replica
     shapes are checked once per distinct value, so the checks cost little.
     """
 
@@ -100,7 +99,8 @@ class Loader:
             self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
-    def load(self, db: sqlite3.Connection, query: str) -> Derived:
+    def load(self, db: sqlite3.Connection, query: str) -> Loaded:
+        """The state of ``db``'s rows, with each source's replicas in row order."""
         loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         stated = stated_storages(db)
@@ -110,13 +110,7 @@ class Loader:
                 sources[row[0]] = self.source(with_stated, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        derived = Derived(State(sources=sources))
-        if len(sources) == 1:  # its views from the rows in memory order: a set's is 2x slower
-            (only,) = sources
-            coverage = derived.coverage
-            views = views_of(loaded.get(only, ()), frozenset(coverage))
-            derived = Derived(derived.state, coverage=coverage, contents=views)
-        return derived
+        return Loaded(State(sources=sources), {n: loaded.get(n, []) for n in sources})
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False

@@ -44,8 +44,8 @@ from hydrator.adapters.state.writer import (
     insert_replicas,
     status_json,
 )
-from hydrator.core.derived import Derived
 from hydrator.core.plan import Plan
+from hydrator.core.ports import Loaded
 from hydrator.core.storage import Drain
 from hydrator.domain import State
 from hydrator.errors import StateError
@@ -171,10 +171,11 @@ class SqliteStateStore:
     def rejected_rows(self) -> Mapping[str, int]:
         return dict(self._rejected)
 
-    def load(self) -> Derived:
-        """The saved state (empty on a new database); invalid rows are left out."""
+    def load(self) -> Loaded:
+        """The saved state (empty on a new database), each source's replicas also in the
+        order read; invalid rows are left out."""
         if self._db is None:
-            return Derived(State())
+            return Loaded(State())
         try:
             loader = Loader()
             state = loader.load(self._db, ROWS_OF[self._version])

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.core.derived import Derived
 from hydrator.core.plan import Plan, Policy, plan_cycle
 from hydrator.domain import ChangeKind, DatasetId, ElementCount, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
@@ -17,12 +16,12 @@ POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cyc
 
 
 def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
-    held: State | Derived = State()
+    state, model = State(), None
     plans = []
     for i, outcomes in enumerate(cycles):
-        plan = plan_cycle(held, outcomes, t(i), policy)
+        plan = plan_cycle(state, outcomes, t(i), policy, model=model)
         plans.append(plan)
-        held = plan.derived  # as the service carries it
+        state, model = plan.state, plan.model  # as the service carries them
     return plans
 
 
@@ -56,7 +55,7 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
     assert plan.changes == listed and tuple(plan.changes) == listed
     assert plan.changes[1:] == listed[1:] and len(plan.changes) == 3
     assert plan.changes.counts == {ChangeKind.ADDED: 3}
-    assert all(c.new is plan.derived.merged[c.site][c.dataset] for c in listed)
+    assert all(c.new is plan.model.merged[c.site][c.dataset] for c in listed)
     assert kinds(churn) == [
         ("A", "x", "changed"),
         ("B", "x", "removed"),
@@ -76,8 +75,8 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
     site -> dataset index is built; where sources merge, each one's index is built once and
     then handed on, patched, from cycle to cycle (equal to one built afresh)."""
     alone = run([{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}])
-    assert all(p.derived.source("r").built_index is None for p in alone)
-    assert all(p.derived.built_merged is None for p in alone)
+    assert all(p.model.source("r").built_index is None for p in alone)
+    assert all(p.model.built_merged is None for p in alone)
     merging = run(
         [
             {"r": snap("r", rep("A", "x")), "d": snap("d", rep("A", "x", "partial", 0.5))},
@@ -85,7 +84,7 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
             {"r": snap("r", rep("B", "y")), "d": snap("d", rep("A", "z"))},
         ]
     )
-    second, third = merging[1].derived.source("r"), merging[2].derived.source("r")
+    second, third = merging[1].model.source("r"), merging[2].model.source("r")
     assert second.built_index is not None and third.built_index is not None
     assert third.built_index == {Site("B"): {DatasetId("ska", "y"): rep("B", "y")}}
     assert second.built_index[Site("A")] == {DatasetId("ska", "x"): rep("A", "x")}, "kept"
@@ -395,7 +394,7 @@ def test_the_site_guard_holds_where_several_sources_merge() -> None:
         SITE_POLICY,
     )
     assert len(names(plans[1], "SITE_B")) == 30
-    assert len(plans[1].derived.merged[Site("SITE_B")]) == 30
+    assert len(plans[1].model.merged[Site("SITE_B")]) == 30
 
 
 def test_site_names_differing_only_in_case_are_refused_keeping_the_held_one() -> None:
@@ -434,7 +433,7 @@ def test_the_site_counts_the_guard_reads_are_carried_on_exactly() -> None:
     ]
     plans = run(cycles, SITE_POLICY)
     for plan in plans[1:]:
-        source = plan.derived.source("r")
+        source = plan.model.source("r")
         assert source.built_counts == Counter(r.site for r in source.replicas)
     assert "12 entries against 40 last time" in plans[5].sources[0].held_sites[Site("SITE_B")]
 

@@ -13,9 +13,9 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
 from hydrator.core.annotate import Annotator
-from hydrator.core.derived import Derived
 from hydrator.core.event_plan import keep_read_times, unchanged
 from hydrator.core.jobs import AnnotateSettings
+from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
@@ -65,13 +65,15 @@ def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> S
     )
 
 
-def planner_of(svc: Service) -> Callable[[Derived, FetchContext], Plan]:
+def planner_of(svc: Service) -> Callable[[Model, FetchContext], Plan]:
     """An event cycle's planner that re-reads nothing (every source as it stands)."""
 
-    def planner(previous: Derived, context: FetchContext) -> Plan:
+    def planner(previous: Model, context: FetchContext) -> Plan:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(previous, outcomes, context.now, svc.policies.plan, context.drains)
+        plan = plan_cycle(
+            state, outcomes, context.now, svc.policies.plan, context.drains, model=previous
+        )
         return keep_read_times(plan, state)
 
     return planner

@@ -20,9 +20,10 @@ import pytest
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
-from hydrator.core.derived import Derived
 from hydrator.core.index import merged_snapshot
+from hydrator.core.model import Model
 from hydrator.core.plan import Policy, SourceDelta, plan_cycle
+from hydrator.core.ports import Loaded
 from hydrator.core.presence import holding
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
@@ -37,7 +38,7 @@ Key = tuple[Site, DatasetId]
 
 def stamped(state: State, when: datetime) -> dict[Key, datetime]:
     """Every (site, dataset) of ``state`` first seen at ``when``."""
-    return dict.fromkeys(flat(Derived(state).merged), when)
+    return dict.fromkeys(flat(Model(state).merged), when)
 
 
 def first_seen(path: Path) -> dict[Key, datetime]:
@@ -59,7 +60,7 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
     loaded = reopened.load()
     assert loaded.state.sources == plan.state.sources
     assert reopened.first_seen() == stamped(plan.state, t(0))
-    again = plan_cycle(loaded, outcome, t(1), POLICY)
+    again = plan_cycle(loaded.state, outcome, t(1), POLICY)
     assert again.changes == () and again.changed_sites == frozenset()
     assert reopened.save(again) == 0, "a cycle with no change writes no replica rows"
 
@@ -116,12 +117,31 @@ WRITER = textwrap.dedent(
     store = SqliteStateStore(__import__("pathlib").Path(sys.argv[1]))
     n = int(sys.argv[2])
     outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"new{i}") for i in range(n)))}
-    plan = plan_cycle(store.load(), outcome, t(5), Policy(accept_drop_after_cycles=1))
+    plan = plan_cycle(store.load().state, outcome, t(5), Policy(accept_drop_after_cycles=1))
     print("writing", flush=True)
     store.save(plan)
     print("done", flush=True)
     """
 )
+
+
+def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path: Path) -> None:
+    """The replicas handed in row order are the state's, and the site views a model builds
+    from them are those built from the state's sets (and those the plan saved had)."""
+    path = tmp_path / "s.sqlite"
+    store = SqliteStateStore(path)
+    outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.5), rep("A", "z"))}
+    plan = plan_cycle(State(), outcome, t(0), POLICY)
+    store.save(plan)
+    store.close()
+    loaded = SqliteStateStore(path, read_only=True).load()
+    as_read = loaded.as_read
+    assert {n: (len(rs), frozenset(rs)) for n, rs in as_read.items()} == {
+        "r": (3, plan.state.sources["r"].replicas)
+    }
+    fast = Model.of(loaded.state, as_read=as_read).contents
+    assert fast == Model.of(loaded.state).contents == plan.model.contents
+    assert list(fast) == list(plan.model.contents)
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.2, 0.5])
@@ -147,7 +167,7 @@ def _saved(path: Path) -> None:
     store.close()
 
 
-def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, Derived]:
+def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, Loaded]:
     """A reader of :func:`_saved`'s state after ``sql`` changed its file, and what it loads."""
     _saved(path)
     with sqlite3.connect(path) as db:
@@ -190,7 +210,10 @@ def test_invalid_rows_are_counted_and_left_out(
     assert store.rejected_rows == expected
     replicas = loaded.state.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
-    assert {str(site) for view in [loaded.stamped_views()] for site in view} <= {"A", "B"}
+    assert {str(site) for view in [Model.of(loaded.state).stamped_views()] for site in view} <= {
+        "A",
+        "B",
+    }
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "1 invalid row(s) ignored" in warnings[0].getMessage()
     assert "\n" not in warnings[0].getMessage()
@@ -292,7 +315,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
         assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
 
     store = SqliteStateStore(config.daemon.state_path)
-    held = flat(store.load().merged)
+    held = flat(Model.of(store.load().state).merged)
     uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
     moving = held[(uk, DatasetId("ska", "obs_1400"))]
     assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
@@ -408,7 +431,7 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
         before = list(db.iterdump())
     expected = SqliteStateStore(path, read_only=True).load()
     times = first_seen(path)
-    assert len(times) == expected.entries
+    assert len(times) == Model.of(expected.state).entries
     with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
         SqliteStateStore(path)
     with sqlite3.connect(path) as db:
@@ -497,14 +520,15 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.state.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
-    old = flat(plan.derived.merged)
-    times = {k: t(0) if k in old else t(1) for k in flat(second.derived.merged)}
+    old = flat(plan.model.merged)
+    times = {k: t(0) if k in old else t(1) for k in flat(second.model.merged)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
+    model = Model.of(loaded.state, as_read=loaded.as_read)
     for name in loaded.state.sources:
-        assert loaded.source(name).index == by_key(second.state.sources[name].replicas)
-    assert loaded.merged == second.derived.merged
-    again = plan_cycle(loaded, outcomes, t(2), POLICY)
+        assert model.source(name).index == by_key(second.state.sources[name].replicas)
+    assert model.merged == second.model.merged
+    again = plan_cycle(loaded.state, outcomes, t(2), POLICY, model=model)
     assert again.changes == () and again.source_deltas == {}
 
 
@@ -564,7 +588,7 @@ def test_a_pair_without_a_time_keeps_none_when_its_row_is_written_again(tmp_path
     store = SqliteStateStore(path)
     loaded = store.load()
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.25))}
-    changed = plan_cycle(loaded, outcome, t(1), POLICY)
+    changed = plan_cycle(loaded.state, outcome, t(1), POLICY)
     assert [c.kind.value for c in changed.changes] == ["changed"]
     assert store.save(changed) == 2  # y's row deleted and written again
     with sqlite3.connect(path) as db:

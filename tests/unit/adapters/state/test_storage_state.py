@@ -84,7 +84,7 @@ def test_storage_statuses_outlive_a_restart(tmp_path: Path) -> None:
     store.close()
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.state.sources["r"].storages == stated
-    again = plan_cycle(loaded, {}, t(1), Policy())  # the source dropped: its statuses go too
+    again = plan_cycle(loaded.state, {}, t(1), Policy())  # the source dropped: its statuses go too
     store = SqliteStateStore(path)
     store.save(again)
     store.close()

@@ -1,0 +1,575 @@
+"""The one place for speed in the core: :class:`Model`, the incremental memo of a
+:class:`~hydrator.domain.State` that the runtime carries from cycle to cycle.
+
+A model answers what the plain computation over the state answers (merge every source's
+replicas, diff everything, rebuild every site: ``tests/benchmarks/test_core_equivalence.py``
+is its contract), at the cost of the cycle's changes instead of its replicas. Its parts are
+the merged index, which sources cover each site, each site's view and its last refresh, and
+per source (:class:`SourceModel`) its index and its count of replicas per site; each is built
+on first use or handed over from the previous cycle's model patched by the delta, set at
+most once and never mutated after. None of it is persisted, and none of it lives on the
+frozen state. The entry is :class:`Model`: :meth:`Model.of` (the model of a state, the held
+one if it is that state's), :meth:`Model.apply` (the next state's model and the changes).
+
+The tricks, and what each saves: the one place their figures are kept (at a million
+replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit):
+
+* Patching instead of rebuilding: the merged index and the touched sites' views are patched
+  by the cycle's changes (:func:`_patch_view`), the rest shared: a churn
+  cycle's whole plan phase is 0.50 s.
+* No index for one source: a one-source daemon works from its set and its delta and holds
+  no index (an index costs about 100 B of table a replica).
+* Site counts built once, for the site guard, then patched by each delta (one pass over the
+  replicas saved a cycle; no separate figure recorded).
+* Identity reuse: a source that hands back last cycle's very set gets an empty delta at no
+  cost (``before is after``), and the index is patched, not rebuilt, when the answer holds
+  the held objects (:func:`_patched` samples a few for identity); the daemon then holds one
+  object (80 B) and one set entry a replica, not two.
+* Two set differences, never a symmetric one: ``after ^ before`` copies a whole operand
+  first: 32 MiB more at the churn peak, and 0.12 s against 0.085 s.
+* A first cycle's changes made only while iterated (:meth:`Changes.all_added
+  <hydrator.core.changes.Changes.all_added>`): the daemon only counts them, and the first
+  cycle's plan phase is 1.4 s with the million changes counted, not built.
+* Site views of a loaded state built from the rows in the order read (:meth:`of`'s
+  ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
+* Reading replicas by position where a loop visits every one (:func:`_index_of`,
+  :func:`_views_of`, whose available replicas with no transfer, most of them, go straight
+  into their list): no attribute lookup or call per replica (no figure of its own; part of
+  the startup and first-cycle figures above).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import reduce
+from itertools import chain, filterfalse, islice
+from operator import itemgetter
+from typing import TypeVar
+
+from hydrator.core.changes import Changes
+from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
+from hydrator.core.presence import combine
+from hydrator.core.views import SiteLists
+from hydrator.domain import (
+    Change,
+    ChangeKind,
+    DatasetId,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    SourceState,
+    State,
+    Transfer,
+    site_of,
+)
+
+Key = tuple[Site, DatasetId]
+_T = TypeVar("_T")
+_first = itemgetter(0)  # a (dataset, share) pair's dataset
+
+
+def _itself(dataset: DatasetId) -> DatasetId:
+    return dataset
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDelta:
+    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
+
+    added: AbstractSet[Replica] = frozenset()
+    removed: AbstractSet[Replica] = frozenset()
+
+
+class SourceModel:
+    """One source's derived data, of its :attr:`~hydrator.domain.SourceState.replicas`
+    (``replicas``): :attr:`index` and :attr:`site_counts`, each built on first use or given
+    at construction (equal to what it would build). Never mutated once built."""
+
+    __slots__ = ("_counts", "_index", "replicas")
+
+    def __init__(
+        self,
+        replicas: AbstractSet[Replica],
+        index: Index | None = None,
+        counts: Mapping[Site, int] | None = None,
+    ) -> None:
+        self.replicas = replicas
+        self._index = index
+        self._counts = counts
+
+    @property
+    def index(self) -> Index:
+        """Site -> dataset -> this source's replica (of :attr:`replicas`' own objects); the
+        core reads it only where several sources merge, and from then on hands it from
+        cycle to cycle, patched by each delta."""
+        if self._index is None:
+            self._index = _index_of(self.replicas)
+        return self._index
+
+    @property
+    def built_index(self) -> Index | None:
+        """:attr:`index` if it was built, else None (never builds it)."""
+        return self._index
+
+    @property
+    def site_counts(self) -> Mapping[Site, int]:
+        """Site -> how many of :attr:`replicas` are there; built on first use (one pass)
+        and from then on handed from cycle to cycle, patched by each delta."""
+        if self._counts is None:
+            self._counts = Counter(map(site_of, self.replicas))
+        return self._counts
+
+    @property
+    def built_counts(self) -> Mapping[Site, int] | None:
+        """:attr:`site_counts` if built, else None (never builds them)."""
+        return self._counts
+
+    def moved_to(self, replicas: AbstractSet[Replica]) -> SourceModel:
+        """The same derived data for ``replicas``, which must be equal to :attr:`replicas`
+        (the same answer kept by a new state value)."""
+        return SourceModel(replicas, self._index, self._counts)
+
+    def delta_to(self, after: AbstractSet[Replica]) -> SourceDelta:
+        """:attr:`replicas` moved to ``after``: ``after - before`` and ``before - after``.
+        None to compute for an answer handed back as the very set held."""
+        return _delta(self.replicas, after)
+
+    def moved_by(self, delta: SourceDelta, replicas: AbstractSet[Replica]) -> SourceModel:
+        """This model moved by ``delta`` (non-empty) to ``replicas``: the index carried on
+        where built (several sources merge), the site counts once the site guard needed
+        them."""
+        return _moved(self, delta, replicas)
+
+
+class Model:
+    """A :class:`~hydrator.domain.State` (``state``) and what the core derives from it:
+    :attr:`merged`, :attr:`coverage`, :attr:`contents`, :attr:`site_updated` and per source
+    its :class:`SourceModel` (:meth:`source`). Each is built on first use or given at
+    construction (then equal to what it would build), and never mutated afterwards."""
+
+    __slots__ = ("_contents", "_coverage", "_merged", "_site_updated", "_sources", "state")
+
+    def __init__(
+        self,
+        state: State,
+        sources: Mapping[str, SourceModel] | None = None,
+        *,
+        merged: Index | None = None,
+        coverage: dict[Site, frozenset[str]] | None = None,
+        contents: dict[Site, SiteView] | None = None,
+    ) -> None:
+        self.state = state
+        self._sources = dict(sources or {})
+        self._merged = merged
+        self._coverage = coverage
+        self._contents = contents
+        self._site_updated: dict[Site, datetime] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        state: State,
+        held: Model | None = None,
+        *,
+        as_read: Mapping[str, Sequence[Replica]] | None = None,
+    ) -> Model:
+        """The model of ``state``: ``held`` if it is ``state``'s own (the one the runtime
+        carries), else a new one. ``as_read``: per source, its replicas (equal to its set) in
+        the order a store read them; a one-source state's site views are built from them."""
+        if held is not None and held.state is state:
+            return held
+        model = cls(state)
+        (only,) = state.sources if len(state.sources) == 1 else (None,)
+        rows = None if as_read is None or only is None else as_read.get(only)
+        if rows is not None:  # its views from the rows in the order read
+            coverage = model.coverage
+            model = cls(state, coverage=coverage, contents=_views_of(rows, frozenset(coverage)))
+        return model
+
+    def apply(
+        self,
+        state: State,
+        sources: Mapping[str, SourceModel],
+        deltas: Mapping[str, SourceDelta],
+    ) -> tuple[Model, Changes]:
+        """The model of ``state`` (this model's state moved by ``deltas``, source by source;
+        ``sources``: its sources' models) and the changes of the merged view: this model's
+        merged view and site views as they are where no source moved, else patched by the
+        changes."""
+        return _derive(self, state, sources, deltas)
+
+    def source(self, name: str) -> SourceModel:
+        """The model of source ``name`` (one of ``state.sources``)."""
+        found = self._sources.get(name)
+        if found is None:
+            found = self._sources[name] = SourceModel(self.state.sources[name].replicas)
+        return found
+
+    def sharing(self, state: State, sources: Mapping[str, SourceModel] | None = None) -> Model:
+        """The model of ``state``, whose sources hold the same replicas and sites as
+        :attr:`state`'s (read times may differ: :attr:`site_updated` is not shared);
+        ``sources``: its sources' models (default: this one's, where made)."""
+        if sources is None:
+            sources = {
+                name: found.moved_to(state.sources[name].replicas)
+                for name, found in self._sources.items()
+                if name in state.sources
+            }
+        return Model(
+            state,
+            sources,
+            merged=self._merged,
+            coverage=self._coverage,
+            contents=self._contents,
+        )
+
+    @property
+    def merged(self) -> Index:
+        """Site -> dataset -> all sources' reports combined (:func:`merge_replicas`; for one
+        source, its :attr:`SourceModel.index`). The core reads it only where several
+        sources merge: with one, a cycle works from its set and its delta."""
+        if self._merged is None:
+            names = sorted(self.state.sources)
+            if len(names) == 1:
+                self._merged = self.source(names[0]).index
+            else:
+                sources = self.state.sources
+                self._merged = merge_replicas(r for n in names for r in sources[n].replicas)
+        return self._merged
+
+    @property
+    def built_merged(self) -> Index | None:
+        """:attr:`merged` if it was built or given, else None (never builds it)."""
+        return self._merged
+
+    @property
+    def coverage(self) -> dict[Site, frozenset[str]]:
+        """Site -> names of the sources that cover it."""
+        if self._coverage is None:
+            covered: dict[Site, set[str]] = {}
+            for name, state in self.state.sources.items():
+                for site in state.sites:
+                    covered.setdefault(site, set()).add(name)
+            self._coverage = {site: frozenset(names) for site, names in covered.items()}
+        return self._coverage
+
+    @property
+    def merged_replicas(self) -> Collection[Replica]:
+        """The merged replicas, one per (site, dataset): one source's own set as it is (no
+        index built), else :attr:`merged`'s values."""
+        if len(self.state.sources) == 1:
+            (only,) = self.state.sources.values()
+            return only.replicas
+        return list(each_replica(self.merged))
+
+    @property
+    def contents(self) -> dict[Site, SiteView]:
+        """Per covered site, its published lists and digest (``updated`` left None)."""
+        if self._contents is None:
+            self._contents = _views_of(self.merged_replicas, frozenset(self.coverage))
+        return self._contents
+
+    @property
+    def site_updated(self) -> dict[Site, datetime]:
+        """Site -> its last successful refresh: the oldest last success of the sources that
+        cover it, so everything the site's ad says was confirmed at or after this time."""
+        if self._site_updated is None:
+            sources = self.state.sources
+            updated: dict[Site, datetime] = {}
+            for site, names in self.coverage.items():
+                known = [t for n in names if (t := sources[n].last_success) is not None]
+                if known:
+                    updated[site] = min(known)
+            self._site_updated = updated
+        return self._site_updated
+
+    def stamped_views(self) -> dict[Site, SiteView]:
+        """Per covered site, its published lists with ``updated`` set (:attr:`site_updated`)."""
+        updated = self.site_updated
+        return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
+
+    @property
+    def entries(self) -> int:
+        """How many (site, dataset) pairs the merged view holds."""
+        if len(self.state.sources) == 1:
+            (only,) = self.state.sources.values()
+            return len(only.replicas)
+        return index_size(self.merged)
+
+
+def _derive(
+    held: Model,
+    state: State,
+    sources: Mapping[str, SourceModel],
+    deltas: Mapping[str, SourceDelta],
+) -> tuple[Model, Changes]:
+    """What is derived from ``state`` (``sources``: its sources' derived data) and its
+    changes against ``held``: ``held``'s merged view and site views as they are where no
+    source moved, else the merged view and the site views patched by the changes."""
+    if not deltas and _same_sites(held.state.sources, state.sources):
+        return held.sharing(state, sources), Changes()
+    first = not any(s.replicas for s in held.state.sources.values())  # all pairs are added
+    merged, changes = _merge(held, Model(state, sources), deltas, first)
+    fresh = Model(state, sources, merged=merged)
+    contents = _contents(held, fresh, merged, None if first else changes)
+    new = Model(state, sources, merged=merged, coverage=fresh.coverage, contents=contents)
+    return new, changes
+
+
+def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> bool:
+    return a.keys() == b.keys() and all(a[n].sites == b[n].sites for n in a)
+
+
+def recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
+    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
+    moved = Counter(counts)
+    moved.update(map(site_of, delta.added))
+    moved.subtract(map(site_of, delta.removed))
+    return {site: n for site, n in moved.items() if n > 0}
+
+
+def _moved(known: SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> SourceModel:
+    """``known`` moved by a non-empty ``delta`` to ``replicas``: the index carried on where
+    built (several sources merge), the site counts once the site guard needed them."""
+    index = known.built_index
+    counts = known.built_counts
+    return SourceModel(
+        replicas,
+        None if index is None else _patched(known, delta, replicas),
+        None if counts is None else recounted(counts, delta),
+    )
+
+
+def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceDelta:
+    """``after - before`` and ``before - after``: a set operation reuses the stored element
+    hashes, so only equal pairs cost a comparison (C-level: a replica is a tuple), and none
+    where the source handed back last cycle's very objects. Two differences, each building
+    only its (small) result: ``after ^ before`` copies a whole operand first, at the cycle's
+    peak."""
+    if before is after:
+        return SourceDelta()
+    if not before or not after:  # a first answer, or an emptied one: no set to build
+        return SourceDelta(added=after, removed=before)
+    return SourceDelta(added=after - before, removed=before - after)
+
+
+def _patched(before: SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
+    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
+    ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
+    its answer between fetches shares it, so the daemon holds one set and one object per
+    replica, not two). ``before``'s index is kept: a site's dict is copied when the delta
+    touches the site, the others are shared (never mutated). Where the answer is made of new
+    objects (a source that builds them every fetch, or the first answer after a restart), the
+    index is built afresh; the old objects then die with the old state. Only for a ``before``
+    whose index was built (several sources merge)."""
+    added = delta.added
+    held = before.index
+    kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
+    if any(held[r.site][r.dataset] is not r for r in kept):
+        return _index_of(replicas)
+    index = dict(held)
+    own: set[Site] = set()  # the sites whose dict is this index's own copy
+    for replica in delta.removed:
+        del _own(index, own, replica.site)[replica.dataset]
+    for replica in added:
+        _own(index, own, replica.site)[replica.dataset] = replica
+    return _without_empty(index, own)
+
+
+def _without_empty(index: Index, own: set[Site]) -> Index:
+    """``index`` without the sites of ``own`` (its own copies) that were emptied: an index
+    has no empty site."""
+    for site in own:
+        if not index[site]:
+            del index[site]
+    return index
+
+
+def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
+    """``index``'s dict of ``site``, copied first unless ``own`` says it was (then in ``own``)."""
+    if site in own:
+        return index[site]
+    own.add(site)
+    found = index[site] = dict(index.get(site, _NONE))  # a C-level copy, hashes kept
+    return found
+
+
+_SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
+_NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
+
+
+def _merge(
+    previous: Model, state: Model, deltas: Mapping[str, SourceDelta], first: bool
+) -> tuple[Index | None, Changes]:
+    """The new merged view (None: not derived) and its changes. One source (now, and the
+    only one before, if any): its delta is the change, no index. Several: the merged view
+    is derived again only at the keys some delta touched (elsewhere every source reports
+    what it reported before, so the merge is unchanged)."""
+    names = sorted(state.state.sources)
+    ordered = [state.state.sources[name] for name in names]
+    if len(ordered) == 1 and previous.state.sources.keys() <= state.state.sources.keys():
+        (name,) = names
+        if first:
+            return None, Changes.all_added(ordered[0].replicas)
+        delta = deltas.get(name, SourceDelta())
+        before = dict(zip(map(replica_key, delta.removed), delta.removed, strict=True))
+        after = dict(zip(map(replica_key, delta.added), delta.added, strict=True))
+        return None, _changes(before, after, sorted(before.keys() | after.keys()))
+    if first:  # nothing before: everything is added, nothing to diff
+        new = merge_replicas(r for s in ordered for r in s.replicas)
+        return new, Changes.all_added(list(each_replica(new)))
+    old = previous.merged
+    parts = (part for d in deltas.values() for part in (d.added, d.removed))
+    touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
+    if len(ordered) == 1:
+        new = state.source(names[0]).index
+    elif not ordered:
+        new = {}
+    else:
+        new = _remerged(old, [state.source(name).index for name in names], touched)
+    return new, _changes(_at(old, touched), _at(new, touched), touched)
+
+
+def _at(index: Index, keys: list[Key]) -> dict[Key, Replica]:
+    """``index``'s replicas at ``keys``, by key."""
+    found = ((key, index.get(key[0], _NONE).get(key[1])) for key in keys)
+    return {key: replica for key, replica in found if replica is not None}
+
+
+def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
+    """``old`` merged again at the ``touched`` keys from the sources' ``indexes`` (in
+    :func:`merge_replicas`' order); a copy sharing the untouched sites' dicts."""
+    new = dict(old)
+    own: set[Site] = set()
+    for site, dataset in touched:
+        reports = [r for i in indexes if (r := i.get(site, _NONE).get(dataset)) is not None]
+        if reports:
+            _own(new, own, site)[dataset] = reduce(combine, reports)
+        elif dataset in new.get(site, _NONE):
+            del _own(new, own, site)[dataset]
+    return _without_empty(new, own)
+
+
+def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[Key]) -> Changes:
+    """The changes at ``keys`` (sorted: Change's order) from the replicas there before and now."""
+    out: list[Change] = []
+    for key in keys:
+        prior, replica = old.get(key), new.get(key)
+        if prior is None:
+            if replica is not None:
+                out.append(Change(key[0], key[1], ChangeKind.ADDED, None, replica))
+        elif replica is None:
+            out.append(Change(key[0], key[1], ChangeKind.REMOVED, prior, None))
+        elif prior != replica:
+            out.append(Change(key[0], key[1], ChangeKind.CHANGED, prior, replica))
+    return Changes(out)
+
+
+def _contents(
+    previous: Model, state: Model, merged: Index | None, changes: Changes | None
+) -> dict[Site, SiteView]:
+    """Site views: the previous one for a site no change touched, the previous one patched
+    with its changes for a touched site, a full build for a site not seen before, and for
+    every site with ``changes`` None (a first cycle: its changes are not even built).
+    ``merged``: the new merged view if derived (else the state's replicas are read)."""
+    old = previous.contents if changes is not None else {}
+    touched: dict[Site, list[Change]] = {}
+    for change in changes or ():
+        touched.setdefault(change.site, []).append(change)
+    sites = sorted(state.coverage)
+    new_sites = frozenset(s for s in sites if s not in old)
+    replicas = state.merged_replicas if merged is None else each_replica(merged)
+    built = _views_of(replicas, new_sites) if new_sites else {}
+    return {
+        s: built[s]
+        if s in new_sites
+        else _patch_view(old[s], touched[s])
+        if s in touched
+        else old[s]
+        for s in sites
+    }
+
+
+def _index_of(replicas: Iterable[Replica]) -> Index:
+    """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
+    index: Index = {}
+    at_site = index.get
+    for replica in replicas:  # indexing by position: no attribute lookup per replica
+        found = at_site(replica[1])
+        if found is None:
+            found = index[replica[1]] = {}
+        found[replica[0]] = replica
+    return index
+
+
+def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """The site views of ``replicas`` (one per (site, dataset)) at ``sites``, as
+    :func:`~hydrator.core.views.site_contents` builds them, in one pass by position."""
+    lists = {site: SiteLists() for site in sites}
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            continue
+        if replica[2] is available and replica[4] is None:  # most: no call
+            found.available.append(replica[0])
+        else:
+            found.add(replica[0], replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
+
+
+def _patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
+    """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
+    rebuilding it (:func:`~hydrator.core.views.site_contents`), at the cost of the changes
+    plus a C-level copy and a sort of nearly sorted lists, not a loop over every replica."""
+    lists = SiteLists()
+    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
+        key: [] for key in (*ReplicaState, *Transfer)
+    }
+    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
+    for change in changes:
+        old = change.old
+        if old is not None:
+            gone[old.state].append(change.dataset)
+            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
+                gone[old.transfer].append(change.dataset)
+            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
+                sized.append(change.dataset)
+        if change.new is not None:
+            lists.add(change.dataset, change.new)
+    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
+    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
+    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
+    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
+    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
+    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
+    return lists.view(view.site)
+
+
+def _without(
+    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
+) -> list[_T]:
+    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
+    without the ``removed`` datasets."""
+    if not removed:
+        return list(items)
+    cuts: list[int] = []
+    for d in removed:
+        cut = bisect_left(items, d, key=key)
+        if cut == len(items) or key(items[cut]) != d:
+            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
+        cuts.append(cut)
+    cuts.sort()
+    out: list[_T] = []
+    start = 0
+    for cut in cuts:
+        out += items[start:cut]
+        start = cut + 1
+    out += items[start:]
+    return out
