@@ -95,6 +95,11 @@ class ReplicaState(enum.Enum):
     # Python call, paid for every replica a set or dict hashes.
     __hash__ = object.__hash__
 
+    def __init__(self, text: str) -> None:
+        self.text = text
+        """The value as a plain attribute, which ``attrgetter`` reads without a Python call
+        (``value`` is a property): the state store writes it for every row."""
+
 
 class Transfer(enum.Enum):
     """The transfer towards a site, independent of what is already there (which one is more
@@ -105,6 +110,10 @@ class Transfer(enum.Enum):
     STUCK = "stuck"  # a rule towards the site is stuck (a stuck rule wins over an active one)
 
     __hash__ = object.__hash__  # by identity, in C (see ReplicaState)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        """The value as a plain attribute (see :attr:`ReplicaState.text`)."""
 
 
 class Detail(NamedTuple):

@@ -22,11 +22,9 @@ checks each row's first-seen time (an invalid one is counted) but keeps none.
 
 from __future__ import annotations
 
-import enum
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from functools import partial
 from itertools import chain, filterfalse, islice, repeat
 from operator import attrgetter
 from typing import Any
@@ -34,38 +32,19 @@ from typing import Any
 from hydrator.adapters.state.schema import VALID_FIRST_SEEN
 from hydrator.core.index import replica_key
 from hydrator.core.plan import SourceDelta
-from hydrator.domain import Replica, ReplicaState, StorageStatus, Transfer
+from hydrator.domain import Replica, StorageStatus
 
 
 def epoch(when: datetime | None) -> float | None:
     return None if when is None else when.timestamp()
 
 
-# Row columns, each a function from the replicas to that column's values, built by C-level
-# iterators (no Python call per row): a replica's key, its presence, its detail. An enum is
-# stored as its value, looked up in a table of the members.
-Column = Callable[[Iterable[Any]], Iterator[Any]]
-
-
-def _column(get: Callable[[Any], Any]) -> Column:
-    return partial(map, get)
-
-
-def _stored(get: Callable[[Any], enum.Enum], kind: type[enum.Enum]) -> Column:
-    """The column of ``get``'s enum member, as the member's value."""
-    value_of = {member: member.value for member in kind}.__getitem__
-    return lambda items: map(value_of, map(get, items))
-
-
-_KEY_OF = (attrgetter("site"), attrgetter("dataset.scope"), attrgetter("dataset.name"))
-_KEY = tuple(map(_column, _KEY_OF))
-_PRESENCE = (_stored(attrgetter("state"), ReplicaState), _column(attrgetter("fraction")))
+# Row columns read at C speed (no Python call per row): a replica's key, its presence, its
+# detail; an enum as its value, through the members' plain ``text`` attribute.
+_KEY = (attrgetter("site"), attrgetter("dataset.scope"), attrgetter("dataset.name"))
+_PRESENCE = (attrgetter("state.text"), attrgetter("fraction"))
 _DETAIL_OF = attrgetter("detail")
-_DETAIL = (
-    _stored(attrgetter("detail.transfer"), Transfer),
-    _column(attrgetter("detail.progress")),
-    _column(attrgetter("detail.bytes_fraction")),
-)
+_DETAIL = tuple(attrgetter(f"detail.{c}") for c in ("transfer.text", "progress", "bytes_fraction"))
 # A row's own parameters; a plain record's bytes share is its ``fraction`` parameter again
 _PLAIN_COLUMNS = (*_KEY, *_PRESENCE)
 _DETAILED_COLUMNS = (*_KEY, *_PRESENCE, *_DETAIL)
@@ -125,12 +104,12 @@ class FirstSeen:
 def rows(
     items: Sequence[Any],
     lead: tuple[Any, ...] = (),
-    columns: Iterable[Column] = _KEY,
+    getters: Iterable[Callable[[Any], Any]] = _KEY,
 ) -> Iterator[tuple[Any, ...]]:
-    """One row per item: the ``lead`` constants, then each of ``columns``; built by C-level
+    """One row per item: the ``lead`` constants, then one column per getter; built by C-level
     iterators, not a Python loop per row."""
-    each = [*(repeat(value) for value in lead), *(column(items) for column in columns)]
-    return zip(*each, strict=False)  # the repeats never end; the items' columns do
+    columns = [*(repeat(value) for value in lead), *(map(get, items) for get in getters)]
+    return zip(*columns, strict=False)  # the repeats never end; the items' columns do
 
 
 def in_key_order(replicas: Iterable[Replica]) -> list[Replica]:
@@ -138,9 +117,9 @@ def in_key_order(replicas: Iterable[Replica]) -> list[Replica]:
     touches each page once, while a set's hash order rewrites pages all over the file (about
     3x the time of a large first save). Three stable sorts by one attribute each, whose keys
     are the strings the replicas hold already."""
-    ordered = sorted(replicas, key=_KEY_OF[2])
-    ordered.sort(key=_KEY_OF[1])
-    ordered.sort(key=_KEY_OF[0])
+    ordered = sorted(replicas, key=_KEY[2])
+    ordered.sort(key=_KEY[1])
+    ordered.sort(key=_KEY[0])
     return ordered
 
 
@@ -184,16 +163,16 @@ def _insert_rows(
     """``replicas`` (all plain or all ``detailed``) in statements of
     :attr:`FirstSeen.rows_per_insert` rows and one of the rest; their parameters flattened by
     C-level iterators (a Python step per statement, none per row)."""
-    columns = _DETAILED_COLUMNS if detailed else _PLAIN_COLUMNS
+    getters = _DETAILED_COLUMNS if detailed else _PLAIN_COLUMNS
     shared = stamp.shared(source)
     per = stamp.rows_per_insert
     if per == 1:  # one row to a statement: its parameters are the row
-        db.executemany(stamp.insert(detailed, 1), rows(replicas, shared, columns))
+        db.executemany(stamp.insert(detailed, 1), rows(replicas, shared, getters))
         return
-    flat = chain.from_iterable(rows(replicas, columns=columns))
+    flat = chain.from_iterable(rows(replicas, getters=getters))
     full, rest = divmod(len(replicas), per)
     if full:
-        statements = ((*shared, *islice(flat, len(columns) * per)) for _ in range(full))
+        statements = ((*shared, *islice(flat, len(getters) * per)) for _ in range(full))
         db.executemany(stamp.insert(detailed, per), statements)
     if rest:
         db.execute(stamp.insert(detailed, rest), (*shared, *flat))
