@@ -93,7 +93,7 @@ class Spool:
 
     No fsync: ``rename`` alone makes readers see the old file or the new one, never a part,
     and durability buys nothing here: the directory is made at start-up and removed at stop,
-    so after a crash nothing reads it again (~100 fsyncs per cycle, 0.15 s)."""
+    so after a crash nothing reads it again (the cost of the fsyncs: docs/performance.md)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -295,8 +295,8 @@ def _site_file(view: SiteView, old: SiteView | None, read_old: Callable[[], byte
     ``read_old`` returns was made from; None if ``view`` equals ``old``. A view that differs
     only in ``updated`` (every cycle in which its sources answered and nothing changed) gets
     the old file with its head (``site``, ``updated``) replaced instead of its lists formatted
-    again (0.3 s a cycle at 1M replicas), so no document is held between cycles
-    (~32 MiB at 1M). Views are compared only when their digests are equal."""
+    again, so no document is held between cycles (what each costs: docs/performance.md).
+    Views are compared only when their digests are equal."""
     if old is None or old.digest != view.digest:
         return _json(site_json(view))
     if old == view:

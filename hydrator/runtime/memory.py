@@ -24,12 +24,12 @@ def _libc() -> ctypes.CDLL | None:
 
 _LIBC = _libc()
 FULL_COLLECTION_EVERY = 60  # cycles between full passes over frozen objects
-FEW_NEW_OBJECTS = 100_000  # a block that leaves fewer is collected at its end (~50 ms at most)
+FEW_NEW_OBJECTS = 100_000  # a block that leaves fewer is collected at its end (a short pass)
 
 
 class _Frozen:
     """About how many tracked objects :func:`collector_paused` froze: counted exactly only at a
-    full collection (``gc.get_freeze_count()`` walks them all: 60 ms at a million replicas),
+    full collection (``gc.get_freeze_count()`` walks them all),
     else grown by each block's net new objects. Frozen objects freed later lower a later
     block's net count; where that count stopped at zero the sum runs high, which errs
     towards collecting."""
@@ -53,9 +53,9 @@ def collector_paused(full: bool = False) -> Iterator[None]:
     A block that leaves at least ``FEW_NEW_OBJECTS`` new objects the collector tracks, and
     more than were frozen before it, built most of the model (a startup that loads the state,
     a first cycle): it is frozen without that collection, which would scan the whole new
-    model (1.6 s at a million replicas) to find a few hundred objects (a first cycle's,
-    ~25 kB: rucio-clients' configuration parsers); its cyclic garbage waits for the next
-    full collection."""
+    model to find a few hundred objects (a first cycle's: rucio-clients' configuration
+    parsers); its cyclic garbage waits for the next full collection (the costs:
+    docs/performance.md)."""
     gc.disable()
     try:
         yield
@@ -95,14 +95,13 @@ def map_large_blocks() -> None:
     By default glibc raises that threshold each time such a block is freed, up to 32 MiB, and
     the heap's trim threshold with it (mallopt(3): setting either stops the adjustment). The
     tables a cycle copies and drops (indexes, sets, answers, lists) then
-    grow a heap that stays resident between cycles. At a million replicas, fixing it lowered
-    the peak RSS by 50-75 MiB.
+    grow a heap that stays resident between cycles; fixing it lowers the peak RSS
+    (docs/performance.md).
 
     Also one arena for all threads (``mallopt(M_ARENA_MAX)``, as ``MALLOC_ARENA_MAX=1``
     does): a source fetches in a thread of its own, whose arena would keep the cycle's freed
     answers and parse buffers apart from the main one's free space until ``malloc_trim``.
-    Threads here take turns under the GIL, so they gain nothing from arenas of their own. At
-    a million replicas it lowered the peak after a restart by ~30 MiB."""
+    Threads here take turns under the GIL, so they gain nothing from arenas of their own."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         _LIBC.mallopt(M_ARENA_MAX, ARENAS)

@@ -52,10 +52,10 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   (:func:`refreshes_due`). A cycle thus never waits for slot merges, and one path sends
   them. Without the call (no watch) a publish merges as above.
 
-Cost (measured on the test pool with 72 kB ads): ``advertise`` deep-copies each ad
-(``ClassAd::CopyFrom`` in htcondor2's ``collector.cpp``) and serialises it, ~300 us of client
-CPU per ad, plus ~180 us per call; copying a site's attributes into a new ad costs ~100 us and
-freeing it as much again. Because ``advertise`` copies each ad as it sends it, an ad may be
+Cost: ``advertise`` deep-copies each ad (``ClassAd::CopyFrom`` in htcondor2's
+``collector.cpp``) and serialises it, which costs client CPU per ad and per call, and
+copying a site's attributes into a new ad costs about as much again (the figures:
+docs/performance.md). Because ``advertise`` copies each ad as it sends it, an ad may be
 changed once the call returns: each site's merges reuse at most ``batch_size`` ads, built once
 per cycle, changing only ``Name`` between calls (:func:`named_batches`).
 

@@ -50,7 +50,7 @@ class Rendered:
     @cached_property
     def exprs(self) -> list[tuple[str, Any]]:
         """The ad's attributes as (name, expression), looked up once: a lookup copies the
-        expression (~1 ms for a 60 kB list), and site ads and merges both need them."""
+        expression (docs/performance.md), and site ads and merges both need them."""
         return [(key, self.ad.lookup(key)) for key in self.ad]
 
     @cached_property

@@ -51,8 +51,7 @@ _DETAILED_COLUMNS = (*_KEY, *_PRESENCE, *_DETAIL)
 ROWS_PER_INSERT = 100
 """Rows per ``INSERT`` statement (a multi-row ``VALUES`` list): one statement step binds and
 writes them all, where one row per step spends as much again in ``executemany``'s per-row
-round (a first save of a million rows took 3.9 s one row to a statement, 3.3 s
-with 100; 400 measured the same)."""
+round (docs/performance.md)."""
 
 
 class FirstSeen:
@@ -75,7 +74,7 @@ class FirstSeen:
     @property
     def rows_per_insert(self) -> int:
         """Rows to a statement: :data:`ROWS_PER_INSERT` into an empty table; one where each
-        row looks its pair up (100 such rows to a statement measured 15 % slower)."""
+        row looks its pair up (many such rows to a statement are slower: docs/performance.md)."""
         return ROWS_PER_INSERT if self._sources is None else 1
 
     def insert(self, detailed: bool, rows: int) -> str:

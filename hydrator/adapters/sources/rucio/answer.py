@@ -34,10 +34,8 @@ def complete_replicas_unchecked(datasets: Iterable[DatasetId], site: Site) -> li
     level without :class:`Replica`'s checks, which hold by construction here (AVAILABLE,
     fraction 1.0, no detail; ``site`` and every id already checked).
 
-    The source's one construction that skips a type's validation: measured 2026-11-26 on an
-    Intel Xeon (2 vCPUs shared with other engineers' work), 100,000 replicas in 25 ms this
-    way against 66 ms through ``Replica(...)`` (2.7x); a first fetch at a million replicas
-    builds about 800,000 of them."""
+    The source's one construction that skips a type's validation: a first fetch builds most
+    of its replicas here, at a fraction of ``Replica(...)``'s cost (docs/performance.md)."""
     fields = zip(datasets, repeat(site), repeat(ReplicaState.AVAILABLE), repeat(1.0), repeat(None))
     return list(map(partial(tuple.__new__, Replica), fields))
 
@@ -88,7 +86,7 @@ class Reuse:
     Grouped by site (a list of references, for one fetch), and a lookup table (replica ->
     itself) for one site at a time: outcomes come site by site (the source settles site by
     site), so a fetch builds each site's table once or twice instead of one table of every
-    replica (about 40 bytes a replica: 40 MiB at a million, beside the new answer)."""
+    replica, held beside the new answer."""
 
     def __init__(self, previous: AbstractSet[Replica]) -> None:
         groups: dict[Site, list[Replica]] = {}

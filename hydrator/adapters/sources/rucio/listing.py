@@ -169,9 +169,8 @@ class Lines(Generic[V]):
     @cached_property
     def listed(self) -> int:
         """Lines that gave a value, neither invalid nor skipped: counted once, as
-        :attr:`invalid` (one more C-level scan: 23-47 ms a million lines on a shared, loaded
-        2-vCPU Xeon), or set by the caller that knows it from the last answer's count and the
-        lines added and gone."""
+        :attr:`invalid` (one more C-level scan), or set by the caller that knows it from the
+        last answer's count and the lines added and gone."""
         return len(self.values) - self.invalid - self.values.count(Mark.SKIPPED)  # type: ignore[arg-type]
 
 
