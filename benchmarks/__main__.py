@@ -22,6 +22,7 @@ SCENARIOS = {
     "locality": ("locality", "do jobs and glideins go to the data? 8 ways on the real test pool"),
     "coverage": ("coverage", "share of slot-seconds carrying the current lists, on the real pool"),
     "arrival": ("arrival", "change to the slot ad, data arrival to job start (real stack, pool)"),
+    "repair-look": ("repair_look", "collector CPU of one repair look at 20,000 slot ads"),
     "replay": ("replay", "serve the generated federation in Rucio's wire format"),
     "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
     "generate": ("generate", "print the generated federation's size at a scale"),

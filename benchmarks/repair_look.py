@@ -10,7 +10,7 @@ sites lacking their site's current digest, leaving out those merged within
 (its own and its reaped query children's, from ``/proc``), and whether the collector forked a
 child for it or answered in-process (its ``ForkQueriesFromTOOL``/``InProcQueriesFromTOOL``).
 
-    .venv/bin/python -m benchmarks.repair_look --slots 20000 --looks 200 --json out.json
+    .venv/bin/python -m benchmarks repair-look --slots 20000 --looks 200 --json out.json
 
 Needs root only to read the collector's ``/proc`` entries if it runs as another user (it runs
 as the caller here).

@@ -34,6 +34,7 @@ def test_the_entry_point_lists_every_scenario() -> None:
         "http",
         "locality",
         "coverage",
+        "repair-look",
         "record-rucio",
     ):
         assert f"  {name} " in listed.stdout
