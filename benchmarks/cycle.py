@@ -73,7 +73,7 @@ from hydrator.config import (
     RucioSourceConfig,
 )
 from hydrator.runtime import wiring
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 

@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _drain_parsers(with_config: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """``drain`` and ``undrain`` (:mod:`hydrator.runtime.drains`)."""
+    """``drain`` and ``undrain`` (:mod:`hydrator.runtime.drain_command`)."""
     drain = with_config("drain", "stop advertising a site or one storage element of it")
     drain.add_argument("site", help="the site (GLIDEIN_Site)")
     drain.add_argument("--storage", help="only this storage element (RSE, storage area name)")
@@ -250,7 +250,7 @@ def _described(replica: Replica | None) -> str:
 def _show(config: Config, site: str | None) -> int:
     from hydrator.core.model import Model  # noqa: PLC0415
     from hydrator.core.near import with_near  # noqa: PLC0415
-    from hydrator.runtime.near import offline_near  # noqa: PLC0415
+    from hydrator.runtime.near_refresh import offline_near  # noqa: PLC0415
     from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
     from hydrator.runtime.service import render_ads  # noqa: PLC0415
     from hydrator.runtime.wiring import state_store  # noqa: PLC0415
@@ -295,7 +295,7 @@ def _with_storage(loaded: Model, drained: list[Drain]) -> tuple[dict[Site, SiteV
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
     from hydrator.core.storage import served_views  # noqa: PLC0415
-    from hydrator.runtime.drains import drain_lines  # noqa: PLC0415
+    from hydrator.runtime.drain_command import drain_lines  # noqa: PLC0415
 
     now = datetime.now(UTC)
     views = served_views(loaded, drained, now)
@@ -313,12 +313,12 @@ def _storage_line(status: StorageStatus) -> str:
 
 
 def _drain(config: Config, args: argparse.Namespace) -> int:
-    from hydrator.runtime import drains  # noqa: PLC0415
+    from hydrator.runtime import drain_command  # noqa: PLC0415
 
     if args.command == "drain":
-        print(drains.drain(config, args.site, args.storage, args.until, args.reason))
+        print(drain_command.drain(config, args.site, args.storage, args.until, args.reason))
         return EXIT_OK
-    removed, line = drains.undrain(config, args.site, args.storage)
+    removed, line = drain_command.undrain(config, args.site, args.storage)
     print(line, file=sys.stdout if removed else sys.stderr)
     return EXIT_OK if removed else EXIT_FAILED
 

@@ -1,5 +1,5 @@
 """The operator's drains as the service reads them each cycle (``hydrator drain`` writes them
-in the state file while the daemon runs; :mod:`.drains` is that command).
+in the state file while the daemon runs; :mod:`.drain_command` is that command).
 
 :class:`DrainReads` holds the drains as last read, so that a failed read keeps them (a drain
 must not lapse because the file was busy), and those active in the last full read, so that

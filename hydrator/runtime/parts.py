@@ -19,7 +19,7 @@ from hydrator.core.plan import Policy
 from hydrator.core.ports import PoolProbe, Publisher, QueueReader, Source, StateStore
 from hydrator.domain import DatasetId
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near import NearSites
+from hydrator.runtime.near_refresh import NearSites
 
 Demand = Callable[[], Mapping[DatasetId, int]]
 """What queued jobs ask for, per dataset, answered without a queue read (tests, benchmarks)."""

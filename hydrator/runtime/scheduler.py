@@ -29,10 +29,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
 from hydrator.runtime.event_worker import FullReadGate, start_events
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs
-from hydrator.runtime.reschedule import install as install_reschedule
+from hydrator.runtime.reschedule_after_cycle import install as install_reschedule
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener

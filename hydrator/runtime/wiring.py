@@ -55,7 +55,7 @@ from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near import NearSites
+from hydrator.runtime.near_refresh import NearSites
 from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow
@@ -124,7 +124,7 @@ def schedd_queues(
 
 def schedd_reschedule(config: Config) -> Callable[[], int]:
     """``[collector] reschedule_min_interval_s``: asks the schedds for a negotiation cycle."""
-    from hydrator.adapters.htcondor.reschedule import ScheddReschedule  # noqa: PLC0415  (lazy)
+    from hydrator.adapters.htcondor.schedd_reschedule import ScheddReschedule  # noqa: PLC0415  (lazy)
 
     return ScheddReschedule(config.collector, config.jobs.schedds)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hydrator.adapters.htcondor.reschedule import ScheddReschedule
+from hydrator.adapters.htcondor.schedd_reschedule import ScheddReschedule
 from hydrator.config import CollectorConfig
 from hydrator.errors import PublishError
 from tests.support.pool import Pool

@@ -20,7 +20,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import parse_config
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.squid import Squid, running_squid

@@ -154,7 +154,7 @@ def served_hydrator(
     """The daemon with ``inventory`` as its static source and ``[classad]`` = ``classad``,
     one cycle run, its HTTP endpoint on 127.0.0.1 and a free port; stopped on exit."""
     from hydrator.config import parse_config
-    from hydrator.runtime.http import HttpEndpoint
+    from hydrator.runtime.http_endpoint import HttpEndpoint
     from hydrator.runtime.wiring import build_service
 
     (tmp_path / "inv.toml").write_text(inventory)

@@ -1,8 +1,8 @@
 """The HTTP server: a child process serving, with aiohttp, the files the daemon writes.
 
-The daemon (:class:`~hydrator.runtime.http.HttpEndpoint`) binds the public socket, writes what
-is to be served into a private directory after each cycle (each file atomically: temp file,
-rename), and starts this module with ``subprocess`` (``python -m
+The daemon (:class:`~hydrator.runtime.http_endpoint.HttpEndpoint`) binds the public socket,
+writes what is to be served into a private directory after each cycle (each file atomically:
+temp file, rename), and starts this module with ``subprocess`` (``python -m
 hydrator.adapters.http.server``; exec, not fork) and the socket as an inherited descriptor.
 Nothing else passes between the two processes: the daemon never waits for this one, and this one
 exits when its standard input (a pipe the daemon holds open) ends, i.e. when the daemon stops or
@@ -94,7 +94,7 @@ ROUTES = (
     Route("json", "/v1/demand", "demand.json", JSON_TYPE),
 )
 """What the daemon writes and this process serves; a new JSON view is one more line here and
-one in :data:`hydrator.runtime.http.DOCUMENTS`."""
+one in :data:`hydrator.runtime.http_endpoint.DOCUMENTS`."""
 
 
 @dataclass(frozen=True)

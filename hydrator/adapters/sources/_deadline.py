@@ -1,4 +1,4 @@
-"""A fetch's total deadline over ``requests``: what the DMAPI source (:mod:`.dmapi.http`) and the
+"""A fetch's total deadline over ``requests``: what the DMAPI source (:mod:`.dmapi.client`) and the
 Rucio source (:mod:`.rucio.wire`) share to end a request that per-read timeouts never end.
 
 Per-read timeouts alone never fire on a server that sends a byte now and then (a status line,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.adapters.sources.dmapi.http import parse_retry_after
+from hydrator.adapters.sources.dmapi.client import parse_retry_after
 from hydrator.core.ports import CountsCalls, DefersChecks, FetchContext
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
@@ -469,7 +469,7 @@ def test_server_errors_are_retried_with_backoff(
     source = make_source(datasets=["ska:obs_2"])
     srcnet.fail_next("locate", 2, 500)
 
-    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources.dmapi.http"):
+    with caplog.at_level(logging.WARNING, logger="hydrator.adapters.sources.dmapi.client"):
         snapshot = source.fetch(CTX)
 
     assert pairs(snapshot) == {("MARSSRC-VALLES", "ska:obs_2")}

@@ -1,8 +1,8 @@
-"""When the daemon asks for a negotiation cycle (hydrator.core.reschedule.due)."""
+"""When the daemon asks for a negotiation cycle (hydrator.core.reschedule_policy.due)."""
 
 from __future__ import annotations
 
-from hydrator.core.reschedule import due
+from hydrator.core.reschedule_policy import due
 
 A1, A2 = {"SITE_A": "e1"}, {"SITE_A": "e2"}
 

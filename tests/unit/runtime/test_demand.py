@@ -15,7 +15,7 @@ from hydrator.config import parse_config
 from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import AnnotateSettings, QueuedJob, ScheddFailure, ScheddQueue
 from hydrator.errors import ConfigError
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.report import cycle_json
 from hydrator.runtime.wiring import build_service
 from tests.unit.fakes import Scripted

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import DatasetId, Site, SiteView
-from hydrator.runtime.http import _json, _site_file
+from hydrator.runtime.http_endpoint import _json, _site_file
 from hydrator.runtime.report import site_json
 from tests.pool.views import views
 

@@ -14,7 +14,7 @@ import requests
 from hydrator.config import load_config
 from hydrator.domain import Site
 from hydrator.runtime.cli import main
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.wiring import build_service
 from tests.support.near import INVENTORY
 

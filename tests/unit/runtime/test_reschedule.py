@@ -1,6 +1,6 @@
-"""The after-cycle reschedule step (hydrator.runtime.reschedule): one request per changing
-cycle, never more than one per quiet time however many cycles change the ads, a refusal said
-once; and how the daemon installs it."""
+"""The after-cycle reschedule step (hydrator.runtime.reschedule_after_cycle): one request per
+changing cycle, never more than one per quiet time however many cycles change the ads, a refusal
+said once; and how the daemon installs it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from hydrator.config import Config, parse_config
 from hydrator.errors import PublishError
-from hydrator.runtime.reschedule import Reschedule, install
+from hydrator.runtime.reschedule_after_cycle import Reschedule, install
 
 
 class Fake:
@@ -60,7 +60,7 @@ def test_a_refusal_is_said_once_and_recovery_once(caplog: pytest.LogCaptureFixtu
     step = fake.step(1.0)
     step()
     fake.refuse = "reschedule refused: schedd@x: PERMISSION DENIED"
-    with caplog.at_level(logging.INFO, logger="hydrator.runtime.reschedule"):
+    with caplog.at_level(logging.INFO, logger="hydrator.runtime.reschedule_after_cycle"):
         for i in range(5):
             cycle(fake, step, f"r{i}", 10.0 * (i + 1))
         fake.refuse = ""

@@ -15,7 +15,7 @@ import requests
 
 from hydrator.config import parse_config
 from hydrator.domain import Site
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 

@@ -20,7 +20,7 @@ from hydrator.core.event_plan import ListenerStatus
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica
 from hydrator.runtime.event_worker import EventCycles
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from tests.support.event_cycles import Catalogue, Listening, available, lock_ok, wait_until
 from tests.unit.factories import rep

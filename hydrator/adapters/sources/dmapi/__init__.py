@@ -27,7 +27,7 @@ The package's modules, each for one job:
 * :mod:`.answers`: the answers checked (locate entries, the ``/nodes`` map, which storage
   areas can serve, when all answers together are no answer).
 
-Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources.dmapi.http`, the Site
+Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources.dmapi.client`, the Site
 Capabilities API's downtimes :mod:`hydrator.adapters.sources.dmapi.site_capabilities`.
 """
 

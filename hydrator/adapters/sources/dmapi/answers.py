@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from hydrator.adapters.sources import site_or_none
-from hydrator.adapters.sources.dmapi.http import Answer
+from hydrator.adapters.sources.dmapi.client import Answer
 from hydrator.adapters.sources.dmapi.site_capabilities import children, storage_statements
 from hydrator.core.storage import Drain, Statement, judge
 from hydrator.domain import DatasetId, Site, StorageStatus

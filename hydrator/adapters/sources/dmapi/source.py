@@ -23,7 +23,7 @@ that hold it. Authentication failures and malformed answers are PermanentSourceE
 
 Bounds: the whole fetch (tokens, /nodes, locates, retry waits) ends
 at ``deadline_s`` (TransientSourceError), and no answer body is read beyond
-``max_answer_bytes`` (PermanentSourceError); see :mod:`.http` for how.
+``max_answer_bytes`` (PermanentSourceError); see :mod:`.client` for how.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from hydrator.adapters.sources.dmapi.answers import (
     storage_statuses,
     unavailable_areas,
 )
-from hydrator.adapters.sources.dmapi.http import Answer, HttpClient, RetryPolicy, Run
+from hydrator.adapters.sources.dmapi.client import Answer, HttpClient, RetryPolicy, Run
 from hydrator.adapters.sources.dmapi.site_capabilities import NODES_QUERY
 from hydrator.adapters.sources.dmapi.tokens import (
     Clock,

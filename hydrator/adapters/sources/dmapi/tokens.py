@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from hydrator.adapters.sources.dmapi.http import HttpClient, Run
+from hydrator.adapters.sources.dmapi.client import HttpClient, Run
 from hydrator.config import DmapiSourceConfig
 from hydrator.errors import PermanentSourceError
 from hydrator.redact import checked_secret, read_secret

@@ -22,7 +22,7 @@ import requests
 
 from hydrator.config import parse_config
 from hydrator.errors import ConfigError
-from hydrator.runtime.http import HttpEndpoint
+from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.wait import wait_for

@@ -3,8 +3,8 @@
 :class:`Reschedule` is an after-cycle listener of the :class:`~hydrator.runtime.service.Service`
 (installed by :func:`install` when ``[collector] enabled`` and ``reschedule_min_interval_s``
 > 0). It compares each site's ad entity tag with the last cycle's and, when
-:func:`hydrator.core.reschedule.due` says so, asks every schedd once
-(:mod:`hydrator.adapters.htcondor.reschedule`), in the cycle's thread after the cycle has
+:func:`hydrator.core.reschedule_policy.due` says so, asks every schedd once
+(:mod:`hydrator.adapters.htcondor.schedd_reschedule`), in the cycle's thread after the cycle has
 merged its lists into the slot ads. A failure is logged once per cause (and once when it
 answers again), never retried before the next changing cycle: the negotiator's own interval
 still applies.
@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from hydrator.core.reschedule import Tags, due
+from hydrator.core.reschedule_policy import Tags, due
 from hydrator.errors import PublishError
 from hydrator.redact import redact
 from hydrator.runtime.service import Service

@@ -2,9 +2,9 @@
 
 A cycle that changed what a site's ads say (an event cycle most of all) can make an idle job
 matchable; the negotiator would see it only at its next cycle (``NEGOTIATOR_INTERVAL``). The
-runtime then asks each schedd to reschedule (:mod:`hydrator.runtime.reschedule`), at most once
-per ``min_interval_s`` however many cycles change the ads, so a flood of catalogue messages
-cannot drive the negotiator: a change inside the quiet time waits for the negotiator's own
+runtime then asks each schedd to reschedule (:mod:`hydrator.runtime.reschedule_after_cycle`), at
+most once per ``min_interval_s`` however many cycles change the ads, so a flood of catalogue
+messages cannot drive the negotiator: a change inside the quiet time waits for the negotiator's own
 cycle, as it would with no step at all.
 """
 
