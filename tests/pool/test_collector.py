@@ -680,7 +680,17 @@ def test_handed_to_the_looks_a_change_reaches_the_slots_by_the_next_look_not_the
         )
         == wanted
     )
-    landed(pool, changed)
+    # A startd's own update may wipe every merge meanwhile (its ad is re-sent whole); the
+    # watch's next look repairs that, so the content is checked with a look before each read.
+    times = (t1 + timedelta(seconds=2.0 * i) for i in range(1, 1000))
+    slots = wait_for(
+        "every slot carries its site's attributes",
+        lambda: (publisher.repair(next(times), 0.5), carried(pool, changed))[1],
+        done=lambda s: all(h == w for h, w in s.values()),
+        timeout_s=20.0,
+    )
+    for name, (has, want) in slots.items():
+        assert has == want, name
 
 
 def test_handed_to_the_looks_a_refresh_of_an_unchanged_site_is_sent_by_the_next_look(
