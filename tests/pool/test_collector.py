@@ -7,6 +7,7 @@ under them, and speed them up again where a wipe is the point.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -121,11 +122,27 @@ def merged(pool: Pool) -> dict[str, list[str] | None]:
     return {str(ad["Name"]): ad.get("AvailableDatasets") for ad in ads}
 
 
-def landed(pool: Pool, sites: dict[Site, SiteView]) -> dict[str, tuple[dict[str, object], ...]]:
-    """:func:`carried` once every slot carries its site's attributes (a publish landed)."""
+def landed(
+    pool: Pool,
+    sites: dict[Site, SiteView],
+    looks: CollectorPublisher | None = None,
+    since: datetime | None = None,
+) -> dict[str, tuple[dict[str, object], ...]]:
+    """:func:`carried` once every slot carries its site's attributes (a publish landed).
+
+    With ``looks``, each read follows one of its repair looks (2 s apart, after ``since``), as
+    the daemon's watch would: a startd's own update may wipe every merge between the look that
+    delivered them and the read."""
+    times = itertools.count(2.0, 2.0)
+
+    def read() -> dict[str, tuple[dict[str, object], ...]]:
+        if looks is not None:
+            looks.repair((since or _now()) + timedelta(seconds=next(times)), 0.5)
+        return carried(pool, sites)
+
     slots = wait_for(
         "every slot carries its site's attributes",
-        lambda: carried(pool, sites),
+        read,
         done=lambda s: all(h == w for h, w in s.values()),
         timeout_s=10.0,
     )
@@ -680,17 +697,7 @@ def test_handed_to_the_looks_a_change_reaches_the_slots_by_the_next_look_not_the
         )
         == wanted
     )
-    # A startd's own update may wipe every merge meanwhile (its ad is re-sent whole); the
-    # watch's next look repairs that, so the content is checked with a look before each read.
-    times = (t1 + timedelta(seconds=2.0 * i) for i in range(1, 1000))
-    slots = wait_for(
-        "every slot carries its site's attributes",
-        lambda: (publisher.repair(next(times), 0.5), carried(pool, changed))[1],
-        done=lambda s: all(h == w for h, w in s.values()),
-        timeout_s=20.0,
-    )
-    for name, (has, want) in slots.items():
-        assert has == want, name
+    landed(pool, changed, looks=publisher, since=t1)
 
 
 def test_handed_to_the_looks_a_refresh_of_an_unchanged_site_is_sent_by_the_next_look(
@@ -713,4 +720,4 @@ def test_handed_to_the_looks_a_refresh_of_an_unchanged_site_is_sent_by_the_next_
     assert (report.sent, report.handed) == ({"site_ad": 3}, count)
     look = publisher.repair(t1 + timedelta(seconds=0.5), 0.5)
     assert (look.returned, sum(look.merged.values())) == (0, count)
-    landed(pool, sites)
+    landed(pool, sites, looks=publisher, since=t1)
