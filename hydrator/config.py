@@ -30,7 +30,7 @@ SOURCE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
 DEFAULT_DEADLINE_S = 30.0  # half the default interval_s: a slow source leaves time for the rest
-MAX_CONFIG_BYTES = 8 * 1024 * 1024  # 50,000 DMAPI datasets take ~2 MB of TOML
+MAX_CONFIG_BYTES = 8 * 1024 * 1024  # room for a long DMAPI dataset list (docs/performance.md)
 MAX_SECRET_FILE_BYTES = 64 * 1024  # as hydrator.redact.MAX_SECRET_BYTES
 # Strict models take a TOML string for a path: the one conversion allowed.
 ConfigPath = Annotated[Path, Field(strict=False)]
@@ -375,11 +375,10 @@ class RucioSourceConfig(_SourceBase):
     max_answer_bytes: int = Field(512 * 1024 * 1024, ge=1024)
     """Largest answer body read (one RSE's summary table, the rules in one state, a token or
     RSE answer, ...), bytes, after decompression; a larger one fails the source, naming the
-    request (its last good answer is kept). The default holds ~1.3M summary rows (~410 bytes
-    each) at one RSE: 25x an RSE's share at 10M replicas over 200 RSEs; but the listing of the
-    rules in one state covers the whole catalogue: the benchmark federation's REPLICATING rules
-    are 78 MiB at 1M replicas and 776 MiB at 10M (benchmarks/RESULTS.md), so raise it (with
-    deadline_s) for a catalogue of several million replicas."""
+    request (its last good answer is kept). The default holds one RSE's summary table well
+    beyond its share of a ten-million-replica catalogue; but the listing of the rules in one
+    state covers the whole catalogue, so raise it (with deadline_s) for a catalogue of several
+    million replicas (the sizes measured: docs/performance.md)."""
     max_line_bytes: int = Field(1024 * 1024, ge=256)
     """Longest line (one JSON record) of a listing, bytes; a longer one fails the source
     likewise. Rucio's records are ~0.4 kB. Set below 1 MiB, listings are read in blocks of
@@ -521,8 +520,8 @@ class CollectorConfig(_Model):
     values act as refresh_s (docs/coverage.md)."""
     batch_size: int = Field(50, ge=1)
     """Ads per advertise call (one connection each). Each site's slot merges reuse this many
-    ads, so smaller batches copy a site's lists into fewer ads; a call costs ~0.2 ms of CPU
-    and ~0.75 ms of wall time, a 60 kB ad copy ~0.25 ms."""
+    ads, so smaller batches copy a site's lists into fewer ads; each call and each copy has
+    its cost (docs/performance.md)."""
     timeout_s: PositiveSeconds = 20.0
     locality_metrics: bool = True
     """Read the schedds and slot ads each cycle for the matchmaking-quality metrics

@@ -256,7 +256,7 @@ class Snapshot:
 
         ``sites_named``: the caller vouches that ``sites`` names the site of every replica (a
         source that makes replicas only at the sites it maps), so no pass over the replicas
-        collects their sites (2 s a cycle at ten million).
+        collects their sites (docs/performance.md).
 
         ``unmapped_more``: storage elements with no site that a source counted but did not
         list in ``unmapped`` (a bounded list).

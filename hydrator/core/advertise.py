@@ -154,7 +154,7 @@ def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
     return demanded
 
 
-_SCAN_RATIO = 24  # a lookup (three bisections, ~1.5 us) costs about as much as 24 names scanned
+_SCAN_RATIO = 24  # names scanned that cost about one lookup (three bisections; docs/performance.md)
 
 
 def _entry(view: SiteView, dataset: DatasetId) -> _Entry | None:

@@ -410,7 +410,8 @@ class DmapiSource:
     def _listed_unmapped(self, unmapped: Mapping[str, str | None]) -> list[str]:
         """The first ``max_listed_unmapped`` RSE names with no site (in name order, each cut
         to ``MAX_NAME_CHARS``), each logged once; the rest only counted, in one line whenever
-        their number changes. 600,001 of them made a 19 MB ``once --json``."""
+        their number changes: a catalogue of many unmapped RSEs must not make megabytes of
+        status and logs."""
         limit = self._config.max_listed_unmapped
         first = sorted(unmapped)[:limit]
         for name in first:

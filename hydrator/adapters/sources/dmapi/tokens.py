@@ -76,8 +76,8 @@ class ClientCredentials:
     check reads the wall clock). A new token is fetched when
     ``clock() >= expires_at - margin_s`` (monotonic seconds). Concurrent callers share one
     refresh (the lock is held while fetching). The margin is at most half the token's
-    lifetime: with ``expires_in`` at or below ``margin_s``, every request used to fetch a new
-    token (31 grants for 30 locates).
+    lifetime: a token whose ``expires_in`` is at or below ``margin_s`` would otherwise be
+    fetched anew for every request.
     """
 
     def __init__(
