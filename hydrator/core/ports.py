@@ -89,11 +89,12 @@ class Source(Protocol):
 
 @runtime_checkable
 class CountsCalls(Protocol):
-    """A source that counts the requests of its last fetch (retries included): one number,
-    or a number per client method (Rucio). Metric ``hydrator_source_calls_total``."""
+    """A source that counts the requests of its last fetch (retries included) per client
+    method (a source with one kind of request names it ``request``). Metric
+    ``hydrator_source_calls_total``."""
 
     @property
-    def calls_last_fetch(self) -> int | Mapping[str, int]: ...
+    def calls_last_fetch(self) -> Mapping[str, int]: ...
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -50,8 +50,6 @@ from hydrator.core.event_plan import (
 from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
-    CountsCalls,
-    CountsReadCalls,
     EventListener,
     FetchContext,
     ParentLookups,
@@ -63,18 +61,17 @@ from hydrator.core.ports import (
 from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.redact import redact
-from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import (
     EventCycleRecord,
-    FetchRecord,
     forget_listener,
     record_event_cycle,
-    record_fetch,
     record_full_read_skipped,
     record_hints_covered,
     record_listener,
     record_message,
+    record_read_calls,
     record_refresh_cycle,
+    source_calls,
 )
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -265,13 +262,13 @@ class EventCycles:
         )
         if not fresh or report.outcome not in ("ok", "degraded"):
             return
-        calls = self.source.calls_last_fetch if isinstance(self.source, CountsCalls) else None
+        calls = source_calls(self.source)
         with self._lock:
             self._last_full_read = started
             self._triage.full_read_started = report.started
             self._marked = False
-            if isinstance(calls, Mapping):
-                self._full_read_calls = sum(int(n) for n in calls.values())
+            if calls is not None:
+                self._full_read_calls = sum(calls.values())
             covered = self._batch.drop_covered(self._covers)
             if self._batch and self._first_hint is None:
                 self._first_hint = self._clock()  # what arrived meanwhile: read it next
@@ -427,7 +424,7 @@ class EventCycles:
         return []
 
     def _count_calls(self) -> None:
-        count_read_calls(self.metrics, self._label, self.source)
+        record_read_calls(self.metrics, self._label, self.source)
 
 
 class FullReadGate:
@@ -529,15 +526,7 @@ def _read_storages(
         log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
         return None
     finally:
-        count_read_calls(service.metrics, name, source)
-
-
-def count_read_calls(metrics: Metrics, name: str, source: object) -> None:
-    """The requests of ``source``'s last targeted read (:class:`CountsReadCalls`), into
-    ``hydrator_source_calls_total`` as a full read's are (failed reads' too)."""
-    if isinstance(source, CountsReadCalls):
-        calls = dict(source.calls_last_read)
-        record_fetch(metrics, FetchRecord(name, calls=calls))
+        record_read_calls(service.metrics, name, source)
 
 
 def start_events(

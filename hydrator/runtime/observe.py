@@ -21,6 +21,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from hydrator.core.plan import SourceStatus
+from hydrator.core.ports import CountsCalls, CountsReadCalls
 from hydrator.domain import ChangeKind, DatasetId, ReplicaState, Site, SiteView, Transfer
 from hydrator.runtime.metrics import JOB_NAMES
 
@@ -268,6 +269,27 @@ class FetchRecord:
     calls: Mapping[str, int] | None = None
     deferred: int | None = None
     reused: int | None = None
+
+
+def source_calls(source: object, read: bool = False) -> dict[str, int] | None:
+    """The requests of ``source``'s last fetch (:class:`~hydrator.core.ports.CountsCalls`)
+    or, with ``read``, of its last targeted read (:class:`~hydrator.core.ports.CountsReadCalls`)
+    by method; None when the source does not count them. The one place that reads them."""
+    if read:
+        counted = source.calls_last_read if isinstance(source, CountsReadCalls) else None
+    else:
+        counted = source.calls_last_fetch if isinstance(source, CountsCalls) else None
+    if counted is None:
+        return None
+    return {str(method): int(count) for method, count in counted.items()}
+
+
+def record_read_calls(metrics: Metrics, name: str, source: object) -> None:
+    """The requests of ``source``'s last targeted read into ``hydrator_source_calls_total``,
+    as a full read's are (failed reads' too)."""
+    calls = source_calls(source, read=True)
+    if calls is not None:
+        record_fetch(metrics, FetchRecord(name, calls=calls))
 
 
 def record_fetch(metrics: Metrics, record: FetchRecord) -> None:

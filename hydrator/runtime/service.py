@@ -26,7 +26,6 @@ from hydrator.core.near import with_near
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import (
     Abandonable,
-    CountsCalls,
     DefersChecks,
     FetchContext,
     PublishReport,
@@ -52,6 +51,7 @@ from hydrator.runtime.observe import (
     record_pool_read,
     record_remote_budget,
     record_unadvertised,
+    source_calls,
 )
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
@@ -488,18 +488,12 @@ def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
 
 def _fetch_record(source: Source, duration_s: float) -> FetchRecord:
     """What a source knows after its fetch, for those that have the optional capabilities
-    of :mod:`hydrator.core.ports` (:class:`CountsCalls`: one count, or one per method;
-    :class:`DefersChecks`; :class:`ReusesAnswers`)."""
-    calls: Mapping[str, int] | None = None
-    if isinstance(source, CountsCalls):
-        counted = source.calls_last_fetch
-        if isinstance(counted, int):
-            counted = {"request": counted}
-        calls = {str(method): int(count) for method, count in counted.items()}
+    of :mod:`hydrator.core.ports` (:class:`~hydrator.core.ports.CountsCalls`,
+    :class:`DefersChecks`, :class:`ReusesAnswers`)."""
     return FetchRecord(
         source.name,
         duration_s,
-        calls,
+        source_calls(source),
         source.deferred_last_fetch if isinstance(source, DefersChecks) else None,
         source.reused_last_fetch if isinstance(source, ReusesAnswers) else None,
     )

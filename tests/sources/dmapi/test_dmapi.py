@@ -216,7 +216,8 @@ def test_known_datasets_are_relocated_within_the_budget_longest_unchecked_first(
     assert per_fetch[0] == names  # the first fetch locates everything
     assert [len(f) for f in per_fetch[1:]] == [10, 10, 10]
     assert sorted(d for fetch in per_fetch[1:] for d in fetch) == names  # each in turn, once
-    assert source.calls_last_fetch == 11  # 10 locates and the /nodes read of every fetch
+    # 10 locates and the /nodes read of every fetch
+    assert source.calls_last_fetch == {"request": 11}
     assert source.deferred_last_fetch == 20  # reported as hydrator_source_deferred_checks
     # the daemon finds these numbers through the ports' optional capabilities
     assert isinstance(source, CountsCalls) and isinstance(source, DefersChecks)
@@ -446,7 +447,7 @@ def test_retry_after_is_honoured(srcnet: FakeSrcnet, make_source: MakeSource, st
     assert pairs(snapshot) == {("VALLES", "ska:obs_2")}
     assert 1.0 <= elapsed < 2.5  # waited the hint (not the 0.05 s backoff), and not much more
     assert srcnet.counts["locate"] == 2
-    assert source.calls_last_fetch == 3  # token + 2 locates
+    assert source.calls_last_fetch == {"request": 3}  # token + 2 locates
 
 
 def test_retry_after_beyond_the_limit_fails_at_once(
@@ -512,7 +513,7 @@ def test_connection_refused_is_transient(make_source: MakeSource) -> None:
 
     with pytest.raises(TransientSourceError, match="ConnectionError"):
         source.fetch(CTX)
-    assert source.calls_last_fetch == 3  # the token request, three attempts
+    assert source.calls_last_fetch == {"request": 3}  # the token request, three attempts
 
 
 def test_a_body_that_is_not_json_is_permanent(srcnet: FakeSrcnet, make_source: MakeSource) -> None:
@@ -579,7 +580,8 @@ def test_requests_per_fetch_grow_with_datasets_only(
         f"calls warm {source.calls_last_fetch}"
     )
 
-    assert source.calls_last_fetch == 1001  # warm cycle: tokens reused, /nodes read again
+    # warm cycle: tokens reused, /nodes read again
+    assert source.calls_last_fetch == {"request": 1001}
     assert fake.counts["token"] == 2 and fake.counts["nodes"] == 2
     assert timings[1] < 20
 

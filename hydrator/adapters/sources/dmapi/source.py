@@ -82,9 +82,9 @@ DEADLINE_GRACE_S = 0.5
 class DmapiSource:
     """Locates a list of datasets through the DMAPI; one instance per configured source.
 
-    After each :meth:`fetch`, ``calls_last_fetch`` is the number of HTTP requests it sent
-    (token, /nodes, locate, retries included); its duration is the runtime's to measure
-    (``hydrator_source_fetch_duration_seconds``).
+    After each :meth:`fetch`, ``calls_last_fetch`` is ``{"request": n}``, ``n`` the HTTP
+    requests it sent (token, /nodes, locate, retries included); its duration is the
+    runtime's to measure (``hydrator_source_fetch_duration_seconds``).
     """
 
     def __init__(
@@ -118,7 +118,7 @@ class DmapiSource:
         self._problems = OnceLog(log)
         self._fetches = 0
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
-        self.calls_last_fetch = 0
+        self.calls_last_fetch: dict[str, int] = {"request": 0}
         self.deferred_last_fetch = 0  # known datasets not located again (over the budget)
 
     @property
@@ -138,7 +138,7 @@ class DmapiSource:
             with run.watchdog():
                 return self._fetch(context, run)
         finally:
-            self.calls_last_fetch = run.calls
+            self.calls_last_fetch = {"request": run.calls}
 
     def _fetch(self, context: FetchContext, run: Run) -> Snapshot:
         try:
