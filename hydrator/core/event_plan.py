@@ -1,6 +1,7 @@
 """Rucio's event stream as hints (pure): which datasets a message says to re-read, the batch of
-hints an event cycle reads, when the full read (reconciliation) is due, and an event cycle's
-answer for the sources it did not read.
+hints an event cycle reads, and when the full read (reconciliation) is due. What a cycle
+between two full reads answers for each source (an event cycle's, a refresh cycle's) is
+:mod:`hydrator.core.between_reads`.
 
 Messages are hints, never facts (Rucio 41.5.1, ``rucio-hermes``; docs/platform.md): at-least-once,
 unordered, no event for a replica added without a transfer. A message only names datasets to
@@ -27,22 +28,15 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from hydrator.core.plan import Plan, SourceStatus
-from hydrator.core.storage import unavailable_storages
 from hydrator.domain import (
     DatasetId,
     Replica,
-    Site,
-    Snapshot,
-    SourceState,
-    State,
-    StorageStatus,
 )
 from hydrator.names import InvalidNameError
 
@@ -320,113 +314,6 @@ def reread(
     kept = {r for r in previous if r.dataset not in wanted}
     kept.update(r for r in read if r.dataset in wanted)
     return kept
-
-
-def unchanged(state: SourceState) -> Snapshot:
-    """An event cycle's answer for a source it did not read: its last good snapshot, the
-    same set object (the core compares it by identity and finds no change), with the storage
-    statuses and element counts of that snapshot (else an event cycle would bring back what
-    unavailable storage holds, or look like every storage element emptied)."""
-    return patched(state, state.replicas, state.sites)
-
-
-def patched(
-    state: SourceState, replicas: AbstractSet[Replica], sites: AbstractSet[Site]
-) -> Snapshot:
-    """``state``'s last good snapshot with ``replicas`` and ``sites`` instead (an event
-    cycle's answer for the source it re-read), its storage statuses and element counts kept."""
-    snapshot = Snapshot.of(state.name, replicas, sites, sites_named=True, storages=state.storages)
-    return replace(snapshot, elements=state.elements)
-
-
-def restated(state: SourceState, storages: tuple[StorageStatus, ...] | None) -> Snapshot:
-    """A refresh cycle's answer for a source (docs/events.md): its last good snapshot, as
-    :func:`unchanged`, with the storage statuses it has just read instead; with ``None`` (it
-    cannot read them, or the read failed) the last good statuses stay (unknown is not
-    unavailable)."""
-    kept = unchanged(state)
-    return kept if storages is None else replace(kept, storages=storages)
-
-
-def inexact(state: SourceState, statuses: Iterable[StorageStatus]) -> tuple[str, ...]:
-    """The storage elements, by name, whose change of availability read by a refresh cycle
-    (``statuses`` against ``state``'s) only a full read applies exactly, the refresh cycle
-    keeping the replicas it does not read: one gone down that held entries at the last full
-    read (:attr:`~hydrator.domain.SourceState.elements`; unknown counts as held) at a site
-    where another one still serves (a site with none left lists nothing at once:
-    :func:`~hydrator.core.storage.with_storage`), and one back that the last full read did
-    not count (it was down then: what it holds is not in the state)."""
-    statuses = tuple(statuses)
-    was = unavailable_storages(state.storages)
-    now = unavailable_storages(statuses)
-    serving = {s.site for s in statuses if s.available}
-    out: list[str] = []
-    for status in statuses:
-        name, count = status.storage, state.elements.get(status.storage)
-        if name in now and name not in was:
-            if status.site in serving and (count is None or count.entries > 0):
-                out.append(name)
-        elif name in was and name not in now and count is None:
-            out.append(name)
-    return tuple(sorted(out))
-
-
-def keep_read_times(plan: Plan, previous: State) -> Plan:
-    """``plan`` (an event cycle's) with every source's read times, failure and guard state as
-    ``previous`` had them (:func:`_kept`): an event cycle read a few datasets, not a source,
-    so a site's ``updated`` time (everything in its ad confirmed at or after it) stays that
-    of the last full read, a failing source stays stale with its error, and the shrink
-    guards count full reads only (an event cycle neither advances nor resets them). The site
-    views keep the plan's storage elements and reasons, stamped again."""
-    sources: dict[str, SourceState] = {}
-    for name, after in plan.state.sources.items():
-        before = previous.sources.get(name)
-        sources[name] = after if before is None else _kept(after, before)
-    model = plan.model.sharing(State(sources=sources))
-    statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
-    updated = model.site_updated
-    sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}
-    return replace(plan, state=model.state, model=model, sources=statuses, sites=sites)
-
-
-def _kept(after: SourceState, before: SourceState) -> SourceState:
-    """``after`` (this event cycle's) with ``before``'s read times, guard counts and, unless
-    this cycle held the answer back itself, its staleness and error."""
-    held_now = after.stale  # the source guard held this cycle's answer (the re-read source)
-    return replace(
-        after,
-        last_success=before.last_success,
-        last_attempt=before.last_attempt,
-        stale=held_now or before.stale,
-        error=after.error if held_now else before.error,
-        held_cycles=before.held_cycles,
-        held_sites=before.held_sites,
-    )
-
-
-def _kept_status(
-    status: SourceStatus, before: SourceState | None, sources: Mapping[str, SourceState]
-) -> SourceStatus:
-    """``status`` as of the source's last full read: not fresh with its reason while it is
-    stale; the sites its guard holds still named."""
-    if before is None or status.name not in sources:
-        return status
-    held = dict(status.held_sites)
-    for site, cycle in before.held_sites.items():
-        held.setdefault(
-            site,
-            f"site {site}: answer of source {status.name} held back at the last full read "
-            f"(cycle {cycle})",
-        )
-    fresh = status.fresh and not before.stale
-    reason = status.reason if status.reason is not None or fresh else before.error
-    return replace(
-        status,
-        fresh=fresh,
-        reason=reason,
-        held_sites=held,
-        last_success=sources[status.name].last_success,
-    )
 
 
 def lag_seconds(created: Iterable[datetime], published: datetime) -> list[float]:

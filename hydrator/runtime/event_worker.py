@@ -15,8 +15,8 @@
   reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
   read reads every source: a daemon with other sources beside event-driven Rucio ones reads
   them all at the reconcile interval while events flow, and at ``interval_s`` otherwise;
-  when none is due, a *refresh cycle* (:meth:`FullReadGate.refresh`) reads the storage
-  statuses, drains and queues again, and no dataset.
+  when none is due, a *refresh cycle* reads the storage statuses, drains and queues again,
+  and no dataset (both: :mod:`hydrator.runtime.full_read_gate`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.core.between_reads import keep_read_times, patched, unchanged
 from hydrator.core.event_plan import (
     LOOKUP_CYCLES_HELD,
     Batch,
@@ -39,13 +40,8 @@ from hydrator.core.event_plan import (
     RucioEvent,
     Triage,
     full_read_due,
-    inexact,
-    keep_read_times,
     lag_seconds,
-    patched,
     reread,
-    restated,
-    unchanged,
 )
 from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
@@ -53,24 +49,22 @@ from hydrator.core.ports import (
     EventListener,
     FetchContext,
     ParentLookups,
-    ReadsStorages,
     RunsThread,
     Source,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Replica, Snapshot, StorageStatus
+from hydrator.domain import DatasetId, Replica, Snapshot
 from hydrator.errors import ConfigError, SourceError, TransientSourceError
 from hydrator.redact import redact
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.observe import (
     EventCycleRecord,
     forget_listener,
     record_event_cycle,
-    record_full_read_skipped,
     record_hints_covered,
     record_listener,
     record_message,
     record_read_calls,
-    record_refresh_cycle,
     source_calls,
 )
 from hydrator.runtime.outcome import CycleReport
@@ -79,7 +73,6 @@ from hydrator.runtime.service import Service
 log = logging.getLogger(__name__)
 
 STOP_MARGIN_S = 30.0  # beyond the deadlines, for a stopping event cycle to save and publish
-SUBSCRIBE_WAIT_S = 10.0  # the start-up full read waits this long at most for the listeners
 ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListener]
 
 
@@ -425,108 +418,6 @@ class EventCycles:
 
     def _count_calls(self) -> None:
         record_read_calls(self.metrics, self._label, self.source)
-
-
-class FullReadGate:
-    """The scheduled job (every ``[daemon] interval_s``) when some source has events: a full
-    cycle when one of them says it is due (:meth:`EventCycles.full_read_due`) or the active
-    drains changed since the last full read (:meth:`Service.drains_changed`), or always when
-    a source without events is configured (it is polled at the normal interval: such a daemon
-    gains freshness from events, not fewer reads). Otherwise a refresh cycle
-    (:meth:`refresh`), followed by the full read when it found a storage change only a full
-    read applies exactly."""
-
-    def __init__(
-        self,
-        service: Service,
-        cycles: Sequence[EventCycles],
-        poll_all: bool,
-        subscribe_wait_s: float = SUBSCRIBE_WAIT_S,
-    ) -> None:
-        self.service, self.cycles, self.poll_all = service, list(cycles), poll_all
-        self._subscribe_wait_s = subscribe_wait_s  # before the first full read
-
-    def __call__(self) -> None:
-        if self._subscribe_wait_s:
-            # Subscribe first, then read: a start-up read that began before the subscription
-            # would leave a gap, closed only by a second full read after it.
-            deadline = time.monotonic() + self._subscribe_wait_s
-            for cycles in self.cycles:
-                cycles.subscribed.wait(max(0.0, deadline - time.monotonic()))
-            self._subscribe_wait_s = 0.0
-        due = self.poll_all or any(c.full_read_due() for c in self.cycles)
-        if not due and not self.service.drains_changed():
-            inexact = self.refresh()
-            if not inexact:
-                record_full_read_skipped(self.service.metrics)
-                return
-            log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
-        started = [(cycles, cycles.begin_full_read()) for cycles in self.cycles]
-        report = self.service.run_cycle()
-        for cycles, at in started:
-            cycles.after_full_read(report, at)
-
-    def refresh(self) -> list[str]:
-        """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
-        cycle that reads no dataset but every source's storage statuses where it can
-        (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
-        time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
-        the storage elements whose new availability only a full read applies exactly
-        (:func:`~hydrator.core.event_plan.inexact`)."""
-        read: dict[str, tuple[str, ...]] = {}
-        planner = partial(refresh_plan, self.service, read)
-        report = self.service.run_refresh_cycle(planner)
-        record_refresh_cycle(self.service.metrics, report.outcome)
-        self.service.notify_listeners()
-        log.info(
-            "refresh cycle (no full read due): storage of %s read again, %s in %.2f s",
-            ", ".join(read) or "no source",
-            report.outcome,
-            report.duration_s,
-        )
-        return [name for names in read.values() for name in names]
-
-    def stop(self) -> None:
-        for cycles in self.cycles:
-            cycles.stop()
-
-
-def refresh_plan(
-    service: Service, read: dict[str, tuple[str, ...]], previous: Model, context: FetchContext
-) -> Plan:
-    """The refresh cycle's decision: every source's last good answer, with the storage
-    statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
-    the storage elements only a full read applies exactly, :func:`inexact`), the last good
-    ones from the others (:func:`restated`); read times kept."""
-    state = previous.state
-    by_name = {s.name: s for s in service.sources}
-    busy = set(service.busy_sources())  # an abandoned full read still uses its wire
-    outcomes: dict[str, Snapshot] = {}
-    for name, held in state.sources.items():
-        source = by_name.get(name)
-        statuses = None
-        if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
-            statuses = _read_storages(service, name, source, context)
-        if statuses is not None:
-            read[name] = inexact(held, statuses)
-        outcomes[name] = restated(held, statuses)
-    policy = service.policies.plan
-    plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
-    return keep_read_times(plan, state)
-
-
-def _read_storages(
-    service: Service, name: str, source: ReadsStorages, context: FetchContext
-) -> tuple[StorageStatus, ...] | None:
-    """``source``'s storage statuses now, or None (logged in one line) when the read
-    fails: the last good ones stay. Its requests go into ``hydrator_source_calls_total``."""
-    try:
-        return source.read_storages(context)
-    except SourceError as exc:
-        log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
-        return None
-    finally:
-        record_read_calls(service.metrics, name, source)
 
 
 def start_events(

@@ -28,7 +28,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
-from hydrator.runtime.event_worker import FullReadGate, start_events
+from hydrator.runtime.event_worker import start_events
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs

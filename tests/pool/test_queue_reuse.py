@@ -14,7 +14,7 @@ import pytest
 
 from hydrator.adapters.htcondor.condor_queue import CondorQueue
 from hydrator.config import load_config
-from hydrator.core.event_plan import keep_read_times, unchanged
+from hydrator.core.between_reads import keep_read_times, unchanged
 from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
 from hydrator.core.ports import FetchContext

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site
-from hydrator.runtime.event_worker import FullReadGate
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
 from tests.support.activemq import DESTINATION, Broker

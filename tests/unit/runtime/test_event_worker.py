@@ -17,7 +17,8 @@ from hydrator.adapters.state.drains import remove_drain, set_drain
 from hydrator.core.event_plan import ListenerStatus, RucioEvent
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, StorageStatus
-from hydrator.runtime.event_worker import EventCycles, FullReadGate
+from hydrator.runtime.event_worker import EventCycles
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.report import sites_json
 from tests.support.event_cycles import (
     Catalogue,

@@ -13,7 +13,7 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
 from hydrator.core.annotate import Annotator
-from hydrator.core.event_plan import keep_read_times, unchanged
+from hydrator.core.between_reads import keep_read_times, unchanged
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
@@ -21,7 +21,7 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import Site
-from hydrator.runtime.event_worker import refresh_plan
+from hydrator.runtime.full_read_gate import refresh_plan
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.service import Service
