@@ -29,7 +29,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 
-from hydrator.config import DEFAULT_DEADLINE_S, Config, RucioEventsConfig, RucioSourceConfig
+from hydrator.config import DEFAULT_DEADLINE_S, RucioEventsConfig
 from hydrator.core.between_reads import keep_read_times, patched, unchanged
 from hydrator.core.event_plan import (
     LOOKUP_CYCLES_HELD,
@@ -50,13 +50,11 @@ from hydrator.core.ports import (
     FetchContext,
     ParentLookups,
     RunsThread,
-    Source,
     TargetedReads,
 )
 from hydrator.domain import DatasetId, Replica, Snapshot
-from hydrator.errors import ConfigError, SourceError, TransientSourceError
+from hydrator.errors import SourceError, TransientSourceError
 from hydrator.redact import redact
-from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.observe import (
     EventCycleRecord,
     forget_listener,
@@ -206,7 +204,7 @@ class EventCycles:
         the service next. A cycle may wait for a full read, then make its parent lookups and
         its re-reads, each ending by its source's ``deadline_s``: three of the largest, and
         :data:`STOP_MARGIN_S` for saving and publishing."""
-        deadlines = [s.deadline_s for s in self.service.config.sources]
+        deadlines = self.service.catalogue.deadlines_s.values()
         return 3 * max(deadlines, default=DEFAULT_DEADLINE_S) + STOP_MARGIN_S
 
     def status(self) -> ListenerStatus:
@@ -418,40 +416,3 @@ class EventCycles:
 
     def _count_calls(self) -> None:
         record_read_calls(self.metrics, self._label, self.source)
-
-
-def start_events(
-    config: Config, service: Service, listener: ListenerFactory
-) -> FullReadGate | None:
-    """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
-    the gate for the scheduler, or None when no source has events. ``listener`` builds a
-    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
-    chosen = event_sources(config, service)
-    if not chosen:
-        return None
-    cycles: list[EventCycles] = []
-    for source_config, source in chosen:
-        if not isinstance(source, TargetedReads):
-            raise ConfigError(
-                f"sources.{source_config.name}.events", "this source cannot re-read datasets"
-            )
-        events = source_config.events
-        policy = ReconcilePolicy(
-            config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
-        )
-        made = EventCycles(service, source, events, policy, source_config.scopes)
-        made.listener = listener(events, source_config.name, made)
-        made.start()
-        cycles.append(made)
-    poll_all = len(chosen) < len(service.sources)
-    return FullReadGate(service, cycles, poll_all)
-
-
-def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
-    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
-    by_name = {s.name: s for s in service.sources}
-    return [
-        (c, by_name[c.name])
-        for c in config.sources
-        if isinstance(c, RucioSourceConfig) and c.events.enabled and c.name in by_name
-    ]

@@ -3,7 +3,8 @@
 *refresh cycle*, which reads every source's storage statuses, the drains and the queues
 again, and no dataset (:class:`FullReadGate`; its plan: :func:`refresh_plan`). What each
 source answers in a refresh cycle is decided in :mod:`hydrator.core.between_reads`; the
-event cycles themselves run in :mod:`hydrator.runtime.event_worker`.
+event cycles themselves run in :mod:`hydrator.runtime.event_worker`; :func:`start_events`
+starts them and builds the gate.
 """
 
 from __future__ import annotations
@@ -12,23 +13,22 @@ import logging
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
+from hydrator.config import Config, RucioSourceConfig
 from hydrator.core.between_reads import inexact, keep_read_times, restated
+from hydrator.core.event_plan import ReconcilePolicy
 from hydrator.core.model import Model
 from hydrator.core.plan import Plan, plan_cycle
-from hydrator.core.ports import FetchContext, ReadsStorages
+from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads
 from hydrator.domain import Snapshot, StorageStatus
-from hydrator.errors import SourceError
+from hydrator.errors import ConfigError, SourceError
+from hydrator.runtime.event_worker import EventCycles, ListenerFactory
 from hydrator.runtime.observe import (
     record_full_read_skipped,
     record_read_calls,
     record_refresh_cycle,
 )
 from hydrator.runtime.service import Service
-
-if TYPE_CHECKING:
-    from hydrator.runtime.event_worker import EventCycles
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +135,40 @@ def _read_storages(
         return None
     finally:
         record_read_calls(service.metrics, name, source)
+
+
+def start_events(
+    config: Config, service: Service, listener: ListenerFactory
+) -> FullReadGate | None:
+    """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
+    the gate for the scheduler, or None when no source has events. ``listener`` builds a
+    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
+    chosen = event_sources(config, service)
+    if not chosen:
+        return None
+    cycles: list[EventCycles] = []
+    for source_config, source in chosen:
+        if not isinstance(source, TargetedReads):
+            raise ConfigError(
+                f"sources.{source_config.name}.events", "this source cannot re-read datasets"
+            )
+        events = source_config.events
+        policy = ReconcilePolicy(
+            config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
+        )
+        made = EventCycles(service, source, events, policy, source_config.scopes)
+        made.listener = listener(events, source_config.name, made)
+        made.start()
+        cycles.append(made)
+    poll_all = len(chosen) < len(service.sources)
+    return FullReadGate(service, cycles, poll_all)
+
+
+def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
+    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
+    by_name = {s.name: s for s in service.sources}
+    return [
+        (c, by_name[c.name])
+        for c in config.sources
+        if isinstance(c, RucioSourceConfig) and c.events.enabled and c.name in by_name
+    ]

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -43,6 +43,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from hydrator.config import HttpConfig
+from hydrator.core.coverage import SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter
@@ -54,12 +55,13 @@ log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 1.0
 
-DOCUMENTS: dict[str, Callable[[Service], Any]] = {
-    "sites.json": lambda service: sites_json(service.published, service.coverage),
-    "demand.json": lambda service: demand_json(service.published),
+DOCUMENTS: dict[str, Callable[[Service, Mapping[Site, SiteCoverage]], Any]] = {
+    "sites.json": lambda service, coverage: sites_json(service.published, coverage),
+    "demand.json": lambda service, _coverage: demand_json(service.published),
 }
-"""JSON views rewritten after every cycle: file name -> builder (see
-:data:`hydrator.adapters.http.server.ROUTES` for the URL of each)."""
+"""JSON views rewritten after every cycle: file name -> builder of the service's published
+state and the slots' coverage (see :data:`hydrator.adapters.http.server.ROUTES` for the URL
+of each)."""
 
 
 def listen(host: str, port: int, backlog: int, send_timeout_s: float) -> socket.socket:
@@ -135,6 +137,9 @@ class HttpEndpoint:
         self._watcher = threading.Thread(target=self._watch, name="http-server", daemon=True)
         self.threads_down: Callable[[], list[str]] = list
         """The supervised threads now down (:meth:`Supervisor.down`): ``/readyz`` names them."""
+        self.coverage: Callable[[], Mapping[Site, SiteCoverage]] = dict
+        """The slots' coverage per site as the repair watch last looked
+        (:attr:`~hydrator.runtime.repair.RepairWatch.coverage`; none without a watch)."""
 
     def start(self) -> None:
         self.write()
@@ -166,7 +171,7 @@ class HttpEndpoint:
         try:
             self._write_sites()
             for name, build in DOCUMENTS.items():
-                self.spool.write(name, _json(build(self.service)))
+                self.spool.write(name, _json(build(self.service, self.coverage())))
             self._write_status()
         except OSError as exc:
             log.error("cannot write the files the HTTP server serves: %s", exc)

@@ -9,7 +9,7 @@ Frozen references only, no behaviour: the service calls the parts, these only ca
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from hydrator.config import ClassAdConfig
@@ -32,10 +32,12 @@ def utcnow() -> datetime:
 @dataclass(frozen=True)
 class Catalogue:
     """The catalogue side: the sources a full read fetches (each in its own thread, up to its
-    ``deadline_s``) and the store the state is saved in and the drains read from."""
+    deadline: ``deadlines_s``, source name -> ``deadline_s``) and the store the state is
+    saved in and the drains read from."""
 
     sources: tuple[Source, ...]
     store: StateStore
+    deadlines_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class Pool:
     has none): the ``publishers`` of the site attributes; ``queue``, the schedds read once
     per cycle for the demand, ``probe`` and ``annotator``; ``demand``, when given, answers
     the demand instead of the queue; ``near``, each site's near sites (``[distances]``),
-    whose line goes into the ads."""
+    whose line goes into the ads; ``queue_max_age_s``, how old a queue read an event cycle
+    may reuse (``[collector] queue_max_age_s``, by default ``[daemon] interval_s``)."""
 
     publishers: tuple[Publisher, ...] = ()
     queue: QueueReader | None = None
@@ -52,6 +55,7 @@ class Pool:
     probe: PoolProbe | None = None
     annotator: Annotator | None = None
     near: NearSites | None = None
+    queue_max_age_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -60,11 +60,10 @@ class RepairWatch:
         clock: Callable[[], datetime],
         *,
         written: Callable[[], None] = lambda: None,
-        shown: Callable[[Mapping[Site, SiteCoverage]], None] = lambda _: None,
     ) -> None:
         self.targets = [p for p in publishers if isinstance(p, RepairsSlots)]
         self.metrics, self.interval_s, self.clock = metrics, interval_s, clock
-        self.written, self.shown = written, shown
+        self.written = written
         self.coverage: Mapping[Site, SiteCoverage] = {}
         self._failures = 0
         self._resume = 0.0  # monotonic: no look before this (backing off)
@@ -115,7 +114,6 @@ class RepairWatch:
     def _set_coverage(self, coverage: Mapping[Site, SiteCoverage]) -> None:
         record_coverage(self.metrics, coverage, self.coverage.keys() - coverage.keys())
         self.coverage = dict(coverage)
-        self.shown(self.coverage)
 
     def _say(self, report: RepairReport) -> None:
         """One line per cause: refused repairs (once per site while the daemon runs), slot
@@ -152,22 +150,19 @@ def _explain(cause: str, count: int) -> str:
 
 
 def schedule_repairs(
-    scheduler: BaseScheduler, service: Service, written: Callable[[], None]
+    scheduler: BaseScheduler, service: Service, interval_s: float, written: Callable[[], None]
 ) -> RepairWatch | None:
-    """Add the repair watch to ``scheduler`` (None when ``[collector] repair_interval_s`` is
-    0 or no publisher repairs slots) and hand it the slot merges of those publishers
+    """Add the repair watch, a look every ``interval_s`` (``[collector] repair_interval_s``),
+    to ``scheduler`` (None when that is 0 or no publisher repairs slots) and hand it the slot
+    merges of those publishers
     (:meth:`~hydrator.core.ports.RepairsSlots.hand_merges_to_repairs`: the cycles send
-    site ads, the looks every slot merge); its coverage goes to ``service.coverage``."""
-    interval_s = service.config.collector.repair_interval_s
+    site ads, the looks every slot merge). What its last look found is
+    :attr:`RepairWatch.coverage` (``/v1/sites`` shows it)."""
     if interval_s <= 0:
         return None
-
-    def shown(coverage: Mapping[Site, SiteCoverage]) -> None:
-        service.coverage = coverage
-
     pool = service.pool
     watch = RepairWatch(
-        pool.publishers, service.metrics, interval_s, service.clock, written=written, shown=shown
+        pool.publishers, service.metrics, interval_s, service.clock, written=written
     )
     if not watch.targets:
         return None

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from hydrator.config import Config
 from hydrator.core.reschedule_policy import Tags, due
 from hydrator.errors import PublishError
 from hydrator.redact import redact
@@ -64,9 +65,9 @@ class Reschedule:
             self._said = None
 
 
-def install(service: Service) -> Reschedule | None:
-    """Add the step to ``service`` (None when it is off or the collector path is)."""
-    config = service.config
+def install(service: Service, config: Config) -> Reschedule | None:
+    """Add the step to ``service`` (None when ``config`` turns it or the collector path
+    off)."""
     interval_s = config.collector.reschedule_min_interval_s
     if not config.collector.enabled or interval_s <= 0:
         return None

@@ -28,8 +28,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
-from hydrator.runtime.event_worker import start_events
-from hydrator.runtime.full_read_gate import FullReadGate
+from hydrator.runtime.full_read_gate import FullReadGate, start_events
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.repair import schedule_repairs
@@ -171,7 +170,7 @@ class Daemon:
 
     def _start_cycles(self) -> None:
         """Start the event listeners of the sources that follow events (their gate then runs
-        the scheduled full reads, :func:`~hydrator.runtime.event_worker.start_events`) and the
+        the scheduled full reads, :func:`~hydrator.runtime.full_read_gate.start_events`) and the
         scheduler."""
         daemon = self.config.daemon
         # None: no source follows events
@@ -184,8 +183,11 @@ class Daemon:
         self._scheduler = BackgroundScheduler(timezone=UTC)
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
         written = self.endpoint.write if self.endpoint is not None else lambda: None
-        schedule_repairs(self._scheduler, self.service, written)
-        install_reschedule(self.service)  # a fresh service each start: added once
+        repair_s = self.config.collector.repair_interval_s
+        watch = schedule_repairs(self._scheduler, self.service, repair_s, written)
+        if self.endpoint is not None:
+            self.endpoint.coverage = (lambda: watch.coverage) if watch is not None else dict
+        install_reschedule(self.service, self.config)  # a fresh service each start: added once
         self._scheduler.start()
 
     def _stop_cycles(self) -> None:

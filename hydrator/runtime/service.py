@@ -17,8 +17,7 @@ from enum import Enum
 from functools import partial
 from typing import NamedTuple
 
-from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig, Config
-from hydrator.core.coverage import SiteCoverage
+from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
 from hydrator.core.model import Model
@@ -56,7 +55,7 @@ from hydrator.runtime.observe import (
 from hydrator.runtime.outcome import CycleReport, Published, SiteAd
 from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
 from hydrator.runtime.phases import phase, recording
-from hydrator.runtime.queue_reads import QueueReads, queue_max_age_s
+from hydrator.runtime.queue_reads import QueueReads
 
 log = logging.getLogger(__name__)
 
@@ -127,15 +126,14 @@ class Startup:
 
 class Service:
     """Sequences one cycle of each kind (:class:`CycleKind`); owns the stop event and what
-    is kept between cycles: the state with its views, what is served (:attr:`published`,
-    :attr:`coverage`), where each site's lists came from, the drains (:class:`.DrainReads`),
+    is kept between cycles: the state with its views, what is served (:attr:`published`),
+    where each site's lists came from, the drains (:class:`.DrainReads`),
     each site's advertise answer (:class:`.Advertising`), the queues' last snapshot
     (:class:`.QueueReads`) and the last demand. Built by :mod:`hydrator.runtime.wiring`
     (``assemble``), which makes every part it is given."""
 
     def __init__(
         self,
-        config: Config,
         startup: Startup,
         *,
         catalogue: Catalogue,
@@ -143,22 +141,20 @@ class Service:
         policies: Policies,
         instruments: Instruments,
     ) -> None:
-        """``config`` is what the parts were built from (the event cycles, the repair watch
-        and the reschedule step read their settings there), ``startup`` what the first cycle
-        starts from; the parts are the groups of :mod:`.parts`: the catalogue side, the pool
-        side, the policies, and the metrics and clock."""
-        self.config = config
+        """``startup`` is what the first cycle starts from; the parts are the groups of
+        :mod:`.parts`: the catalogue side, the pool side, the policies, and the metrics and
+        clock. The configuration they were built from stays with the builder (the event
+        cycles, the repair watch and the reschedule step are given their settings there)."""
         self.catalogue, self.pool, self.policies = catalogue, pool, policies
         self.metrics, self.clock = instruments.metrics, instruments.clock
         self.stop_event = threading.Event()
         self.last_cycle_end = time.monotonic()
-        self.coverage: Mapping[Site, SiteCoverage] = {}  # the repair watch's last look
         self.published = startup.published
         self._model = startup.model  # the state, and its memo: handed to each plan_cycle
         self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
-        self._queue_reads = QueueReads(pool.queue, queue_max_age_s(config), self.metrics)
+        self._queue_reads = QueueReads(pool.queue, pool.queue_max_age_s, self.metrics)
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
         self._fetches = FetchThreads(self._deadline_s, self.stop_event)
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
@@ -387,8 +383,7 @@ class Service:
 
     def _deadline_s(self, source: str) -> float:
         """The configured ``deadline_s`` of the source named ``source``."""
-        deadlines = {s.name: s.deadline_s for s in self.config.sources}
-        return deadlines.get(source, DEFAULT_DEADLINE_S)
+        return self.catalogue.deadlines_s.get(source, DEFAULT_DEADLINE_S)
 
     def busy_sources(self) -> list[str]:
         """Sources whose fetch, abandoned at its deadline, still runs (nothing to wait for)."""

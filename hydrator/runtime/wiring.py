@@ -59,6 +59,7 @@ from hydrator.runtime.near_refresh import NearSites
 from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow
+from hydrator.runtime.queue_reads import queue_max_age_s
 from hydrator.runtime.service import Service, Startup, render_ads
 
 if TYPE_CHECKING:
@@ -230,10 +231,10 @@ def assemble(
     with collector_paused():
         startup = load_startup(config, store, metrics, advertise_policy, clock)
     near = NearSites(config.distances, metrics, distances) if config.distances.enabled else None
+    deadlines_s = {s.name: s.deadline_s for s in config.sources}
     return Service(
-        config,
         startup,
-        catalogue=Catalogue(tuple(sources), store),
+        catalogue=Catalogue(tuple(sources), store, deadlines_s),
         pool=Pool(
             tuple(publishers),
             queue=queue,
@@ -241,6 +242,7 @@ def assemble(
             probe=probe,
             annotator=annotator,
             near=near,
+            queue_max_age_s=queue_max_age_s(config),
         ),
         policies=Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad),
         instruments=Instruments(metrics, clock),

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from hydrator.domain import Site
-from hydrator.runtime.event_worker import start_events
+from hydrator.runtime.full_read_gate import start_events
 from hydrator.runtime.report import site_json, sites_json
 from hydrator.runtime.wiring import build_service, event_listener
 from tests.support.activemq import Broker

@@ -77,14 +77,12 @@ def looked(refused: Mapping[Site, int] | None = None, **changes: Any) -> RepairR
 def watch(publisher: Repairing, clock: list[float]) -> tuple[RepairWatch, Metrics, list[object]]:
     metrics = Metrics(CollectorRegistry())
     written: list[object] = []
-    shown: list[Mapping[Site, SiteCoverage]] = []
     w = RepairWatch(
         [publisher],
         metrics,
         2.0,
         lambda: datetime.fromtimestamp(clock[0], UTC),
         written=lambda: written.append(1),
-        shown=shown.append,
     )
     return w, metrics, written
 
@@ -205,14 +203,14 @@ def test_scheduling_the_watch_hands_the_slot_merges_to_its_looks() -> None:
     that their looks deliver the slot merges; with 0 (no watch) they are not."""
     for interval_s, handed in ((0.5, True), (0.0, False)):
         publisher = Repairing()
-        collector = SimpleNamespace(repair_interval_s=interval_s)
         service: Any = SimpleNamespace(
-            config=SimpleNamespace(collector=collector),
             pool=SimpleNamespace(publishers=[publisher]),
             metrics=Metrics(CollectorRegistry()),
             clock=lambda: datetime.now(UTC),
         )
-        scheduled = repair.schedule_repairs(BackgroundScheduler(), service, lambda: None)
+        scheduled = repair.schedule_repairs(
+            BackgroundScheduler(), service, interval_s, lambda: None
+        )
         assert (scheduled is not None, publisher.handed) == (handed, handed)
 
 

@@ -75,8 +75,8 @@ def test_a_refusal_is_said_once_and_recovery_once(caplog: pytest.LogCaptureFixtu
 
 def test_it_is_installed_only_when_on_with_the_collector_path(tmp_path: Path) -> None:
     class Service:
-        def __init__(self, config: Config) -> None:
-            self.config, self.listeners = config, list[object]()
+        def __init__(self) -> None:
+            self.listeners = list[object]()
 
         def add_listener(self, listener: object) -> None:
             self.listeners.append(listener)
@@ -89,6 +89,6 @@ def test_it_is_installed_only_when_on_with_the_collector_path(tmp_path: Path) ->
     no_collector = made(reschedule_min_interval_s=5)
     on = made(enabled=True, pool="127.0.0.1:1", reschedule_min_interval_s=5)
     for config, wanted in ((off, 0), (no_collector, 0), (on, 1)):
-        service = Service(config)
-        install(service)  # type: ignore[arg-type]
+        service = Service()
+        install(service, config)  # type: ignore[arg-type]
         assert len(service.listeners) == wanted

@@ -321,9 +321,8 @@ def test_the_configured_backlog_is_applied(tmp_path: Path) -> None:
 
 def test_a_busy_listen_address_is_a_config_error(tmp_path: Path, started: Started) -> None:
     _, service, endpoint = started
-    config = service.config.model_copy(deep=True)
     listen = f"127.0.0.1:{endpoint.port}"
-    busy = config.http.model_copy(update={"listen": listen})
+    busy = endpoint.config.model_copy(update={"listen": listen})
     with pytest.raises(ConfigError) as error:
         HttpEndpoint(service, busy, wedged_after_s=300)
     assert error.value.key == "http.listen" and listen in str(error.value)
