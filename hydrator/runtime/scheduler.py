@@ -8,7 +8,8 @@ before it saves anything, and the process exits 0. SIGHUP reloads the configurat
 APScheduler logs a warning each time the trigger fires while the cycle still runs (every
 ``interval_s`` of a long cycle). :class:`LongCycles` says it once instead: a line when the
 first scheduled run is skipped, and a warning with the cycle's duration and the number of
-skipped runs when it ends. APScheduler's own repeating line is filtered out of its logger.
+skipped runs when it ends. APScheduler's scheduler logger is set to errors only: its warnings
+are that repeating line and a failing job store, and the in-memory store here cannot fail.
 """
 
 from __future__ import annotations
@@ -38,11 +39,6 @@ from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
 
 log = logging.getLogger(__name__)
-# APScheduler's message for a run skipped because the previous one still runs (3.x, in
-# BaseScheduler._process_jobs); matched on its format string, never on interpolated text
-_APSCHEDULER_SKIPPED = 'Execution of job "%s" skipped: maximum number of running instances'
-
-
 class LongCycles:
     """The cycle job, wrapped to report once per long cycle instead of once per skipped run.
 
@@ -91,18 +87,14 @@ class LongCycles:
             )
 
 
-def _drop_apscheduler_skip_lines(record: logging.LogRecord) -> bool:
-    return not (isinstance(record.msg, str) and record.msg.startswith(_APSCHEDULER_SKIPPED))
-
-
 def schedule_cycles(
     scheduler: BaseScheduler, run: Callable[[], object], interval_s: float, jitter_s: float
 ) -> LongCycles:
     """Add the cycle job (first run at once) and the once-per-long-cycle reporting."""
     cycles = LongCycles(run, interval_s)
-    apscheduler_log = logging.getLogger("apscheduler.scheduler")
-    if _drop_apscheduler_skip_lines not in apscheduler_log.filters:
-        apscheduler_log.addFilter(_drop_apscheduler_skip_lines)
+    # APScheduler 3.x warns on this logger only of a skipped run (said by LongCycles instead)
+    # and of a job store that fails (the in-memory one cannot); its errors still show
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     scheduler.add_listener(cycles.skipped, EVENT_JOB_MAX_INSTANCES)
     scheduler.add_job(
         cycles,
