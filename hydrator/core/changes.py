@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import attrgetter
 from typing import overload
 
@@ -58,7 +58,7 @@ class Changes(Sequence[Change]):
             held = by_site.pop(site)
             held.sort(key=_dataset_of)  # a site holds one replica per dataset
             fields = zip(repeat(site), map(_dataset_of, held), repeat(added), repeat(None), held)
-            yield from map(Change._make, fields)
+            yield from starmap(Change, fields)
 
     def __len__(self) -> int:
         return len(self._held) if self._added is None else sum(self.counts.values())

@@ -39,6 +39,8 @@ from hydrator.runtime.supervise import Supervisor, log_thread_deaths
 from hydrator.runtime.wiring import event_listener
 
 log = logging.getLogger(__name__)
+
+
 class LongCycles:
     """The cycle job, wrapped to report once per long cycle instead of once per skipped run.
 

@@ -118,13 +118,13 @@ class Loader:
         """Source -> the replicas of its rows that pass the checks, and with ``collect``
         the first-seen times of their (site, dataset) keys: the earliest valid time of the
         pair's rows (without, an empty map: each row's time is checked, an invalid one
-        counted, and none kept). The hot loop: locals, no Python call where the caches know
-        the values already (a row of a known shape is built with ``Replica._make``: its
-        checks passed on the shape's first row)."""
+        counted, and none kept). The hot loop: locals, and no conversion where the caches
+        know the values already (a row of a known shape reuses the shape's state and detail
+        objects)."""
         loaded: dict[str, list[Replica]] = {}
         first_seen: dict[Key, datetime] = {}
         datasets, sites, times = self._datasets.get, self._sites.get, self.times.get
-        earliest, shapes, make = first_seen.setdefault, self._shapes.get, Replica._make
+        earliest, shapes = first_seen.setdefault, self._shapes.get
         for (
             source,
             site_name,
@@ -145,7 +145,7 @@ class Loader:
                 if shape is None:
                     replica = self.replica(dataset, site, values)
                 else:
-                    replica = make((dataset, site, *shape))
+                    replica = Replica(dataset, site, *shape)
             except KeyError:
                 self.reject("replicas", f"invalid replica state {state!r} or transfer {transfer!r}")
                 continue
@@ -171,8 +171,8 @@ class Loader:
         """A row's replica built and checked by :class:`Replica` itself from its ``values``
         (state, fraction, transfer, progress, bytes_fraction as read; raises KeyError for an
         unknown state or transfer, ValueError/TypeError for a value it refuses), its shape
-        (every field after the site) kept for the next rows of the same values: a replica's
-        checks read the shape only. At most :data:`_SHAPES` shapes are kept."""
+        (every field after the site) kept for the next rows of the same values. At most
+        :data:`_SHAPES` shapes are kept."""
         state, fraction, transfer, progress, size = values
         plain = transfer == "none" and size == fraction  # rows are written canonical
         detail = None if plain else Detail(self._transfers[transfer], progress, size)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
-from functools import partial
 from itertools import filterfalse, repeat
 from operator import attrgetter
 from typing import NamedTuple
@@ -29,15 +28,10 @@ _DATASET_ID: Callable[[Dataset], DatasetId] = attrgetter("id")
 _REPLICA_DATASET: Callable[[Replica], DatasetId] = attrgetter("dataset")
 
 
-def complete_replicas_unchecked(datasets: Iterable[DatasetId], site: Site) -> list[Replica]:
-    """``Replica(dataset, site, ReplicaState.AVAILABLE)`` for each of ``datasets``, built at C
-    level without :class:`Replica`'s checks, which hold by construction here (AVAILABLE,
-    fraction 1.0, no detail; ``site`` and every id already checked).
-
-    The source's one construction that skips a type's validation: a first fetch builds most
-    of its replicas here, at a fraction of ``Replica(...)``'s cost (docs/performance.md)."""
-    fields = zip(datasets, repeat(site), repeat(ReplicaState.AVAILABLE), repeat(1.0), repeat(None))
-    return list(map(partial(tuple.__new__, Replica), fields))
+def complete_replicas(datasets: Iterable[DatasetId], site: Site) -> list[Replica]:
+    """``Replica(dataset, site, ReplicaState.AVAILABLE)`` for each of ``datasets`` (a first
+    fetch builds most of its replicas here)."""
+    return list(map(Replica, datasets, repeat(site), repeat(ReplicaState.AVAILABLE)))
 
 
 def complete(dataset: DatasetId, site: Site) -> Replica:
@@ -53,8 +47,8 @@ class Plain(NamedTuple):
     datasets: list[Dataset]
 
     def replicas(self) -> list[Replica]:
-        """Their replicas (:func:`complete_replicas_unchecked`)."""
-        return complete_replicas_unchecked(map(_DATASET_ID, self.datasets), self.site)
+        """Their replicas (:func:`complete_replicas`)."""
+        return complete_replicas(map(_DATASET_ID, self.datasets), self.site)
 
 
 def is_plain(replica: Replica) -> bool:
