@@ -49,8 +49,9 @@ def stamp_width(view: SiteView) -> int:
 
 
 class AdvertiseMemo:
-    """A site's :func:`advertise` answer, reused while its inputs are the same: the same
-    unstamped view object (the core hands on an unchanged site's view as is), the same
+    """A site's :func:`advertise` answer, reused while its inputs are the same: an equal
+    unstamped view (the core hands on an unchanged site's view as is, so the comparison
+    meets the same objects item by item and costs little), the same
     demand, the same storage statuses and reasons, and an ``updated`` time of the
     same width in the ad (the size checks see the rendered ad), and the same bytes of lines
     added outside the lists (``extra_bytes``: the near line). Everything else
@@ -68,7 +69,7 @@ class AdvertiseMemo:
         advertised: Advertised,
         extra_bytes: int = 0,
     ) -> None:
-        self.contents = contents  # held, so that an identity test is sound
+        self.contents = contents
         self.stamp_width = stamp_width(view)
         self.wanted = wanted
         self.advertised = advertised
@@ -85,7 +86,7 @@ class AdvertiseMemo:
         """The remembered answer holds for ``view`` (whose unstamped contents are
         ``contents``) under the demand ``wanted``, with ``extra_bytes`` of other lines."""
         return (
-            contents is self.contents
+            contents == self.contents
             and extra_bytes == self.extra_bytes
             and stamp_width(view) == self.stamp_width
             and wanted == self.wanted
