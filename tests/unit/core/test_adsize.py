@@ -76,7 +76,8 @@ def test_the_memo_holds_while_its_inputs_are_the_same() -> None:
     later = replace(stamped, updated=datetime(2026, 11, 27, tzinfo=UTC))  # same width
     assert memo.fits(contents, later, wanted)
     assert memo.stamped(later) == replace(answer, view=replace(answer.view, updated=later.updated))
-    assert not memo.fits(view(6), stamped, wanted)  # an equal view, but another object
+    assert memo.fits(view(6), stamped, wanted)  # an equal view built again: the same answer
+    assert not memo.fits(view(5), stamped, wanted)  # other contents
     assert not memo.fits(contents, stamped, {})  # another demand
     assert not memo.fits(contents, replace(stamped, updated=None), wanted)  # another width
     storages = (StorageStatus(SITE, "SE", "RSE", available=False, reason="down"),)
