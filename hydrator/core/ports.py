@@ -8,7 +8,7 @@ inherit); the runtime types its parts with them and gets the concrete adapters f
 Ports and the adapters (under ``hydrator/adapters/``) that implement them:
 
 * :class:`Source`: one catalogue's answer per cycle (``sources/static.py``,
-  ``sources/rucio/``, ``sources/dmapi.py``);
+  ``sources/rucio/``, ``sources/dmapi/``);
 * :class:`Publisher`: pushes the site ads to a target (``htcondor/collector.py``);
 * :class:`StateStore`: the state between cycles and the drains (``state/sqlite.py``);
 * :class:`QueueReader`: the schedds' queues, read once a cycle (``htcondor/condor_queue.py``);

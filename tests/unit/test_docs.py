@@ -329,3 +329,30 @@ def test_the_citation_check_finds_outside_and_missing_documents(tmp_path: Path) 
         "hydrator/a.py:1: docs/gone.md does not exist",
         "hydrator/a.py:2: cites a file outside the repository",
     ]
+
+
+def unmapped_modules(root: Path) -> list[str]:
+    """The modules of ``root``/hydrator (package files and ``__main__.py`` aside) whose file
+    name docs/architecture.md never writes."""
+    text = (root / "docs" / "architecture.md").read_text()
+    skipped = {"__init__.py", "__main__.py"}
+    return sorted(
+        str(path.relative_to(root))
+        for path in (root / "hydrator").rglob("*.py")
+        if path.name not in skipped and path.name not in text
+    )
+
+
+def test_the_architecture_map_names_every_module() -> None:
+    """A newcomer finds a module from the map: a module added or renamed without its line in
+    docs/architecture.md fails here."""
+    assert unmapped_modules(ROOT) == []
+
+
+def test_the_map_check_finds_a_module_the_map_omits(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text("`core/plan.py` decides.\n")
+    (tmp_path / "hydrator" / "core").mkdir(parents=True)
+    for name in ("__init__.py", "plan.py", "guards.py"):
+        (tmp_path / "hydrator" / "core" / name).write_text("")
+    assert unmapped_modules(tmp_path) == ["hydrator/core/guards.py"]
