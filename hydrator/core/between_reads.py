@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
-from hydrator.core.plan import Plan, SourceStatus
+from hydrator.core.plan import Planned, SourceStatus
 from hydrator.core.storage import unavailable_storages
 from hydrator.domain import Replica, Site, Snapshot, SourceState, State, StorageStatus
 
@@ -71,22 +71,25 @@ def inexact(state: SourceState, statuses: Iterable[StorageStatus]) -> tuple[str,
     return tuple(sorted(out))
 
 
-def keep_read_times(plan: Plan, previous: State) -> Plan:
-    """``plan`` (an event cycle's) with every source's read times, failure and guard state as
-    ``previous`` had them (:func:`_kept`): an event cycle read a few datasets, not a source,
+def keep_read_times(decided: Planned, previous: State) -> Planned:
+    """``decided`` (an event or refresh cycle's plan, and its state's model) with every
+    source's read times, failure and guard state as ``previous`` had them (:func:`_kept`):
+    an event cycle read a few datasets, not a source,
     so a site's ``updated`` time (everything in its ad confirmed at or after it) stays that
     of the last full read, a failing source stays stale with its error, and the shrink
     guards count full reads only (an event cycle neither advances nor resets them). The site
     views keep the plan's storage elements and reasons, stamped again."""
+    plan = decided.plan
     sources: dict[str, SourceState] = {}
     for name, after in plan.state.sources.items():
         before = previous.sources.get(name)
         sources[name] = after if before is None else _kept(after, before)
-    model = plan.model.sharing(State(sources=sources))
+    model = decided.model.sharing(State(sources=sources))
     statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
     updated = model.site_updated
     sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}
-    return replace(plan, state=model.state, model=model, sources=statuses, sites=sites)
+    kept = replace(plan, state=model.state, sources=statuses, sites=sites)
+    return Planned(kept, model)
 
 
 def _kept(after: SourceState, before: SourceState) -> SourceState:

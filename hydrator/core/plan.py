@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from hydrator.core.changes import Changes
 from hydrator.core.guards import (
@@ -62,7 +63,7 @@ from hydrator.domain import (
     State,
 )
 
-__all__ = ["Plan", "Policy", "SourceDelta", "SourceStatus", "plan_cycle"]
+__all__ = ["Plan", "Planned", "Policy", "SourceDelta", "SourceStatus", "plan_cycle", "planned"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +103,18 @@ class Plan:
     changed_sites: frozenset[Site]  # sites whose published content (digest) changed
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
-    model: Model = field(compare=False, repr=False)
-    """The model of :attr:`state` (:mod:`hydrator.core.model`), for the runtime to hand to
-    the next cycle's :func:`plan_cycle`."""
+    entries: int = 0  # (site, dataset) pairs the merged view holds
+    contents: Mapping[Site, SiteView] = field(default_factory=dict, compare=False, repr=False)
+    """Per covered site, its lists and digest before storage, drains and read times apply
+    (``updated`` None): what the advertise memo compares to know a site unchanged."""
+
+
+class Planned(NamedTuple):
+    """A plan and the model of its state (:mod:`hydrator.core.model`), which the runtime
+    holds and hands to the next cycle's :func:`planned` so that it costs its changes."""
+
+    plan: Plan
+    model: Model
 
 
 def plan_cycle(
@@ -113,14 +123,28 @@ def plan_cycle(
     now: datetime,
     policy: Policy,
     drains: Sequence[Drain] = (),
+) -> Plan:
+    """Decide this cycle over plain values: ``previous``, the saved state; ``outcomes``, one
+    entry per configured source; ``drains``, the operator's. The same plan as
+    :func:`planned`'s, which the daemon calls with the model it holds."""
+    return planned(previous, outcomes, now, policy, drains).plan
+
+
+def planned(
+    previous: State,
+    outcomes: Mapping[str, SourceOutcome],
+    now: datetime,
+    policy: Policy,
+    drains: Sequence[Drain] = (),
     *,
     model: Model | None = None,
-) -> Plan:
-    """Decide this cycle. ``outcomes`` has one entry per configured source; ``drains`` are
-    the operator's (those of whole sites empty the site's view while active). ``previous``:
-    the saved state. ``model``: the last plan's :attr:`Plan.model` (or the loaded state's),
-    which makes the cycle cost its changes; any other (or none) is ignored and the model of
-    ``previous`` built afresh: the plan is the same either way.
+) -> Planned:
+    """Decide this cycle, and the model of the new state. ``outcomes`` has one entry per
+    configured source; ``drains`` are the operator's (those of whole sites empty the site's
+    view while active). ``previous``: the saved state. ``model``: the last cycle's
+    :attr:`Planned.model` (or the loaded state's), which makes the cycle cost its changes;
+    any other (or none) is ignored and the model of ``previous`` built afresh: the plan is
+    the same either way.
 
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """
@@ -154,7 +178,7 @@ def plan_cycle(
         for site, view in new.contents.items()
         if site not in old_contents or old_contents[site].digest != view.digest
     )
-    return Plan(
+    plan = Plan(
         state=new.state,
         changes=changes,
         sources=tuple(statuses),
@@ -163,8 +187,10 @@ def plan_cycle(
         changed_sites=changed_sites,
         removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,
-        model=new,
+        entries=new.entries,
+        contents=new.contents,
     )
+    return Planned(plan, new)
 
 
 def _advance_source(

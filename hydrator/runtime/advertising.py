@@ -47,7 +47,7 @@ class Advertising:
         whose inputs are those of last cycle gets last cycle's answer. ``published``: the
         ads served until now (an unchanged site's size is its body's length)."""
         policy, size = self.policy, partial(self._ad_size, published)
-        contents, memo = plan.model.contents, self._memo
+        contents, memo = plan.contents, self._memo
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():

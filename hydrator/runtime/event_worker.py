@@ -44,7 +44,7 @@ from hydrator.core.event_plan import (
     reread,
 )
 from hydrator.core.model import Model
-from hydrator.core.plan import Plan, plan_cycle
+from hydrator.core.plan import Planned, planned
 from hydrator.core.ports import (
     EventListener,
     FetchContext,
@@ -354,7 +354,7 @@ class EventCycles:
         files: Sequence[tuple[str, str]],
         previous: Model,
         context: FetchContext,
-    ) -> Plan:
+    ) -> Planned:
         """The event cycle's decision: this source's last answer with ``datasets`` (and the
         datasets ``files`` belong to) read again, every other source as it stands; the
         sources' read times kept (``previous``: the state before, with its views)."""
@@ -376,8 +376,8 @@ class EventCycles:
         }
         outcomes[name] = patched(held, replicas, sites)
         policy = self.service.policies.plan
-        plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
-        return keep_read_times(plan, state)
+        decided = planned(state, outcomes, context.now, policy, context.drains, model=previous)
+        return keep_read_times(decided, state)
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The targeted read of ``datasets``. An unexpected error (an answer the parser

@@ -18,7 +18,7 @@ from hydrator.config import Config, RucioSourceConfig
 from hydrator.core.between_reads import inexact, keep_read_times, restated
 from hydrator.core.event_plan import ReconcilePolicy
 from hydrator.core.model import Model
-from hydrator.core.plan import Plan, plan_cycle
+from hydrator.core.plan import Planned, planned
 from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads
 from hydrator.domain import Snapshot, StorageStatus
 from hydrator.errors import ConfigError, SourceError
@@ -101,7 +101,7 @@ class FullReadGate:
 
 def refresh_plan(
     service: Service, read: dict[str, tuple[str, ...]], previous: Model, context: FetchContext
-) -> Plan:
+) -> Planned:
     """The refresh cycle's decision: every source's last good answer, with the storage
     statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
     the storage elements only a full read applies exactly, :func:`inexact`), the last good
@@ -119,8 +119,8 @@ def refresh_plan(
             read[name] = inexact(held, statuses)
         outcomes[name] = restated(held, statuses)
     policy = service.policies.plan
-    plan = plan_cycle(state, outcomes, context.now, policy, context.drains, model=previous)
-    return keep_read_times(plan, state)
+    decided = planned(state, outcomes, context.now, policy, context.drains, model=previous)
+    return keep_read_times(decided, state)
 
 
 def _read_storages(

@@ -49,7 +49,7 @@ def cycle_fields(report: CycleReport) -> dict[str, Any]:
             fresh=sum(1 for s in plan.sources if s.fresh),
             stale=sorted(s.name for s in plan.sources if not s.fresh),
             sites=len(plan.sites),
-            entries=plan.model.entries,
+            entries=plan.entries,
             added=kinds.get(ChangeKind.ADDED, 0),
             removed=kinds.get(ChangeKind.REMOVED, 0),
             changed=kinds.get(ChangeKind.CHANGED, 0),

@@ -22,7 +22,7 @@ from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
 from hydrator.core.model import Model
 from hydrator.core.near import with_near
-from hydrator.core.plan import Plan, plan_cycle
+from hydrator.core.plan import Plan, Planned, planned
 from hydrator.core.ports import (
     Abandonable,
     DefersChecks,
@@ -59,11 +59,11 @@ from hydrator.runtime.queue_reads import QueueReads
 
 log = logging.getLogger(__name__)
 
-Planner = Callable[[Model, FetchContext], Plan]
+Planner = Callable[[Model, FetchContext], Planned]
 """An event or refresh cycle's decision in place of fetch + plan
 (:mod:`hydrator.runtime.event_worker`): the model of the state before (its ``state``, and
-what to hand :func:`~hydrator.core.plan.plan_cycle` as ``model``) and the cycle's context,
-to the plan."""
+what to hand :func:`~hydrator.core.plan.planned` as ``model``) and the cycle's context, to
+the plan and the new state's model."""
 
 
 class CycleKind(Enum):
@@ -82,10 +82,12 @@ class CycleKind(Enum):
 
 
 class _Decided(NamedTuple):
-    """What a cycle decided before it saves: the plan, the demand it advertises by (None:
-    the queues never read) and the queues' snapshot taken for it (None: none yet)."""
+    """What a cycle decided before it saves: the plan, the model of its state, the demand it
+    advertises by (None: the queues never read) and the queues' snapshot taken for it (None:
+    none yet)."""
 
     plan: Plan
+    model: Model
     wanted: Mapping[DatasetId, int] | None
     queue: QueueSnapshot | None
 
@@ -150,7 +152,7 @@ class Service:
         self.stop_event = threading.Event()
         self.last_cycle_end = time.monotonic()
         self.published = startup.published
-        self._model = startup.model  # the state, and its memo: handed to each plan_cycle
+        self._model = startup.model  # the state, and its memo: handed to each plan
         self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
@@ -270,17 +272,17 @@ class Service:
         )
         if planner is not None:
             with phase("plan"):
-                return _Decided(planner(self._model, context), wanted, queue)
+                return _Decided(*planner(self._model, context), wanted, queue)
         self._drains.applied(drains)
         with phase("fetch"):
             outcomes = self._fetch_all(context)
         if self.stop_event.is_set():
             return None
         with phase("plan"):
-            plan = plan_cycle(
+            plan, model = planned(
                 self._model.state, outcomes, started, self.policies.plan, drains, model=self._model
             )
-        return _Decided(plan, wanted, queue)
+        return _Decided(plan, model, wanted, queue)
 
     def _dry_cycle(self, started: datetime, t0: float) -> CycleReport:
         decided = self._decide(CycleKind.FULL_READ, None, started)
@@ -295,10 +297,10 @@ class Service:
         decided = self._decide(kind, planner, started)
         if decided is None:
             return CycleReport(started, time.monotonic() - t0, "abandoned")
-        plan, wanted, queue = decided
+        plan, model, wanted, queue = decided
         with phase("save"):
             rows = self.catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
-        self._model = plan.model
+        self._model = model
         self._note_origins(plan, started, kind)
         if self.policies.advertise.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}

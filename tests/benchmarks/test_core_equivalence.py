@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.index import Index, merge_replicas, merged_snapshot
 from hydrator.core.model import Model
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Policy, planned
 from hydrator.core.presence import holding
 from hydrator.core.views import site_contents
 from hydrator.domain import (
@@ -119,12 +119,12 @@ def check_cycles(
     held = Model.of(state)  # carried from plan to plan, as the service does
     for i, raw in enumerate(sequence):
         before = flat(full_merge(state))
-        plan = plan_cycle(state, as_outcomes(raw, state, reuse), t(i), POLICY, model=held)
+        plan, model = planned(state, as_outcomes(raw, state, reuse), t(i), POLICY, model=held)
         merged = full_merge(plan.state)
-        derived = plan.model.built_merged  # not read: reading it builds what a plan may skip
+        derived = model.built_merged  # not read: reading it builds what a plan may skip
         assert derived is None or derived == merged
         after = flat(merged)
-        assert plan.model.entries == len(after)
+        assert model.entries == len(after)
         expected = sorted(
             (k, "added" if k not in before else "removed" if k not in after else "changed")
             for k in before.keys() | after.keys()
@@ -135,11 +135,11 @@ def check_cycles(
         assert all(c.new == after.get((c.site, c.dataset)) for c in plan.changes)
         kinds = Counter(c.kind for c in plan.changes)
         assert plan.changes.counts == kinds and len(plan.changes) == len(expected)
-        rebuilt = site_contents(merged, frozenset(plan.model.coverage))
-        assert plan.model.contents == rebuilt
-        assert list(plan.model.contents) == list(rebuilt)
+        rebuilt = site_contents(merged, frozenset(model.coverage))
+        assert model.contents == rebuilt
+        assert list(model.contents) == list(rebuilt)
         for name in plan.state.sources:
-            source = plan.model.source(name)
+            source = model.source(name)
             index = source.built_index  # built only where several sources merge
             if index is None:
                 continue
@@ -149,4 +149,4 @@ def check_cycles(
         store.save(plan)
         first_seen = {k: first_seen.get(k, t(i)) for k in after}
         assert store.first_seen() == first_seen
-        state, held = plan.state, plan.model
+        state, held = plan.state, model

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from hydrator.core.between_reads import inexact, keep_read_times, patched, restated, unchanged
 from hydrator.core.event_plan import reread
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import Policy, plan_cycle, planned
 from hydrator.core.storage import Drain
 from hydrator.domain import (
     DatasetId,
@@ -35,7 +35,7 @@ def test_an_event_cycle_keeps_the_full_reads_time_and_other_sources_as_they_were
         "rucio": snap("rucio", *replicas, sites=("A", "B")),
         "static": unchanged(state.sources["static"]),
     }
-    plan = keep_read_times(plan_cycle(state, outcomes, t(5), Policy()), state)
+    plan = keep_read_times(planned(state, outcomes, t(5), Policy()), state).plan
     assert [str(d) for d in plan.sites[Site("B")].available] == ["ska:obs1"]
     assert plan.sites[Site("A")].available == ()
     assert [str(d) for d in plan.sites[Site("C")].available] == ["ska:obs2"]
@@ -75,7 +75,7 @@ def _event(state: State, minute: int) -> State:
         name: unchanged(s) for name, s in state.sources.items() if name != "rucio"
     }
     outcomes["rucio"] = patched(held, replicas, held.sites)
-    plan = keep_read_times(plan_cycle(state, outcomes, t(minute), GUARDED), state)
+    plan = keep_read_times(planned(state, outcomes, t(minute), GUARDED), state).plan
     for name, before in state.sources.items():  # nobody's failure or guard state moves
         assert plan.state.sources[name] == before, name
     by_name = {s.name: s for s in plan.sources}
@@ -122,7 +122,7 @@ def test_an_event_cycle_keeps_the_storage_reasons_and_drains_in_the_site_views()
         "dmapi": unchanged(state.sources["dmapi"]),
         "rucio": patched(state.sources["rucio"], state.sources["rucio"].replicas, {Site("A")}),
     }
-    plan = keep_read_times(plan_cycle(state, outcomes, t(5), Policy(), [drain]), state)
+    plan = keep_read_times(planned(state, outcomes, t(5), Policy(), [drain]), state).plan
     assert plan.sites[Site("C")].unavailable == ("RSE C_DISK: availability_read false",)
     assert plan.sites[Site("A")].available == ()  # drained
     assert plan.sites[Site("A")].updated == t(0)

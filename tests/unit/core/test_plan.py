@@ -8,21 +8,29 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.core.plan import Plan, Policy, plan_cycle
+from hydrator.core.plan import Plan, Planned, Policy, planned
 from hydrator.domain import ChangeKind, DatasetId, ElementCount, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
 
 
-def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
+def run_planned(
+    cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY
+) -> list[Planned]:
+    """Each cycle's plan and model, each cycle planned with the last one's model (as the
+    service carries them)."""
     state, model = State(), None
-    plans = []
+    done = []
     for i, outcomes in enumerate(cycles):
-        plan = plan_cycle(state, outcomes, t(i), policy, model=model)
-        plans.append(plan)
-        state, model = plan.state, plan.model  # as the service carries them
-    return plans
+        decided = planned(state, outcomes, t(i), policy, model=model)
+        done.append(decided)
+        state, model = decided.plan.state, decided.model
+    return done
+
+
+def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
+    return [decided.plan for decided in run_planned(cycles, policy)]
 
 
 def names(plan: Plan, site: str, attr: str = "available") -> list[str]:
@@ -47,7 +55,7 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
     """A first cycle's changes are made while listed (a million of them, issue 15); either
     way the counts, the length and every listing agree, in Change's order."""
     first = snap("r", rep("B", "y"), rep("A", "x"), rep("B", "x", "partial", 0.5))
-    plan, churn = run(
+    (plan, model), (churn, _) = run_planned(
         [{"r": first}, {"r": snap("r", rep("A", "x", "partial", 0.5), rep("C", "z"))}]
     )
     listed = tuple(plan.changes)
@@ -55,7 +63,7 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
     assert plan.changes == listed and tuple(plan.changes) == listed
     assert plan.changes[1:] == listed[1:] and len(plan.changes) == 3
     assert plan.changes.counts == {ChangeKind.ADDED: 3}
-    assert all(c.new is plan.model.merged[c.site][c.dataset] for c in listed)
+    assert all(c.new is model.merged[c.site][c.dataset] for c in listed)
     assert kinds(churn) == [
         ("A", "x", "changed"),
         ("B", "x", "removed"),
@@ -74,10 +82,11 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
     """Memory (issue 15): one source alone is planned from its set and its delta, and no
     site -> dataset index is built; where sources merge, each one's index is built once and
     then handed on, patched, from cycle to cycle (equal to one built afresh)."""
-    alone = run([{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}])
-    assert all(p.model.source("r").built_index is None for p in alone)
-    assert all(p.model.built_merged is None for p in alone)
-    merging = run(
+    cycles = [{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}]
+    alone = [model for _, model in run_planned(cycles)]
+    assert all(m.source("r").built_index is None for m in alone)
+    assert all(m.built_merged is None for m in alone)
+    merging = run_planned(
         [
             {"r": snap("r", rep("A", "x")), "d": snap("d", rep("A", "x", "partial", 0.5))},
             {"r": snap("r", rep("A", "x"), rep("B", "y")), "d": snap("d")},
@@ -88,7 +97,7 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
     assert second.built_index is not None and third.built_index is not None
     assert third.built_index == {Site("B"): {DatasetId("ska", "y"): rep("B", "y")}}
     assert second.built_index[Site("A")] == {DatasetId("ska", "x"): rep("A", "x")}, "kept"
-    assert kinds(merging[2]) == [("A", "x", "removed"), ("A", "z", "added")]
+    assert kinds(merging[2].plan) == [("A", "x", "removed"), ("A", "z", "added")]
 
 
 def test_same_answer_again_changes_nothing_but_the_refresh_time() -> None:
@@ -389,11 +398,11 @@ def test_a_held_site_recovering_resets_its_count() -> None:
 
 def test_the_site_guard_holds_where_several_sources_merge() -> None:
     other = snap("o", rep("SITE_C", "c"))
-    plans = run(
+    plans = run_planned(
         [{"r": two_sites(70, 30), "o": other}, {"r": two_sites(70, 0), "o": other}],
         SITE_POLICY,
     )
-    assert len(names(plans[1], "SITE_B")) == 30
+    assert len(names(plans[1].plan, "SITE_B")) == 30
     assert len(plans[1].model.merged[Site("SITE_B")]) == 30
 
 
@@ -431,11 +440,12 @@ def test_the_site_counts_the_guard_reads_are_carried_on_exactly() -> None:
         {"r": two_sites(60, 40)},
         {"r": two_sites(60, 12)},  # 40 -> 12 at SITE_B: held, judged on carried counts
     ]
-    plans = run(cycles, SITE_POLICY)
-    for plan in plans[1:]:
-        source = plan.model.source("r")
+    plans = run_planned(cycles, SITE_POLICY)
+    for _plan, model in plans[1:]:
+        source = model.source("r")
         assert source.built_counts == Counter(r.site for r in source.replicas)
-    assert "12 entries against 40 last time" in plans[5].sources[0].held_sites[Site("SITE_B")]
+    held = plans[5].plan.sources[0].held_sites
+    assert "12 entries against 40 last time" in held[Site("SITE_B")]
 
 
 def with_elements(tape: int) -> SourceOutcome:

@@ -16,7 +16,7 @@ from hydrator.core.annotate import Annotator
 from hydrator.core.between_reads import keep_read_times, unchanged
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.model import Model
-from hydrator.core.plan import Plan, plan_cycle
+from hydrator.core.plan import Plan, Planned, planned
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
@@ -65,16 +65,16 @@ def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> S
     )
 
 
-def planner_of(svc: Service) -> Callable[[Model, FetchContext], Plan]:
+def planner_of(svc: Service) -> Callable[[Model, FetchContext], Planned]:
     """An event cycle's planner that re-reads nothing (every source as it stands)."""
 
-    def planner(previous: Model, context: FetchContext) -> Plan:
+    def planner(previous: Model, context: FetchContext) -> Planned:
         state = previous.state
         outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        plan = plan_cycle(
+        decided = planned(
             state, outcomes, context.now, svc.policies.plan, context.drains, model=previous
         )
-        return keep_read_times(plan, state)
+        return keep_read_times(decided, state)
 
     return planner
 

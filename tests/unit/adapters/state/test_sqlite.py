@@ -22,7 +22,7 @@ from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
 from hydrator.core.index import merged_snapshot
 from hydrator.core.model import Model
-from hydrator.core.plan import Policy, SourceDelta, plan_cycle
+from hydrator.core.plan import Policy, SourceDelta, plan_cycle, planned
 from hydrator.core.ports import Loaded
 from hydrator.core.presence import holding
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Transfer
@@ -131,7 +131,7 @@ def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.5), rep("A", "z"))}
-    plan = plan_cycle(State(), outcome, t(0), POLICY)
+    plan, model = planned(State(), outcome, t(0), POLICY)
     store.save(plan)
     store.close()
     loaded = SqliteStateStore(path, read_only=True).load()
@@ -140,8 +140,8 @@ def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path
         "r": (3, plan.state.sources["r"].replicas)
     }
     fast = Model.of(loaded.state, as_read=as_read).contents
-    assert fast == Model.of(loaded.state).contents == plan.model.contents
-    assert list(fast) == list(plan.model.contents)
+    assert fast == Model.of(loaded.state).contents == model.contents == plan.contents
+    assert list(fast) == list(model.contents)
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.2, 0.5])
@@ -508,27 +508,27 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
     outcomes = {"a": merged_snapshot("a", a), "b": merged_snapshot("b", b)}
-    plan = plan_cycle(State(), outcomes, t(0), POLICY)
+    plan, first_model = planned(State(), outcomes, t(0), POLICY)
     store.save(plan)
     half = [holding(r.dataset, r.site, 0.5, 0.25) for r in b[:500]]  # changed or new in "a"
     churned = a[1000:] + pool[10_000:] + [r for r in half if r is not None]
     outcomes["a"] = merged_snapshot("a", churned)
-    second = plan_cycle(plan.state, outcomes, t(1), POLICY)
+    second, second_model = planned(plan.state, outcomes, t(1), POLICY)
     assert second.changes and store.save(second) > 0
     store.close()
 
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.state.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
-    old = flat(plan.model.merged)
-    times = {k: t(0) if k in old else t(1) for k in flat(second.model.merged)}
+    old = flat(first_model.merged)
+    times = {k: t(0) if k in old else t(1) for k in flat(second_model.merged)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
     model = Model.of(loaded.state, as_read=loaded.as_read)
     for name in loaded.state.sources:
         assert model.source(name).index == by_key(second.state.sources[name].replicas)
-    assert model.merged == second.model.merged
-    again = plan_cycle(loaded.state, outcomes, t(2), POLICY, model=model)
+    assert model.merged == second_model.merged
+    again = planned(loaded.state, outcomes, t(2), POLICY, model=model).plan
     assert again.changes == () and again.source_deltas == {}
 
 
