@@ -149,7 +149,6 @@ def planned(
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """
     held = Model.of(previous, model)
-    old = previous
     sources: dict[str, SourceState] = {}
     derived: dict[str, SourceModel] = {}
     statuses: list[SourceStatus] = []
@@ -157,8 +156,8 @@ def planned(
     merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
     outcomes, refused = without_case_twins(held, outcomes)
     for name in sorted(outcomes):
-        before = old.sources.get(name, SourceState(name))
-        known = held.source(name) if name in old.sources else SourceModel(before.replicas)
+        before = previous.sources.get(name, SourceState(name))
+        known = held.source(name) if name in previous.sources else SourceModel(before.replicas)
         advanced = _advance_source(
             before, known, outcomes[name], now, policy=policy, merging=merging
         )
@@ -169,8 +168,8 @@ def planned(
         statuses.append(status)
         if delta.added or delta.removed:
             deltas[name] = delta
-    for name in sorted(set(old.sources) - set(outcomes)):
-        deltas[name] = SourceDelta(removed=old.sources[name].replicas)
+    for name in sorted(set(previous.sources) - set(outcomes)):
+        deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
     new, changes = held.apply(State(sources=sources), derived, deltas)
     old_contents = held.contents
     changed_sites = frozenset(
