@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import io
 import json
 import os
@@ -73,9 +74,13 @@ from hydrator.config import (
     RucioSourceConfig,
 )
 from hydrator.runtime import wiring
-from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
+
+try:
+    from hydrator.runtime.http_endpoint import HttpEndpoint
+except ModuleNotFoundError:  # older code (--code): the module was runtime/http.py
+    HttpEndpoint = importlib.import_module("hydrator.runtime.http").HttpEndpoint  # type: ignore[misc]
 
 HERE = Path(__file__).resolve().parent
 N_SITES, N_SLOTS = 50, 20_000

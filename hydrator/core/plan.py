@@ -104,9 +104,6 @@ class Plan:
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
     entries: int = 0  # (site, dataset) pairs the merged view holds
-    contents: Mapping[Site, SiteView] = field(default_factory=dict, compare=False, repr=False)
-    """Per covered site, its lists and digest before storage, drains and read times apply
-    (``updated`` None): what the advertise memo compares to know a site unchanged."""
 
 
 class Planned(NamedTuple):
@@ -187,7 +184,6 @@ def planned(
         removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,
         entries=new.entries,
-        contents=new.contents,
     )
     return Planned(plan, new)
 

@@ -41,13 +41,19 @@ class Advertising:
         self._near_bytes = {site: near_line_bytes(n, attribute) for site, n in near.items()}
 
     def choose(
-        self, plan: Plan, wanted: Mapping[DatasetId, int], published: Mapping[Site, SiteAd]
+        self,
+        plan: Plan,
+        contents: Mapping[Site, SiteView],
+        wanted: Mapping[DatasetId, int],
+        published: Mapping[Site, SiteAd],
     ) -> dict[Site, Advertised]:
         """Each of ``plan``'s sites' advertised lists under the demand ``wanted``; a site
-        whose inputs are those of last cycle gets last cycle's answer. ``published``: the
-        ads served until now (an unchanged site's size is its body's length)."""
+        whose inputs are those of last cycle gets last cycle's answer (``contents``: each
+        site's lists before storage, drains and read times apply, which the memo compares:
+        :attr:`~hydrator.core.model.Model.contents`). ``published``: the ads served until
+        now (an unchanged site's size is its body's length)."""
         policy, size = self.policy, partial(self._ad_size, published)
-        contents, memo = plan.contents, self._memo
+        memo = self._memo
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():

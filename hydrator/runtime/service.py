@@ -326,7 +326,8 @@ class Service:
         near = self.pool.near.current(plan.sites) if self.pool.near is not None else {}
         self._advertising.near(near)  # its line counts in max_ad_bytes
         with phase("advertise"):
-            advertised = self._advertising.choose(plan, wanted, self.published.ads)
+            contents = self._model.contents  # the plan's model: set before publishing
+            advertised = self._advertising.choose(plan, contents, wanted, self.published.ads)
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
             ads = render_ads(views, self.policies.classad, self.published.ads)
