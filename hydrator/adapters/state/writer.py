@@ -13,7 +13,7 @@ its last row. :meth:`SqliteStateStore.first_seen` reads them back (the earliest 
 each pair's rows; a row's NULL or invalid time counts as none).
 
 Rows are written in the table's key order (a B-tree filled in order touches each page once;
-a set's hash order costs about three times as much on a large save), built by C-level
+a set's hash order rewrites pages all over the file: docs/performance.md), built by C-level
 iterators; a save into an empty table (a first cycle) stamps every row with the plan's time
 without looking up its pair, and writes :data:`ROWS_PER_INSERT` rows to a statement. A load
 reads the replica rows in one pass (no join) and builds each source's index as it goes; it
@@ -113,8 +113,8 @@ def rows(
 
 def in_key_order(replicas: Iterable[Replica]) -> list[Replica]:
     """``replicas`` sorted as the table's key (site, scope, name): a B-tree filled in key order
-    touches each page once, while a set's hash order rewrites pages all over the file (about
-    3x the time of a large first save). Three stable sorts by one attribute each, whose keys
+    touches each page once, while a set's hash order rewrites pages all over the file. Three
+    stable sorts by one attribute each, whose keys
     are the strings the replicas hold already."""
     ordered = sorted(replicas, key=_KEY[2])
     ordered.sort(key=_KEY[1])

@@ -325,8 +325,8 @@ class RucioWire:
 
     def _body(self, path: str, what: str, params: dict[str, str] | None = None) -> bytes:
         """A listing's whole answer (``what`` names it in errors), read in blocks of
-        ``READ_BYTES`` (``Response.content`` reads 10 kB at a time: about 1.5x the CPU for the
-        340 MB of a million rows) and bounded by :meth:`_chunks`."""
+        ``READ_BYTES`` (``Response.content`` reads in small blocks, which costs more CPU on a
+        large listing: docs/performance.md) and bounded by :meth:`_chunks`."""
         with self.get(path, params, stream=True) as response:
             return b"".join(self._chunks(response, what))
 
