@@ -3,23 +3,91 @@
 statuses only; every other part of each source's answer is its last full read's, and so are
 the read times a site's ``updated`` and the guards go by.
 
-* :func:`unchanged`, :func:`patched`: a source's last good snapshot, as it was or with one
-  source's replicas re-read (an event cycle);
-* :func:`restated`, :func:`inexact`: the snapshot with storage statuses read now, and which
-  changes of availability only a full read applies exactly (a refresh cycle);
-* :func:`keep_read_times`: the cycle's plan with every source's read times, staleness and
-  guard counts as the last full read left them.
+* :func:`event_outcomes`: an event cycle's answers, one source's datasets re-read
+  (:func:`reread`, :func:`patched`), every other source :func:`unchanged`;
+* :func:`refresh_outcomes`: a refresh cycle's answers, each source's snapshot with the storage
+  statuses read now (:func:`restated`), and which changes of availability only a full read
+  applies exactly (:func:`inexact`);
+* :func:`planned_between`: such a cycle planned (:func:`~hydrator.core.plan.planned`), with
+  every source's read times, staleness and guard counts as the last full read left them
+  (:func:`keep_read_times`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from datetime import datetime
 
-from hydrator.core.plan import Planned, SourceStatus
-from hydrator.core.storage import unavailable_storages
-from hydrator.domain import Replica, Site, Snapshot, SourceState, State, StorageStatus
+from hydrator.core.model import Model
+from hydrator.core.plan import Planned, Policy, SourceStatus, planned
+from hydrator.core.storage import Drain, unavailable_storages
+from hydrator.domain import (
+    DatasetId,
+    Replica,
+    Site,
+    Snapshot,
+    SourceOutcome,
+    SourceState,
+    State,
+    StorageStatus,
+)
+
+
+def event_outcomes(
+    state: State, name: str, datasets: Collection[DatasetId], read: Sequence[Replica]
+) -> dict[str, Snapshot]:
+    """An event cycle's answers: source ``name``'s last good snapshot with ``datasets``
+    replaced by what was ``read`` (the sites read joining its sites), every other source's
+    :func:`unchanged`."""
+    held = state.sources[name]
+    replicas = reread(held.replicas, datasets, read)
+    sites = held.sites | {r.site for r in read}
+    outcomes = {other: unchanged(s) for other, s in state.sources.items() if other != name}
+    outcomes[name] = patched(held, replicas, sites)
+    return outcomes
+
+
+def refresh_outcomes(
+    state: State, statuses: Mapping[str, tuple[StorageStatus, ...] | None]
+) -> tuple[dict[str, Snapshot], dict[str, tuple[str, ...]]]:
+    """A refresh cycle's answers: each source's last good snapshot with the storage
+    ``statuses`` it has just read (None or missing: the last good ones stay,
+    :func:`restated`); and per source that read them, the storage elements whose change only
+    a full read applies exactly (:func:`inexact`)."""
+    outcomes: dict[str, Snapshot] = {}
+    exact_only: dict[str, tuple[str, ...]] = {}
+    for name, held in state.sources.items():
+        read = statuses.get(name)
+        if read is not None:
+            exact_only[name] = inexact(held, read)
+        outcomes[name] = restated(held, read)
+    return outcomes, exact_only
+
+
+def planned_between(
+    previous: Model,
+    outcomes: Mapping[str, SourceOutcome],
+    now: datetime,
+    policy: Policy,
+    drains: Sequence[Drain] = (),
+) -> Planned:
+    """A cycle between two full reads planned over ``outcomes``, every source's read times,
+    failure and guard state kept as the last full read left them (:func:`keep_read_times`)."""
+    state = previous.state
+    return keep_read_times(planned(state, outcomes, now, policy, drains, model=previous), state)
+
+
+def reread(
+    previous: AbstractSet[Replica], datasets: Collection[DatasetId], read: Iterable[Replica]
+) -> set[Replica]:
+    """A source's replicas with those of ``datasets`` replaced by what was ``read`` (exact
+    reads of exactly those datasets: a dataset read nowhere leaves every site)."""
+    wanted = frozenset(datasets)
+    kept = {r for r in previous if r.dataset not in wanted}
+    kept.update(r for r in read if r.dataset in wanted)
+    return kept
 
 
 def unchanged(state: SourceState) -> Snapshot:

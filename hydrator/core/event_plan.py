@@ -28,15 +28,13 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from hydrator.domain import (
     DatasetId,
-    Replica,
 )
 from hydrator.names import InvalidNameError
 
@@ -303,17 +301,6 @@ def full_read_due(
     if not status.connected or silent or marked:
         return since >= policy.interval_s
     return since >= policy.reconcile_interval_s
-
-
-def reread(
-    previous: AbstractSet[Replica], datasets: Collection[DatasetId], read: Iterable[Replica]
-) -> set[Replica]:
-    """A source's replicas with those of ``datasets`` replaced by what was ``read`` (exact
-    reads of exactly those datasets: a dataset read nowhere leaves every site)."""
-    wanted = frozenset(datasets)
-    kept = {r for r in previous if r.dataset not in wanted}
-    kept.update(r for r in read if r.dataset in wanted)
-    return kept
 
 
 def lag_seconds(created: Iterable[datetime], published: datetime) -> list[float]:

@@ -54,7 +54,8 @@ from typing import TypeVar
 from hydrator.core.changes import Changes
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
 from hydrator.core.presence import combine
-from hydrator.core.views import SiteLists
+from hydrator.core.storage import Drain, down_sources, with_storage
+from hydrator.core.views import SiteLists, site_contents
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -293,6 +294,29 @@ class Model:
         """Per covered site, its published lists with ``updated`` set (:attr:`site_updated`)."""
         updated = self.site_updated
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
+
+    def served_views(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+        """The views as the sites' ads say them: every source's storage statuses and the
+        ``drains`` active at ``now`` applied (:func:`~hydrator.core.storage.with_storage`),
+        and at each site the entries of the sources whose every storage element stated there
+        cannot serve left out (:func:`~hydrator.core.storage.down_sources`; a full read has
+        left them out already, a refresh cycle, which re-reads statuses but no dataset, needs
+        this to take them out within one cycle). Another source's entries there stay: nobody
+        said the storage holding them is down."""
+        sources = self.state.sources
+        statuses = [s for name in sorted(sources) for s in sources[name].storages]
+        views = self.stamped_views()
+        emptied: set[Site] = set()
+        for site, down in down_sources(self.state).items():
+            covering = self.coverage.get(site, frozenset())
+            others = [n for n in covering - down if self.source(n).index.get(site)]
+            if not others:  # a one-source daemon always ends here, reading no index
+                emptied.add(site)
+            elif any(self.source(n).index.get(site) for n in covering & down):
+                reports = (r for n in sorted(others) for r in self.source(n).index[site].values())
+                (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
+                views[site] = replace(kept, updated=views[site].updated)  # a refresh cycle's
+        return with_storage(views, statuses, drains, now, frozenset(emptied))
 
     @property
     def entries(self) -> int:

@@ -28,7 +28,7 @@ No I/O, no clock, no globals. The rules it enforces:
   where the element's is known, and by each available element's count); a drained site's
   view lists nothing, and so does a site whose every source there says all its storage
   there cannot serve. The site views carry their storage elements and the reasons
-  (:func:`~hydrator.core.storage.served_views`).
+  (:meth:`~hydrator.core.model.Model.served_views`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ from hydrator.core.storage import (
     Drain,
     count_outside,
     explained_entries,
-    served_views,
 )
 from hydrator.domain import (
     Site,
@@ -179,7 +178,7 @@ def planned(
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites=served_views(new, drains, now),
+        sites=new.served_views(drains, now),
         changed_sites=changed_sites,
         removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,

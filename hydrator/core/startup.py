@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Mapping
 from functools import partial
 
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
-from hydrator.core.model import Model
 from hydrator.core.render import AdAttributes
-from hydrator.core.storage import Drain, served_views
 from hydrator.domain import Site, SiteView
 
 
 def startup_views(
-    model: Model,
-    drains: Iterable[Drain],
-    now: datetime,
-    policy: AdvertisePolicy,
-    attrs: AdAttributes,
+    served: Mapping[Site, SiteView], policy: AdvertisePolicy, attrs: AdAttributes
 ) -> dict[Site, SiteView]:
     """Nothing in demand mode (the demand is not known yet; hooks keep their last good
-    copy); else the saved views with the saved storage statuses and the ``drains`` active at
-    ``now`` (a drained site must not be advertised again by a restart), cut to size as
-    :func:`advertise` cuts them with no demand."""
+    copy); else the ``served`` views (the saved ones with the saved storage statuses and the
+    drains active now: a drained site must not be advertised again by a restart), cut to
+    size as :func:`advertise` cuts them with no demand."""
     if policy.demand_only:
         return {}
-    views = served_views(model, drains, now)
     size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
-    return {s: advertise(v, {}, policy, size).view for s, v in views.items()}
+    return {s: advertise(v, {}, policy, size).view for s, v in served.items()}

@@ -22,8 +22,9 @@ the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard 
 what such storage held back (:func:`explained_entries`: that part of the drop is explained,
 not the rest of the site's), and a drained site advertises nothing (:func:`with_storage`).
 A source whose every storage element stated at a site cannot serve counts for nothing there
-(:func:`served_views`); another source's entries at that site, on storage nobody said is
-down (it states none there, or some that serves), stay.
+(:func:`down_sources`; the model's ``served_views`` leaves its entries out); another
+source's entries at that site, on storage nobody said is down (it states none there, or
+some that serves), stay.
 """
 
 from __future__ import annotations
@@ -36,11 +37,17 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
-from hydrator.core.index import merge_replicas
-from hydrator.core.model import Model
 from hydrator.core.presence import combine
-from hydrator.core.views import content_digest, site_contents
-from hydrator.domain import DatasetId, ElementCount, Replica, Site, SiteView, StorageStatus
+from hydrator.core.views import content_digest
+from hydrator.domain import (
+    DatasetId,
+    ElementCount,
+    Replica,
+    Site,
+    SiteView,
+    State,
+    StorageStatus,
+)
 
 MAX_REASON_CHARS = 200
 """A reason is cut to this many characters: it goes into every slot ad of its site."""
@@ -250,32 +257,11 @@ def site_reasons(statuses: Iterable[StorageStatus], site_drain: Drain | None) ->
     return tuple(reasons)
 
 
-def served_views(model: Model, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
-    """The views of ``model`` as its sites' ads say them: every source's storage statuses
-    and the ``drains`` active at ``now`` applied (:func:`with_storage`), and at each site
-    the entries of the sources whose every storage element stated there cannot serve left
-    out (:func:`_down_sources`; a full read has already left them out, a refresh cycle,
-    which re-reads statuses but no dataset, needs this to take them out within one cycle).
-    Another source's entries there stay: nobody said the storage holding them is down."""
-    sources = model.state.sources
-    statuses = [s for name in sorted(sources) for s in sources[name].storages]
-    views = model.stamped_views()
-    emptied: set[Site] = set()
-    for site, down in _down_sources(model).items():
-        covering = model.coverage.get(site, frozenset())
-        others = [n for n in covering - down if model.source(n).index.get(site)]
-        if not others:  # a one-source daemon always ends here, reading no index
-            emptied.add(site)
-        elif any(model.source(n).index.get(site) for n in covering & down):
-            views[site] = _held_by(model, site, others, views[site])  # a refresh cycle's
-    return with_storage(views, statuses, drains, now, frozenset(emptied))
-
-
-def _down_sources(model: Model) -> dict[Site, frozenset[str]]:
+def down_sources(state: State) -> dict[Site, frozenset[str]]:
     """Site -> the sources covering it whose every storage element stated there cannot serve
     (a source that states none there is not among them)."""
     stated: dict[tuple[Site, str], bool] = {}  # (site, source) -> one of them serves
-    for name, source in model.state.sources.items():
+    for name, source in state.sources.items():
         for status in source.storages:
             key = (status.site, name)
             stated[key] = stated.get(key, False) or status.available
@@ -284,14 +270,6 @@ def _down_sources(model: Model) -> dict[Site, frozenset[str]]:
         if not serves:
             down.setdefault(site, set()).add(name)
     return {site: frozenset(names) for site, names in down.items()}
-
-
-def _held_by(model: Model, site: Site, names: Iterable[str], view: SiteView) -> SiteView:
-    """``site``'s view from the entries of the sources ``names`` only (merged as any
-    several reports of a pair are), stamped as ``view``."""
-    reports = (r for n in sorted(names) for r in model.source(n).index[site].values())
-    (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
-    return replace(kept, updated=view.updated)
 
 
 def with_storage(

@@ -294,11 +294,10 @@ def _show(config: Config, site: str | None) -> int:
 def _with_storage(loaded: Model, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
-    from hydrator.core.storage import served_views  # noqa: PLC0415
     from hydrator.runtime.drain_command import drain_lines  # noqa: PLC0415
 
     now = datetime.now(UTC)
-    views = served_views(loaded, drained, now)
+    views = loaded.served_views(drained, now)
     return views, drain_lines(drained, now)
 
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, RucioEventsConfig
-from hydrator.core.between_reads import keep_read_times, patched, unchanged
+from hydrator.core.between_reads import event_outcomes, planned_between
 from hydrator.core.event_plan import (
     LOOKUP_CYCLES_HELD,
     Batch,
@@ -41,10 +41,9 @@ from hydrator.core.event_plan import (
     Triage,
     full_read_due,
     lag_seconds,
-    reread,
 )
 from hydrator.core.model import Model
-from hydrator.core.plan import Planned, planned
+from hydrator.core.plan import Planned
 from hydrator.core.ports import (
     EventListener,
     FetchContext,
@@ -52,7 +51,7 @@ from hydrator.core.ports import (
     RunsThread,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Replica, Snapshot
+from hydrator.domain import DatasetId, Replica
 from hydrator.errors import SourceError, TransientSourceError
 from hydrator.redact import redact
 from hydrator.runtime.observe import (
@@ -368,16 +367,9 @@ class EventCycles:
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
-        read = self._read(datasets, context)
-        replicas = reread(held.replicas, datasets, read)
-        sites = held.sites | {r.site for r in read}
-        outcomes: dict[str, Snapshot] = {
-            other: unchanged(s) for other, s in state.sources.items() if other != name
-        }
-        outcomes[name] = patched(held, replicas, sites)
+        outcomes = event_outcomes(state, name, datasets, self._read(datasets, context))
         policy = self.service.policies.plan
-        decided = planned(state, outcomes, context.now, policy, context.drains, model=previous)
-        return keep_read_times(decided, state)
+        return planned_between(previous, outcomes, context.now, policy, context.drains)
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The targeted read of ``datasets``. An unexpected error (an answer the parser

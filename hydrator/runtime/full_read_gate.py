@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from functools import partial
 
 from hydrator.config import Config, RucioSourceConfig
-from hydrator.core.between_reads import inexact, keep_read_times, restated
+from hydrator.core.between_reads import planned_between, refresh_outcomes
 from hydrator.core.event_plan import ReconcilePolicy
 from hydrator.core.model import Model
-from hydrator.core.plan import Planned, planned
+from hydrator.core.plan import Planned
 from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads
-from hydrator.domain import Snapshot, StorageStatus
+from hydrator.domain import StorageStatus
 from hydrator.errors import ConfigError, SourceError
 from hydrator.runtime.event_worker import EventCycles, ListenerFactory
 from hydrator.runtime.observe import (
@@ -104,23 +104,20 @@ def refresh_plan(
 ) -> Planned:
     """The refresh cycle's decision: every source's last good answer, with the storage
     statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
-    the storage elements only a full read applies exactly, :func:`inexact`), the last good
-    ones from the others (:func:`restated`); read times kept."""
+    the storage elements only a full read applies exactly), the last good ones from the
+    others (:func:`~hydrator.core.between_reads.refresh_outcomes`); read times kept."""
     state = previous.state
     by_name = {s.name: s for s in service.sources}
     busy = set(service.busy_sources())  # an abandoned full read still uses its wire
-    outcomes: dict[str, Snapshot] = {}
+    statuses: dict[str, tuple[StorageStatus, ...] | None] = {}
     for name, held in state.sources.items():
         source = by_name.get(name)
-        statuses = None
         if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
-            statuses = _read_storages(service, name, source, context)
-        if statuses is not None:
-            read[name] = inexact(held, statuses)
-        outcomes[name] = restated(held, statuses)
+            statuses[name] = _read_storages(service, name, source, context)
+    outcomes, exact_only = refresh_outcomes(state, statuses)
+    read.update(exact_only)
     policy = service.policies.plan
-    decided = planned(state, outcomes, context.now, policy, context.drains, model=previous)
-    return keep_read_times(decided, state)
+    return planned_between(previous, outcomes, context.now, policy, context.drains)
 
 
 def _read_storages(

@@ -37,7 +37,7 @@ from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutcome, State
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
-from hydrator.runtime.advertising import Advertising
+from hydrator.runtime.ad_choice import Advertising
 from hydrator.runtime.drain_reads import DrainReads
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused

@@ -271,7 +271,7 @@ def load_startup(
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
         record_drains(metrics, active)
-        views = startup_views(model, active, now, policy, config.classad)
+        views = startup_views(model.served_views(active, now), policy, config.classad)
     else:
         views = {}
     full = model.stamped_views() if views else {}

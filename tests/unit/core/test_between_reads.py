@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hydrator.core.between_reads import inexact, keep_read_times, patched, restated, unchanged
-from hydrator.core.event_plan import reread
+from hydrator.core.between_reads import (
+    inexact,
+    keep_read_times,
+    patched,
+    reread,
+    restated,
+    unchanged,
+)
 from hydrator.core.plan import Policy, plan_cycle, planned
 from hydrator.core.storage import Drain
 from hydrator.domain import (
@@ -159,3 +165,10 @@ def test_which_availability_changes_only_a_full_read_applies_exactly() -> None:
     gone = replace(state, storages=now)
     assert inexact(gone, before) == ()
     assert inexact(replace(gone, elements={}), before) == ("A1", "B1")
+
+
+def test_reread_replaces_exactly_the_datasets_read() -> None:
+    before = {rep("A", "obs1"), rep("B", "obs1"), rep("A", "obs2")}
+    after = reread(before, [DS], [rep("C", "obs1"), rep("C", "obs2")])
+    # obs1 leaves A and B (read nowhere there) and is at C; obs2 is untouched (not read)
+    assert after == {rep("C", "obs1"), rep("A", "obs2")}

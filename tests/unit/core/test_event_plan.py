@@ -18,12 +18,11 @@ from hydrator.core.event_plan import (
     full_read_due,
     hint_of,
     lag_seconds,
-    reread,
 )
 from hydrator.domain import (
     DatasetId,
 )
-from tests.unit.factories import rep, t
+from tests.unit.factories import t
 
 DS = DatasetId("ska", "obs1")
 DS2 = DatasetId("ska", "obs2")
@@ -159,13 +158,6 @@ def test_a_marked_full_read_comes_at_the_normal_interval() -> None:
     flowing = ListenerStatus(True, 10, 99)
     assert full_read_due(120, 50, flowing, POLICY, marked=True)
     assert not full_read_due(100, 50, flowing, POLICY, marked=True)
-
-
-def test_reread_replaces_exactly_the_datasets_read() -> None:
-    before = {rep("A", "obs1"), rep("B", "obs1"), rep("A", "obs2")}
-    after = reread(before, [DS], [rep("C", "obs1"), rep("C", "obs2")])
-    # obs1 leaves A and B (read nowhere there) and is at C; obs2 is untouched (not read)
-    assert after == {rep("C", "obs1"), rep("A", "obs2")}
 
 
 def test_lag_is_never_negative() -> None:

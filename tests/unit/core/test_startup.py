@@ -35,5 +35,5 @@ def listed(views: dict[Site, SiteView]) -> dict[str, list[str]]:
 def test_startup_views(
     policy: AdvertisePolicy, drains: list[Drain], served: dict[str, list[str]]
 ) -> None:
-    views = startup_views(Model(SAVED), drains, t(1), policy, ClassAdConfig())
+    views = startup_views(Model(SAVED).served_views(drains, t(1)), policy, ClassAdConfig())
     assert listed(views) == served

@@ -24,7 +24,7 @@ The package's modules, each for one job:
 * :mod:`.source`: :class:`DmapiSource` and :func:`build`; which datasets to locate this fetch,
   the locates in parallel within the deadline, the answers turned into a snapshot;
 * :mod:`.tokens`: the bearer tokens (a token file, or client-credentials grants);
-* :mod:`.answers`: the answers checked (locate entries, the ``/nodes`` map, which storage
+* :mod:`.checks`: the answers checked (locate entries, the ``/nodes`` map, which storage
   areas can serve, when all answers together are no answer).
 
 Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources.dmapi.client`, the Site

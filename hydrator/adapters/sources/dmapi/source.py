@@ -13,7 +13,7 @@ first cycle after a start locates everything.
 Where the documentation is silent (choices made here, see the comments at each place): the
 status for an unknown DID (taken as 404: located nowhere), the status for an expired or wrong
 token (401 retried once with a fresh token; 403 taken as "not allowed to see this dataset"),
-and whether a listed RSE holds *all* files of a dataset (taken as yes: :mod:`.answers`).
+and whether a listed RSE holds *all* files of a dataset (taken as yes: :mod:`.checks`).
 Merged with a Rucio source for the same site, its presence and Rucio's transfer are combined
 fact by fact (:func:`hydrator.core.presence.combine`).
 
@@ -37,7 +37,7 @@ from functools import partial
 from urllib.parse import quote
 
 from hydrator.adapters.sources import OnceLog
-from hydrator.adapters.sources.dmapi.answers import (
+from hydrator.adapters.sources.dmapi.checks import (
     NOT_FOUND,
     LocateResult,
     Location,
@@ -350,7 +350,7 @@ class DmapiSource:
         (:func:`mapped_statuses`) are left out, so a site keeps a dataset only while an
         available storage element of it holds the dataset. Per storage element, its site and the
         datasets located there (``Snapshot.elements``, for the site guard: an element whose
-        entries vanish holds its site back, :func:`.answers.element_of` names it)."""
+        entries vanish holds its site back, :func:`.checks.element_of` names it)."""
         statuses = storage_statuses(nodes, results, context.wanted, context.drains, context.now)
         judged = (context.wanted, context.drains, context.now)
         mapped = mapped_statuses(self._overrides, statuses, results, judged)
