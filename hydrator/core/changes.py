@@ -1,15 +1,26 @@
 """A plan's changes (:class:`Changes`): the :class:`~hydrator.domain.Change` of every (site,
-dataset) whose merged view changed, counted by kind; a first cycle's made only when listed."""
+dataset) whose merged view changed, counted by kind; a first cycle's made only when listed.
+And a source's rows to write (:class:`SourceDelta`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from itertools import repeat, starmap
 from operator import attrgetter
 from typing import overload
 
 from hydrator.domain import Change, ChangeKind, DatasetId, Replica, Site
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDelta:
+    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
+
+    added: AbstractSet[Replica] = frozenset()
+    removed: AbstractSet[Replica] = frozenset()
 
 
 class Changes(Sequence[Change]):

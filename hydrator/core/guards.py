@@ -7,12 +7,12 @@ in case. Pure; each function states its cost.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from hydrator.core.model import Model, SourceDelta, SourceModel
+from hydrator.core.changes import SourceDelta
 from hydrator.core.storage import unavailable_storages
 from hydrator.domain import (
     ElementCount,
@@ -22,6 +22,7 @@ from hydrator.domain import (
     SourceFailure,
     SourceOutcome,
     SourceState,
+    State,
     site_of,
 )
 
@@ -96,7 +97,7 @@ def guard_sites(
 
 def shrunken_sites(
     before: SourceState,
-    known: SourceModel,
+    site_counts: Callable[[], Mapping[Site, int]],
     outcome: Snapshot,
     delta: SourceDelta,
     *,
@@ -108,14 +109,14 @@ def shrunken_sites(
     storage stated unavailable explains, ``explained``, and not at all where that is not
     known), else one of its available storage elements' (where the source reports them) at a
     site that lost entries. Only the entries of unavailable storage are explained, not the
-    whole site's. Costs O(delta) per cycle, plus one count of ``before``'s replicas per site
-    the first time a site loses enough to be a candidate (then carried on, O(sites + delta) a
-    cycle)."""
+    whole site's. Costs O(delta) per cycle; ``site_counts`` (``before``'s entries per site)
+    is asked only when a site loses enough to be a candidate (the model counts them then,
+    and carries the counts on: O(sites + delta) a cycle)."""
     if not delta.removed:
         return {}
     found = {
         s: f"{new} entries against {old} last time"
-        for s, (old, new) in _suspicious_sites(known, delta, policy, explained).items()
+        for s, (old, new) in _suspicious_sites(site_counts, delta, policy, explained).items()
     }
     touched = frozenset(map(site_of, delta.removed))
     down = unavailable_storages(outcome.storages)  # their entries leave at once
@@ -137,7 +138,7 @@ def _shrank(old: int, new: int, policy: Policy) -> bool:
 
 
 def _suspicious_sites(
-    before: SourceModel,
+    site_counts: Callable[[], Mapping[Site, int]],
     delta: SourceDelta,
     policy: Policy,
     explained: Mapping[Site, int | None],
@@ -145,8 +146,8 @@ def _suspicious_sites(
     """Site -> (entries before on storage still available, entries now) of each site whose
     own entries shrank enough (:func:`_shrank`), from ``delta``, the ``explained`` entries
     (storage stated unavailable) not counted as lost; a site whose explained entries are not
-    known is not judged here. ``before``'s site counts are read only when a site lost enough
-    to be a candidate (built then, carried on after)."""
+    known is not judged here. ``site_counts`` is asked only when a site lost enough to be a
+    candidate."""
     lost = Counter(map(site_of, delta.removed))
     lost.subtract(Counter(map(site_of, delta.added)))
     floor = policy.site_drop_min_entries * policy.site_max_drop_fraction
@@ -158,7 +159,7 @@ def _suspicious_sites(
     }
     if not candidates:
         return {}
-    was = before.site_counts
+    was = site_counts()
     found: dict[Site, tuple[int, int]] = {}
     for site in candidates:
         old = was.get(site, 0)
@@ -169,17 +170,18 @@ def _suspicious_sites(
 
 
 def without_case_twins(
-    previous: Model, outcomes: Mapping[str, SourceOutcome]
+    previous: State, held: AbstractSet[Site], outcomes: Mapping[str, SourceOutcome]
 ) -> tuple[dict[str, SourceOutcome], dict[str, dict[Site, str]]]:
     """``outcomes`` without the sites whose names differ only in case from a name kept (the
-    one already held, else the first in sorted order), and per source the names refused and
-    why. Looks at the answers' sites and at those a failed source keeps; a refused site's
-    records are counted invalid. O(sites), plus a copy of an answer that names a twin."""
+    one already ``held``, the sites the state covers, else the first in sorted order), and
+    per source the names refused and why; ``previous``: the saved state. Looks at the
+    answers' sites and at those a failed source keeps; a refused site's records are counted
+    invalid. O(sites), plus a copy of an answer that names a twin."""
     kept_sites = [o.sites for o in outcomes.values() if isinstance(o, Snapshot)]
     kept_sites += [
-        previous.state.sources[n].sites
+        previous.sources[n].sites
         for n, o in outcomes.items()
-        if isinstance(o, SourceFailure) and n in previous.state.sources
+        if isinstance(o, SourceFailure) and n in previous.sources
     ]
     spellings: dict[str, set[Site]] = {}
     for site in chain.from_iterable(kept_sites):
@@ -187,7 +189,6 @@ def without_case_twins(
     kept_of: dict[Site, Site] = {}
     for group in spellings.values():
         if len(group) > 1:
-            held = previous.coverage
             kept = min(group, key=lambda s: (s not in held, s))
             kept_of.update((s, kept) for s in group if s != kept)
     if not kept_of:

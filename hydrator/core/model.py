@@ -44,14 +44,14 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
 from operator import itemgetter
 from typing import TypeVar
 
-from hydrator.core.changes import Changes
+from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
 from hydrator.core.presence import combine
 from hydrator.core.storage import Drain, down_sources, with_storage
@@ -77,14 +77,6 @@ _first = itemgetter(0)  # a (dataset, share) pair's dataset
 
 def _itself(dataset: DatasetId) -> DatasetId:
     return dataset
-
-
-@dataclass(frozen=True, slots=True)
-class SourceDelta:
-    """Rows to write for one source: its last good snapshot moved from ``removed`` to ``added``."""
-
-    added: AbstractSet[Replica] = frozenset()
-    removed: AbstractSet[Replica] = frozenset()
 
 
 class SourceModel:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
 
-from hydrator.core.changes import Changes
+from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.guards import (
     Policy,
     guard_sites,
@@ -46,7 +46,7 @@ from hydrator.core.guards import (
     suspicious_drop,
     without_case_twins,
 )
-from hydrator.core.model import Model, SourceDelta, SourceModel
+from hydrator.core.model import Model, SourceModel
 from hydrator.core.storage import (
     Drain,
     count_outside,
@@ -150,7 +150,7 @@ def planned(
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
     merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
-    outcomes, refused = without_case_twins(held, outcomes)
+    outcomes, refused = without_case_twins(previous, held.coverage.keys(), outcomes)
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
         known = held.source(name) if name in previous.sources else SourceModel(before.replicas)
@@ -233,7 +233,11 @@ def _advance_source(
         status = _status(after, "held", reason=reason, snapshot=outcome)
         return after, known.moved_to(after.replicas), status, SourceDelta()
     delta = known.delta_to(outcome.replicas)
-    shrunk = shrunken_sites(before, known, outcome, delta, policy=policy, explained=explained)
+
+    def counts() -> Mapping[Site, int]:  # counted only if a site is a candidate
+        return known.site_counts
+
+    shrunk = shrunken_sites(before, counts, outcome, delta, policy=policy, explained=explained)
     guard = guard_sites(before, outcome, delta, shrunk, policy)
     delta = guard.delta
     moved = bool(delta.added or delta.removed)
