@@ -66,7 +66,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     loaded = timed(store.load, figures, "load")
     federation.churn()
     later = T0 + timedelta(minutes=1)
-    churned = plan_cycle(loaded.state, {SOURCE: federation.snapshot()}, later, Policy())
+    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, Policy())
     timed(partial(store.save, churned), figures, "churn_save")
     store.close()
     del loaded
@@ -79,7 +79,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     migrated = timed(migrating.load, figures, "load_migrated")
     times = SqliteStateStore(path, read_only=True)
     figures["same_after_migration"] = (
-        migrated.state.sources == saved.sources and migrating.first_seen() == times.first_seen()
+        migrated.sources == saved.sources and migrating.first_seen() == times.first_seen()
     )
     times.close()
     migrating.close()

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from hydrator.core.coverage import RepairReport
 from hydrator.core.event_plan import Ignored, ListenerStatus, RucioEvent
@@ -220,22 +220,11 @@ class RepairsSlots(Protocol):
 # -- state -----------------------------------------------------------------------------------
 
 
-class Loaded(NamedTuple):
-    """What :meth:`StateStore.load` reads: the saved :attr:`state`, and per source its
-    replicas in the order read (:attr:`as_read`; each equal to the source's set, or absent),
-    from which :meth:`Model.of <hydrator.core.model.Model.of>` builds the site views faster
-    than from the sets."""
-
-    state: State
-    as_read: Mapping[str, Sequence[Replica]] = {}
-
-
 class StateStore(Protocol):
     """The state between cycles (and across restarts) and the operator's drains."""
 
-    def load(self) -> Loaded:
-        """The saved state (empty on a new database), with each source's replicas in the
-        order read."""
+    def load(self) -> State:
+        """The saved state (empty on a new database)."""
         ...
 
     @property
@@ -253,6 +242,16 @@ class StateStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LoadsInOrder(Protocol):
+    """A store that can also give each source's replicas in the order its rows were read
+    (each equal to the source's set, or absent), from which :meth:`Model.of
+    <hydrator.core.model.Model.of>` builds the site views faster than from the sets (a set's
+    hash order visits memory at random)."""
+
+    def load_in_order(self) -> tuple[State, Mapping[str, Sequence[Replica]]]: ...
 
 
 # -- the pool's queues and slots -------------------------------------------------------------

@@ -261,10 +261,10 @@ def _show(config: Config, site: str | None) -> int:
         return EXIT_FAILED
     store = state_store(path, read_only=True)
     try:
-        loaded, drained = store.load(), store.drains()
+        state, drained = store.load(), store.drains()
     finally:
         store.close()
-    views, notes = _with_storage(Model.of(loaded.state, as_read=loaded.as_read), drained)
+    views, notes = _with_storage(Model.of(state), drained)
     near, near_notes = offline_near(config.distances, views)
     views = {name: with_near(view, near.get(name)) for name, view in views.items()}
     if site is not None:

@@ -42,6 +42,7 @@ from hydrator.core.ports import (
     DistanceReader,
     EventListener,
     EventSink,
+    LoadsInOrder,
     PoolProbe,
     Publisher,
     QueueAdapter,
@@ -259,8 +260,11 @@ def load_startup(
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
-    loaded = store.load()
-    model = Model.of(loaded.state, as_read=loaded.as_read)
+    if isinstance(store, LoadsInOrder):
+        state, as_read = store.load_in_order()
+        model = Model.of(state, as_read=as_read)
+    else:
+        model = Model.of(store.load())
     record_rejected_rows(metrics, store.rejected_rows)
     drains: Sequence[Drain] = ()
     if not policy.demand_only:  # only the startup views read them before the first cycle

@@ -18,7 +18,6 @@ from typing import Any
 
 from hydrator.adapters.state.schema import EARLIEST, LATEST, TABLES, stated_storages
 from hydrator.config import SOURCE_NAME_PATTERN
-from hydrator.core.ports import Loaded
 from hydrator.core.storage import Drain, clean_text
 from hydrator.domain import (
     DatasetId,
@@ -99,8 +98,8 @@ class Loader:
             self.reject("first_seen", f"{source!r} row of {key[1]} at {key[0]}: {exc}")
             return None
 
-    def load(self, db: sqlite3.Connection, query: str) -> Loaded:
-        """The state of ``db``'s rows, with each source's replicas in row order."""
+    def load(self, db: sqlite3.Connection, query: str) -> tuple[State, dict[str, list[Replica]]]:
+        """The state of ``db``'s rows, and each source's replicas in row order."""
         loaded = self.replicas(db, query)[0]
         sources: dict[str, SourceState] = {}
         stated = stated_storages(db)
@@ -110,7 +109,7 @@ class Loader:
                 sources[row[0]] = self.source(with_stated, loaded.get(row[0], ()))
             except (ValueError, TypeError, OverflowError, OSError) as exc:
                 self.reject("sources", exc)
-        return Loaded(State(sources=sources), {n: loaded.get(n, []) for n in sources})
+        return State(sources=sources), {n: loaded.get(n, []) for n in sources}
 
     def replicas(
         self, db: sqlite3.Connection, query: str, *, collect: bool = False

@@ -23,7 +23,7 @@ import logging
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -45,9 +45,8 @@ from hydrator.adapters.state.writer import (
     status_json,
 )
 from hydrator.core.plan import Plan
-from hydrator.core.ports import Loaded
 from hydrator.core.storage import Drain
-from hydrator.domain import State
+from hydrator.domain import Replica, State
 from hydrator.errors import StateError
 
 log = logging.getLogger(__name__)
@@ -171,14 +170,18 @@ class SqliteStateStore:
     def rejected_rows(self) -> Mapping[str, int]:
         return dict(self._rejected)
 
-    def load(self) -> Loaded:
-        """The saved state (empty on a new database), each source's replicas also in the
-        order read; invalid rows are left out."""
+    def load(self) -> State:
+        """The saved state (empty on a new database); invalid rows are left out."""
+        return self.load_in_order()[0]
+
+    def load_in_order(self) -> tuple[State, Mapping[str, Sequence[Replica]]]:
+        """:meth:`load`, and each source's replicas in the order read
+        (:class:`~hydrator.core.ports.LoadsInOrder`)."""
         if self._db is None:
-            return Loaded(State())
+            return State(), {}
         try:
             loader = Loader()
-            state = loader.load(self._db, ROWS_OF[self._version])
+            state, as_read = loader.load(self._db, ROWS_OF[self._version])
         except (sqlite3.Error, ValueError, KeyError) as exc:
             raise StateError(f"state database {self.path} unreadable: {exc}; {WHAT_TO_DO}") from exc
         self._rejected = loader.rejected
@@ -192,7 +195,7 @@ class SqliteStateStore:
                 counts,
                 loader.first_problem,
             )
-        return state
+        return state, as_read
 
     def save(self, plan: Plan) -> int:
         if self._db is None or self.read_only:

@@ -182,7 +182,7 @@ def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clo
     report = service.run_cycle()
     assert report.outcome == "degraded" and "did not answer" in report.publish_errors["recorder"]
     assert recorder.calls == [({"A"}, set())]
-    assert SqliteStateStore(config.daemon.state_path).load().state.sources["s"].replicas
+    assert SqliteStateStore(config.daemon.state_path).load().sources["s"].replicas
 
 
 def test_a_state_write_failure_fails_the_cycle_and_changes_nothing(
@@ -213,7 +213,7 @@ def test_stop_during_fetch_abandons_without_saving(config: Config, clock: Clock)
 
     service = make(config, [Scripted("s", [slow])], clock)
     assert service.run_cycle().outcome == "abandoned"
-    assert SqliteStateStore(config.daemon.state_path).load().state.sources == {}
+    assert SqliteStateStore(config.daemon.state_path).load().sources == {}
 
 
 def test_a_restart_serves_the_saved_state_before_its_first_cycle(

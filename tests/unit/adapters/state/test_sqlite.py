@@ -23,7 +23,6 @@ from hydrator.config import Config, load_config
 from hydrator.core.index import merged_snapshot
 from hydrator.core.model import Model
 from hydrator.core.plan import Policy, SourceDelta, plan_cycle, planned
-from hydrator.core.ports import Loaded
 from hydrator.core.presence import holding
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
@@ -58,9 +57,9 @@ def test_round_trip_and_restart_produce_zero_changes(tmp_path: Path) -> None:
 
     reopened = SqliteStateStore(tmp_path / "s.sqlite")
     loaded = reopened.load()
-    assert loaded.state.sources == plan.state.sources
+    assert loaded.sources == plan.state.sources
     assert reopened.first_seen() == stamped(plan.state, t(0))
-    again = plan_cycle(loaded.state, outcome, t(1), POLICY)
+    again = plan_cycle(loaded, outcome, t(1), POLICY)
     assert again.changes == () and again.changed_sites == frozenset()
     assert reopened.save(again) == 0, "a cycle with no change writes no replica rows"
 
@@ -72,7 +71,7 @@ def test_failed_source_state_survives_a_restart(tmp_path: Path) -> None:
     second = plan_cycle(first.state, {"r": fail("r", "HTTP 503")}, t(1), POLICY)
     store.save(second)
     loaded = SqliteStateStore(tmp_path / "s.sqlite").load()
-    source = loaded.state.sources["r"]
+    source = loaded.sources["r"]
     assert source.stale and source.error == "HTTP 503"
     assert source.last_success == t(0) and source.last_attempt == t(1)
     assert [str(r.dataset) for r in source.replicas] == ["ska:x"]
@@ -117,7 +116,7 @@ WRITER = textwrap.dedent(
     store = SqliteStateStore(__import__("pathlib").Path(sys.argv[1]))
     n = int(sys.argv[2])
     outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"new{i}") for i in range(n)))}
-    plan = plan_cycle(store.load().state, outcome, t(5), Policy(accept_drop_after_cycles=1))
+    plan = plan_cycle(store.load(), outcome, t(5), Policy(accept_drop_after_cycles=1))
     print("writing", flush=True)
     store.save(plan)
     print("done", flush=True)
@@ -134,13 +133,12 @@ def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path
     plan, model = planned(State(), outcome, t(0), POLICY)
     store.save(plan)
     store.close()
-    loaded = SqliteStateStore(path, read_only=True).load()
-    as_read = loaded.as_read
+    loaded, as_read = SqliteStateStore(path, read_only=True).load_in_order()
     assert {n: (len(rs), frozenset(rs)) for n, rs in as_read.items()} == {
         "r": (3, plan.state.sources["r"].replicas)
     }
-    fast = Model.of(loaded.state, as_read=as_read).contents
-    assert fast == Model.of(loaded.state).contents == model.contents
+    fast = Model.of(loaded, as_read=as_read).contents
+    assert fast == Model.of(loaded).contents == model.contents
     assert list(fast) == list(model.contents)
 
 
@@ -155,9 +153,9 @@ def test_a_kill_mid_write_leaves_the_old_or_the_new_state(tmp_path: Path, delay_
     kill_after_start(delay_s, WRITER, "writing", str(path), str(n))
     store = SqliteStateStore(path)
     loaded = store.load()
-    names = {r.dataset.name for r in loaded.state.sources["r"].replicas}
+    names = {r.dataset.name for r in loaded.sources["r"].replicas}
     assert names in ({f"old{i}" for i in range(100)}, {f"new{i}" for i in range(n)})
-    assert store.first_seen() == stamped(loaded.state, t(0) if len(names) == 100 else t(5))
+    assert store.first_seen() == stamped(loaded, t(0) if len(names) == 100 else t(5))
 
 
 def _saved(path: Path) -> None:
@@ -167,7 +165,7 @@ def _saved(path: Path) -> None:
     store.close()
 
 
-def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, Loaded]:
+def _loaded_after(path: Path, sql: str) -> tuple[SqliteStateStore, State]:
     """A reader of :func:`_saved`'s state after ``sql`` changed its file, and what it loads."""
     _saved(path)
     with sqlite3.connect(path) as db:
@@ -208,9 +206,9 @@ def test_invalid_rows_are_counted_and_left_out(
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     expected = {"replicas": 0, "sources": 0, "first_seen": 0, "drains": 0, table: 1}
     assert store.rejected_rows == expected
-    replicas = loaded.state.sources["r"].replicas
+    replicas = loaded.sources["r"].replicas
     assert {(r.site, r.dataset.name) for r in replicas} == {("A", "x"), ("B", "y")}
-    assert {str(site) for view in [Model.of(loaded.state).stamped_views()] for site in view} <= {
+    assert {str(site) for view in [Model.of(loaded).stamped_views()] for site in view} <= {
         "A",
         "B",
     }
@@ -240,7 +238,7 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
 def test_a_reader_creates_nothing_and_cannot_save(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     reader = SqliteStateStore(path, read_only=True)
-    assert reader.load().state == State() and not path.exists()
+    assert reader.load() == State() and not path.exists()
     with pytest.raises(StateError, match="read-only"):
         reader.save(plan_cycle(State(), {"r": snap("r", rep("A", "x"))}, t(0), POLICY))
     _saved(path)
@@ -264,7 +262,7 @@ def test_a_new_database_appears_complete_or_not_at_all(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     SqliteStateStore(path).close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
-    assert SqliteStateStore(path, read_only=True).load().state == State()
+    assert SqliteStateStore(path, read_only=True).load() == State()
 
 
 def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
@@ -315,7 +313,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
         assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
 
     store = SqliteStateStore(config.daemon.state_path)
-    held = flat(Model.of(store.load().state).merged)
+    held = flat(Model.of(store.load()).merged)
     uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
     moving = held[(uk, DatasetId("ska", "obs_1400"))]
     assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
@@ -431,13 +429,13 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
         before = list(db.iterdump())
     expected = SqliteStateStore(path, read_only=True).load()
     times = first_seen(path)
-    assert len(times) == Model.of(expected.state).entries
+    assert len(times) == Model.of(expected).entries
     with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
         SqliteStateStore(path)
     with sqlite3.connect(path) as db:
         assert list(db.iterdump()) == before
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.state.sources == expected.state.sources and first_seen(path) == times
+    assert loaded.sources == expected.sources and first_seen(path) == times
     with sqlite3.connect(path) as db:
         db.execute("DROP VIEW times")
     assert SqliteStateStore(path).first_seen() == times
@@ -471,7 +469,7 @@ def test_a_kill_mid_migration_leaves_version_2_or_4_of_the_same_state(
         assert db.execute("SELECT value FROM meta").fetchone() in (("2",), ("4",))
     store = SqliteStateStore(path)  # migrated now if it was not
     loaded = store.load()
-    assert loaded.state.sources == plan.state.sources
+    assert loaded.sources == plan.state.sources
     assert store.first_seen() == stamped(plan.state, t(0))
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("4",)
@@ -517,18 +515,18 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     assert second.changes and store.save(second) > 0
     store.close()
 
-    loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.state.sources == second.state.sources
+    loaded, as_read = SqliteStateStore(path, read_only=True).load_in_order()
+    assert loaded.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
     old = flat(first_model.merged)
     times = {k: t(0) if k in old else t(1) for k in flat(second_model.merged)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
-    model = Model.of(loaded.state, as_read=loaded.as_read)
-    for name in loaded.state.sources:
+    model = Model.of(loaded, as_read=as_read)
+    for name in loaded.sources:
         assert model.source(name).index == by_key(second.state.sources[name].replicas)
     assert model.merged == second_model.merged
-    again = planned(loaded.state, outcomes, t(2), POLICY, model=model).plan
+    again = planned(loaded, outcomes, t(2), POLICY, model=model).plan
     assert again.changes == () and again.source_deltas == {}
 
 
@@ -546,7 +544,7 @@ def test_a_save_that_fails_midway_leaves_the_saved_state_and_the_store_usable(
     broken = replace(second, source_deltas={"r": SourceDelta(added=added)})
     with pytest.raises(AttributeError):
         store.save(broken)
-    assert SqliteStateStore(path, read_only=True).load().state.sources == first.state.sources
+    assert SqliteStateStore(path, read_only=True).load().sources == first.state.sources
     assert first_seen(path) == stamped(first.state, t(0))
     assert store.save(second) == 1
     assert first_seen(path) == {
@@ -572,7 +570,7 @@ def test_a_replica_row_without_a_valid_first_seen_time_loads_without_one(
     times = store.first_seen()
     assert {f"{site}/{d.name}" for site, d in times} == first_seen
     assert times[(Site("A"), DatasetId("ska", "x"))] == t(0)
-    assert {(r.site, r.dataset.name) for r in loaded.state.sources["r"].replicas} == {
+    assert {(r.site, r.dataset.name) for r in loaded.sources["r"].replicas} == {
         ("A", "x"),
         ("B", "y"),
     }
@@ -588,7 +586,7 @@ def test_a_pair_without_a_time_keeps_none_when_its_row_is_written_again(tmp_path
     store = SqliteStateStore(path)
     loaded = store.load()
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.25))}
-    changed = plan_cycle(loaded.state, outcome, t(1), POLICY)
+    changed = plan_cycle(loaded, outcome, t(1), POLICY)
     assert [c.kind.value for c in changed.changes] == ["changed"]
     assert store.save(changed) == 2  # y's row deleted and written again
     with sqlite3.connect(path) as db:

@@ -43,7 +43,7 @@ def test_a_version_3_file_loads_as_it_was_and_upgrades_to_hold_drains(
     assert capsys.readouterr().out == (DATA / "show-v2.txt").read_text()
     reader = SqliteStateStore(state, read_only=True)
     assert reader.drains() == []
-    assert all(not s.storages for s in reader.load().state.sources.values())
+    assert all(not s.storages for s in reader.load().sources.values())
     reader.close()
     with sqlite3.connect(state) as db:
         assert db.execute("SELECT value FROM meta").fetchone() == ("3",)
@@ -83,12 +83,12 @@ def test_storage_statuses_outlive_a_restart(tmp_path: Path) -> None:
     store.save(plan)
     store.close()
     loaded = SqliteStateStore(path, read_only=True).load()
-    assert loaded.state.sources["r"].storages == stated
-    again = plan_cycle(loaded.state, {}, t(1), Policy())  # the source dropped: its statuses go too
+    assert loaded.sources["r"].storages == stated
+    again = plan_cycle(loaded, {}, t(1), Policy())  # the source dropped: its statuses go too
     store = SqliteStateStore(path)
     store.save(again)
     store.close()
-    assert SqliteStateStore(path, read_only=True).load().state.sources == {}
+    assert SqliteStateStore(path, read_only=True).load().sources == {}
 
 
 def test_drains_are_saved_while_the_writer_holds_the_lock(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_invalid_storage_statuses_are_counted_and_left_out(tmp_path: Path) -> No
         bad = text[:-1] + ', {"site": "SITE_A", "storage": "a b"}]'
         db.execute("UPDATE storages SET statuses = ?", (bad,))
     reader = SqliteStateStore(path, read_only=True)
-    assert reader.load().state.sources["r"].storages == stated
+    assert reader.load().sources["r"].storages == stated
     assert reader.rejected_rows["sources"] == 1
 
 
