@@ -92,7 +92,7 @@ class ReplicaState(enum.Enum):
     STUCK = "stuck"  # no file at the site; the transfer towards it is stuck (never advertised)
 
     # Members are singletons compared by identity; Enum's own __hash__ (of the name) is a
-    # Python call, paid for every replica a set or dict hashes.
+    # Python call, paid for every replica a set or dict hashes (docs/performance.md).
     __hash__ = object.__hash__
 
     def __init__(self, text: str) -> None:

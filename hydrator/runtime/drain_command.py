@@ -1,7 +1,7 @@
 """``hydrator drain`` / ``hydrator undrain``: take a site, or one storage element of it, out of
 advertising without touching the catalogue and without a restart.
 
-The drain is saved in the state file (:func:`hydrator.adapters.state.sqlite.set_drain`), which
+The drain is saved in the state file (:func:`hydrator.adapters.state.drains.set_drain`), which
 the daemon reads at the start of every cycle: it takes effect within one cycle, survives
 restarts, and shows in ``hydrator show``, ``/v1/sites`` (the reason and until when) and
 ``hydrator_drains``. A drained storage element counts as unavailable (what only it holds

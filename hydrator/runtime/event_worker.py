@@ -10,13 +10,14 @@
   through the source's deep path (:class:`TargetedReads`), and the service plans, saves and
   publishes as in any cycle (:meth:`Service.run_event_cycle`); nothing is published
   from a message alone;
-* the gate of the scheduled full read (:meth:`scheduled`, every ``[daemon] interval_s``): a
-  full read runs when :func:`~hydrator.core.event_plan.full_read_due` says so (start-up, after a
-  reconnect, the listener away or silent, hints marked for it, the reconcile interval). A full
-  read reads every source: a daemon with other sources beside event-driven Rucio ones reads
-  them all at the reconcile interval while events flow, and at ``interval_s`` otherwise;
-  when none is due, a *refresh cycle* reads the storage statuses, drains and queues again,
-  and no dataset (both: :mod:`hydrator.runtime.full_read_gate`).
+* the gate of the scheduled full read (:class:`~.full_read_gate.FullReadGate`, every
+  ``[daemon] interval_s``): a full read runs when
+  :func:`~hydrator.core.event_plan.full_read_due` says so (start-up, after a reconnect, the
+  listener away or silent, hints marked for it, the reconcile interval). A full read reads
+  every source: a daemon with other sources beside event-driven Rucio ones reads them all at
+  the reconcile interval while events flow, and at ``interval_s`` otherwise; when none is
+  due, a *refresh cycle* reads the storage statuses, drains and queues again, and no dataset
+  (both: :mod:`hydrator.runtime.full_read_gate`).
 """
 
 from __future__ import annotations

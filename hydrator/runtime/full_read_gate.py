@@ -80,7 +80,7 @@ class FullReadGate:
         (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
         time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
         the storage elements whose new availability only a full read applies exactly
-        (:func:`~hydrator.core.event_plan.inexact`)."""
+        (:func:`~hydrator.core.between_reads.inexact`)."""
         read: dict[str, tuple[str, ...]] = {}
         planner = partial(refresh_plan, self.service, read)
         report = self.service.run_refresh_cycle(planner)

@@ -156,7 +156,7 @@ def named_batches(
 
 
 class CollectorPublisher:
-    """:class:`~hydrator.adapters.htcondor.Publisher` into one collector (see the module doc)."""
+    """:class:`~hydrator.core.ports.Publisher` into one collector (see the module doc)."""
 
     def __init__(
         self,

@@ -10,7 +10,7 @@
   configured constraint, always ANDed with ``JobStatus == 1`` (never a running or held job),
   with the job id, ``RequiredDatasets`` and the attributes the annotator owns. A schedd that
   cannot be located or read is a :class:`~hydrator.core.jobs.ScheddFailure`, never an empty
-  queue. The cycle hands its snapshot to :meth:`~hydrator.core.jobs.Annotator.run`; :meth:`read`
+  queue. The cycle hands its snapshot to :meth:`~hydrator.core.annotate.Annotator.run`; :meth:`read`
   reads one of its own (for a caller that annotates alone).
 * **apply**: one ``Schedd.edit(["c.p", ...], attr, value)`` per changed attribute of a group.
   An id-list edit is one transaction: a job that left the queue since the read (or a job the

@@ -71,7 +71,7 @@ UNLIMITED_BYTES = 1 << 62
 
 
 class StaticSource:
-    """:class:`~hydrator.adapters.sources.Source` over an inventory file."""
+    """:class:`~hydrator.core.ports.Source` over an inventory file."""
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ class Dataset:
 
     ``at`` holds its summary rows at mapped RSEs, flat: ``(rse, row, rse, row, ...)`` (the
     dataset is "listed" while it is not empty). One tuple per dataset instead of an entry
-    per row in a table per RSE: about 16 bytes a row instead of about 38. A row is never
+    per row in a table per RSE (less memory a row: docs/performance.md). A row is never
     equal to an RSE name, so ``in`` and ``index`` find an RSE at an even position (the names
     are interned: those comparisons stop at identity)."""
 

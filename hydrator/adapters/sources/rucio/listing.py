@@ -110,7 +110,7 @@ R = TypeVar("R", DatasetRow, RuleRow, DeepLine)
 class LineSchema(Generic[R]):
     """How the lines of a bulk listing are validated: pydantic's validators of one record and
     of a JSON array of them, building plain dicts (the TypedDict ``R``; unknown keys dropped)
-    instead of a model object per line: 2-3x less time for a million lines. Validation is
+    instead of a model object per line (less time: docs/performance.md). Validation is
     lax as a pydantic model's (``"3"`` is 3); a ``NotRequired[int | None]`` field may be
     absent or null (as in the summary table before abacus fills it)."""
 
@@ -118,7 +118,7 @@ class LineSchema(Generic[R]):
     many: TypeAdapter[list[R]]
 
 
-_BATCH = ConfigDict(cache_strings="keys")  # values are mostly distinct: ~10 % less time a line
+_BATCH = ConfigDict(cache_strings="keys")  # values are mostly distinct (docs/performance.md)
 SUMMARY_LINES = LineSchema(TypeAdapter(DatasetRow), TypeAdapter(list[DatasetRow], config=_BATCH))
 RULE_LINES = LineSchema(TypeAdapter(RuleRow), TypeAdapter(list[RuleRow], config=_BATCH))
 DEEP_LINES = LineSchema(TypeAdapter(DeepLine), TypeAdapter(list[DeepLine]))

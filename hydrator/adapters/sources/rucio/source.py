@@ -131,7 +131,7 @@ def build(config: RucioSourceConfig, sites: Mapping[str, str]) -> RucioSource:
 
 
 class RucioSource:
-    """A :class:`~hydrator.adapters.sources.Source` reading one Rucio server.
+    """A :class:`~hydrator.core.ports.Source` reading one Rucio server.
 
     ``sleep`` is the backoff clock (seconds); ``client_factory`` replaces building a
     rucio-clients ``Client`` (tests; see :class:`~.wire.RucioWire`); ``bulk_share`` is the
