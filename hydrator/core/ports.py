@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from hydrator.core.coverage import RepairReport
-from hydrator.core.event_plan import Ignored, ListenerStatus, RucioEvent
+from hydrator.core.event_hints import Ignored, ListenerStatus, RucioEvent
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
 from hydrator.core.locality import PoolJob, PoolSlot
 from hydrator.core.near import ElementDistances

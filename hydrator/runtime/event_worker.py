@@ -3,8 +3,8 @@
 :class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``:
 
 * the :class:`~hydrator.core.ports.EventSink` its listener calls (listener threads):
-  each message is counted, judged (:class:`~hydrator.core.event_plan.Triage`) and its hint added
-  to a bounded :class:`~hydrator.core.event_plan.Batch`;
+  each message is counted, judged (:class:`~hydrator.core.event_hints.Triage`) and its hint added
+  to a bounded :class:`~hydrator.core.event_hints.Batch`;
 * a worker thread that runs an *event cycle* at most ``event_debounce_s`` after the first hint
   of a batch: the batch's datasets (at most ``max_event_reads_per_cycle``) are re-read exactly
   through the source's deep path (:class:`TargetedReads`), and the service plans, saves and
@@ -12,7 +12,7 @@
   from a message alone;
 * the gate of the scheduled full read (:class:`~.full_read_gate.FullReadGate`, every
   ``[daemon] interval_s``): a full read runs when
-  :func:`~hydrator.core.event_plan.full_read_due` says so (start-up, after a reconnect, the
+  :func:`~hydrator.core.event_hints.full_read_due` says so (start-up, after a reconnect, the
   listener away or silent, hints marked for it, the reconcile interval). A full read reads
   every source: a daemon with other sources beside event-driven Rucio ones reads them all at
   the reconcile interval while events flow, and at ``interval_s`` otherwise; when none is
@@ -32,7 +32,7 @@ from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, RucioEventsConfig
 from hydrator.core.between_reads import event_outcomes, planned_between
-from hydrator.core.event_plan import (
+from hydrator.core.event_hints import (
     LOOKUP_CYCLES_HELD,
     Batch,
     Ignored,
@@ -213,7 +213,7 @@ class EventCycles:
     # -- full reads --------------------------------------------------------------------------
 
     def full_read_due(self) -> bool:
-        """:func:`~hydrator.core.event_plan.full_read_due`; while the worker is down (nothing
+        """:func:`~hydrator.core.event_hints.full_read_due`; while the worker is down (nothing
         applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
             marked, last, again = self._marked, self._last_full_read, self._reconnect_read
@@ -246,7 +246,7 @@ class EventCycles:
         """On this source's success in a full read begun at ``started`` (monotonic): the
         start of the next reconcile period, the time before which messages are out of date
         (the read saw their effect), and the hints held since before it began dropped
-        (:meth:`~hydrator.core.event_plan.Batch.drop_covered`, counted); those that arrived
+        (:meth:`~hydrator.core.event_hints.Batch.drop_covered`, counted); those that arrived
         while it ran are read by the next event cycle."""
         fresh = report.plan is not None and any(
             s.name == self._label and s.fresh for s in report.plan.sources

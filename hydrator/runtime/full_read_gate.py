@@ -16,7 +16,7 @@ from functools import partial
 
 from hydrator.config import Config, RucioSourceConfig
 from hydrator.core.between_reads import planned_between, refresh_outcomes
-from hydrator.core.event_plan import ReconcilePolicy
+from hydrator.core.event_hints import ReconcilePolicy
 from hydrator.core.model import Model
 from hydrator.core.plan import Planned
 from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from hydrator.adapters.events.stomp_listener import StompListener
-from hydrator.core.event_plan import Ignored
+from hydrator.core.event_hints import Ignored
 from hydrator.domain import DatasetId
 from tests.support.activemq import Broker
 from tests.support.listener import Sink, alternating, config, send_raw, transfer_done

@@ -19,7 +19,7 @@ import requests
 
 from hydrator.adapters.events.stomp_listener import RECONNECT_GROWTH, StompListener
 from hydrator.config import RucioEventsConfig
-from hydrator.core.event_plan import Ignored
+from hydrator.core.event_hints import Ignored
 from hydrator.domain import DatasetId
 from tests.support.activemq import Broker
 from tests.support.listener import Sink, alternating, config, send_raw, transfer_done
@@ -138,7 +138,7 @@ def test_bad_input_is_counted_by_kind_logged_once_acknowledged_and_never_handed_
         ("transfer-done", Ignored.TOO_LARGE),
         ("transfer-done", Ignored.INVALID_NAME),
     ]
-    # the unknown type goes to the sink, which counts it as irrelevant (core.event_plan.hint_of)
+    # the unknown type goes to the sink, which counts it as irrelevant (core.event_hints.hint_of)
     assert [e.event_type for e in sink.events] == ["x-new", "transfer-done"]
     assert sink.states == [True], "no reconnect"
     lines = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import RucioEventsConfig, parse_config
-from hydrator.core.event_plan import ListenerStatus, ReconcilePolicy, RucioEvent
+from hydrator.core.event_hints import ListenerStatus, ReconcilePolicy, RucioEvent
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ElementCount, Replica, Site, Snapshot, StorageStatus

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from hydrator.config import RucioEventsConfig
-from hydrator.core.event_plan import Ignored, RucioEvent
+from hydrator.core.event_hints import Ignored, RucioEvent
 from tests.support.activemq import DESTINATION, Broker
 from tests.support.rucio_server import unique
 

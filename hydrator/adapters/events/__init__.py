@@ -4,5 +4,5 @@ port :class:`~hydrator.core.ports.EventSink` from its own thread, and reports it
 
 ``stomp_listener`` is the one module that imports stomp-py (Rucio's ``rucio-hermes`` sends
 over STOMP to ActiveMQ); ``hermes_messages`` checks what a message body says. What a message
-means is decided in :mod:`hydrator.core.event_plan`.
+means is decided in :mod:`hydrator.core.event_hints`.
 """

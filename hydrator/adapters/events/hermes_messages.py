@@ -1,5 +1,5 @@
 """What a message of Rucio's hermes says (its ``deliver_to_activemq`` envelope): a
-:class:`~hydrator.core.event_plan.RucioEvent`, or why the body cannot be used
+:class:`~hydrator.core.event_hints.RucioEvent`, or why the body cannot be used
 (:func:`parse_message`). Everything in a body is hostile until checked here: its size, its
 encoding, its JSON, the envelope's fields, the time and the names it carries. The transport
 is :mod:`hydrator.adapters.events.stomp_listener`.
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from hydrator.core.event_plan import TRANSFER_TYPES, Ignored, RucioEvent, message_key
+from hydrator.core.event_hints import TRANSFER_TYPES, Ignored, RucioEvent, message_key
 from hydrator.domain import DatasetId
 from hydrator.names import InvalidNameError
 

@@ -33,7 +33,7 @@ sends to, for one Rucio source. The only module that imports stomp-py.
   JSON, not hermes' envelope (``event_type``, ``payload``, ``created_at``; nothing else:
   ``malformed``), a ``created_at`` that is no UTC time (``bad_time``), a scope or name
   outside the name rules (``invalid_name``). A type the hydrator does not use is
-  ``irrelevant``. The sink gets a :class:`~hydrator.core.event_plan.RucioEvent` or the reason
+  ``irrelevant``. The sink gets a :class:`~hydrator.core.event_hints.RucioEvent` or the reason
   it was dropped, counted by the sink; each reason is logged at most once per
   :data:`DROP_LOG_INTERVAL_S`, with the number dropped since.
 """
@@ -53,7 +53,7 @@ from stomp.exception import StompException
 
 from hydrator.adapters.events.hermes_messages import Dropped, parse_message
 from hydrator.config import RucioEventsConfig
-from hydrator.core.event_plan import (
+from hydrator.core.event_hints import (
     KNOWN_TYPES,
     Ignored,
     ListenerStatus,

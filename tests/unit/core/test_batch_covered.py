@@ -1,11 +1,11 @@
-"""A full read covers the batch (hydrator.core.event_plan.Batch.drop_covered): what was named
+"""A full read covers the batch (hydrator.core.event_hints.Batch.drop_covered): what was named
 before it began is dropped, what was named (again) while it ran stays for an event cycle."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hydrator.core.event_plan import Batch, Hint
+from hydrator.core.event_hints import Batch, Hint
 from hydrator.domain import DatasetId
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hydrator.adapters.state.drains import remove_drain, set_drain
-from hydrator.core.event_plan import ListenerStatus, RucioEvent
+from hydrator.core.event_hints import ListenerStatus, RucioEvent
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, StorageStatus
 from hydrator.runtime.event_worker import EventCycles

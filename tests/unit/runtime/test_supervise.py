@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hydrator.config import HttpConfig
-from hydrator.core.event_plan import ListenerStatus
+from hydrator.core.event_hints import ListenerStatus
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, Replica
 from hydrator.runtime.event_worker import EventCycles

@@ -1,5 +1,5 @@
-"""Rucio events as hints (hydrator.core.event_plan), table by table: what a message asks to re-read,
-what is dropped, the bounded batch, when the full read is due."""
+"""Rucio events as hints (hydrator.core.event_hints), table by table: what a message asks to
+re-read, what is dropped, the bounded batch, when the full read is due."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from hydrator.core.event_plan import (
+from hydrator.core.event_hints import (
     Batch,
     Hint,
     Ignored,

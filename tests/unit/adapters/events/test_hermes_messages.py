@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hydrator.adapters.events.hermes_messages import Dropped, parse_message
 from hydrator.adapters.events.stomp_listener import reconnect_delay
-from hydrator.core.event_plan import Ignored, RucioEvent
+from hydrator.core.event_hints import Ignored, RucioEvent
 from hydrator.domain import DatasetId
 
 
