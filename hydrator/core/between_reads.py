@@ -142,11 +142,11 @@ def inexact(state: SourceState, statuses: Iterable[StorageStatus]) -> tuple[str,
 def keep_read_times(decided: Planned, previous: State) -> Planned:
     """``decided`` (an event or refresh cycle's plan, and its state's model) with every
     source's read times, failure and guard state as ``previous`` had them (:func:`_kept`):
-    an event cycle read a few datasets, not a source,
-    so a site's ``updated`` time (everything in its ad confirmed at or after it) stays that
-    of the last full read, a failing source stays stale with its error, and the shrink
-    guards count full reads only (an event cycle neither advances nor resets them). The site
-    views keep the plan's storage elements and reasons, stamped again."""
+    such a cycle read a few datasets or statuses, not a source, so a site's ``updated`` time
+    (everything in its ad confirmed at or after it) stays that of the last full read, a
+    failing source stays stale with its error, and the shrink guards count full reads only
+    (such a cycle neither advances nor resets them). The site views keep the plan's storage
+    elements and reasons, stamped again."""
     plan = decided.plan
     sources: dict[str, SourceState] = {}
     for name, after in plan.state.sources.items():

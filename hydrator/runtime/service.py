@@ -307,7 +307,8 @@ class Service:
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
-            published, errors = self._advertise_and_publish(plan, wanted or {}, started)
+            contents = model.contents  # each site's lists, which the advertise memo compares
+            published, errors = self._advertise_and_publish(plan, contents, wanted or {}, started)
         reads = self._queue_reads
         with phase("jobs"):
             if queue is None and reads.present:
@@ -321,12 +322,15 @@ class Service:
         return replace(report, queue=reads.outcome)
 
     def _advertise_and_publish(
-        self, plan: Plan, wanted: Mapping[DatasetId, int], started: datetime
+        self,
+        plan: Plan,
+        contents: Mapping[Site, SiteView],
+        wanted: Mapping[DatasetId, int],
+        started: datetime,
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         near = self.pool.near.current(plan.sites) if self.pool.near is not None else {}
         self._advertising.near(near)  # its line counts in max_ad_bytes
         with phase("advertise"):
-            contents = self._model.contents  # the plan's model: set before publishing
             advertised = self._advertising.choose(plan, contents, wanted, self.published.ads)
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
