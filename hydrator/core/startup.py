@@ -1,14 +1,55 @@
-"""What the daemon serves from its saved state before its first cycle (pure)."""
+"""What the daemon serves from its saved state before its first cycle, and what ``hydrator
+show`` prints from it (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from functools import partial
+from typing import NamedTuple
 
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.model import Model
 from hydrator.core.render import AdAttributes
-from hydrator.domain import Site, SiteView
+from hydrator.core.storage import Drain
+from hydrator.domain import Replica, Site, SiteView, State
+
+
+class Restart(NamedTuple):
+    """What a restart starts from: the saved state's model (:mod:`hydrator.core.model`),
+    which the runtime holds and hands to its first plan; the views advertised until the first
+    cycle (:func:`startup_views`); and every site's full lists with their ``updated`` times,
+    which the JSON views serve (empty when nothing is advertised)."""
+
+    model: Model
+    advertised: dict[Site, SiteView]
+    full: dict[Site, SiteView]
+
+
+def restart(
+    state: State,
+    drains: Iterable[Drain],
+    now: datetime,
+    policy: AdvertisePolicy,
+    attrs: AdAttributes,
+    *,
+    as_read: Mapping[str, Sequence[Replica]] | None = None,
+) -> Restart:
+    """The :class:`Restart` from the saved ``state`` (``as_read``: per source, its replicas
+    in the order the store read them, which builds a one-source state's views without
+    sorting) with the active ``drains`` at ``now``."""
+    model = Model.of(state, as_read=as_read)
+    if policy.demand_only:
+        return Restart(model, {}, {})
+    advertised = startup_views(model.served_views(drains, now), policy, attrs)
+    return Restart(model, advertised, model.stamped_views() if advertised else {})
+
+
+def saved_views(state: State, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+    """The saved ``state``'s views as the daemon serves them at ``now``: every source's
+    storage statuses and the ``drains`` active then applied (``hydrator show``)."""
+    return Model.of(state).served_views(drains, now)
 
 
 def startup_views(

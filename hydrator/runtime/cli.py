@@ -28,14 +28,13 @@ from hydrator.config import (
     default_config_path,
     load_config,
 )
-from hydrator.domain import DatasetId, Replica, Site, SiteView, StorageStatus, Transfer
+from hydrator.domain import DatasetId, Replica, Site, SiteView, State, StorageStatus, Transfer
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
 from hydrator.names import InvalidNameError
 from hydrator.runtime.observe import cycle_fields
 
 if TYPE_CHECKING:
-    from hydrator.core.model import Model
     from hydrator.core.storage import Drain
     from hydrator.runtime.outcome import CycleReport
 
@@ -248,7 +247,6 @@ def _described(replica: Replica | None) -> str:
 
 
 def _show(config: Config, site: str | None) -> int:
-    from hydrator.core.model import Model  # noqa: PLC0415
     from hydrator.core.near import with_near  # noqa: PLC0415
     from hydrator.runtime.near_refresh import offline_near  # noqa: PLC0415
     from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
@@ -264,7 +262,7 @@ def _show(config: Config, site: str | None) -> int:
         state, drained = store.load(), store.drains()
     finally:
         store.close()
-    views, notes = _with_storage(Model.of(state), drained)
+    views, notes = _with_storage(state, drained)
     near, near_notes = offline_near(config.distances, views)
     views = {name: with_near(view, near.get(name)) for name, view in views.items()}
     if site is not None:
@@ -291,13 +289,14 @@ def _show(config: Config, site: str | None) -> int:
     return EXIT_OK
 
 
-def _with_storage(loaded: Model, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
+def _with_storage(state: State, drained: list[Drain]) -> tuple[dict[Site, SiteView], list[str]]:
     """The saved views as the daemon publishes them now (storage statuses of the last good
     answers, the drains in effect), and a comment line per drain."""
+    from hydrator.core.startup import saved_views  # noqa: PLC0415
     from hydrator.runtime.drain_command import drain_lines  # noqa: PLC0415
 
     now = datetime.now(UTC)
-    views = loaded.served_views(drained, now)
+    views = saved_views(state, drained, now)
     return views, drain_lines(drained, now)
 
 

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from hydrator.config import DEFAULT_DEADLINE_S, RucioEventsConfig
-from hydrator.core.between_reads import event_outcomes, planned_between
+from hydrator.core.between_reads import event_outcomes
 from hydrator.core.event_hints import (
     LOOKUP_CYCLES_HELD,
     Batch,
@@ -43,8 +43,6 @@ from hydrator.core.event_hints import (
     full_read_due,
     lag_seconds,
 )
-from hydrator.core.model import Model
-from hydrator.core.plan import Planned
 from hydrator.core.ports import (
     EventListener,
     FetchContext,
@@ -52,7 +50,7 @@ from hydrator.core.ports import (
     RunsThread,
     TargetedReads,
 )
-from hydrator.domain import DatasetId, Replica
+from hydrator.domain import DatasetId, Replica, Snapshot, State
 from hydrator.errors import SourceError, TransientSourceError
 from hydrator.redact import redact
 from hydrator.runtime.observe import (
@@ -327,7 +325,7 @@ class EventCycles:
             return None
         created += file_created
         self._read_last_cycle = 0
-        report = self.service.run_event_cycle(partial(self._plan, datasets, files))
+        report = self.service.run_event_cycle(partial(self._answers, datasets, files))
         record = EventCycleRecord(self._label, report.outcome)
         if report.outcome in ("ok", "degraded"):
             reads = self._read_last_cycle
@@ -348,18 +346,17 @@ class EventCycles:
         )
         return report
 
-    def _plan(
+    def _answers(
         self,
         datasets: Sequence[DatasetId],
         files: Sequence[tuple[str, str]],
-        previous: Model,
+        state: State,
         context: FetchContext,
-    ) -> Planned:
-        """The event cycle's decision: this source's last answer with ``datasets`` (and the
-        datasets ``files`` belong to) read again, every other source as it stands; the
-        sources' read times kept (``previous``: the state before, with its views)."""
+    ) -> dict[str, Snapshot]:
+        """The event cycle's answers (a :data:`~hydrator.runtime.service.Rereader`): this
+        source's last answer in ``state`` with ``datasets`` (and the datasets ``files`` belong
+        to) read again, every other source's as it stands."""
         name = self._label
-        state = previous.state
         held = state.sources.get(name)
         if held is None or held.last_success is None:
             raise TransientSourceError(f"events {name}: no full read yet to patch")
@@ -368,9 +365,7 @@ class EventCycles:
         if files:
             datasets = list(dict.fromkeys([*datasets, *self._parents(files)]))
         self._read_last_cycle = len(datasets)  # the parents included (the worker's own)
-        outcomes = event_outcomes(state, name, datasets, self._read(datasets, context))
-        policy = self.service.policies.plan
-        return planned_between(previous, outcomes, context.now, policy, context.drains)
+        return event_outcomes(state, name, datasets, self._read(datasets, context))
 
     def _read(self, datasets: Sequence[DatasetId], context: FetchContext) -> list[Replica]:
         """The targeted read of ``datasets``. An unexpected error (an answer the parser

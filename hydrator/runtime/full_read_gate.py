@@ -1,7 +1,7 @@
 """The scheduled job of a daemon whose Rucio sources follow their event streams
 (docs/events.md): every ``[daemon] interval_s``, a full read when one is due, else a
 *refresh cycle*, which reads every source's storage statuses, the drains and the queues
-again, and no dataset (:class:`FullReadGate`; its plan: :func:`refresh_plan`). What each
+again, and no dataset (:class:`FullReadGate`; its plan: :func:`refresh_answers`). What each
 source answers in a refresh cycle is decided in :mod:`hydrator.core.between_reads`; the
 event cycles themselves run in :mod:`hydrator.runtime.event_worker`; :func:`start_events`
 starts them and builds the gate.
@@ -15,12 +15,10 @@ from collections.abc import Sequence
 from functools import partial
 
 from hydrator.config import Config, RucioSourceConfig
-from hydrator.core.between_reads import planned_between, refresh_outcomes
+from hydrator.core.between_reads import refresh_outcomes
 from hydrator.core.event_hints import ReconcilePolicy
-from hydrator.core.model import Model
-from hydrator.core.plan import Planned
 from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads
-from hydrator.domain import StorageStatus
+from hydrator.domain import Snapshot, State, StorageStatus
 from hydrator.errors import ConfigError, SourceError
 from hydrator.runtime.event_worker import EventCycles, ListenerFactory
 from hydrator.runtime.observe import (
@@ -77,13 +75,12 @@ class FullReadGate:
     def refresh(self) -> list[str]:
         """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
         cycle that reads no dataset but every source's storage statuses where it can
-        (:func:`refresh_plan`), the queues afresh (scheduled) and the drains at the current
+        (:func:`refresh_answers`), the queues afresh (scheduled) and the drains at the current
         time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
         the storage elements whose new availability only a full read applies exactly
         (:func:`~hydrator.core.between_reads.inexact`)."""
         read: dict[str, tuple[str, ...]] = {}
-        planner = partial(refresh_plan, self.service, read)
-        report = self.service.run_refresh_cycle(planner)
+        report = self.service.run_refresh_cycle(partial(refresh_answers, self.service, read))
         record_refresh_cycle(self.service.metrics, report.outcome)
         self.service.notify_listeners()
         log.info(
@@ -99,14 +96,14 @@ class FullReadGate:
             cycles.stop()
 
 
-def refresh_plan(
-    service: Service, read: dict[str, tuple[str, ...]], previous: Model, context: FetchContext
-) -> Planned:
-    """The refresh cycle's decision: every source's last good answer, with the storage
-    statuses read now from those that can (:class:`ReadsStorages`; into ``read``: source ->
-    the storage elements only a full read applies exactly), the last good ones from the
-    others (:func:`~hydrator.core.between_reads.refresh_outcomes`); read times kept."""
-    state = previous.state
+def refresh_answers(
+    service: Service, read: dict[str, tuple[str, ...]], state: State, context: FetchContext
+) -> dict[str, Snapshot]:
+    """The refresh cycle's answers (a :data:`~hydrator.runtime.service.Rereader`): every
+    source's last good answer in ``state``, with the storage statuses read now from those
+    that can (:class:`ReadsStorages`; into ``read``: source -> the storage elements only a
+    full read applies exactly), the last good ones from the others
+    (:func:`~hydrator.core.between_reads.refresh_outcomes`)."""
     by_name = {s.name: s for s in service.sources}
     busy = set(service.busy_sources())  # an abandoned full read still uses its wire
     statuses: dict[str, tuple[StorageStatus, ...] | None] = {}
@@ -116,8 +113,7 @@ def refresh_plan(
             statuses[name] = _read_storages(service, name, source, context)
     outcomes, exact_only = refresh_outcomes(state, statuses)
     read.update(exact_only)
-    policy = service.policies.plan
-    return planned_between(previous, outcomes, context.now, policy, context.drains)
+    return outcomes
 
 
 def _read_storages(

@@ -18,11 +18,12 @@ from functools import partial
 from typing import NamedTuple
 
 from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig
+from hydrator.core.between_reads import planned_between
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
 from hydrator.core.model import Model
 from hydrator.core.near import with_near
-from hydrator.core.plan import Plan, Planned, planned
+from hydrator.core.plan import Plan, planned
 from hydrator.core.ports import (
     Abandonable,
     DefersChecks,
@@ -59,11 +60,11 @@ from hydrator.runtime.queue_reads import QueueReads
 
 log = logging.getLogger(__name__)
 
-Planner = Callable[[Model, FetchContext], Planned]
-"""An event or refresh cycle's decision in place of fetch + plan
-(:mod:`hydrator.runtime.event_worker`): the model of the state before (its ``state``, and
-what to hand :func:`~hydrator.core.plan.planned` as ``model``) and the cycle's context, to
-the plan and the new state's model."""
+Rereader = Callable[[State, FetchContext], Mapping[str, SourceOutcome]]
+"""An event or refresh cycle's answers in place of a full read's fetch
+(:mod:`hydrator.runtime.event_worker`, :mod:`hydrator.runtime.full_read_gate`): from the
+state before and the cycle's context, one answer per source; the service plans them with
+:func:`~hydrator.core.between_reads.planned_between`."""
 
 
 class CycleKind(Enum):
@@ -74,11 +75,11 @@ class CycleKind(Enum):
     """Every source fetched, then planned (:meth:`Service.run_cycle`): the scheduled cycle,
     the first one, the event gate's full read, ``hydrator once``."""
     EVENT = "event"
-    """A planner re-reads the datasets messages named (:meth:`Service.run_event_cycle`); the
-    queues' last snapshot is reused while young (:mod:`.queue_reads`)."""
+    """A :data:`Rereader` re-reads the datasets messages named (:meth:`Service.run_event_cycle`);
+    the queues' last snapshot is reused while young (:mod:`.queue_reads`)."""
     REFRESH = "refresh"
-    """A planner restates the last good answers with the storage statuses and drains read
-    now, no dataset (:meth:`Service.run_refresh_cycle`); the queues read afresh."""
+    """A :data:`Rereader` restates the last good answers with the storage statuses read now,
+    no dataset (:meth:`Service.run_refresh_cycle`); the drains and the queues read afresh."""
 
 
 class _Decided(NamedTuple):
@@ -203,15 +204,15 @@ class Service:
         Never raises for source, state or publish failures (the report says)."""
         return self._run(partial(self._cycle, CycleKind.FULL_READ, None))
 
-    def run_event_cycle(self, planner: Planner) -> CycleReport:
-        """An event cycle (:attr:`CycleKind.EVENT`): ``planner`` decides the plan in place of
-        fetch + plan, then as :meth:`run_cycle`."""
-        return self._run(partial(self._cycle, CycleKind.EVENT, planner))
+    def run_event_cycle(self, reread: Rereader) -> CycleReport:
+        """An event cycle (:attr:`CycleKind.EVENT`): ``reread`` answers in place of the
+        fetch, the answers are planned between full reads, then as :meth:`run_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.EVENT, reread))
 
-    def run_refresh_cycle(self, planner: Planner) -> CycleReport:
+    def run_refresh_cycle(self, reread: Rereader) -> CycleReport:
         """A refresh cycle (:attr:`CycleKind.REFRESH`, in place of a skipped full read):
-        ``planner`` decides the plan, then as :meth:`run_cycle`."""
-        return self._run(partial(self._cycle, CycleKind.REFRESH, planner))
+        as :meth:`run_event_cycle`."""
+        return self._run(partial(self._cycle, CycleKind.REFRESH, reread))
 
     def run_dry_cycle(self) -> CycleReport:
         """A full read's fetch and plan, nothing saved, published or annotated (``hydrator
@@ -252,10 +253,11 @@ class Service:
                 log.exception("after-cycle listener %r failed", listener)
 
     def _decide(
-        self, kind: CycleKind, planner: Planner | None, started: datetime
+        self, kind: CycleKind, reread: Rereader | None, started: datetime
     ) -> _Decided | None:
-        """The queues, the drains, and the plan: ``planner``'s, or (a full read, no
-        ``planner``) every source fetched and planned; None when stopped during the fetch."""
+        """The queues, the drains, and the plan: of ``reread``'s answers, planned between
+        full reads (read times kept); or (a full read, no ``reread``) of every source fetched;
+        None when stopped during the fetch."""
         # the cycle's one queue read: first when the demand needs it, else after the ads;
         # an event cycle reuses a young one (queue_reads.py)
         reads = self._queue_reads
@@ -270,9 +272,12 @@ class Service:
             previous={name: s.replicas for name, s in self._model.state.sources.items()},
             drains=drains,
         )
-        if planner is not None:
+        policy = self.policies.plan
+        if reread is not None:
             with phase("plan"):
-                return _Decided(*planner(self._model, context), wanted, queue)
+                answers = reread(self._model.state, context)
+                decided = planned_between(self._model, answers, started, policy, drains)
+            return _Decided(*decided, wanted, queue)
         self._drains.applied(drains)
         with phase("fetch"):
             outcomes = self._fetch_all(context)
@@ -280,7 +285,7 @@ class Service:
             return None
         with phase("plan"):
             plan, model = planned(
-                self._model.state, outcomes, started, self.policies.plan, drains, model=self._model
+                self._model.state, outcomes, started, policy, drains, model=self._model
             )
         return _Decided(plan, model, wanted, queue)
 
@@ -292,9 +297,9 @@ class Service:
         return CycleReport(started, time.monotonic() - t0, _outcome(plan, {}), plan)
 
     def _cycle(
-        self, kind: CycleKind, planner: Planner | None, started: datetime, t0: float
+        self, kind: CycleKind, reread: Rereader | None, started: datetime, t0: float
     ) -> CycleReport:
-        decided = self._decide(kind, planner, started)
+        decided = self._decide(kind, reread, started)
         if decided is None:
             return CycleReport(started, time.monotonic() - t0, "abandoned")
         plan, model, wanted, queue = decided

@@ -36,7 +36,6 @@ from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.annotate import Annotator
 from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import AnnotateSettings
-from hydrator.core.model import Model
 from hydrator.core.plan import Policy
 from hydrator.core.ports import (
     DistanceReader,
@@ -50,7 +49,7 @@ from hydrator.core.ports import (
     Source,
     StateStore,
 )
-from hydrator.core.startup import startup_views
+from hydrator.core.startup import restart
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
@@ -260,25 +259,23 @@ def load_startup(
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
+    as_read = None
     if isinstance(store, LoadsInOrder):
         state, as_read = store.load_in_order()
-        model = Model.of(state, as_read=as_read)
     else:
-        model = Model.of(store.load())
+        state = store.load()
     record_rejected_rows(metrics, store.rejected_rows)
     drains: Sequence[Drain] = ()
+    active: list[Drain] = []
+    now = clock()
     if not policy.demand_only:  # only the startup views read them before the first cycle
-        now = clock()
         try:
             drains = store.drains()
         except HydratorError as exc:
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
         record_drains(metrics, active)
-        views = startup_views(model.served_views(active, now), policy, config.classad)
-    else:
-        views = {}
-    full = model.stamped_views() if views else {}
+    model, views, full = restart(state, active, now, policy, config.classad, as_read=as_read)
     return Startup(model, Published(render_ads(views, config.classad), views=full), drains)
 
 

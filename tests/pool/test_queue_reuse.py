@@ -14,12 +14,10 @@ import pytest
 
 from hydrator.adapters.htcondor.condor_queue import CondorQueue
 from hydrator.config import load_config
-from hydrator.core.between_reads import keep_read_times, unchanged
-from hydrator.core.model import Model
-from hydrator.core.plan import Planned, planned
+from hydrator.core.between_reads import unchanged
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue_reuse import QueueRead
-from hydrator.domain import DatasetId, Site
+from hydrator.domain import DatasetId, Site, Snapshot, State
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
@@ -57,12 +55,8 @@ def event_cycle(service: Service) -> CycleReport:
     """An event cycle (``Service.run_cycle`` with a planner) that re-reads no dataset: every
     source as it stands, as the Rucio event cycles plan the sources they did not read."""
 
-    def planner(previous: Model, context: FetchContext) -> Planned:
-        state = previous.state
-        outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        policy = service.policies.plan
-        decided = planned(state, outcomes, context.now, policy, context.drains, model=previous)
-        return keep_read_times(decided, state)
+    def planner(state: State, context: FetchContext) -> dict[str, Snapshot]:
+        return {name: unchanged(s) for name, s in state.sources.items()}
 
     return service.run_event_cycle(planner)
 

@@ -8,12 +8,13 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.model import Model
 from hydrator.core.plan import Policy, plan_cycle
-from hydrator.core.startup import startup_views
+from hydrator.core.startup import restart, saved_views, startup_views
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, SiteView, State
 from tests.unit.factories import rep, snap, t
 
 A, B = Site("A"), Site("B")
+ATTRS = ClassAdConfig()
 SAVED = plan_cycle(
     State(), {"s": snap("s", rep("A", "x"), rep("A", "y"), rep("B", "z"))}, t(0), Policy()
 ).state
@@ -37,3 +38,36 @@ def test_startup_views(
 ) -> None:
     views = startup_views(Model(SAVED).served_views(drains, t(1)), policy, ClassAdConfig())
     assert listed(views) == served
+
+
+def test_a_restart_advertises_the_saved_views_and_serves_their_full_lists() -> None:
+    """The ads before the first cycle are cut to size; the JSON views keep the full lists
+    with their update times, and a drained site lists nothing in either."""
+    drain = Drain(B, None, "maintenance", t(0))
+    started = restart(SAVED, [drain], t(1), AdvertisePolicy(max_datasets_per_site=1), ATTRS)
+    assert listed(started.advertised) == {"A": ["x"], "B": []}
+    assert listed(started.full) == {"A": ["x", "y"], "B": ["z"]}
+    assert {v.updated for v in started.full.values()} == {t(0)}
+    assert started.model.state is SAVED
+
+
+def test_a_restart_in_demand_mode_serves_nothing_but_keeps_the_state() -> None:
+    started = restart(SAVED, [], t(1), AdvertisePolicy(demand_only=True), ATTRS)
+    assert (started.advertised, started.full) == ({}, {})
+    assert started.model.state is SAVED
+
+
+def test_a_restart_from_the_rows_as_read_builds_the_same_views() -> None:
+    """The store's rows in the order it read them build a one-source state's views without
+    sorting; the views are the ones built from the sets."""
+    (only,) = SAVED.sources.values()
+    rows = {only.name: sorted(only.replicas, key=lambda r: (r.site, r.dataset), reverse=True)}
+    policy = AdvertisePolicy()
+    from_rows = restart(SAVED, [], t(1), policy, ATTRS, as_read=rows)
+    assert from_rows.advertised == restart(SAVED, [], t(1), policy, ATTRS).advertised
+
+
+def test_show_prints_the_saved_views_with_the_drains_in_effect() -> None:
+    drain = Drain(A, None, "maintenance", t(0), until=t(5))
+    assert listed(saved_views(SAVED, [drain], t(1))) == {"A": [], "B": ["z"]}
+    assert listed(saved_views(SAVED, [drain], t(6))) == {"A": ["x", "y"], "B": ["z"]}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -13,18 +12,17 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
 from hydrator.core.annotate import Annotator
-from hydrator.core.between_reads import keep_read_times, unchanged
+from hydrator.core.between_reads import unchanged
 from hydrator.core.jobs import AnnotateSettings
-from hydrator.core.model import Model
-from hydrator.core.plan import Plan, Planned, planned
+from hydrator.core.plan import Plan
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
-from hydrator.domain import Site
-from hydrator.runtime.full_read_gate import refresh_plan
+from hydrator.domain import Site, Snapshot, State
+from hydrator.runtime.full_read_gate import refresh_answers
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
-from hydrator.runtime.service import Service
+from hydrator.runtime.service import Rereader, Service
 from hydrator.runtime.wiring import assemble
 from tests.unit.fakes import Scripted
 
@@ -65,16 +63,11 @@ def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> S
     )
 
 
-def planner_of(svc: Service) -> Callable[[Model, FetchContext], Planned]:
-    """An event cycle's planner that re-reads nothing (every source as it stands)."""
+def planner_of(svc: Service) -> Rereader:
+    """An event cycle's answers that re-read nothing (every source as it stands)."""
 
-    def planner(previous: Model, context: FetchContext) -> Planned:
-        state = previous.state
-        outcomes = {name: unchanged(s) for name, s in state.sources.items()}
-        decided = planned(
-            state, outcomes, context.now, svc.policies.plan, context.drains, model=previous
-        )
-        return keep_read_times(decided, state)
+    def planner(state: State, context: FetchContext) -> dict[str, Snapshot]:
+        return {name: unchanged(s) for name, s in state.sources.items()}
 
     return planner
 
@@ -193,7 +186,7 @@ def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Pa
     reader = Reader(wanting("ska:x"), wanting("ska:y"))
     svc = service(tmp_path, reader)  # the age: an hour
     svc.run_cycle()
-    report = svc.run_refresh_cycle(partial(refresh_plan, svc, {}))
+    report = svc.run_refresh_cycle(partial(refresh_answers, svc, {}))
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
     event(svc)
