@@ -28,7 +28,7 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.domain import DatasetId, State
-from hydrator.runtime.service import render_ads
+from hydrator.runtime.outcome import render_ads
 
 ATTRS = ClassAdConfig()
 MODES = {

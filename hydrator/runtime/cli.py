@@ -161,7 +161,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(config: Config, path: Path, reset: bool) -> int:
-    """The daemon; SIGHUP reads ``path`` again (validated first, see :class:`Daemon`)."""
+    """The daemon; SIGHUP reads ``path`` again (validated first, see
+    :class:`~hydrator.runtime.scheduler.Daemon`)."""
     from hydrator.runtime.scheduler import catch_reloads, run_daemon  # noqa: PLC0415  (apscheduler)
     from hydrator.runtime.wiring import build_service  # noqa: PLC0415
 
@@ -249,8 +250,8 @@ def _described(replica: Replica | None) -> str:
 def _show(config: Config, site: str | None) -> int:
     from hydrator.core.near import with_near  # noqa: PLC0415
     from hydrator.runtime.near_refresh import offline_near  # noqa: PLC0415
+    from hydrator.runtime.outcome import render_ads  # noqa: PLC0415
     from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
-    from hydrator.runtime.service import render_ads  # noqa: PLC0415
     from hydrator.runtime.wiring import state_store  # noqa: PLC0415
 
     path = config.daemon.state_path

@@ -3,6 +3,7 @@
 Plain frozen values, built by :mod:`hydrator.runtime.service` and read by
 :mod:`~hydrator.runtime.observe` (logs, metrics) and :mod:`~hydrator.runtime.report` (JSON).
 They live here, not in the service, so that those readers do not import the service.
+:func:`render_ads` renders the ads served (``hydrator show`` and the restart's too).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hydrator.core.near import with_near
 from hydrator.core.plan import Plan, SourceStatus
 from hydrator.core.ports import PublishReport
 from hydrator.core.queue_reuse import QueueRead
+from hydrator.core.render import AdAttributes, etag, published_updated, render_cron
 from hydrator.domain import Site, SiteView
 from hydrator.runtime.phases import PhaseTime
 
@@ -27,6 +29,28 @@ class SiteAd:
     view: SiteView
     body: bytes
     etag: str
+
+
+def render_ads(
+    views: Mapping[Site, SiteView],
+    attrs: AdAttributes,
+    previous: Mapping[Site, SiteAd] | None = None,
+) -> dict[Site, SiteAd]:
+    """Render each site's ad; reuse the ``previous`` body of a site whose lists (digest) and
+    published update time are unchanged, which is most sites in most cycles."""
+    ads: dict[Site, SiteAd] = {}
+    for site, view in views.items():
+        old = previous.get(site) if previous else None
+        if (
+            old is not None
+            and old.view.digest == view.digest
+            and published_updated(old.view, attrs) == published_updated(view, attrs)
+        ):
+            ads[site] = SiteAd(view, old.body, old.etag)
+            continue
+        body = render_cron(view, attrs)
+        ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
+    return ads
 
 
 @dataclass(frozen=True)

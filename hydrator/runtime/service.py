@@ -17,7 +17,7 @@ from enum import Enum
 from functools import partial
 from typing import NamedTuple
 
-from hydrator.config import DEFAULT_DEADLINE_S, ClassAdConfig
+from hydrator.config import DEFAULT_DEADLINE_S
 from hydrator.core.between_reads import planned_between
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
@@ -33,7 +33,6 @@ from hydrator.core.ports import (
     Source,
 )
 from hydrator.core.queue import QueueSnapshot, idle_demand
-from hydrator.core.render import etag, published_updated, render_cron
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutcome, State
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
@@ -53,7 +52,7 @@ from hydrator.runtime.observe import (
     record_unadvertised,
     source_calls,
 )
-from hydrator.runtime.outcome import CycleReport, Published, SiteAd
+from hydrator.runtime.outcome import CycleReport, Published, render_ads
 from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
 from hydrator.runtime.phases import phase, recording
 from hydrator.runtime.queue_reads import QueueReads
@@ -91,28 +90,6 @@ class _Decided(NamedTuple):
     model: Model
     wanted: Mapping[DatasetId, int] | None
     queue: QueueSnapshot | None
-
-
-def render_ads(
-    views: Mapping[Site, SiteView],
-    attrs: ClassAdConfig,
-    previous: Mapping[Site, SiteAd] | None = None,
-) -> dict[Site, SiteAd]:
-    """Render each site's ad; reuse the ``previous`` body of a site whose lists (digest) and
-    published update time are unchanged, which is most sites in most cycles."""
-    ads: dict[Site, SiteAd] = {}
-    for site, view in views.items():
-        old = previous.get(site) if previous else None
-        if (
-            old is not None
-            and old.view.digest == view.digest
-            and published_updated(old.view, attrs) == published_updated(view, attrs)
-        ):
-            ads[site] = SiteAd(view, old.body, old.etag)
-            continue
-        body = render_cron(view, attrs)
-        ads[site] = SiteAd(view, body.encode("utf-8"), etag(body))
-    return ads
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,10 @@ from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near_refresh import NearSites
 from hydrator.runtime.observe import record_drains, record_rejected_rows
-from hydrator.runtime.outcome import Published
+from hydrator.runtime.outcome import Published, render_ads
 from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow
 from hydrator.runtime.queue_reads import queue_max_age_s
-from hydrator.runtime.service import Service, Startup, render_ads
+from hydrator.runtime.service import Service, Startup
 
 if TYPE_CHECKING:
     from hydrator.adapters.htcondor.collector import CollectorPublisher

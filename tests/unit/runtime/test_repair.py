@@ -22,10 +22,9 @@ from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.runtime import repair
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.outcome import Published
+from hydrator.runtime.outcome import Published, render_ads
 from hydrator.runtime.repair import RepairWatch
 from hydrator.runtime.report import sites_json
-from hydrator.runtime.service import render_ads
 from tests.pool.views import views
 
 A = Site("SITE_A")
