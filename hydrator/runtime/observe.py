@@ -310,6 +310,13 @@ def record_rejected_rows(metrics: Metrics, rejected: Mapping[str, int]) -> None:
         metrics.state_rejected_rows.labels(table).set(count)
 
 
+def record_sources_removed(metrics: Metrics, removed: Iterable[str]) -> None:
+    """Sources a reload removed: every series labelled with one of them goes (no gauge stays
+    behind to fire an alert, no counter to be summed with a later namesake)."""
+    for name in removed:
+        metrics.forget_source(name)
+
+
 def record_remote_budget(metrics: Metrics, budget: float) -> None:
     metrics.remote_budget.set(budget)
 

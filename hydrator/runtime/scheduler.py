@@ -32,6 +32,7 @@ from hydrator.errors import ConfigError, HydratorError
 from hydrator.runtime.full_read_gate import FullReadGate, start_events
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
+from hydrator.runtime.observe import record_sources_removed
 from hydrator.runtime.repair import schedule_repairs
 from hydrator.runtime.reschedule_after_cycle import install as install_reschedule
 from hydrator.runtime.service import Service
@@ -290,8 +291,7 @@ class Daemon:
         else:
             self._closed = False
             kept = {source.name for source in config.sources}
-            for removed in sorted({s.name for s in self.config.sources} - kept):
-                metrics.forget_source(removed)  # reload leaves no ghosts
+            record_sources_removed(metrics, sorted({s.name for s in self.config.sources} - kept))
             self.config = config
             log.info(
                 "reloaded: %d source(s), every %.0fs, state %s",
