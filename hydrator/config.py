@@ -15,7 +15,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -197,6 +197,9 @@ class ClassAdConfig(_Model):
 class _SourceBase(_Model):
     name: str
     """Unique name of this source in logs, metrics and the state database."""
+    states_mapped_elements: ClassVar[bool] = False
+    """The source states every storage element ``[sites]`` maps, whether or not it holds
+    data (so ``hydrator drain --storage`` may name one before any answer reports it)."""
 
     @field_validator("name")
     @classmethod
@@ -408,6 +411,8 @@ class DmapiSourceConfig(_SourceBase):
     ``client_id_file`` and ``client_secret_file``; one token per audience) or static bearer
     tokens read from files (``token_file``, ``site_capabilities_token_file``), never both.
     """
+
+    states_mapped_elements: ClassVar[bool] = True  # :mod:`hydrator.adapters.sources.dmapi`
 
     type: Literal["dmapi"]
     name: str = "dmapi"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from hydrator.config import Config, DmapiSourceConfig
+from hydrator.config import Config
 from hydrator.core.storage import MAX_DRAIN, Drain, clean_text, drain_refusal, stamp
 from hydrator.domain import Site, check_site
 from hydrator.errors import ConfigError
@@ -79,13 +79,13 @@ def checked_target(site: str, storage: str | None) -> tuple[Site, str | None]:
 
 def known_targets(config: Config) -> tuple[set[str], set[tuple[str, str]]]:
     """The sites and (site, storage element) a drain can apply to: those the saved state's
-    answers report, and ``[sites]``: its sites, and its elements where a DMAPI source is
-    configured (it states each element ``[sites]`` maps, :mod:`hydrator.adapters.sources.dmapi`)."""
+    answers report, and ``[sites]``: its sites, and its elements where a source that states
+    every mapped element is configured (``states_mapped_elements``: DMAPI's)."""
     from hydrator.runtime.wiring import reported_targets  # noqa: PLC0415  (CLI only)
 
     sites, stated = reported_targets(config.daemon.state_path)
     sites.update(config.sites.values())
-    if any(isinstance(s, DmapiSourceConfig) for s in config.sources):
+    if any(s.states_mapped_elements for s in config.sources):
         stated.update((site, element) for element, site in config.sites.items())
     return sites, stated
 
