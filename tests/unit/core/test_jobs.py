@@ -27,8 +27,8 @@ from hydrator.core.jobs import (
 from hydrator.core.views import site_contents
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
+from tests.support.scripted import ScriptedQueue
 from tests.unit.factories import rep, t
-from tests.unit.fakes import Scripted
 
 S = Site
 # A holds x and y; B holds x, part of y; C receives y; D holds nothing
@@ -168,7 +168,7 @@ def test_state_epoch_is_the_oldest_site_refresh() -> None:
 
 
 def test_annotator_cycle_counts_and_a_no_change_cycle_edits_nothing() -> None:
-    adapter = Scripted()
+    adapter = ScriptedQueue()
     jobs = (job("1.0", XY), job("1.1", XY), job("2.0", X))
     want = annotate_values(VIEWS, [XY, X])
     done = tuple(job(j.job_id, j.required, want[j.required]) for j in jobs)
@@ -184,7 +184,7 @@ def test_annotator_cycle_counts_and_a_no_change_cycle_edits_nothing() -> None:
 def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    adapter = Scripted()
+    adapter = ScriptedQueue()
     good = ScheddQueue("s1", (job("1.0", X),))
     other = ScheddQueue("s2", (job("9.0", X), job("9.1", X)))
     adapter.reads = [

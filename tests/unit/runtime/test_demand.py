@@ -18,7 +18,7 @@ from hydrator.errors import ConfigError
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.report import cycle_json
 from hydrator.runtime.wiring import build_service
-from tests.unit.fakes import Scripted
+from tests.support.scripted import ScriptedQueue
 
 INVENTORY = (
     '[storage.A]\nsite = "SITE_A"\navailable = ["ska:x", "ska:y"]\n\n'
@@ -28,7 +28,7 @@ XY = frozenset({"ska:x", "ska:y"})
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Any, Scripted]]:
+def served(tmp_path: Path) -> Iterator[tuple[str, Any, ScriptedQueue]]:
     (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
         {
@@ -39,7 +39,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Any, Scripted]]:
         tmp_path,
     )
     service = build_service(config)
-    adapter = Scripted()
+    adapter = ScriptedQueue()
     service.pool = replace(service.pool, annotator=Annotator(adapter, AnnotateSettings()))
     http = HttpEndpoint(service, config.http, wedged_after_s=300)
     http.start()
@@ -52,7 +52,7 @@ def queue(*jobs: tuple[str, frozenset[str]]) -> ScheddQueue:
     return ScheddQueue("s1", tuple(QueuedJob(i, r) for i, r in jobs))
 
 
-def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, Scripted]) -> None:
+def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, ScriptedQueue]) -> None:
     base, service, adapter = served
     url = f"{base}/v1/demand"
     assert requests.get(url, timeout=5).json()["jobs"] is None  # not read yet
@@ -84,7 +84,7 @@ def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, Scripted]
 
 
 def test_a_schedd_that_stops_answering_keeps_its_jobs_in_the_demand(
-    served: tuple[str, Any, Scripted],
+    served: tuple[str, Any, ScriptedQueue],
 ) -> None:
     base, service, adapter = served
     adapter.reads = [[queue(("1.0", XY))], [ScheddFailure("s1", "connection refused")]]
@@ -98,7 +98,7 @@ def test_a_schedd_that_stops_answering_keeps_its_jobs_in_the_demand(
     assert failures("hydrator_job_schedd_failures_total", {"reason": "unavailable"}) == 1
 
 
-def test_an_annotator_bug_never_fails_the_cycle(served: tuple[str, Any, Scripted]) -> None:
+def test_an_annotator_bug_never_fails_the_cycle(served: tuple[str, Any, ScriptedQueue]) -> None:
     _, service, adapter = served
     adapter.reads = [[queue(("1.0", XY))]]
     adapter.refuse = set()

@@ -24,7 +24,7 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.service import Rereader, Service
 from hydrator.runtime.wiring import assemble
-from tests.unit.fakes import Scripted
+from tests.support.scripted import ScriptedQueue
 
 
 class Reader:
@@ -158,7 +158,7 @@ def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path:
     )
     reader = Reader(QueueSnapshot((ScheddRead("s1", (annotated_job(),), annotate=True),)))
     reader.pool = False  # read for annotation alone, after the ads
-    edits = Scripted()
+    edits = ScriptedQueue()
     svc = assemble(
         config,
         sources=[StaticSource("static", tmp_path / "inv.toml", {})],

@@ -32,7 +32,7 @@ Step = Snapshot | BaseException | Callable[[], Snapshot]
 Clock = Callable[[], datetime]
 
 
-class Scripted:
+class ScriptedSource:
     """A source following a script: a Snapshot, an exception, or a callable per cycle."""
 
     def __init__(self, name: str, script: Sequence[Step]) -> None:
@@ -106,7 +106,7 @@ def good(config: Config) -> Snapshot:
     return StaticSource("s", inventory.path, {}).fetch(FetchContext(t(0)))
 
 
-class Counting(Scripted):
+class Counting(ScriptedSource):
     """A source that also says what its last fetch deferred, called and reused, as the DMAPI
     and Rucio sources do (the capabilities of ``core/ports.py``)."""
 
@@ -118,7 +118,7 @@ class Counting(Scripted):
 
 
 def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock: Clock) -> None:
-    source = Scripted(
+    source = ScriptedSource(
         "s", [good(config), TransientSourceError("HTTP 503"), ZeroDivisionError("bug")]
     )
     service = make(config, [source], clock)
@@ -169,7 +169,7 @@ def test_slots_handed_to_the_looks_are_exported_apart_from_those_held_back(
         ) -> PublishReport:
             return PublishReport(sent={"site_ad": 1}, deferred=2, handed=5)
 
-    service = make(config, [Scripted("s", [good(config)])], clock, [Handing()])
+    service = make(config, [ScriptedSource("s", [good(config)])], clock, [Handing()])
     assert service.run_cycle().outcome == "ok"
     m = service.metrics.registry.get_sample_value
     assert m("hydrator_collector_merges_handed") == 5
@@ -178,7 +178,7 @@ def test_slots_handed_to_the_looks_are_exported_apart_from_those_held_back(
 
 def test_a_publisher_failure_degrades_but_the_state_is_saved(config: Config, clock: Clock) -> None:
     recorder = Recorder(fail=True)
-    service = make(config, [Scripted("s", [good(config)])], clock, [recorder])
+    service = make(config, [ScriptedSource("s", [good(config)])], clock, [recorder])
     report = service.run_cycle()
     assert report.outcome == "degraded" and "did not answer" in report.publish_errors["recorder"]
     assert recorder.calls == [({"A"}, set())]
@@ -194,7 +194,7 @@ def test_a_state_write_failure_fails_the_cycle_and_changes_nothing(
 
     service = assemble(
         config,
-        sources=[Scripted("s", [good(config)])],
+        sources=[ScriptedSource("s", [good(config)])],
         store=Full(config.daemon.state_path),
         clock=clock,
     )
@@ -211,7 +211,7 @@ def test_stop_during_fetch_abandons_without_saving(config: Config, clock: Clock)
         service.stop_event.set()  # SIGTERM arrives while the source is answering
         return good(config)
 
-    service = make(config, [Scripted("s", [slow])], clock)
+    service = make(config, [ScriptedSource("s", [slow])], clock)
     assert service.run_cycle().outcome == "abandoned"
     assert SqliteStateStore(config.daemon.state_path).load().sources == {}
 
@@ -219,8 +219,8 @@ def test_stop_during_fetch_abandons_without_saving(config: Config, clock: Clock)
 def test_a_restart_serves_the_saved_state_before_its_first_cycle(
     config: Config, clock: Clock
 ) -> None:
-    make(config, [Scripted("s", [good(config)])], clock).run_cycle()
-    restarted = make(config, [Scripted("s", [TransientSourceError("down")])], clock)
+    make(config, [ScriptedSource("s", [good(config)])], clock).run_cycle()
+    restarted = make(config, [ScriptedSource("s", [TransientSourceError("down")])], clock)
     assert [str(d) for d in restarted.published.ads[Site("A")].view.available] == ["ska:x"]
     assert restarted.readiness()[0], "the saved state is last-known-good: ready at once"
     assert restarted.run_cycle().outcome == "degraded"
@@ -232,14 +232,16 @@ def test_readiness_needs_every_source_answered_once_now_or_in_the_saved_state(
 ) -> None:
     down = TransientSourceError("down")
     service = make(
-        config, [Scripted("s", [down, good(config)]), Scripted("t", [good(config)] * 2)], clock
+        config,
+        [ScriptedSource("s", [down, good(config)]), ScriptedSource("t", [good(config)] * 2)],
+        clock,
     )
     assert service.readiness() == (False, "no successful answer yet from source(s): s, t")
     service.run_cycle()  # t answers, s does not
     assert service.readiness() == (False, "no successful answer yet from source(s): s (down)")
     service.run_cycle()
     assert service.readiness()[0]
-    restarted = make(config, [Scripted("s", [down]), Scripted("t", [down])], clock)
+    restarted = make(config, [ScriptedSource("s", [down]), ScriptedSource("t", [down])], clock)
     assert restarted.readiness()[0], "the saved state holds last-known-good for both"
 
 
@@ -254,7 +256,7 @@ def test_cycles_never_overlap(config: Config, clock: Clock) -> None:
         release.wait(5)
         return good(config)
 
-    service = make(config, [Scripted("s", [blocking, blocking])], clock)
+    service = make(config, [ScriptedSource("s", [blocking, blocking])], clock)
     first = threading.Thread(target=service.run_cycle)
     first.start()
     entered.wait(5)
@@ -286,7 +288,7 @@ class Probe:
 def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: Clock) -> None:
     service = assemble(
         config,
-        sources=[Scripted("s", [good(config), good(config)])],
+        sources=[ScriptedSource("s", [good(config), good(config)])],
         store=SqliteStateStore(config.daemon.state_path),
         probe=Probe(),
         clock=clock,
@@ -310,7 +312,7 @@ def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: Cl
 
     a = snap("s", rep("A", "x"), rep("B", "y"))
     b = snap("s", rep("A", "x"), rep("B", "y"), rep("B", "z"))
-    service = make(config, [Scripted("s", [a, a, b])], clock)
+    service = make(config, [ScriptedSource("s", [a, a, b])], clock)
     service.run_cycle()
     first = service.published.ads
     service.run_cycle()
@@ -327,7 +329,7 @@ def test_without_a_pool_probe_the_local_ratio_is_unknown_not_zero(
 ) -> None:
     import math
 
-    service = make(config, [Scripted("s", [good(config)])], clock)
+    service = make(config, [ScriptedSource("s", [good(config)])], clock)
     service.run_cycle()
     ratio = service.metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
     assert ratio is not None and math.isnan(ratio)
@@ -390,7 +392,7 @@ def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
 
     big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
     small = snap("s", *(rep("A", f"n{i:04d}") for i in range(1200)))  # not a suspicious drop
-    service = make(config, [Scripted("s", [big, big, small])], clock)
+    service = make(config, [ScriptedSource("s", [big, big, small])], clock)
     unadvertised = {"site": "A", "reason": "over_size"}
     m = service.metrics.registry.get_sample_value
 
@@ -421,7 +423,7 @@ def test_an_unchanged_over_size_site_is_cut_again_by_this_cycles_demand_and_time
     answers: list[dict[DatasetId, int]] = [{}, {}, {last: 3}, {last: 3}]
     service = assemble(
         config,
-        sources=[Scripted("s", [big] * 4)],
+        sources=[ScriptedSource("s", [big] * 4)],
         store=SqliteStateStore(config.daemon.state_path),
         demand=lambda: answers.pop(0),
         clock=clock,
@@ -447,7 +449,7 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
         return merged_snapshot("s", [rep("A", "x")], [], invalid, frozenset())
 
     script: list[Step] = [answer(1), answer(1), TransientSourceError("HTTP 503"), answer(3)]
-    service = make(config, [Scripted("s", script)], clock)
+    service = make(config, [ScriptedSource("s", script)], clock)
     m = service.metrics.registry.get_sample_value
     seen = []
     for _ in script:
@@ -595,8 +597,8 @@ def test_a_source_past_its_deadline_fails_and_the_cycle_goes_on(
         release.wait(60)  # a server sending one header line a second, for ever
         return merged_snapshot("slow", [], ())
 
-    fast = Scripted("fast", [lambda: merged_snapshot("fast", good(two_sources).replicas)] * 3)
-    slow = Scripted("slow", [hang, hang])
+    fast = ScriptedSource("fast", [lambda: merged_snapshot("fast", good(two_sources).replicas)] * 3)
+    slow = ScriptedSource("slow", [hang, hang])
     service = make(two_sources, [fast, slow], clock)
     try:
         t0 = time.monotonic()
@@ -631,8 +633,8 @@ def test_stopping_ends_a_cycle_waiting_for_a_source_at_once(
         release.wait(60)
         return good(two_sources)
 
-    fast = Scripted("fast", [lambda: good(two_sources)])
-    slow = Scripted("slow", [blocked])
+    fast = ScriptedSource("fast", [lambda: good(two_sources)])
+    slow = ScriptedSource("slow", [blocked])
     service = make(two_sources, [fast, slow], clock)
     threading.Timer(0.3, service.stop_event.set).start()
     t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""Scripted stand-ins for ports in unit tests (shared by several test modules)."""
+"""Scripted stand-ins for ports, shared by several test modules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hydrator.core.ports import QueueAdapter
 from hydrator.errors import PublishError
 
 
-class Scripted(QueueAdapter):
+class ScriptedQueue(QueueAdapter):
     """A QueueAdapter answering from a script: reads per cycle, schedds that refuse edits, and
     an exception every edit raises instead (``broken``, a stand-in for an adapter's bug)."""
 
