@@ -1,6 +1,6 @@
 """How big a site's ad is, and what is kept of cutting it to size between cycles (pure).
 
-:func:`advertise` (:mod:`.advertise`) cuts a view to ``[classad] max_ad_bytes`` by asking a
+:func:`~.advertise.advertise` cuts a view to ``[classad] max_ad_bytes`` by asking a
 ``size`` function; :func:`ad_size` is the one the daemon gives it (cheap bounds from the names,
 a rendering only between them). :class:`AdvertiseMemo` remembers a site's answer while its
 inputs are the same, and :func:`over_size_news` says which sites started or stopped being cut
@@ -22,11 +22,11 @@ _first = itemgetter(0)
 
 
 def ad_size(view: SiteView, attrs: AdAttributes, max_ad_bytes: int) -> int:
-    """Bytes of ``view``'s ad as the hook gets it (:func:`~hydrator.core.render.render_cron`),
-    or a bound on the same side of ``max_ad_bytes`` (all :func:`advertise` compares it with):
-    bounds from the names over the empty ad (each name costs its length and two quotes, plus
-    at most a comma; so at least ``MIN_NAME_BYTES``, which settles a long list at once); a
-    rendering only between the bounds."""
+    """Bytes of ``view``'s ad as the hook gets it (:func:`~hydrator.core.render.render_cron`), or a
+    bound on the same side of ``max_ad_bytes`` (all :func:`~.advertise.advertise` compares it with):
+    bounds from the names over the empty ad (each name costs its length and two quotes, plus at most
+    a comma; so at least ``MIN_NAME_BYTES``, which settles a long list at once); a rendering only
+    between the bounds."""
     count = len(view.available) + len(view.partial) + len(view.replicating)
     if MIN_NAME_BYTES * count > max_ad_bytes:  # too many names to fit, whatever their length
         return MIN_NAME_BYTES * count
@@ -49,15 +49,14 @@ def stamp_width(view: SiteView) -> int:
 
 
 class AdvertiseMemo:
-    """A site's :func:`advertise` answer, reused while its inputs are the same: an equal
-    unstamped view (the core hands on an unchanged site's view as is, so the comparison
-    meets the same objects item by item and costs little), the same
-    demand, the same storage statuses and reasons, and an ``updated`` time of the
-    same width in the ad (the size checks see the rendered ad), and the same bytes of lines
-    added outside the lists (``extra_bytes``: the near line). Everything else
-    :func:`advertise` reads is fixed per service (policy, configuration) or follows from the
-    view (the held replicas of its site). Saves re-rendering over-size ads each cycle to find
-    how much fits."""
+    """A site's :func:`~.advertise.advertise` answer, reused while its inputs are the same: an equal
+    unstamped view (the core hands on an unchanged site's view as is, so the comparison meets the
+    same objects item by item and costs little), the same demand, the same storage statuses and
+    reasons, and an ``updated`` time of the same width in the ad (the size checks see the rendered
+    ad), and the same bytes of lines added outside the lists (``extra_bytes``: the near line).
+    Everything else :func:`~.advertise.advertise` reads is fixed per service (policy, configuration)
+    or follows from the view (the held replicas of its site). Saves re-rendering over-size ads each
+    cycle to find how much fits."""
 
     __slots__ = ("advertised", "contents", "extra_bytes", "stamp_width", "stated", "wanted")
 

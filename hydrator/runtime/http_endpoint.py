@@ -136,7 +136,8 @@ class HttpEndpoint:
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="http-server", daemon=True)
         self.threads_down: Callable[[], list[str]] = list
-        """The supervised threads now down (:meth:`Supervisor.down`): ``/readyz`` names them."""
+        """The supervised threads now down (:meth:`.supervise.Supervisor.down`): ``/readyz``
+        names them."""
         self.coverage: Callable[[], Mapping[Site, SiteCoverage]] = dict
         """The slots' coverage per site as the repair watch last looked
         (:attr:`~hydrator.runtime.repair.RepairWatch.coverage`; none without a watch)."""

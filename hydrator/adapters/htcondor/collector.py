@@ -14,30 +14,28 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   each cycle re-merges exactly the slots whose digest attribute is missing or differs, or whose
   updated attribute is older than ``refresh_s`` while a newer value exists; a current slot gets
   nothing.
-  A slot that carries the site's current digest and only needs a newer updated value gets the
-  digest and updated attributes alone (:func:`slim_merge`): the digest covers every list the
-  ad carries, and a startd update wipes all merged attributes at once, so the lists it already
+  A slot that carries the site's current digest and only needs a newer updated value gets the digest
+  and updated attributes alone (:func:`~.collector_plan.slim_merge`): the digest covers every list
+  the ad carries, and a startd update wipes all merged attributes at once, so the lists it already
   carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
-* **merge budget** (``merge_budget_bytes_per_s``): full merges that replace a slot's lists
-  with its site's new ones are charged their bytes against a token bucket
-  (:mod:`hydrator.core.merge_budget`, :func:`within_budget`); what does not fit is deferred
-  to the next repair looks. Merges into bare slots (wiped, new) and slim merges are free.
-  A change thus reaches every slot of its site at once while the bucket holds it, and the
-  collector's load under changes everywhere all the time is the budget's rate
-  (docs/coverage.md, "The merge budget").
-* **per-slot window** (``merge_min_interval_s``, 0 by default: off): every full merge also
-  writes ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change
-  of the lists it carries: the merge's own time when it changes them, the time the site's
-  current lists were first published when it re-sends them to a bare slot,
-  :func:`merged_value`), which the startd's next update wipes with the rest. A slot that
-  carries it and an older digest was merged by us and not wiped since: it is re-merged only
-  once that value is ``merge_min_interval_s`` old (:func:`defer_merges`), by the next cycle
-  or the next repair look, whichever comes first (the trailing edge). The value is read back
-  from the collector each cycle, so a restarted daemon keeps the same pace. Slots without it
-  (new glideins and dynamic slots, wiped ones, or slots a hook alone fed) are merged at once;
-  site ads and the hook's HTTP files follow every cycle. ``refresh_s`` keeps its promise: a
-  deferred slot whose ``DataLocalityUpdated`` is older than ``refresh_s`` while a newer one
-  exists is re-merged anyway.
+* **merge budget** (``merge_budget_bytes_per_s``): full merges that replace a slot's lists with its
+  site's new ones are charged their bytes against a token bucket (:mod:`hydrator.core.merge_budget`,
+  :func:`~.collector_plan.within_budget`); what does not fit is deferred to the next repair looks.
+  Merges into bare slots (wiped, new) and slim merges are free. A change thus reaches every slot of
+  its site at once while the bucket holds it, and the collector's load under changes everywhere all
+  the time is the budget's rate (docs/coverage.md, "The merge budget").
+* **per-slot window** (``merge_min_interval_s``, 0 by default: off): every full merge also writes
+  ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change of the lists it
+  carries: the merge's own time when it changes them, the time the site's current lists were first
+  published when it re-sends them to a bare slot, :func:`~.collector_plan.merged_value`), which the
+  startd's next update wipes with the rest. A slot that carries it and an older digest was merged by
+  us and not wiped since: it is re-merged only once that value is ``merge_min_interval_s`` old
+  (:func:`defer_merges`), by the next cycle or the next repair look, whichever comes first (the
+  trailing edge). The value is read back from the collector each cycle, so a restarted daemon keeps
+  the same pace. Slots without it (new glideins and dynamic slots, wiped ones, or slots a hook alone
+  fed) are merged at once; site ads and the hook's HTTP files follow every cycle. ``refresh_s``
+  keeps its promise: a deferred slot whose ``DataLocalityUpdated`` is older than ``refresh_s`` while
+  a newer one exists is re-merged anyway.
 * **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
   between cycles): one query for the slot ads of the last published sites that lack their
   site's current digest, leaving out those the rate limit holds back
@@ -66,8 +64,9 @@ daemon retries on its next cycle. ``htcondor2`` raises builtin exceptions (``Run
 Authentication: an IDTOKEN in ``token_dir`` (``SEC_TOKEN_DIRECTORY``), whose identity the
 collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIATOR).
 
-The decisions named above (:func:`slim_merge`, :func:`within_budget`, :func:`defer_merges`,
-:func:`cycle_share`, :func:`merged_value`, which ads are current) are pure and live in
+The decisions named above (:func:`~.collector_plan.slim_merge`,
+:func:`~.collector_plan.within_budget`, :func:`defer_merges`, :func:`cycle_share`,
+:func:`~.collector_plan.merged_value`, which ads are current) are pure and live in
 :mod:`hydrator.adapters.htcondor.collector_plan`; this module reads, builds ads and sends.
 """
 
@@ -413,9 +412,10 @@ class CollectorPublisher:
         self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float
     ) -> tuple[int, int]:
         """Merge each slot's site attributes into it: per site, kind (full, with
-        :data:`MERGED_ATTRIBUTE`, or digest and updated alone: :func:`slim_merge`) and merge
-        time (:func:`merged_value`) one template, whose ads are reused across that group's
-        batches (:func:`named_batches`). Returns (ads sent, their old-syntax bytes)."""
+        :data:`MERGED_ATTRIBUTE`, or digest and updated alone: :func:`~.collector_plan.slim_merge`)
+        and merge time (:func:`~.collector_plan.merged_value`) one template, whose ads are reused
+        across that group's batches (:func:`named_batches`). Returns (ads sent, their old-syntax
+        bytes)."""
         groups = merge_groups(slots, rendered, self._current, now_s)
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 

@@ -2,7 +2,7 @@
 
 Nothing read back is trusted: every row is checked with the rules fresh input meets
 (:class:`~hydrator.domain.DatasetId`, :func:`~hydrator.domain.check_site`); a row that fails is
-counted in :attr:`SqliteStateStore.rejected_rows`, logged once per load, and never used (a
+counted in :attr:`~.sqlite.SqliteStateStore.rejected_rows`, logged once per load, and never used (a
 replica row whose only fault is its first-seen time keeps its replica and counts under
 ``first_seen``). A file that exists but is empty or not a hydrator database is an error, never
 an empty start.
@@ -78,7 +78,7 @@ class Loader:
     def time(self, value: Any) -> datetime | None:
         """The aware UTC time of an epoch (None for NULL), one object per distinct value;
         raises ValueError (or OverflowError/OSError from datetime) for anything else (what
-        :data:`VALID_FIRST_SEEN` leaves out, and more)."""
+        :data:`~.schema.VALID_FIRST_SEEN` leaves out, and more)."""
         if value is None:
             return None
         found = self.times.get(value)

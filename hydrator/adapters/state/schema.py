@@ -9,9 +9,9 @@ Schema version 4::
              transfer, progress, bytes_fraction, first_seen)
     drains(site, storage, reason, since, until)      operator drains (``hydrator drain``)
 
-Older files are upgraded when a writer opens them, in one transaction (:func:`_migrate`: a
+Older files are upgraded when a writer opens them, in one transaction (:func:`migrate`: a
 kill or an error leaves the old file as it was, migrated again at the next start); a reader
-reads their rows through the same query (:data:`_ROWS_OF`) and writes nothing.
+reads their rows through the same query (:data:`ROWS_OF`) and writes nothing.
 
 * Version 3 had no ``drains`` and ``storages`` tables: both are
   added empty (no drain; the next answer of each source states its storage).

@@ -2,15 +2,15 @@
 storage statuses as stored (the hot path of
 :meth:`~hydrator.adapters.state.sqlite.SqliteStateStore.save`).
 
-``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which
-belongs to the pair across sources and lives only here (the daemon never holds it in memory):
-a save writes the row of a pair that no row of a source the plan knows held before with the
-plan's :attr:`~hydrator.core.plan.Plan.now`, and any other row (a second source's row of the
-pair, a row rewritten because its replica changed, a pair moving between sources) with the
-earliest valid time the pair's rows already hold (NULL if they hold none), so every
-source's row of a pair holds the same time, and a pair gone from every source loses it with
-its last row. :meth:`SqliteStateStore.first_seen` reads them back (the earliest valid time of
-each pair's rows; a row's NULL or invalid time counts as none).
+``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which belongs to
+the pair across sources and lives only here (the daemon never holds it in memory): a save writes the
+row of a pair that no row of a source the plan knows held before with the plan's
+:attr:`~hydrator.core.plan.Plan.now`, and any other row (a second source's row of the pair, a row
+rewritten because its replica changed, a pair moving between sources) with the earliest valid time
+the pair's rows already hold (NULL if they hold none), so every source's row of a pair holds the
+same time, and a pair gone from every source loses it with its last row.
+:meth:`~.sqlite.SqliteStateStore.first_seen` reads them back (the earliest valid time of each pair's
+rows; a row's NULL or invalid time counts as none).
 
 Rows are written in the table's key order (a B-tree filled in order touches each page once;
 a set's hash order rewrites pages all over the file: docs/performance.md), built by C-level
@@ -141,8 +141,8 @@ def insert_replicas(
     db: sqlite3.Connection, source: str, replicas: Iterable[Replica], stamp: FirstSeen
 ) -> int:
     """Write ``replicas`` as rows of ``source``, each with its pair's first-seen time
-    (:class:`FirstSeen`); a plain record (no :class:`Detail`) is stored as its properties
-    read: no transfer, progress 0, bytes share = files share."""
+    (:class:`FirstSeen`); a plain record (no :class:`~hydrator.domain.Detail`) is stored as its
+    properties read: no transfer, progress 0, bytes share = files share."""
     ordered = in_key_order(replicas)
     plain = list(filterfalse(_DETAIL_OF, ordered))  # a Detail is a non-empty tuple: true
     detailed = list(filter(_DETAIL_OF, ordered))

@@ -19,7 +19,7 @@ here): each request's timeout is at most the time left; a body is read one socke
 time (``read1``), the deadline checked between reads (:class:`_BoundedAdapter`); and
 :meth:`Run.expire`, a timer at the deadline, shuts down the socket of every connection still
 waiting for its headers, which ends that read at once in the thread that is blocked in it
-(the run and the watched connections are in :mod:`..._deadline`, shared with the Rucio source).
+(the run and the watched connections are in :mod:`.._deadline`, shared with the Rucio source).
 
 Errors (``raise ... from`` the ``requests`` exception)::
 
@@ -89,7 +89,7 @@ class AnswerTooLarge(requests.RequestException):
 
 class _BoundedAdapter(WatchedAdapter):
     """requests' transport adapter, with urllib3 pools of watched connections
-    (:mod:`..._deadline`) and bodies read within the current run's deadline and at most
+    (:mod:`.._deadline`) and bodies read within the current run's deadline and at most
     ``max_bytes`` (after decompression), so one oversized answer cannot grow the daemon's memory
     without bound.
 

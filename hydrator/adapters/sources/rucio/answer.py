@@ -52,7 +52,8 @@ class Plain(NamedTuple):
 
 
 def is_plain(replica: Replica) -> bool:
-    """True for a replica that says only "complete" (the form :func:`holding` gives it)."""
+    """True for a replica that says only "complete" (the form
+    :func:`~hydrator.core.presence.holding` gives it)."""
     return (
         replica.detail is None
         and replica.state is ReplicaState.AVAILABLE
