@@ -293,7 +293,7 @@ class SourceState:
     ``replicas``/``sites`` are the last *good* snapshot. ``stale`` is true while the source
     failed or was held back since then. ``held_cycles`` counts consecutive cycles whose answer
     was held back as a suspicious drop. What the core derives from it (its index, its counts
-    per site) is held beside it: :class:`hydrator.core.model.SourceModel`.
+    per site) is held beside it, in :class:`hydrator.core.model.Model`.
     """
 
     name: str

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from hydrator.core.model import Model
-from hydrator.core.plan import Planned, Policy, SourceStatus, planned
+from hydrator.core.plan import Memo, Planned, Policy, SourceStatus, planned
 from hydrator.core.storage import Drain, unavailable_storages
 from hydrator.domain import (
     DatasetId,
@@ -67,16 +67,19 @@ def refresh_outcomes(
 
 
 def planned_between(
-    previous: Model,
+    previous: State,
     outcomes: Mapping[str, SourceOutcome],
     now: datetime,
     policy: Policy,
     drains: Sequence[Drain] = (),
+    *,
+    model: Memo | None = None,
 ) -> Planned:
-    """A cycle between two full reads planned over ``outcomes``, every source's read times,
-    failure and guard state kept as the last full read left them (:func:`keep_read_times`)."""
-    state = previous.state
-    return keep_read_times(planned(state, outcomes, now, policy, drains, model=previous), state)
+    """A cycle between two full reads planned over ``outcomes`` (:func:`planned`, ``model``
+    as there), every source's read times, failure and guard state kept as the last full read
+    left them (:func:`keep_read_times`)."""
+    decided = planned(previous, outcomes, now, policy, drains, model=model)
+    return keep_read_times(decided, previous)
 
 
 def reread(
@@ -152,7 +155,7 @@ def keep_read_times(decided: Planned, previous: State) -> Planned:
     for name, after in plan.state.sources.items():
         before = previous.sources.get(name)
         sources[name] = after if before is None else _kept(after, before)
-    model = decided.model.sharing(State(sources=sources))
+    model = Model.of(plan.state, decided.model).sharing(State(sources=sources))
     statuses = tuple(_kept_status(s, previous.sources.get(s.name), sources) for s in plan.sources)
     updated = model.site_updated
     sites = {s: replace(v, updated=updated.get(s)) for s, v in plan.sites.items()}

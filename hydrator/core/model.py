@@ -5,11 +5,13 @@ A model answers what the plain computation over the state answers (merge every s
 replicas, diff everything, rebuild every site: ``tests/benchmarks/test_core_equivalence.py``
 is its contract), at the cost of the cycle's changes instead of its replicas. Its parts are
 the merged index, which sources cover each site, each site's view and its last refresh, and
-per source (:class:`SourceModel`) its index and its count of replicas per site; each is built
+per source (:class:`_SourceModel`) its index and its count of replicas per site; each is built
 on first use or handed over from the previous cycle's model patched by the delta, set at
 most once and never mutated after. None of it is persisted, and none of it lives on the
 frozen state. The entry is :class:`Model`: :meth:`Model.of` (the model of a state, the held
-one if it is that state's), :meth:`Model.apply` (the next state's model and the changes).
+one if it is that state's), :meth:`Model.delta` and :meth:`Model.site_counts` (what the plan
+asks of a source), :meth:`Model.apply` (the next state's model and the changes); the
+runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
 
 The tricks, and what each saves: the one place their figures are kept (at a million
 replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit):
@@ -46,7 +48,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import datetime
-from functools import reduce
+from functools import partial, reduce
 from itertools import chain, filterfalse, islice
 from operator import itemgetter
 from typing import TypeVar
@@ -54,8 +56,8 @@ from typing import TypeVar
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
 from hydrator.core.presence import combine
-from hydrator.core.storage import Drain, down_sources, with_storage
-from hydrator.core.views import SiteLists, site_contents
+from hydrator.core.storage import Drain, served_views
+from hydrator.core.views import SiteLists
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -79,7 +81,7 @@ def _itself(dataset: DatasetId) -> DatasetId:
     return dataset
 
 
-class SourceModel:
+class _SourceModel:
     """One source's derived data, of its :attr:`~hydrator.domain.SourceState.replicas`
     (``replicas``): :attr:`index` and :attr:`site_counts`, each built on first use or given
     at construction (equal to what it would build). Never mutated once built."""
@@ -123,17 +125,17 @@ class SourceModel:
         """:attr:`site_counts` if built, else None (never builds them)."""
         return self._counts
 
-    def moved_to(self, replicas: AbstractSet[Replica]) -> SourceModel:
+    def moved_to(self, replicas: AbstractSet[Replica]) -> _SourceModel:
         """The same derived data for ``replicas``, which must be equal to :attr:`replicas`
         (the same answer kept by a new state value)."""
-        return SourceModel(replicas, self._index, self._counts)
+        return _SourceModel(replicas, self._index, self._counts)
 
     def delta_to(self, after: AbstractSet[Replica]) -> SourceDelta:
         """:attr:`replicas` moved to ``after``: ``after - before`` and ``before - after``.
         None to compute for an answer handed back as the very set held."""
         return _delta(self.replicas, after)
 
-    def moved_by(self, delta: SourceDelta, replicas: AbstractSet[Replica]) -> SourceModel:
+    def moved_by(self, delta: SourceDelta, replicas: AbstractSet[Replica]) -> _SourceModel:
         """This model moved by ``delta`` (non-empty) to ``replicas``: the index carried on
         where built (several sources merge), the site counts once the site guard needed
         them."""
@@ -143,15 +145,15 @@ class SourceModel:
 class Model:
     """A :class:`~hydrator.domain.State` (``state``) and what the core derives from it:
     :attr:`merged`, :attr:`coverage`, :attr:`contents`, :attr:`site_updated` and per source
-    its :class:`SourceModel` (:meth:`source`). Each is built on first use or given at
+    its :class:`_SourceModel` (:meth:`source`). Each is built on first use or given at
     construction (then equal to what it would build), and never mutated afterwards."""
 
-    __slots__ = ("_contents", "_coverage", "_merged", "_site_updated", "_sources", "state")
+    __slots__ = ("_contents", "_coverage", "_merged", "_new", "_site_updated", "_sources", "state")
 
     def __init__(
         self,
         state: State,
-        sources: Mapping[str, SourceModel] | None = None,
+        sources: Mapping[str, _SourceModel] | None = None,
         *,
         merged: Index | None = None,
         coverage: dict[Site, frozenset[str]] | None = None,
@@ -163,19 +165,21 @@ class Model:
         self._coverage = coverage
         self._contents = contents
         self._site_updated: dict[Site, datetime] | None = None
+        self._new: dict[str, _SourceModel] = {}  # sources a next state adds, from none
 
     @classmethod
     def of(
         cls,
         state: State,
-        held: Model | None = None,
+        held: object = None,
         *,
         as_read: Mapping[str, Sequence[Replica]] | None = None,
     ) -> Model:
-        """The model of ``state``: ``held`` if it is ``state``'s own (the one the runtime
-        carries), else a new one. ``as_read``: per source, its replicas (equal to its set) in
-        the order a store read them; a one-source state's site views are built from them."""
-        if held is not None and held.state is state:
+        """The model of ``state``: ``held`` if it is ``state``'s own model (the one the
+        runtime carries), else a new one. ``as_read``: per source, its replicas (equal to its
+        set) in the order a store read them; a one-source state's site views are built from
+        them."""
+        if isinstance(held, Model) and held.state is state:
             return held
         model = cls(state)
         (only,) = state.sources if len(state.sources) == 1 else (None,)
@@ -185,26 +189,50 @@ class Model:
             model = cls(state, coverage=coverage, contents=_views_of(rows, frozenset(coverage)))
         return model
 
-    def apply(
-        self,
-        state: State,
-        sources: Mapping[str, SourceModel],
-        deltas: Mapping[str, SourceDelta],
-    ) -> tuple[Model, Changes]:
-        """The model of ``state`` (this model's state moved by ``deltas``, source by source;
-        ``sources``: its sources' models) and the changes of the merged view: this model's
-        merged view and site views as they are where no source moved, else patched by the
-        changes."""
+    def delta(self, name: str, replicas: AbstractSet[Replica]) -> SourceDelta:
+        """Source ``name``'s replicas in this state (none for a source it lacks) moved to
+        ``replicas``: what was added and what removed."""
+        return self._known(name).delta_to(replicas)
+
+    def site_counts(self, name: str) -> Mapping[Site, int]:
+        """How many of source ``name``'s replicas are at each site: counted on first use,
+        then carried to the next state's model patched by the source's delta."""
+        return self._known(name).site_counts
+
+    def apply(self, state: State, deltas: Mapping[str, SourceDelta]) -> tuple[Model, Changes]:
+        """The model of ``state``, this model's state with each source's replicas moved by
+        its ``deltas`` entry (non-empty; a source without one holds the same replicas), and
+        the changes of the merged view: this model's merged view and site views as they are
+        where no source moved, else patched by the changes. Several sources carry their
+        indexes on; a one-source state holds none (its views come from its set and delta)."""
+        merging = len(state.sources) > 1
+        sources: dict[str, _SourceModel] = {}
+        for name, after in state.sources.items():
+            known = self._known(name)
+            if not merging:
+                known = _SourceModel(known.replicas, counts=known.built_counts)
+            delta = deltas.get(name)
+            moved = known.moved_to if delta is None else partial(known.moved_by, delta)
+            sources[name] = moved(after.replicas)
         return _derive(self, state, sources, deltas)
 
-    def source(self, name: str) -> SourceModel:
+    def _known(self, name: str) -> _SourceModel:
+        """Source ``name``'s model: of this state's source, or of none for a new source."""
+        if name in self.state.sources:
+            return self.source(name)
+        found = self._new.get(name)
+        if found is None:
+            found = self._new[name] = _SourceModel(frozenset())
+        return found
+
+    def source(self, name: str) -> _SourceModel:
         """The model of source ``name`` (one of ``state.sources``)."""
         found = self._sources.get(name)
         if found is None:
-            found = self._sources[name] = SourceModel(self.state.sources[name].replicas)
+            found = self._sources[name] = _SourceModel(self.state.sources[name].replicas)
         return found
 
-    def sharing(self, state: State, sources: Mapping[str, SourceModel] | None = None) -> Model:
+    def sharing(self, state: State, sources: Mapping[str, _SourceModel] | None = None) -> Model:
         """The model of ``state``, whose sources hold the same replicas and sites as
         :attr:`state`'s (read times may differ: :attr:`site_updated` is not shared);
         ``sources``: its sources' models (default: this one's, where made)."""
@@ -225,7 +253,7 @@ class Model:
     @property
     def merged(self) -> Index:
         """Site -> dataset -> all sources' reports combined (:func:`merge_replicas`; for one
-        source, its :attr:`SourceModel.index`). The core reads it only where several
+        source, its :attr:`_SourceModel.index`). The core reads it only where several
         sources merge: with one, a cycle works from its set and its delta."""
         if self._merged is None:
             names = sorted(self.state.sources)
@@ -288,27 +316,15 @@ class Model:
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
     def served_views(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
-        """The views as the sites' ads say them: every source's storage statuses and the
-        ``drains`` active at ``now`` applied (:func:`~hydrator.core.storage.with_storage`),
-        and at each site the entries of the sources whose every storage element stated there
-        cannot serve left out (:func:`~hydrator.core.storage.down_sources`; a full read has
-        left them out already, a refresh cycle, which re-reads statuses but no dataset, needs
-        this to take them out within one cycle). Another source's entries there stay: nobody
-        said the storage holding them is down."""
-        sources = self.state.sources
-        statuses = [s for name in sorted(sources) for s in sources[name].storages]
-        views = self.stamped_views()
-        emptied: set[Site] = set()
-        for site, down in down_sources(self.state).items():
-            covering = self.coverage.get(site, frozenset())
-            others = [n for n in covering - down if self.source(n).index.get(site)]
-            if not others:  # a one-source daemon always ends here, reading no index
-                emptied.add(site)
-            elif any(self.source(n).index.get(site) for n in covering & down):
-                reports = (r for n in sorted(others) for r in self.source(n).index[site].values())
-                (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
-                views[site] = replace(kept, updated=views[site].updated)  # a refresh cycle's
-        return with_storage(views, statuses, drains, now, frozenset(emptied))
+        """The views as the sites' ads say them (:func:`~hydrator.core.storage.served_views`,
+        which reads a source's index at a site only where some source's storage there is
+        down: a one-source daemon never builds one)."""
+
+        def held_at(name: str, site: Site) -> Mapping[DatasetId, Replica]:
+            return self.source(name).index.get(site, {})
+
+        views, coverage = self.stamped_views(), self.coverage
+        return served_views(views, self.state, coverage, held_at, drains=drains, now=now)
 
     @property
     def entries(self) -> int:
@@ -322,7 +338,7 @@ class Model:
 def _derive(
     held: Model,
     state: State,
-    sources: Mapping[str, SourceModel],
+    sources: Mapping[str, _SourceModel],
     deltas: Mapping[str, SourceDelta],
 ) -> tuple[Model, Changes]:
     """What is derived from ``state`` (``sources``: its sources' derived data) and its
@@ -342,7 +358,7 @@ def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> b
     return a.keys() == b.keys() and all(a[n].sites == b[n].sites for n in a)
 
 
-def recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
+def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
     """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
     moved = Counter(counts)
     moved.update(map(site_of, delta.added))
@@ -350,15 +366,15 @@ def recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]
     return {site: n for site, n in moved.items() if n > 0}
 
 
-def _moved(known: SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> SourceModel:
+def _moved(known: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> _SourceModel:
     """``known`` moved by a non-empty ``delta`` to ``replicas``: the index carried on where
     built (several sources merge), the site counts once the site guard needed them."""
     index = known.built_index
     counts = known.built_counts
-    return SourceModel(
+    return _SourceModel(
         replicas,
         None if index is None else _patched(known, delta, replicas),
-        None if counts is None else recounted(counts, delta),
+        None if counts is None else _recounted(counts, delta),
     )
 
 
@@ -375,7 +391,7 @@ def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceD
     return SourceDelta(added=after - before, removed=before - after)
 
 
-def _patched(before: SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
+def _patched(before: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
     """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
     ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
     its answer between fetches shares it, so the daemon holds one set and one object per

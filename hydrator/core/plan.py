@@ -33,10 +33,12 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, Protocol
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.guards import (
@@ -46,13 +48,14 @@ from hydrator.core.guards import (
     suspicious_drop,
     without_case_twins,
 )
-from hydrator.core.model import Model, SourceModel
+from hydrator.core.model import Model
 from hydrator.core.storage import (
     Drain,
     count_outside,
     explained_entries,
 )
 from hydrator.domain import (
+    Replica,
     Site,
     SiteView,
     Snapshot,
@@ -62,7 +65,16 @@ from hydrator.domain import (
     State,
 )
 
-__all__ = ["Plan", "Planned", "Policy", "SourceDelta", "SourceStatus", "plan_cycle", "planned"]
+__all__ = [
+    "Memo",
+    "Plan",
+    "Planned",
+    "Policy",
+    "SourceDelta",
+    "SourceStatus",
+    "plan_cycle",
+    "planned",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +115,25 @@ class Plan:
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
     entries: int = 0  # (site, dataset) pairs the merged view holds
+    # each covered site's lists before storage and drains (what the advertise memo compares)
+    contents: Mapping[Site, SiteView] = field(default_factory=dict)
+
+
+class Memo(Protocol):
+    """What the runtime holds between cycles and hands back to the next :func:`planned` as
+    ``model``, so that the cycle costs its changes, not its replicas: opaque to it but for
+    the state it is of. The core's :class:`~hydrator.core.model.Model` is one."""
+
+    @property
+    def state(self) -> State: ...
 
 
 class Planned(NamedTuple):
-    """A plan and the model of its state (:mod:`hydrator.core.model`), which the runtime
-    holds and hands to the next cycle's :func:`planned` so that it costs its changes."""
+    """A plan and the memo of its state, which the runtime holds and hands to the next
+    cycle's :func:`planned`."""
 
     plan: Plan
-    model: Model
+    model: Memo
 
 
 def plan_cycle(
@@ -133,31 +156,26 @@ def planned(
     policy: Policy,
     drains: Sequence[Drain] = (),
     *,
-    model: Model | None = None,
+    model: Memo | None = None,
 ) -> Planned:
     """Decide this cycle, and the model of the new state. ``outcomes`` has one entry per
     configured source; ``drains`` are the operator's (those of whole sites empty the site's
     view while active). ``previous``: the saved state. ``model``: the last cycle's
-    :attr:`Planned.model` (or the loaded state's), which makes the cycle cost its changes;
-    any other (or none) is ignored and the model of ``previous`` built afresh: the plan is
-    the same either way.
+    :attr:`Planned.model` (or the restart's), which makes the cycle cost its changes; any
+    other (or none) is ignored and the model of ``previous`` built afresh: the plan is the
+    same either way.
 
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """
     held = Model.of(previous, model)
     sources: dict[str, SourceState] = {}
-    derived: dict[str, SourceModel] = {}
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
-    merging = len(outcomes) > 1  # several sources: their indexes are kept from cycle to cycle
     outcomes, refused = without_case_twins(previous, held.coverage.keys(), outcomes)
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
-        known = held.source(name) if name in previous.sources else SourceModel(before.replicas)
-        advanced = _advance_source(
-            before, known, outcomes[name], now, policy=policy, merging=merging
-        )
-        after, derived[name], status, delta = advanced
+        moved = _Moved(partial(held.delta, name), partial(held.site_counts, name))
+        after, status, delta = _advance_source(before, outcomes[name], now, moved, policy)
         if name in refused:
             status = replace(status, refused_sites=refused[name])
         sources[name] = after
@@ -166,7 +184,7 @@ def planned(
             deltas[name] = delta
     for name in sorted(set(previous.sources) - set(outcomes)):
         deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
-    new, changes = held.apply(State(sources=sources), derived, deltas)
+    new, changes = held.apply(State(sources=sources), deltas)
     old_contents = held.contents
     changed_sites = frozenset(
         site
@@ -183,29 +201,30 @@ def planned(
         removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
         now=now,
         entries=new.entries,
+        contents=new.contents,
     )
     return Planned(plan, new)
 
 
+class _Moved(NamedTuple):
+    """What a source's move asks of the model: the delta from its held replicas to an
+    answer's, and its held replicas counted per site (for the site guard, only when a site
+    is a candidate)."""
+
+    delta: Callable[[AbstractSet[Replica]], SourceDelta]
+    site_counts: Callable[[], Mapping[Site, int]]
+
+
 def _advance_source(
-    before: SourceState,
-    known: SourceModel,
-    outcome: SourceOutcome,
-    now: datetime,
-    *,
-    policy: Policy,
-    merging: bool,
-) -> tuple[SourceState, SourceModel, SourceStatus, SourceDelta]:
-    """``before`` (``known``: what is derived from it) moved by ``outcome``; its index (if
-    built) handed on only when ``merging`` (one source alone needs none: a one-source daemon
-    holds no index), its site counts (if built) always."""
-    if not merging:
-        known = SourceModel(before.replicas, counts=known.built_counts)
+    before: SourceState, outcome: SourceOutcome, now: datetime, moved: _Moved, policy: Policy
+) -> tuple[SourceState, SourceStatus, SourceDelta]:
+    """``before`` moved by ``outcome``: the new source state, its status and its delta (empty
+    when it failed or was held back)."""
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         kind = "permanent_error" if outcome.permanent else "transient_error"
         status = _status(after, kind, reason=outcome.error)
-        return after, known.moved_to(after.replicas), status, SourceDelta()
+        return after, status, SourceDelta()
     explained = explained_entries(before.storages, before.elements, outcome.storages)
     held = suspicious_drop(len(before.replicas), len(outcome.replicas), policy)
     if held and explained:  # what storage newly stated unavailable held is explained
@@ -231,19 +250,16 @@ def _advance_source(
             held_cycles=before.held_cycles + 1,
         )
         status = _status(after, "held", reason=reason, snapshot=outcome)
-        return after, known.moved_to(after.replicas), status, SourceDelta()
-    delta = known.delta_to(outcome.replicas)
-
-    def counts() -> Mapping[Site, int]:  # counted only if a site is a candidate
-        return known.site_counts
-
+        return after, status, SourceDelta()
+    delta = moved.delta(outcome.replicas)
+    counts = moved.site_counts
     shrunk = shrunken_sites(before, counts, outcome, delta, policy=policy, explained=explained)
     guard = guard_sites(before, outcome, delta, shrunk, policy)
     delta = guard.delta
-    moved = bool(delta.added or delta.removed)
+    changed = bool(delta.added or delta.removed)
     after = SourceState(
         name=before.name,
-        replicas=guard.replicas if moved else before.replicas,
+        replicas=guard.replicas if changed else before.replicas,
         sites=guard.sites,
         last_success=now,
         last_attempt=now,
@@ -252,7 +268,7 @@ def _advance_source(
         storages=outcome.storages,
     )
     status = replace(_status(after, "ok", snapshot=outcome), held_sites=guard.reasons)
-    return after, known.moved_by(delta, after.replicas) if moved else known, status, delta
+    return after, status, delta
 
 
 def _status(

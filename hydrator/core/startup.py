@@ -11,18 +11,20 @@ from typing import NamedTuple
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.model import Model
+from hydrator.core.plan import Memo
 from hydrator.core.render import AdAttributes
 from hydrator.core.storage import Drain
 from hydrator.domain import Replica, Site, SiteView, State
 
 
 class Restart(NamedTuple):
-    """What a restart starts from: the saved state's model (:mod:`hydrator.core.model`),
-    which the runtime holds and hands to its first plan; the views advertised until the first
+    """What a restart starts from: the saved state's memo (:class:`~hydrator.core.plan.Memo`,
+    the core's :mod:`~hydrator.core.model`), which the runtime holds and hands to its first
+    plan; the views advertised until the first
     cycle (:func:`startup_views`); and every site's full lists with their ``updated`` times,
     which the JSON views serve (empty when nothing is advertised)."""
 
-    model: Model
+    model: Memo
     advertised: dict[Site, SiteView]
     full: dict[Site, SiteView]
 

@@ -22,7 +22,7 @@ the site stays. The site's ad says why (:func:`site_reasons`), the shrink guard 
 what such storage held back (:func:`explained_entries`: that part of the drop is explained,
 not the rest of the site's), and a drained site advertises nothing (:func:`with_storage`).
 A source whose every storage element stated at a site cannot serve counts for nothing there
-(:func:`down_sources`; the model's ``served_views`` leaves its entries out); another
+(:func:`down_sources`; :func:`served_views` leaves its entries out); another
 source's entries at that site, on storage nobody said is down (it states none there, or
 some that serves), stay.
 """
@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
+from hydrator.core.index import merge_replicas
 from hydrator.core.presence import combine
-from hydrator.core.views import content_digest
+from hydrator.core.views import content_digest, site_contents
 from hydrator.domain import (
     DatasetId,
     ElementCount,
@@ -270,6 +271,40 @@ def down_sources(state: State) -> dict[Site, frozenset[str]]:
         if not serves:
             down.setdefault(site, set()).add(name)
     return {site: frozenset(names) for site, names in down.items()}
+
+
+def served_views(
+    views: Mapping[Site, SiteView],
+    state: State,
+    coverage: Mapping[Site, AbstractSet[str]],
+    held_at: Callable[[str, Site], Mapping[DatasetId, Replica]],
+    *,
+    drains: Iterable[Drain],
+    now: datetime,
+) -> dict[Site, SiteView]:
+    """The views as the sites' ads say them: ``views`` (every covered site's lists, stamped)
+    with every source's storage statuses and the ``drains`` active at ``now`` applied
+    (:func:`with_storage`), and at each site the entries of the sources whose every storage
+    element stated there cannot serve left out (:func:`down_sources`; a full read has left
+    them out already, a refresh cycle, which re-reads statuses but no dataset, needs this to
+    take them out within one cycle). Another source's entries there stay: nobody said the
+    storage holding them is down. ``coverage``: site -> the sources covering it;
+    ``held_at(source, site)``: what that source holds there, asked only at a site where some
+    source is down."""
+    sources = state.sources
+    statuses = [s for name in sorted(sources) for s in sources[name].storages]
+    served = dict(views)
+    emptied: set[Site] = set()
+    for site, down in down_sources(state).items():
+        covering = coverage.get(site, frozenset())
+        others = [n for n in covering - down if held_at(n, site)]
+        if not others:  # every source there is down: nothing asked of a one-source daemon
+            emptied.add(site)
+        elif any(held_at(n, site) for n in covering & down):
+            reports = (r for n in sorted(others) for r in held_at(n, site).values())
+            (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
+            served[site] = replace(kept, updated=served[site].updated)
+    return with_storage(served, statuses, drains, now, frozenset(emptied))
 
 
 def with_storage(

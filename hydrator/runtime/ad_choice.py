@@ -43,15 +43,15 @@ class Advertising:
     def choose(
         self,
         plan: Plan,
-        contents: Mapping[Site, SiteView],
         wanted: Mapping[DatasetId, int],
         published: Mapping[Site, SiteAd],
     ) -> dict[Site, Advertised]:
         """Each of ``plan``'s sites' advertised lists under the demand ``wanted``; a site
-        whose inputs are those of last cycle gets last cycle's answer (``contents``: each
-        site's lists before storage, drains and read times apply, which the memo compares:
-        :attr:`~hydrator.core.model.Model.contents`). ``published``: the ads served until
-        now (an unchanged site's size is its body's length)."""
+        whose inputs are those of last cycle gets last cycle's answer (the memo compares each
+        site's lists before storage, drains and read times apply:
+        :attr:`~hydrator.core.plan.Plan.contents`). ``published``: the ads served until now
+        (an unchanged site's size is its body's length)."""
+        contents = plan.contents
         policy, size = self.policy, partial(self._ad_size, published)
         memo = self._memo
         demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own

@@ -21,9 +21,8 @@ from hydrator.config import DEFAULT_DEADLINE_S
 from hydrator.core.between_reads import planned_between
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
-from hydrator.core.model import Model
 from hydrator.core.near import with_near
-from hydrator.core.plan import Plan, planned
+from hydrator.core.plan import Memo, Plan, planned
 from hydrator.core.ports import (
     Abandonable,
     DefersChecks,
@@ -82,12 +81,12 @@ class CycleKind(Enum):
 
 
 class _Decided(NamedTuple):
-    """What a cycle decided before it saves: the plan, the model of its state, the demand it
+    """What a cycle decided before it saves: the plan, the memo of its state, the demand it
     advertises by (None: the queues never read) and the queues' snapshot taken for it (None:
     none yet)."""
 
     plan: Plan
-    model: Model
+    model: Memo
     wanted: Mapping[DatasetId, int] | None
     queue: QueueSnapshot | None
 
@@ -95,11 +94,12 @@ class _Decided(NamedTuple):
 @dataclass(frozen=True)
 class Startup:
     """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
-    saved state's model (:class:`~hydrator.core.model.Model`, built from the store's load),
+    saved state's memo (:class:`~hydrator.core.plan.Memo`, from
+    :func:`~hydrator.core.startup.restart`),
     what it serves before its first cycle, and the operator's drains as read (empty when
     they could not be; the next cycle reads them again)."""
 
-    model: Model
+    model: Memo
     published: Published
     drains: Sequence[Drain] = ()
 
@@ -130,7 +130,7 @@ class Service:
         self.stop_event = threading.Event()
         self.last_cycle_end = time.monotonic()
         self.published = startup.published
-        self._model = startup.model  # the state, and its memo: handed to each plan
+        self._model = startup.model  # the state's memo: handed to each plan
         self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
@@ -252,8 +252,11 @@ class Service:
         policy = self.policies.plan
         if reread is not None:
             with phase("plan"):
-                answers = reread(self._model.state, context)
-                decided = planned_between(self._model, answers, started, policy, drains)
+                state = self._model.state
+                answers = reread(state, context)
+                decided = planned_between(
+                    state, answers, started, policy, drains, model=self._model
+                )
             return _Decided(*decided, wanted, queue)
         self._drains.applied(drains)
         with phase("fetch"):
@@ -289,8 +292,7 @@ class Service:
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
         else:
-            contents = model.contents  # each site's lists, which the advertise memo compares
-            published, errors = self._advertise_and_publish(plan, contents, wanted or {}, started)
+            published, errors = self._advertise_and_publish(plan, wanted or {}, started)
         reads = self._queue_reads
         with phase("jobs"):
             if queue is None and reads.present:
@@ -306,14 +308,13 @@ class Service:
     def _advertise_and_publish(
         self,
         plan: Plan,
-        contents: Mapping[Site, SiteView],
         wanted: Mapping[DatasetId, int],
         started: datetime,
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         near = self.pool.near.current(plan.sites) if self.pool.near is not None else {}
         self._advertising.near(near)  # its line counts in max_ad_bytes
         with phase("advertise"):
-            advertised = self._advertising.choose(plan, contents, wanted, self.published.ads)
+            advertised = self._advertising.choose(plan, wanted, self.published.ads)
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
             ads = render_ads(views, self.policies.classad, self.published.ads)

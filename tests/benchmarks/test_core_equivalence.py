@@ -119,7 +119,8 @@ def check_cycles(
     held = Model.of(state)  # carried from plan to plan, as the service does
     for i, raw in enumerate(sequence):
         before = flat(full_merge(state))
-        plan, model = planned(state, as_outcomes(raw, state, reuse), t(i), POLICY, model=held)
+        plan, memo = planned(state, as_outcomes(raw, state, reuse), t(i), POLICY, model=held)
+        model = Model.of(plan.state, memo)  # the memo planned returns: the core's model
         merged = full_merge(plan.state)
         derived = model.built_merged  # not read: reading it builds what a plan may skip
         assert derived is None or derived == merged

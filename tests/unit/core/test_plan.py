@@ -5,27 +5,34 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import pytest
 
-from hydrator.core.plan import Plan, Planned, Policy, planned
+from hydrator.core.model import Model
+from hydrator.core.plan import Plan, Policy, planned
 from hydrator.domain import ChangeKind, DatasetId, ElementCount, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
 
 POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
 
 
+class Decided(NamedTuple):
+    plan: Plan
+    model: Model  # the core's memo of the plan's state, as the service holds it
+
+
 def run_planned(
     cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY
-) -> list[Planned]:
+) -> list[Decided]:
     """Each cycle's plan and model, each cycle planned with the last one's model (as the
     service carries them)."""
     state, model = State(), None
     done = []
     for i, outcomes in enumerate(cycles):
-        decided = planned(state, outcomes, t(i), policy, model=model)
-        done.append(decided)
-        state, model = decided.plan.state, decided.model
+        plan, memo = planned(state, outcomes, t(i), policy, model=model)
+        done.append(Decided(plan, Model.of(plan.state, memo)))
+        state, model = plan.state, memo
     return done
 
 

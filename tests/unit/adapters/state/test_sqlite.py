@@ -130,7 +130,7 @@ def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
     outcome = {"r": snap("r", rep("A", "x"), rep("B", "y", "partial", 0.5), rep("A", "z"))}
-    plan, model = planned(State(), outcome, t(0), POLICY)
+    plan = planned(State(), outcome, t(0), POLICY).plan
     store.save(plan)
     store.close()
     loaded, as_read = SqliteStateStore(path, read_only=True).load_in_order()
@@ -138,8 +138,8 @@ def test_a_load_gives_each_source_s_replicas_as_read_for_the_same_views(tmp_path
         "r": (3, plan.state.sources["r"].replicas)
     }
     fast = Model.of(loaded, as_read=as_read).contents
-    assert fast == Model.of(loaded).contents == model.contents
-    assert list(fast) == list(model.contents)
+    assert fast == Model.of(loaded).contents == plan.contents
+    assert list(fast) == list(plan.contents)
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.2, 0.5])
@@ -506,12 +506,16 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
     outcomes = {"a": merged_snapshot("a", a), "b": merged_snapshot("b", b)}
-    plan, first_model = planned(State(), outcomes, t(0), POLICY)
+    plan, first_memo = planned(State(), outcomes, t(0), POLICY)
     store.save(plan)
     half = [holding(r.dataset, r.site, 0.5, 0.25) for r in b[:500]]  # changed or new in "a"
     churned = a[1000:] + pool[10_000:] + [r for r in half if r is not None]
     outcomes["a"] = merged_snapshot("a", churned)
-    second, second_model = planned(plan.state, outcomes, t(1), POLICY)
+    second, second_memo = planned(plan.state, outcomes, t(1), POLICY)
+    first_model, second_model = (
+        Model.of(plan.state, first_memo),
+        Model.of(second.state, second_memo),
+    )
     assert second.changes and store.save(second) > 0
     store.close()
 
