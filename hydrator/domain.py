@@ -83,7 +83,7 @@ class ReplicaState(enum.Enum):
 
     Presence (how much of the dataset is at the site) decides whenever files are there; only
     a dataset absent from the site is classed by its transfer. Best first (the ranking that
-    orders and budgets entries: :data:`hydrator.core.presence.STATE_RANK`).
+    orders and budgets entries: :data:`hydrator.core.ranking.STATE_RANK`).
     """
 
     AVAILABLE = "available"  # every file is at the site, whatever any rule says
@@ -103,7 +103,7 @@ class ReplicaState(enum.Enum):
 
 class Transfer(enum.Enum):
     """The transfer towards a site, independent of what is already there (which one is more
-    urgent: :data:`hydrator.core.presence.TRANSFER_RANK`)."""
+    urgent: :data:`hydrator.core.ranking.TRANSFER_RANK`)."""
 
     NONE = "none"  # nothing is being moved there (or the source cannot tell: DMAPI)
     REPLICATING = "replicating"  # an active rule/transfer towards the site

@@ -34,7 +34,7 @@ from functools import partial
 from itertools import chain, compress, islice, repeat
 from operator import is_, itemgetter
 
-from hydrator.core.presence import STATE_RANK
+from hydrator.core.ranking import STATE_RANK
 from hydrator.core.storage import unavailable_digest
 from hydrator.core.views import content_digest, stuck_digest
 from hydrator.domain import DatasetId, ReplicaState, SiteView
@@ -176,7 +176,7 @@ def _count(view: SiteView) -> int:
 
 
 def _names(view: SiteView) -> Iterator[DatasetId]:
-    """The datasets of the view's three advertised lists, in :func:`_entries`' order."""
+    """The datasets of the view's three advertised lists (for counting: in list order)."""
     return chain(view.available, map(_first, view.partial), map(_first, view.replicating))
 
 
@@ -191,14 +191,19 @@ def _entries(view: SiteView, wants: Callable[[DatasetId], bool] | None = None) -
         available = compress(available, map(wants, view.available))
         partial = list(compress(partial, map(wants, map(_first, partial))))
         replicating = list(compress(replicating, map(wants, map(_first, replicating))))
-    return chain(
-        zip(available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
-        zip(map(_first, partial), map(_second, partial), repeat(ReplicaState.PARTIAL)),
-        zip(map(_first, replicating), map(_second, replicating), repeat(_MOVING)),
-    )
+    lists = {
+        ReplicaState.AVAILABLE: zip(available, repeat(1.0), repeat(ReplicaState.AVAILABLE)),
+        ReplicaState.PARTIAL: zip(map(_first, partial), map(_second, partial), repeat(_PARTIAL)),
+        _MOVING: zip(map(_first, replicating), map(_second, replicating), repeat(_MOVING)),
+    }
+    return chain.from_iterable(lists[state] for state in _BUDGET_ORDER)
 
 
-_MOVING = ReplicaState.REPLICATING
+_PARTIAL, _MOVING = ReplicaState.PARTIAL, ReplicaState.REPLICATING
+# the view's three lists, best state first: the order undemanded entries are budgeted in
+_BUDGET_ORDER = sorted(
+    (ReplicaState.AVAILABLE, _PARTIAL, _MOVING), key=STATE_RANK.__getitem__, reverse=True
+)
 
 
 def _ranked(

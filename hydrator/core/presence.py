@@ -16,7 +16,7 @@ Two facts per (site, dataset), each from its own listing:
   one of the site's: any STUCK lock -> stuck, else any REPLICATING lock -> replicating, with
   progress = OK locks / all locks (:func:`rule_transfer`, :func:`lock_progress`); several
   rules towards one site: the more urgent transfer wins (stuck over replicating, then
-  progress: :func:`merge_transfers`, by :data:`TRANSFER_RANK`).
+  progress: :func:`merge_transfers`, by :data:`~hydrator.core.ranking.TRANSFER_RANK`).
 
 Presence decides the list a pair is advertised in (:func:`holding`: which list, and so which
 attribute, a pair goes into): files present are advertised whatever the rules do; a stuck rule
@@ -32,27 +32,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from hydrator.core.ranking import STATE_RANK, TRANSFER_RANK
 from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, Transfer
-
-# -- the rankings --------------------------------------------------------------------------
-
-STATE_RANK: Mapping[ReplicaState, int] = {
-    ReplicaState.AVAILABLE: 3,
-    ReplicaState.PARTIAL: 2,
-    ReplicaState.REPLICATING: 1,
-    ReplicaState.STUCK: 0,
-}
-"""Higher is better: how much of a dataset a state holds (:func:`combine`), and the order in
-which a site's entries are budgeted (:mod:`hydrator.core.advertise`)."""
-
-TRANSFER_RANK: Mapping[Transfer, int] = {
-    Transfer.NONE: 0,
-    Transfer.REPLICATING: 1,
-    Transfer.STUCK: 2,
-}
-"""Higher is more urgent: STUCK (needs an operator) > REPLICATING > NONE. The one ranking of
-transfers, where several rules towards a site meet (:func:`merge_transfers`) and where
-several reports of a pair meet (:func:`combine`)."""
 
 # -- presence from counts ------------------------------------------------------------------
 

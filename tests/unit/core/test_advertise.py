@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hydrator.core.advertise import AdvertisePolicy, advertise
-from hydrator.core.presence import STATE_RANK
+from hydrator.core.ranking import STATE_RANK
 from hydrator.core.views import content_digest
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView
 
