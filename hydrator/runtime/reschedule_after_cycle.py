@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from hydrator.config import Config
 from hydrator.core.reschedule_policy import Tags, due
 from hydrator.errors import PublishError
 from hydrator.redact import redact
-from hydrator.runtime.service import Service
+from hydrator.runtime.outcome import Published
 from hydrator.runtime.wiring import schedd_reschedule
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,16 @@ class Reschedule:
             self._said = None
 
 
-def install(service: Service, config: Config) -> Reschedule | None:
+class Publishing(Protocol):
+    """What the step needs of the service: what it serves, and a call after each cycle."""
+
+    @property
+    def published(self) -> Published: ...
+
+    def add_listener(self, listener: Callable[[], None]) -> None: ...
+
+
+def install(service: Publishing, config: Config) -> Reschedule | None:
     """Add the step to ``service`` (None when ``config`` turns it or the collector path
     off)."""
     interval_s = config.collector.reschedule_min_interval_s

@@ -5,12 +5,14 @@ said once; and how the daemon installs it."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hydrator.config import Config, parse_config
 from hydrator.errors import PublishError
+from hydrator.runtime.outcome import Published
 from hydrator.runtime.reschedule_after_cycle import Reschedule, install
 
 
@@ -74,11 +76,12 @@ def test_a_refusal_is_said_once_and_recovery_once(caplog: pytest.LogCaptureFixtu
 
 
 def test_it_is_installed_only_when_on_with_the_collector_path(tmp_path: Path) -> None:
-    class Service:
+    class Service:  # a Publishing: serves nothing yet
         def __init__(self) -> None:
             self.listeners = list[object]()
+            self.published = Published()
 
-        def add_listener(self, listener: object) -> None:
+        def add_listener(self, listener: Callable[[], None]) -> None:
             self.listeners.append(listener)
 
     def made(**collector: object) -> Config:
@@ -90,5 +93,5 @@ def test_it_is_installed_only_when_on_with_the_collector_path(tmp_path: Path) ->
     on = made(enabled=True, pool="127.0.0.1:1", reschedule_min_interval_s=5)
     for config, wanted in ((off, 0), (no_collector, 0), (on, 1)):
         service = Service()
-        install(service, config)  # type: ignore[arg-type]
+        install(service, config)
         assert len(service.listeners) == wanted

@@ -32,7 +32,7 @@ Step = Snapshot | BaseException | Callable[[], Snapshot]
 Clock = Callable[[], datetime]
 
 
-class ScriptedSource:
+class ScriptedSource(Source):
     """A source following a script: a Snapshot, an exception, or a callable per cycle."""
 
     def __init__(self, name: str, script: Sequence[Step]) -> None:
@@ -54,7 +54,7 @@ class ScriptedSource:
         pass
 
 
-class Recorder:
+class Recorder(Publisher):
     name = "recorder"
 
     def __init__(self, fail: bool = False) -> None:
