@@ -1,5 +1,6 @@
 """Rucio's event stream as hints (pure): which datasets a message says to re-read, the batch of
-hints an event cycle reads, and when the full read (reconciliation) is due. What a cycle
+hints an event cycle reads, what one source's event cycles read and when (:class:`Backlog`),
+and when the full read (reconciliation) is due. What a cycle
 between two full reads answers for each source (an event cycle's, a refresh cycle's) is
 :mod:`hydrator.core.between_reads`.
 
@@ -31,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from hydrator.domain import (
     DatasetId,
@@ -254,6 +255,81 @@ class Batch:
 
     def __bool__(self) -> bool:
         return bool(self.datasets) or bool(self.files) or self.reconcile
+
+
+class Taken(NamedTuple):
+    """What an event cycle reads: datasets to re-read, files whose datasets to look up
+    first, and the ``created_at`` of the messages behind them (for the lag)."""
+
+    datasets: list[DatasetId]
+    files: list[tuple[str, str]]
+    created: list[datetime]
+
+
+@dataclass
+class Backlog:
+    """One event-driven source's hints between cycles and what its full reads covered: the
+    decisions of its event cycles (the runtime calls each under one lock). Times are the
+    worker's monotonic seconds.
+
+    ``first_hint`` arms the next event cycle (the first hint not yet read came then);
+    ``marked``: a full read must cover what no event cycle will read (a deletion, overflow, a
+    failed event cycle), so event cycles read nothing until it has succeeded;
+    ``last_full_read`` and ``reconnect_read``: when the last successful full read, and the
+    last one for a reconnect, began (:func:`full_read_due`)."""
+
+    triage: Triage
+    batch: Batch
+    first_hint: float | None = None
+    marked: bool = False
+    last_full_read: float | None = None
+    reconnect_read: float | None = None
+    _covers: int = 0  # the batch's arrivals when the last full read began
+
+    def add(self, event: RucioEvent, now: float) -> Ignored | None:
+        """Judge ``event`` (:class:`Triage`) and hold its hint; why it was dropped, or None."""
+        verdict = self.triage.judge(event)
+        if isinstance(verdict, Ignored):
+            return verdict
+        self.batch.add(verdict, event.created_at)
+        self.marked |= verdict.reconcile  # nothing to re-read: the next full read
+        if (verdict.datasets or verdict.files) and self.first_hint is None:
+            self.first_hint = now
+        return None
+
+    def take(self, max_reads: int, max_lookups: int, now: float) -> Taken | None:
+        """What the event cycle due now reads, or None: nothing held, or a full read is
+        marked (it covers the batch, held until it begins and dropped once it succeeded).
+        Files left for the next cycle's lookups arm it at once."""
+        if self.marked:
+            self.first_hint = None  # the full read's success arms the next cycle
+            return None
+        files, file_created = self.batch.take_files(max_lookups)
+        datasets, created, marked = self.batch.take(max_reads)
+        self.marked |= marked
+        self.first_hint = now if self.batch.files else None
+        if not datasets and not files:
+            return None
+        return Taken(datasets, files, created + file_created)
+
+    def full_read_begins(self, now: float, reconnected: bool) -> None:
+        """A full read begins: the hints held so far are what it covers."""
+        self._covers = self.batch.arrivals
+        if reconnected:
+            self.reconnect_read = now
+
+    def full_read_succeeded(self, began: float, began_at: datetime, now: float) -> int:
+        """The full read begun at ``began`` (``began_at``, wall clock) read this source: the
+        next reconcile period starts, messages created before it are out of date, nothing is
+        marked, and the hints held since before it began are dropped (how many: returned);
+        those that arrived while it ran arm the next event cycle."""
+        self.last_full_read = began
+        self.triage.full_read_started = began_at
+        self.marked = False
+        covered = self.batch.drop_covered(self._covers)
+        if self.batch and self.first_hint is None:
+            self.first_hint = now
+        return covered
 
 
 @dataclass(frozen=True)

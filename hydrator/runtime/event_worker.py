@@ -34,6 +34,7 @@ from hydrator.config import DEFAULT_DEADLINE_S, RucioEventsConfig
 from hydrator.core.between_reads import event_outcomes
 from hydrator.core.event_hints import (
     LOOKUP_CYCLES_HELD,
+    Backlog,
     Batch,
     Ignored,
     ListenerStatus,
@@ -90,15 +91,10 @@ class EventCycles:
         self.service, self.source, self.config, self.policy = service, source, config, policy
         self.metrics = service.metrics
         self._clock, self._utcnow = clock, utcnow
-        self._lock = threading.Lock()
-        self._triage = Triage(scopes=frozenset(scopes))
+        self._lock = threading.Lock()  # guards the backlog: listener, worker and gate threads
         lookups = config.max_parent_lookups_per_cycle
-        self._batch = Batch(config.max_pending_datasets, file_capacity=LOOKUP_CYCLES_HELD * lookups)
-        self._first_hint: float | None = None
-        self._marked = False  # a full read must cover what no event cycle read
-        self._last_full_read: float | None = None
-        self._reconnect_read: float | None = None  # when the last read for a reconnect began
-        self._covers = 0  # the batch's arrivals when the last full read began
+        batch = Batch(config.max_pending_datasets, file_capacity=LOOKUP_CYCLES_HELD * lookups)
+        self._backlog = Backlog(Triage(scopes=frozenset(scopes)), batch)
         self._full_read_calls = 0
         self._read_last_cycle = 0  # datasets the last event cycle re-read
         self._wake = threading.Event()
@@ -115,13 +111,8 @@ class EventCycles:
     def event(self, event: RucioEvent) -> None:
         received = time.time()
         with self._lock:
-            verdict = self._triage.judge(event)
-            if not isinstance(verdict, Ignored):
-                self._batch.add(verdict, event.created_at)
-                self._marked |= verdict.reconcile  # nothing to re-read: the next full read
-                if (verdict.datasets or verdict.files) and self._first_hint is None:
-                    self._first_hint = self._clock()
-        ignored = verdict.value if isinstance(verdict, Ignored) else None
+            dropped = self._backlog.add(event, self._clock())
+        ignored = None if dropped is None else dropped.value
         record_message(self.metrics, self._label, event.label, ignored, received)
         if ignored is None:
             self._wake.set()
@@ -214,7 +205,8 @@ class EventCycles:
         """:func:`~hydrator.core.event_hints.full_read_due`; while the worker is down (nothing
         applies messages) as if the listener were disconnected: at ``interval_s``."""
         with self._lock:
-            marked, last, again = self._marked, self._last_full_read, self._reconnect_read
+            backlog = self._backlog
+            marked, last, again = backlog.marked, backlog.last_full_read, backlog.reconnect_read
         status = self.status()
         if not self.worker_alive():
             status = replace(status, connected=False)
@@ -228,9 +220,7 @@ class EventCycles:
         now = self._clock()
         reconnected = self._reconnected()
         with self._lock:
-            self._covers = self._batch.arrivals
-            if reconnected:
-                self._reconnect_read = now
+            self._backlog.full_read_begins(now, reconnected)
         return now
 
     def full_read(self) -> CycleReport:
@@ -253,14 +243,9 @@ class EventCycles:
             return
         calls = source_calls(self.source)
         with self._lock:
-            self._last_full_read = started
-            self._triage.full_read_started = report.started
-            self._marked = False
             if calls is not None:
                 self._full_read_calls = sum(calls.values())
-            covered = self._batch.drop_covered(self._covers)
-            if self._batch and self._first_hint is None:
-                self._first_hint = self._clock()  # what arrived meanwhile: read it next
+            covered = self._backlog.full_read_succeeded(started, report.started, self._clock())
         record_hints_covered(self.metrics, self._label, covered)
         self._wake.set()
 
@@ -282,7 +267,7 @@ class EventCycles:
                 )
                 record_event_cycle(self.metrics, EventCycleRecord(self._label, "failed"))
                 with self._lock:
-                    self._marked = True
+                    self._backlog.marked = True
 
     def _step(self) -> None:
         """One wake of the worker: the full read after a reconnect, or the event cycle once
@@ -291,7 +276,7 @@ class EventCycles:
             self.full_read()  # after a reconnect: what was missed while away
             return
         with self._lock:
-            first = self._first_hint
+            first = self._backlog.first_hint
         if first is None:
             return
         delay = first + self.config.event_debounce_s - self._clock()
@@ -303,7 +288,7 @@ class EventCycles:
         """Subscribed again since the last full read (the first full read is the scheduler's;
         the other reasons for one are the scheduled gate's)."""
         with self._lock:
-            read = self._last_full_read
+            read = self._backlog.last_full_read
         status = self.status()
         at = status.connected_at
         return read is not None and status.connected and at is not None and at >= read
@@ -312,18 +297,15 @@ class EventCycles:
         """Re-read the batch's datasets and publish; None when there was nothing to read, or
         a full read is marked: it covers the batch (held until it begins and dropped once it
         succeeded, :meth:`after_full_read`), so nothing is re-read meanwhile."""
+        reads, lookups = (
+            self.config.max_event_reads_per_cycle,
+            self.config.max_parent_lookups_per_cycle,
+        )
         with self._lock:
-            if self._marked:
-                self._first_hint = None  # after_full_read arms the next cycle
-                return None
-            files, file_created = self._batch.take_files(self.config.max_parent_lookups_per_cycle)
-            datasets, created, marked = self._batch.take(self.config.max_event_reads_per_cycle)
-            self._marked |= marked
-            # files left for the next cycle's lookups arm it now
-            self._first_hint = self._clock() if self._batch.files else None
-        if not datasets and not files:
+            taken = self._backlog.take(reads, lookups, self._clock())
+        if taken is None:
             return None
-        created += file_created
+        datasets, files, created = taken
         self._read_last_cycle = 0
         report = self.service.run_event_cycle(partial(self._answers, datasets, files))
         record = EventCycleRecord(self._label, report.outcome)
@@ -334,7 +316,7 @@ class EventCycles:
             record = replace(record, reads=reads, saved=saved, lags_s=tuple(lags))
         else:
             with self._lock:
-                self._marked = True  # what it should have read waits for the full read
+                self._backlog.marked = True  # what it should have read waits for the full read
         record_event_cycle(self.metrics, record)
         self.service.notify_listeners()  # the metrics above into the served files now
         log.info(
@@ -399,7 +381,7 @@ class EventCycles:
                 "events %s: parent lookup failed, left to the full read: %s", self._label, exc
             )
         with self._lock:
-            self._marked = True
+            self._backlog.marked = True
         return []
 
     def _count_calls(self) -> None:

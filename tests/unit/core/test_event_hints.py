@@ -1,5 +1,6 @@
 """Rucio events as hints (hydrator.core.event_hints), table by table: what a message asks to
-re-read, what is dropped, the bounded batch, when the full read is due."""
+re-read, what is dropped, the bounded batch, what an event cycle reads (the backlog), when the
+full read is due."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from datetime import timedelta
 import pytest
 
 from hydrator.core.event_hints import (
+    Backlog,
     Batch,
     Hint,
     Ignored,
     ListenerStatus,
     ReconcilePolicy,
     RucioEvent,
+    Taken,
     Triage,
     full_read_due,
     hint_of,
@@ -163,3 +166,45 @@ def test_a_marked_full_read_comes_at_the_normal_interval() -> None:
 def test_lag_is_never_negative() -> None:
     assert lag_seconds([t(0), t(2)], t(1)) == [60.0, 0.0]
     assert lag_seconds([t(0)], t(0) + timedelta(seconds=1.5)) == [1.5]
+
+
+def backlog() -> Backlog:
+    return Backlog(Triage(), Batch(capacity=10, file_capacity=10))
+
+
+def test_the_first_hint_arms_an_event_cycle_that_reads_what_was_held() -> None:
+    held = backlog()
+    assert held.add(RucioEvent("rule_ok", dataset=DS, created_at=t(1)), now=5.0) is None
+    assert held.add(RucioEvent("rule_ok", dataset=DS2, created_at=t(2)), now=6.0) is None
+    assert held.add(RucioEvent("email"), now=7.0) is Ignored.IRRELEVANT
+    assert held.first_hint == 5.0  # the debounce counts from the first
+    assert held.take(max_reads=5, max_lookups=5, now=8.0) == Taken([DS, DS2], [], [t(1), t(2)])
+    assert held.first_hint is None
+    assert held.take(max_reads=5, max_lookups=5, now=9.0) is None  # nothing held
+
+
+def test_files_left_for_later_lookups_arm_the_next_cycle_at_once() -> None:
+    held = backlog()
+    for name in ("f1", "f2"):
+        held.add(RucioEvent("deletion-done", file=("ska", name), rse="R1"), now=1.0)
+    assert held.take(max_reads=5, max_lookups=1, now=2.0) == Taken([], [("ska", "f1")], [])
+    assert held.first_hint == 2.0
+    assert held.take(max_reads=5, max_lookups=1, now=3.0) == Taken([], [("ska", "f2")], [])
+    assert held.first_hint is None
+
+
+def test_a_marked_full_read_holds_the_event_cycles_and_its_success_drops_what_it_covered() -> None:
+    held = backlog()
+    held.add(RucioEvent("deletion-done", rse="R1"), now=1.0)  # no file: only a full read covers
+    held.add(RucioEvent("rule_ok", dataset=DS), now=2.0)
+    assert held.marked
+    assert held.take(max_reads=5, max_lookups=5, now=3.0) is None  # the full read covers DS
+    assert held.first_hint is None
+    held.full_read_begins(now=4.0, reconnected=True)
+    held.add(RucioEvent("rule_ok", dataset=DS2), now=5.0)  # while it runs: not covered
+    assert held.full_read_succeeded(4.0, t(4), now=6.0) == 1  # DS dropped
+    assert (held.marked, held.last_full_read, held.reconnect_read) == (False, 4.0, 4.0)
+    assert held.first_hint == 5.0  # DS2's arrival still arms the next cycle
+    assert held.take(max_reads=5, max_lookups=5, now=7.0) == Taken([DS2], [], [])
+    old = RucioEvent("rule_ok", dataset=DS, created_at=t(4) - timedelta(hours=1))
+    assert held.add(old, now=8.0) is Ignored.OUT_OF_DATE  # the full read saw its effect
