@@ -1,6 +1,7 @@
 """Event cycles: the daemon's side of a Rucio source's event stream (docs/events.md).
 
-:class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``:
+:class:`EventCycles` is, for one Rucio source with ``[sources.events] enabled``, the threads
+and the lock around its :class:`~hydrator.core.event_hints.Backlog`, where the decisions are:
 
 * the :class:`~hydrator.core.ports.EventSink` its listener calls (listener threads):
   each message is counted, judged (:class:`~hydrator.core.event_hints.Triage`) and its hint added
@@ -74,8 +75,9 @@ ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListene
 
 
 class EventCycles:
-    """One event-driven source: sink, worker and full-read gate (see the module docstring).
-    ``clock`` gives monotonic seconds, ``utcnow`` the wall clock for lags."""
+    """One event-driven source: sink, worker and full-read gate (see the module docstring)
+    over one :class:`Backlog`, guarded by one lock. ``clock`` gives monotonic seconds,
+    ``utcnow`` the wall clock for lags."""
 
     def __init__(
         self,
