@@ -148,7 +148,7 @@ class Model:
     its :class:`_SourceModel` (:meth:`source`). Each is built on first use or given at
     construction (then equal to what it would build), and never mutated afterwards."""
 
-    __slots__ = ("_contents", "_coverage", "_merged", "_new", "_site_updated", "_sources", "state")
+    __slots__ = ("_contents", "_coverage", "_merged", "_site_updated", "_sources", "state")
 
     def __init__(
         self,
@@ -165,7 +165,6 @@ class Model:
         self._coverage = coverage
         self._contents = contents
         self._site_updated: dict[Site, datetime] | None = None
-        self._new: dict[str, _SourceModel] = {}  # sources a next state adds, from none
 
     @classmethod
     def of(
@@ -192,12 +191,12 @@ class Model:
     def delta(self, name: str, replicas: AbstractSet[Replica]) -> SourceDelta:
         """Source ``name``'s replicas in this state (none for a source it lacks) moved to
         ``replicas``: what was added and what removed."""
-        return self._known(name).delta_to(replicas)
+        return self.source(name).delta_to(replicas)
 
     def site_counts(self, name: str) -> Mapping[Site, int]:
         """How many of source ``name``'s replicas are at each site: counted on first use,
         then carried to the next state's model patched by the source's delta."""
-        return self._known(name).site_counts
+        return self.source(name).site_counts
 
     def apply(self, state: State, deltas: Mapping[str, SourceDelta]) -> tuple[Model, Changes]:
         """The model of ``state``, this model's state with each source's replicas moved by
@@ -208,7 +207,7 @@ class Model:
         merging = len(state.sources) > 1
         sources: dict[str, _SourceModel] = {}
         for name, after in state.sources.items():
-            known = self._known(name)
+            known = self.source(name)
             if not merging:
                 known = _SourceModel(known.replicas, counts=known.built_counts)
             delta = deltas.get(name)
@@ -216,20 +215,13 @@ class Model:
             sources[name] = moved(after.replicas)
         return _derive(self, state, sources, deltas)
 
-    def _known(self, name: str) -> _SourceModel:
-        """Source ``name``'s model: of this state's source, or of none for a new source."""
-        if name in self.state.sources:
-            return self.source(name)
-        found = self._new.get(name)
-        if found is None:
-            found = self._new[name] = _SourceModel(frozenset())
-        return found
-
     def source(self, name: str) -> _SourceModel:
-        """The model of source ``name`` (one of ``state.sources``)."""
+        """The model of source ``name``: of no replicas for a source this state lacks."""
         found = self._sources.get(name)
         if found is None:
-            found = self._sources[name] = _SourceModel(self.state.sources[name].replicas)
+            held = self.state.sources.get(name)
+            found = _SourceModel(frozenset() if held is None else held.replicas)
+            self._sources[name] = found
         return found
 
     def sharing(self, state: State, sources: Mapping[str, _SourceModel] | None = None) -> Model:
@@ -240,7 +232,7 @@ class Model:
             sources = {
                 name: found.moved_to(state.sources[name].replicas)
                 for name, found in self._sources.items()
-                if name in state.sources
+                if name in state.sources and name in self.state.sources
             }
         return Model(
             state,
