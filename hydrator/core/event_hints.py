@@ -37,7 +37,6 @@ from typing import NamedTuple, TypeVar
 from hydrator.domain import (
     DatasetId,
 )
-from hydrator.names import InvalidNameError
 
 K = TypeVar("K")
 TRANSFER_TYPES = frozenset({"transfer-done", "transfer-failed"})
@@ -97,16 +96,6 @@ def message_key(body: bytes) -> str:
     """A short digest of a message body: equal bodies, equal keys (hermes re-sends a row
     unchanged when its delete failed)."""
     return hashlib.blake2b(body, digest_size=16).hexdigest()
-
-
-def dataset_or_none(scope: object, name: object) -> DatasetId | None:
-    """``DatasetId(scope, name)``, or None when either is missing or not a valid name."""
-    if not isinstance(scope, str) or not isinstance(name, str):
-        return None
-    try:
-        return DatasetId(scope, name)
-    except InvalidNameError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from hydrator.config import DistancesConfig, load_config
 from hydrator.core.near import ElementDistances
+from hydrator.core.ports import DistanceReader
 from hydrator.domain import Site
 from hydrator.errors import SourceError
 from hydrator.runtime.metrics import Metrics
@@ -32,7 +33,7 @@ GOOD += [("C_DISK", "A_DISK", 1), ("B_DISK", "C_DISK", 5), ("C_DISK", "B_DISK", 
 LISTS = {A: (B, C), B: (A,), C: (A,)}  # max_distance 1
 
 
-class Reader:
+class Reader(DistanceReader):
     """Answers ``answer`` (an exception: raised) at every read."""
 
     def __init__(self) -> None:

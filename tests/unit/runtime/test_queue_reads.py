@@ -27,7 +27,7 @@ from hydrator.runtime.wiring import assemble
 from tests.support.scripted import ScriptedQueue
 
 
-class Reader:
+class Reader:  # a QueueReader (``pool`` a plain attribute here)
     """A QueueReader answering from a script (the last answer repeats), counting reads."""
 
     def __init__(self, *answers: QueueSnapshot) -> None:

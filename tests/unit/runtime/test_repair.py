@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.coverage import RepairPlan, RepairReport, SiteCoverage
-from hydrator.core.ports import PublishReport
+from hydrator.core.ports import Publisher, PublishReport, RepairsSlots
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.runtime import repair
@@ -30,7 +30,7 @@ from tests.pool.views import views
 A = Site("SITE_A")
 
 
-class Repairing:
+class Repairing(Publisher, RepairsSlots):
     """A publisher with the RepairsSlots capability, answering from a list of outcomes."""
 
     name = "collector"

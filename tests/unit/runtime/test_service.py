@@ -270,7 +270,7 @@ def test_cycles_never_overlap(config: Config, clock: Clock) -> None:
     assert len(inside) == 2
 
 
-class Probe:
+class Probe:  # a PoolProbe (its counter is a plain attribute here)
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.invalid_last_query = 0 if fail else 2  # names its jobs declare, skipped
