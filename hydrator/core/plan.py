@@ -33,8 +33,7 @@ No I/O, no clock, no globals. The rules it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -55,7 +54,6 @@ from hydrator.core.storage import (
     explained_entries,
 )
 from hydrator.domain import (
-    Replica,
     Site,
     SiteView,
     Snapshot,
@@ -174,8 +172,7 @@ def planned(
     outcomes, refused = without_case_twins(previous, held.coverage.keys(), outcomes)
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
-        moved = _Moved(partial(held.delta, name), partial(held.site_counts, name))
-        after, status, delta = _advance_source(before, outcomes[name], now, moved, policy)
+        after, status, delta = _advance_source(before, outcomes[name], now, held, policy)
         if name in refused:
             status = replace(status, refused_sites=refused[name])
         sources[name] = after
@@ -206,20 +203,12 @@ def planned(
     return Planned(plan, new)
 
 
-class _Moved(NamedTuple):
-    """What a source's move asks of the model: the delta from its held replicas to an
-    answer's, and its held replicas counted per site (for the site guard, only when a site
-    is a candidate)."""
-
-    delta: Callable[[AbstractSet[Replica]], SourceDelta]
-    site_counts: Callable[[], Mapping[Site, int]]
-
-
 def _advance_source(
-    before: SourceState, outcome: SourceOutcome, now: datetime, moved: _Moved, policy: Policy
+    before: SourceState, outcome: SourceOutcome, now: datetime, model: Model, policy: Policy
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
     """``before`` moved by ``outcome``: the new source state, its status and its delta (empty
-    when it failed or was held back)."""
+    when it failed or was held back). ``model``, of the state before, gives the
+    delta and, only when a site is a candidate for the site guard, the site counts."""
     if isinstance(outcome, SourceFailure):
         after = replace(before, last_attempt=now, stale=True, error=outcome.error)
         kind = "permanent_error" if outcome.permanent else "transient_error"
@@ -251,8 +240,8 @@ def _advance_source(
         )
         status = _status(after, "held", reason=reason, snapshot=outcome)
         return after, status, SourceDelta()
-    delta = moved.delta(outcome.replicas)
-    counts = moved.site_counts
+    delta = model.delta(before.name, outcome.replicas)
+    counts = partial(model.site_counts, before.name)
     shrunk = shrunken_sites(before, counts, outcome, delta, policy=policy, explained=explained)
     guard = guard_sites(before, outcome, delta, shrunk, policy)
     delta = guard.delta
