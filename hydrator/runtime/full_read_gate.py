@@ -1,10 +1,10 @@
 """The scheduled job of a daemon whose Rucio sources follow their event streams
 (docs/events.md): every ``[daemon] interval_s``, a full read when one is due, else a
 *refresh cycle*, which reads every source's storage statuses, the drains and the queues
-again, and no dataset (:class:`FullReadGate`; its plan: :func:`refresh_answers`). What each
-source answers in a refresh cycle is decided in :mod:`hydrator.core.between_reads`; the
-event cycles themselves run in :mod:`hydrator.runtime.event_worker`; :func:`start_events`
-starts them and builds the gate.
+again, and no dataset (:class:`FullReadGate`; its answers:
+:func:`~hydrator.runtime.refresh_answers.refresh_answers`). The event cycles themselves run
+in :mod:`hydrator.runtime.event_worker`; :func:`hydrator.runtime.wiring.start_events` starts
+them and builds the gate.
 """
 
 from __future__ import annotations
@@ -14,18 +14,9 @@ import time
 from collections.abc import Sequence
 from functools import partial
 
-from hydrator.config import Config, RucioSourceConfig
-from hydrator.core.between_reads import refresh_outcomes
-from hydrator.core.event_hints import ReconcilePolicy
-from hydrator.core.ports import FetchContext, ReadsStorages, Source, TargetedReads
-from hydrator.domain import Snapshot, State, StorageStatus
-from hydrator.errors import ConfigError, SourceError
-from hydrator.runtime.event_worker import EventCycles, ListenerFactory
-from hydrator.runtime.observe import (
-    record_full_read_skipped,
-    record_read_calls,
-    record_refresh_cycle,
-)
+from hydrator.runtime.event_worker import EventCycles
+from hydrator.runtime.observe import record_full_read_skipped, record_refresh_cycle
+from hydrator.runtime.refresh_answers import refresh_answers
 from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
@@ -94,74 +85,3 @@ class FullReadGate:
     def stop(self) -> None:
         for cycles in self.cycles:
             cycles.stop()
-
-
-def refresh_answers(
-    service: Service, read: dict[str, tuple[str, ...]], state: State, context: FetchContext
-) -> dict[str, Snapshot]:
-    """The refresh cycle's answers (a :data:`~hydrator.runtime.service.Rereader`): every
-    source's last good answer in ``state``, with the storage statuses read now from those
-    that can (:class:`ReadsStorages`; into ``read``: source -> the storage elements only a
-    full read applies exactly), the last good ones from the others
-    (:func:`~hydrator.core.between_reads.refresh_outcomes`)."""
-    by_name = {s.name: s for s in service.sources}
-    busy = set(service.busy_sources())  # an abandoned full read still uses its wire
-    statuses: dict[str, tuple[StorageStatus, ...] | None] = {}
-    for name, held in state.sources.items():
-        source = by_name.get(name)
-        if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
-            statuses[name] = _read_storages(service, name, source, context)
-    outcomes, exact_only = refresh_outcomes(state, statuses)
-    read.update(exact_only)
-    return outcomes
-
-
-def _read_storages(
-    service: Service, name: str, source: ReadsStorages, context: FetchContext
-) -> tuple[StorageStatus, ...] | None:
-    """``source``'s storage statuses now, or None (logged in one line) when the read
-    fails: the last good ones stay. Its requests go into ``hydrator_source_calls_total``."""
-    try:
-        return source.read_storages(context)
-    except SourceError as exc:
-        log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
-        return None
-    finally:
-        record_read_calls(service.metrics, name, source)
-
-
-def start_events(
-    config: Config, service: Service, listener: ListenerFactory
-) -> FullReadGate | None:
-    """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
-    the gate for the scheduler, or None when no source has events. ``listener`` builds a
-    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
-    chosen = event_sources(config, service)
-    if not chosen:
-        return None
-    cycles: list[EventCycles] = []
-    for source_config, source in chosen:
-        if not isinstance(source, TargetedReads):
-            raise ConfigError(
-                f"sources.{source_config.name}.events", "this source cannot re-read datasets"
-            )
-        events = source_config.events
-        policy = ReconcilePolicy(
-            config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
-        )
-        made = EventCycles(service, source, events, policy, source_config.scopes)
-        made.listener = listener(events, source_config.name, made)
-        made.start()
-        cycles.append(made)
-    poll_all = len(chosen) < len(service.sources)
-    return FullReadGate(service, cycles, poll_all)
-
-
-def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
-    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
-    by_name = {s.name: s for s in service.sources}
-    return [
-        (c, by_name[c.name])
-        for c in config.sources
-        if isinstance(c, RucioSourceConfig) and c.events.enabled and c.name in by_name
-    ]

@@ -29,7 +29,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
 from hydrator.errors import ConfigError, HydratorError
-from hydrator.runtime.full_read_gate import FullReadGate, start_events
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_sources_removed
@@ -37,7 +37,7 @@ from hydrator.runtime.repair import schedule_repairs
 from hydrator.runtime.reschedule_after_cycle import install as install_reschedule
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
-from hydrator.runtime.wiring import event_listener
+from hydrator.runtime.wiring import event_listener, start_events
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Daemon:
 
     def _start_cycles(self) -> None:
         """Start the event listeners of the sources that follow events (their gate then runs
-        the scheduled full reads, :func:`~hydrator.runtime.full_read_gate.start_events`) and the
+        the scheduled full reads, :func:`~hydrator.runtime.wiring.start_events`) and the
         scheduler."""
         daemon = self.config.daemon
         # None: no source follows events

@@ -36,7 +36,7 @@ from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutcome, State
 from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
 from hydrator.redact import redact
-from hydrator.runtime.ad_choice import Advertising
+from hydrator.runtime.advertising import Advertising
 from hydrator.runtime.drain_reads import DrainReads
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 Rereader = Callable[[State, FetchContext], Mapping[str, SourceOutcome]]
 """An event or refresh cycle's answers in place of a full read's fetch
-(:mod:`hydrator.runtime.event_worker`, :mod:`hydrator.runtime.full_read_gate`): from the
+(:mod:`hydrator.runtime.event_worker`, :mod:`hydrator.runtime.refresh_answers`): from the
 state before and the cycle's context, one answer per source; the service plans them with
 :func:`~hydrator.core.between_reads.planned_between`."""
 

@@ -5,6 +5,8 @@ so): the rest of the runtime sees the ports of :mod:`hydrator.core.ports`. Each 
 one typed factory here, found through a mapping from its configuration type
 (:data:`SOURCE_FACTORIES`); no adapter is found by a string. A factory imports its adapter
 module when called, so a static-only setup never imports rucio-clients or htcondor2.
+:func:`start_events` builds and starts the event cycles of the sources that follow events,
+with their gate.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from hydrator.config import (
 from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.annotate import Annotator
 from hydrator.core.coverage import SiteCoverage
+from hydrator.core.event_hints import ReconcilePolicy
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import Policy
 from hydrator.core.ports import (
@@ -48,11 +51,14 @@ from hydrator.core.ports import (
     QueueReader,
     Source,
     StateStore,
+    TargetedReads,
 )
 from hydrator.core.startup import restart
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
+from hydrator.runtime.event_worker import EventCycles, ListenerFactory
+from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near_refresh import NearSites
@@ -351,3 +357,40 @@ def distance_reader(config: Config) -> DistanceReader | None:
 
     (source,) = [s for s in config.sources if s.name == name and isinstance(s, RucioSourceConfig)]
     return RucioDistances(source, config.sites, config.distances.max_answer_bytes)
+
+
+def start_events(
+    config: Config, service: Service, listener: ListenerFactory
+) -> FullReadGate | None:
+    """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
+    the gate for the scheduler, or None when no source has events. ``listener`` builds a
+    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
+    chosen = event_sources(config, service)
+    if not chosen:
+        return None
+    cycles: list[EventCycles] = []
+    for source_config, source in chosen:
+        if not isinstance(source, TargetedReads):
+            raise ConfigError(
+                f"sources.{source_config.name}.events", "this source cannot re-read datasets"
+            )
+        events = source_config.events
+        policy = ReconcilePolicy(
+            config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
+        )
+        made = EventCycles(service, source, events, policy, source_config.scopes)
+        made.listener = listener(events, source_config.name, made)
+        made.start()
+        cycles.append(made)
+    poll_all = len(chosen) < len(service.sources)
+    return FullReadGate(service, cycles, poll_all)
+
+
+def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
+    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
+    by_name = {s.name: s for s in service.sources}
+    return [
+        (c, by_name[c.name])
+        for c in config.sources
+        if isinstance(c, RucioSourceConfig) and c.events.enabled and c.name in by_name
+    ]

@@ -15,9 +15,8 @@ import pytest
 import requests
 
 from hydrator.domain import Site
-from hydrator.runtime.full_read_gate import start_events
 from hydrator.runtime.report import site_json
-from hydrator.runtime.wiring import build_service, event_listener
+from hydrator.runtime.wiring import build_service, event_listener, start_events
 from tests.support.activemq import Broker
 from tests.support.event_service import CALLS, EventService, daemon_config
 from tests.support.rucio_server import RucioAdmin, RucioServer, unique

@@ -19,9 +19,9 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import Site, Snapshot, State
-from hydrator.runtime.full_read_gate import refresh_answers
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
+from hydrator.runtime.refresh_answers import refresh_answers
 from hydrator.runtime.service import Rereader, Service
 from hydrator.runtime.wiring import assemble
 from tests.support.scripted import ScriptedQueue

@@ -396,7 +396,7 @@ def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
     unadvertised = {"site": "A", "reason": "over_size"}
     m = service.metrics.registry.get_sample_value
 
-    with caplog.at_level("INFO", logger="hydrator.runtime.ad_choice"):
+    with caplog.at_level("INFO", logger="hydrator.runtime.advertising"):
         for _ in range(2):
             service.run_cycle()
             body = service.published.ads[Site("A")].body
