@@ -54,6 +54,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
+from inspect import signature
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -266,16 +267,23 @@ class BenchService:
         if hand_over is not None:
             hand_over()
         # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
-        # has the Service build its policies and load the state itself, with the same keys
-        build: Callable[..., Service] = getattr(wiring, "assemble", Service)
-        self.service: Service = build(
+        # has the Service build its policies and load the state itself, with the same keys.
+        # Newer code's assemble returns the service with its parts (an Assembly), older the
+        # service alone; the sources are kept here, as newer code's service does not show them
+        build: Callable[..., Any] = getattr(wiring, "assemble", Service)
+        metrics = Metrics(CollectorRegistry())
+        self.sources = [wiring.build_source(cfg.sources[0], cfg.sites)]
+        built = build(
             cfg,
-            sources=[wiring.build_source(cfg.sources[0], cfg.sites)],
+            sources=self.sources,
             store=SqliteStateStore(path, lock=StateLock(path)),
             publishers=[publisher],
-            metrics=Metrics(CollectorRegistry()),
+            metrics=metrics,
         )
-        self.endpoint = HttpEndpoint(self.service, cfg.http, wedged_after_s=600.0)
+        self.service: Service = getattr(built, "service", built)
+        # newer code hands the HTTP endpoint its metrics; older code's took the service's
+        given = {"metrics": metrics} if "metrics" in signature(HttpEndpoint).parameters else {}
+        self.endpoint = HttpEndpoint(self.service, cfg.http, wedged_after_s=600.0, **given)
         self.endpoint.write()  # what HttpEndpoint.start does before the server child starts
         self.service.add_listener(self.endpoint.write)
 
@@ -295,7 +303,7 @@ class BenchService:
             out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
             out["phases"]["after"] = max(0.0, whole - sum(out["phases"].values()))
             out["fetch_cpu"] = phases["fetch"].cpu_s if "fetch" in phases else 0.0
-        sources = self.service.sources
+        sources = self.sources
         out["replicas"] = sum(len(s.replicas) for s in self.service.state.sources.values())
         out["calls"] = {
             k: v for s in sources for k, v in getattr(s, "calls_last_fetch", {}).items()

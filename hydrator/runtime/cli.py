@@ -164,15 +164,15 @@ def _run(config: Config, path: Path, reset: bool) -> int:
     """The daemon; SIGHUP reads ``path`` again (validated first, see
     :class:`~hydrator.runtime.scheduler.Daemon`)."""
     from hydrator.runtime.scheduler import catch_reloads, run_daemon  # noqa: PLC0415  (apscheduler)
-    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
+    from hydrator.runtime.wiring import build_assembly  # noqa: PLC0415
 
     reloads = catch_reloads()  # before the (long) start: a reload asked meanwhile is kept
     before = set(threading.enumerate())
     code = run_daemon(
         config,
-        build_service(config, reset=reset),
+        build_assembly(config, reset=reset),
         load=lambda: load_config(path),
-        build=build_service,
+        build=build_assembly,
         reloads=reloads,
     )
     return _without_stragglers(code, before)
@@ -208,17 +208,18 @@ def _without_stragglers(code: int, before: set[threading.Thread]) -> int:
 
 def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
     from hydrator.runtime.report import cycle_json  # noqa: PLC0415
-    from hydrator.runtime.wiring import build_service  # noqa: PLC0415
+    from hydrator.runtime.wiring import build_assembly  # noqa: PLC0415
 
     if dry_run and reset:
         raise ConfigError("--reset-state", "writes the state; not with --dry-run")
     before = set(threading.enumerate())
-    service = build_service(config, read_only=dry_run, reset=reset)
+    assembly = build_assembly(config, read_only=dry_run, reset=reset)
+    service, near_sites = assembly.service, assembly.pool.near
     try:
         report = service.run_dry_cycle() if dry_run else service.run_cycle()
     finally:
         service.close()
-    near = service.pool.near.table.near if service.pool.near is not None else None
+    near = near_sites.table.near if near_sites is not None else None
     if as_json:
         print(json.dumps(cycle_json(report, near), indent=1))
     else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -55,6 +55,7 @@ from hydrator.core.ports import (
 from hydrator.domain import DatasetId, Replica, Snapshot, State
 from hydrator.errors import SourceError, TransientSourceError
 from hydrator.redact import redact
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import (
     EventCycleRecord,
     forget_listener,
@@ -76,8 +77,11 @@ ListenerFactory = Callable[[RucioEventsConfig, str, "EventCycles"], EventListene
 
 class EventCycles:
     """One event-driven source: sink, worker and full-read gate (see the module docstring)
-    over one :class:`Backlog`, guarded by one lock. ``clock`` gives monotonic seconds,
-    ``utcnow`` the wall clock for lags."""
+    over one :class:`Backlog`, guarded by one lock. ``service`` runs its cycles;
+    ``metrics`` is what it reports to; ``deadlines_s`` is every source's ``deadline_s``
+    (source name -> seconds, as :class:`~hydrator.runtime.parts.Catalogue` holds them),
+    which bounds how long :meth:`stop` waits. ``clock`` gives monotonic seconds, ``utcnow``
+    the wall clock for lags."""
 
     def __init__(
         self,
@@ -87,11 +91,14 @@ class EventCycles:
         policy: ReconcilePolicy,
         scopes: Iterable[str] = (),
         *,
+        metrics: Metrics,
+        deadlines_s: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.service, self.source, self.config, self.policy = service, source, config, policy
-        self.metrics = service.metrics
+        self.metrics = metrics
+        self._deadlines_s = tuple((deadlines_s or {}).values())
         self._clock, self._utcnow = clock, utcnow
         self._lock = threading.Lock()  # guards the backlog: listener, worker and gate threads
         lookups = config.max_parent_lookups_per_cycle
@@ -195,8 +202,7 @@ class EventCycles:
         the service next. A cycle may wait for a full read, then make its parent lookups and
         its re-reads, each ending by its source's ``deadline_s``: three of the largest, and
         :data:`STOP_MARGIN_S` for saving and publishing."""
-        deadlines = self.service.catalogue.deadlines_s.values()
-        return 3 * max(deadlines, default=DEFAULT_DEADLINE_S) + STOP_MARGIN_S
+        return 3 * max(self._deadlines_s, default=DEFAULT_DEADLINE_S) + STOP_MARGIN_S
 
     def status(self) -> ListenerStatus:
         return self.listener.status() if self.listener is not None else ListenerStatus()

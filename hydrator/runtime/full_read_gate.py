@@ -14,7 +14,9 @@ import time
 from collections.abc import Sequence
 from functools import partial
 
+from hydrator.core.ports import Source
 from hydrator.runtime.event_worker import EventCycles
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_full_read_skipped, record_refresh_cycle
 from hydrator.runtime.refresh_answers import refresh_answers
 from hydrator.runtime.service import Service
@@ -31,7 +33,8 @@ class FullReadGate:
     a source without events is configured (it is polled at the normal interval: such a daemon
     gains freshness from events, not fewer reads). Otherwise a refresh cycle
     (:meth:`refresh`), followed by the full read when it found a storage change only a full
-    read applies exactly."""
+    read applies exactly. ``service`` runs the cycles; ``metrics`` is what the gate reports
+    to; ``sources`` are the service's, whose storage statuses a refresh cycle reads."""
 
     def __init__(
         self,
@@ -39,8 +42,12 @@ class FullReadGate:
         cycles: Sequence[EventCycles],
         poll_all: bool,
         subscribe_wait_s: float = SUBSCRIBE_WAIT_S,
+        *,
+        metrics: Metrics,
+        sources: Sequence[Source],
     ) -> None:
         self.service, self.cycles, self.poll_all = service, list(cycles), poll_all
+        self._metrics, self._sources = metrics, tuple(sources)
         self._subscribe_wait_s = subscribe_wait_s  # before the first full read
 
     def __call__(self) -> None:
@@ -55,7 +62,7 @@ class FullReadGate:
         if not due and not self.service.drains_changed():
             inexact = self.refresh()
             if not inexact:
-                record_full_read_skipped(self.service.metrics)
+                record_full_read_skipped(self._metrics)
                 return
             log.info("storage %s changed availability: a full read follows", ", ".join(inexact))
         started = [(cycles, cycles.begin_full_read()) for cycles in self.cycles]
@@ -71,8 +78,15 @@ class FullReadGate:
         the storage elements whose new availability only a full read applies exactly
         (:func:`~hydrator.core.between_reads.inexact`)."""
         read: dict[str, tuple[str, ...]] = {}
-        report = self.service.run_refresh_cycle(partial(refresh_answers, self.service, read))
-        record_refresh_cycle(self.service.metrics, report.outcome)
+        answers = partial(
+            refresh_answers,
+            read,
+            sources=self._sources,
+            metrics=self._metrics,
+            busy=self.service.busy_sources,
+        )
+        report = self.service.run_refresh_cycle(answers)
+        record_refresh_cycle(self._metrics, report.outcome)
         self.service.notify_listeners()
         log.info(
             "refresh cycle (no full read due): storage of %s read again, %s in %.2f s",

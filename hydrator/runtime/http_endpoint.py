@@ -47,6 +47,7 @@ from hydrator.core.coverage import SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_http_front_restart
 from hydrator.runtime.report import demand_json, site_json, sites_json
 from hydrator.runtime.service import Service
@@ -116,10 +117,16 @@ class Spool:
 
 
 class HttpEndpoint:
-    """The public listener (``port``: the bound port, useful with port 0); see the module doc."""
+    """The public listener (``port``: the bound port, useful with port 0); see the module doc.
+    ``service`` is what is served (:meth:`attach` swaps it on a reload); ``metrics`` is what
+    ``/metrics`` shows and the server's restarts are counted in: the daemon's, kept across
+    reloads."""
 
-    def __init__(self, service: Service, config: HttpConfig, wedged_after_s: float) -> None:
+    def __init__(
+        self, service: Service, config: HttpConfig, wedged_after_s: float, *, metrics: Metrics
+    ) -> None:
         self.service = service
+        self.metrics = metrics
         self.config = config
         self.wedged_after_s = wedged_after_s
         self.sock = listen(config.host, config.port, config.backlog, config.send_timeout_s)
@@ -187,7 +194,7 @@ class HttpEndpoint:
                 log.error("cannot write the files the HTTP server serves: %s", exc)
 
     def _write_status(self) -> None:
-        self.spool.write("metrics.txt", generate_latest(self.service.metrics.registry))
+        self.spool.write("metrics.txt", generate_latest(self.metrics.registry))
         ready, reason = self.service.readiness()
         down = self.threads_down()
         if down:
@@ -275,7 +282,7 @@ class HttpEndpoint:
                 if self._stopping.is_set():
                     return
                 log.error("the HTTP server exited with status %s: restarting it", code)
-                record_http_front_restart(self.service.metrics)
+                record_http_front_restart(self.metrics)
                 self.write()  # the count, on /metrics
                 _end(child)
             if self._stopping.wait(RESTART_DELAY_S):

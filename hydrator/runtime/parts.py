@@ -1,7 +1,9 @@
 """What :func:`hydrator.runtime.wiring.assemble` hands a :class:`~hydrator.runtime.service.Service`,
 in four groups: where the data comes from and is kept (:class:`Catalogue`), what reaches the
 HTCondor pool (:class:`Pool`), the rules a cycle decides by (:class:`Policies`), and what it
-reports to and tells the time by (:class:`Instruments`).
+reports to and tells the time by (:class:`Instruments`). The same groups travel beside the
+service in a :class:`~hydrator.runtime.wiring.Assembly`, from which the daemon hands its
+other parts (event cycles, repair watch, HTTP endpoint) what they use.
 
 Frozen references only, no behaviour: the service calls the parts, these only carry them.
 """

@@ -7,39 +7,51 @@ is decided in :mod:`hydrator.core.between_reads`; this module reads the statuses
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 
 from hydrator.core.between_reads import refresh_outcomes
-from hydrator.core.ports import FetchContext, ReadsStorages
+from hydrator.core.ports import FetchContext, ReadsStorages, Source
 from hydrator.domain import Snapshot, State, StorageStatus
 from hydrator.errors import SourceError
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_read_calls
-from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
 
 def refresh_answers(
-    service: Service, read: dict[str, tuple[str, ...]], state: State, context: FetchContext
+    read: dict[str, tuple[str, ...]],
+    state: State,
+    context: FetchContext,
+    *,
+    sources: Sequence[Source],
+    metrics: Metrics,
+    busy: Callable[[], Iterable[str]],
 ) -> dict[str, Snapshot]:
-    """The refresh cycle's answers (a :data:`~hydrator.runtime.service.Rereader`): every
-    source's last good answer in ``state``, with the storage statuses read now from those
-    that can (:class:`ReadsStorages`; into ``read``: source -> the storage elements only a
+    """The refresh cycle's answers (a :data:`~hydrator.runtime.service.Rereader` once
+    ``read`` and the keywords are bound): every source's last good answer in ``state``, with
+    the storage statuses read now from those of ``sources`` that can (:class:`ReadsStorages`,
+    their calls counted in ``metrics``; into ``read``: source -> the storage elements only a
     full read applies exactly), the last good ones from the others
-    (:func:`~hydrator.core.between_reads.refresh_outcomes`)."""
-    by_name = {s.name: s for s in service.sources}
-    busy = set(service.busy_sources())  # an abandoned full read still uses its wire
+    (:func:`~hydrator.core.between_reads.refresh_outcomes`). ``busy`` names the sources
+    whose abandoned full read still runs
+    (:meth:`hydrator.runtime.service.Service.busy_sources`): they are not read."""
+    by_name = {s.name: s for s in sources}
+    busy_now = set(busy())  # an abandoned full read still uses its wire
     statuses: dict[str, tuple[StorageStatus, ...] | None] = {}
     for name, held in state.sources.items():
         source = by_name.get(name)
-        if isinstance(source, ReadsStorages) and name not in busy and held.last_success is not None:
-            statuses[name] = _read_storages(service, name, source, context)
+        if not isinstance(source, ReadsStorages) or name in busy_now:
+            continue
+        if held.last_success is not None:
+            statuses[name] = _read_storages(metrics, name, source, context)
     outcomes, exact_only = refresh_outcomes(state, statuses)
     read.update(exact_only)
     return outcomes
 
 
 def _read_storages(
-    service: Service, name: str, source: ReadsStorages, context: FetchContext
+    metrics: Metrics, name: str, source: ReadsStorages, context: FetchContext
 ) -> tuple[StorageStatus, ...] | None:
     """``source``'s storage statuses now, or None (logged in one line) when the read
     fails: the last good ones stay. Its requests go into ``hydrator_source_calls_total``."""
@@ -49,4 +61,4 @@ def _read_storages(
         log.warning("refresh %s: storage statuses not read, the last ones kept: %s", name, exc)
         return None
     finally:
-        record_read_calls(service.metrics, name, source)
+        record_read_calls(metrics, name, source)

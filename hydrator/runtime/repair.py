@@ -29,7 +29,6 @@ from hydrator.errors import PublishError
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_coverage, record_repair, record_repair_failed
-from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import slot_coverage
 
 log = logging.getLogger(__name__)
@@ -150,20 +149,23 @@ def _explain(cause: str, count: int) -> str:
 
 
 def schedule_repairs(
-    scheduler: BaseScheduler, service: Service, interval_s: float, written: Callable[[], None]
+    scheduler: BaseScheduler,
+    publishers: Sequence[Publisher],
+    interval_s: float,
+    written: Callable[[], None],
+    *,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
 ) -> RepairWatch | None:
-    """Add the repair watch, a look every ``interval_s`` (``[collector] repair_interval_s``),
-    to ``scheduler`` (None when that is 0 or no publisher repairs slots) and hand it the slot
-    merges of those publishers
+    """Add the repair watch over ``publishers``, a look every ``interval_s`` (``[collector]
+    repair_interval_s``), to ``scheduler`` (None when that is 0 or no publisher repairs
+    slots) and hand it the slot merges of those publishers
     (:meth:`~hydrator.core.ports.RepairsSlots.hand_merges_to_repairs`: the cycles send
     site ads, the looks every slot merge). What its last look found is
     :attr:`RepairWatch.coverage` (``/v1/sites`` shows it)."""
     if interval_s <= 0:
         return None
-    pool = service.pool
-    watch = RepairWatch(
-        pool.publishers, service.metrics, interval_s, service.clock, written=written
-    )
+    watch = RepairWatch(publishers, metrics, interval_s, clock, written=written)
     if not watch.targets:
         return None
     for target in watch.targets:

@@ -37,7 +37,7 @@ from hydrator.runtime.repair import schedule_repairs
 from hydrator.runtime.reschedule_after_cycle import install as install_reschedule
 from hydrator.runtime.service import Service
 from hydrator.runtime.supervise import Supervisor, log_thread_deaths
-from hydrator.runtime.wiring import event_listener, start_events
+from hydrator.runtime.wiring import Assembly, event_listener, start_events
 
 log = logging.getLogger(__name__)
 
@@ -133,17 +133,23 @@ class Daemon:
     configuration no longer names is gone entirely: its fetch threads and connections with the
     old service, its labelled series from ``/metrics``. ``[http]`` and the
     logging keys are read at start only (the listener and its server stay; a change is
-    logged as needing a restart)."""
+    logged as needing a restart).
+
+    ``assembly`` is the service and the parts it was built over
+    (:class:`~hydrator.runtime.wiring.Assembly`): the daemon hands each part beside the
+    service what it uses from there, and takes a reload's new assembly (``build``, over the
+    same metrics) as a whole, so nothing keeps a part of the service it replaced."""
 
     def __init__(
         self,
         config: Config,
-        service: Service,
+        assembly: Assembly,
         load: Callable[[], Config] | None = None,
-        build: Callable[[Config, Metrics], Service] | None = None,
+        build: Callable[[Config, Metrics], Assembly] | None = None,
         reloads: threading.Event | None = None,
     ) -> None:
-        self.config, self.service = config, service
+        self.config, self.assembly = config, assembly
+        self._metrics = assembly.instruments.metrics  # the daemon's, kept across reloads
         self._load, self._build = load, build
         self._stop = threading.Event()
         self._reload = reloads if reloads is not None else threading.Event()
@@ -152,7 +158,12 @@ class Daemon:
         self._gate: FullReadGate | None = None
         self._closed = False  # the service is closed (a reload that could rebuild none)
         backoff = config.daemon.thread_restart_backoff_s
-        self.supervisor = Supervisor(service.metrics, backoff)  # driven by run()'s loop
+        self.supervisor = Supervisor(self._metrics, backoff)  # driven by run()'s loop
+
+    @property
+    def service(self) -> Service:
+        """The service running now (a reload replaces it)."""
+        return self.assembly.service
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -160,7 +171,7 @@ class Daemon:
             return
         log.info("received %s, stopping", signal.Signals(signum).name)
         self._stop.set()
-        self.service.stop_event.set()
+        self.service.stop()
         self.supervisor.poke()  # wakes run()'s loop
 
     def _start_cycles(self) -> None:
@@ -169,7 +180,7 @@ class Daemon:
         scheduler."""
         daemon = self.config.daemon
         # None: no source follows events
-        self._gate = start_events(self.config, self.service, event_listener)
+        self._gate = start_events(self.config, self.assembly, event_listener)
         for cycles in self._gate.cycles if self._gate is not None else ():
             cycles.on_change = self.supervisor.poke
             for name, alive, restart in cycles.threads():
@@ -179,7 +190,14 @@ class Daemon:
         schedule_cycles(self._scheduler, run, daemon.interval_s, daemon.jitter_s)
         written = self.endpoint.write if self.endpoint is not None else lambda: None
         repair_s = self.config.collector.repair_interval_s
-        watch = schedule_repairs(self._scheduler, self.service, repair_s, written)
+        watch = schedule_repairs(
+            self._scheduler,
+            self.assembly.pool.publishers,
+            repair_s,
+            written,
+            metrics=self._metrics,
+            clock=self.assembly.instruments.clock,
+        )
         if self.endpoint is not None:
             self.endpoint.coverage = (lambda: watch.coverage) if watch is not None else dict
         install_reschedule(self.service, self.config)  # a fresh service each start: added once
@@ -201,7 +219,9 @@ class Daemon:
         if self.config.http.enabled:
             wedged_after_s = max(5 * self.config.daemon.interval_s, 300.0)
             try:
-                self.endpoint = HttpEndpoint(self.service, self.config.http, wedged_after_s)
+                self.endpoint = HttpEndpoint(
+                    self.service, self.config.http, wedged_after_s, metrics=self._metrics
+                )
             except ConfigError:  # the listen address is busy: one line, exit 2
                 self.service.close()
                 raise
@@ -223,7 +243,7 @@ class Daemon:
             raise
         log.info(
             "hydrator running: %d source(s), every %.0fs, state %s",
-            len(self.service.sources),
+            len(self.assembly.catalogue.sources),
             self.config.daemon.interval_s,
             self.config.daemon.state_path,
         )
@@ -269,24 +289,24 @@ class Daemon:
             return
         self._swap(config)
         if self._stop.is_set():  # SIGTERM during the swap: the new service stops too
-            self.service.stop_event.set()
+            self.service.stop()
             return
         self._start_cycles()
 
     def _swap(self, config: Config) -> None:
         """Close the running service and build one from ``config``; if that fails, log it and
         build the running configuration's again (its failure ends the daemon: exit 2)."""
-        old, metrics = self.service, self.service.metrics
+        old, metrics = self.service, self._metrics
         if self.endpoint is not None:
             self.endpoint.detach()
         old.close()  # releases the state's lock for the new service
         self._closed = True
         assert self._build is not None
         try:
-            self.service = self._build(config, metrics)
+            self.assembly = self._build(config, metrics)
         except HydratorError as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
-            self.service = self._build(self.config, metrics)  # raises: the daemon ends, exit 2
+            self.assembly = self._build(self.config, metrics)  # raises: the daemon ends, exit 2
             self._closed = False
         else:
             self._closed = False
@@ -295,7 +315,7 @@ class Daemon:
             self.config = config
             log.info(
                 "reloaded: %d source(s), every %.0fs, state %s",
-                len(self.service.sources),
+                len(self.assembly.catalogue.sources),
                 config.daemon.interval_s,
                 config.daemon.state_path,
             )
@@ -305,11 +325,11 @@ class Daemon:
 
 def run_daemon(
     config: Config,
-    service: Service,
+    assembly: Assembly,
     load: Callable[[], Config] | None = None,
-    build: Callable[[Config, Metrics], Service] | None = None,
+    build: Callable[[Config, Metrics], Assembly] | None = None,
     reloads: threading.Event | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (:class:`Daemon`); ``load`` and ``build`` serve SIGHUP,
     ``reloads`` (:func:`catch_reloads`) carries one asked for before."""
-    return Daemon(config, service, load, build, reloads).run()
+    return Daemon(config, assembly, load, build, reloads).run()

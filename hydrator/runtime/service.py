@@ -105,12 +105,13 @@ class Startup:
 
 
 class Service:
-    """Sequences one cycle of each kind (:class:`CycleKind`); owns the stop event and what
-    is kept between cycles: the state with its views, what is served (:attr:`published`),
-    where each site's lists came from, the drains (:class:`.DrainReads`),
+    """Sequences one cycle of each kind (:class:`CycleKind`); owns the stop event
+    (:meth:`stop`) and what is kept between cycles: the state with its views, what is served
+    (:attr:`published`), where each site's lists came from, the drains (:class:`.DrainReads`),
     each site's advertise answer (:class:`.Advertising`), the queues' last snapshot
     (:class:`.QueueReads`) and the last demand. Built by :mod:`hydrator.runtime.wiring`
-    (``assemble``), which makes every part it is given."""
+    (``assemble``), which makes every part it is given and hands the daemon's other parts
+    those they use: the service keeps its parts to itself."""
 
     def __init__(
         self,
@@ -125,23 +126,23 @@ class Service:
         :mod:`.parts`: the catalogue side, the pool side, the policies, and the metrics and
         clock. The configuration they were built from stays with the builder (the event
         cycles, the repair watch and the reschedule step are given their settings there)."""
-        self.catalogue, self.pool, self.policies = catalogue, pool, policies
-        self.metrics, self.clock = instruments.metrics, instruments.clock
-        self.stop_event = threading.Event()
+        self._catalogue, self._pool, self._policies = catalogue, pool, policies
+        self._metrics, self._clock = instruments.metrics, instruments.clock
+        self._stop_event = threading.Event()
         self.last_cycle_end = time.monotonic()
         self.published = startup.published
         self._model = startup.model  # the state's memo: handed to each plan
-        self._drains = DrainReads(catalogue.store, self.metrics, self.clock, startup.drains)
+        self._drains = DrainReads(catalogue.store, self._metrics, self._clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)
-        self._queue_reads = QueueReads(pool.queue, pool.queue_max_age_s, self.metrics)
+        self._queue_reads = QueueReads(pool.queue, pool.queue_max_age_s, self._metrics)
         self._last_wanted: Mapping[DatasetId, int] | None = None  # None: never read
-        self._fetches = FetchThreads(self._deadline_s, self.stop_event)
+        self._fetches = FetchThreads(self._deadline_s, self._stop_event)
         self._lock = threading.Lock()  # one cycle at a time, whoever calls
         self._cycles = 0
         self._listeners: list[Callable[[], None]] = []
         if pool.near is not None:
-            record_remote_budget(self.metrics, pool.near.config.remote_budget)
+            record_remote_budget(self._metrics, pool.near.config.remote_budget)
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every cycle (in the cycle's thread), once :attr:`published`,
@@ -152,10 +153,10 @@ class Service:
     def remove_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.remove(listener)
 
-    @property
-    def sources(self) -> tuple[Source, ...]:
-        """The catalogue's sources (:attr:`catalogue`)."""
-        return self.catalogue.sources
+    def stop(self) -> None:
+        """Stop the running full read: its fetch is abandoned and the cycle ends before it
+        saves (SIGTERM); the next full read ends so too."""
+        self._stop_event.set()
 
     @property
     def state(self) -> State:
@@ -167,14 +168,14 @@ class Service:
         served); the reason names the sources still missing and their last error."""
         errors = {s.name: s.reason for s in self.published.sources}
         missing = []
-        for source in self.sources:
+        for source in self._catalogue.sources:
             saved = self._model.state.sources.get(source.name)
             if saved is None or saved.last_success is None:
                 error = errors.get(source.name)
                 missing.append(f"{source.name} ({error})" if error else source.name)
         if missing:
             return False, "no successful answer yet from source(s): " + ", ".join(missing)
-        return True, f"every source ({len(self.sources)}) has answered at least once"
+        return True, f"every source ({len(self._catalogue.sources)}) has answered at least once"
 
     def run_cycle(self) -> CycleReport:
         """A full read (:attr:`CycleKind.FULL_READ`): fetch, plan, save, publish, annotate.
@@ -201,7 +202,7 @@ class Service:
         its phases recorded, the garbage collector paused; a failure (``HydratorError``) is
         a failed report; then logged, counted and the listeners told."""
         with self._lock, recording() as phases:
-            started, t0 = self.clock(), time.monotonic()
+            started, t0 = self._clock(), time.monotonic()
             self._cycles += 1
             with collector_paused(full=self._cycles % FULL_COLLECTION_EVERY == 0):
                 try:
@@ -249,7 +250,7 @@ class Service:
             previous={name: s.replicas for name, s in self._model.state.sources.items()},
             drains=drains,
         )
-        policy = self.policies.plan
+        policy = self._policies.plan
         if reread is not None:
             with phase("plan"):
                 state = self._model.state
@@ -261,7 +262,7 @@ class Service:
         self._drains.applied(drains)
         with phase("fetch"):
             outcomes = self._fetch_all(context)
-        if self.stop_event.is_set():
+        if self._stop_event.is_set():
             return None
         with phase("plan"):
             plan, model = planned(
@@ -284,10 +285,10 @@ class Service:
             return CycleReport(started, time.monotonic() - t0, "abandoned")
         plan, model, wanted, queue = decided
         with phase("save"):
-            rows = self.catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
+            rows = self._catalogue.store.save(plan)  # StateError: nothing advanced, cycle failed
         self._model = model
         self._note_origins(plan, started, kind)
-        if self.policies.advertise.demand_only and wanted is None:
+        if self._policies.advertise.demand_only and wanted is None:
             published: dict[str, PublishReport] = {}
             errors = {"demand": "the queues have not been read yet: nothing advertised"}
             log.warning("demand mode: the queues have not been read yet, publishing nothing")
@@ -311,13 +312,13 @@ class Service:
         wanted: Mapping[DatasetId, int],
         started: datetime,
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
-        near = self.pool.near.current(plan.sites) if self.pool.near is not None else {}
+        near = self._pool.near.current(plan.sites) if self._pool.near is not None else {}
         self._advertising.near(near)  # its line counts in max_ad_bytes
         with phase("advertise"):
             advertised = self._advertising.choose(plan, wanted, self.published.ads)
         views = {site: with_near(a.view, near.get(site)) for site, a in advertised.items()}
         with phase("render"):
-            ads = render_ads(views, self.policies.classad, self.published.ads)
+            ads = render_ads(views, self._policies.classad, self.published.ads)
         self.published = Published(
             ads,
             plan.sources,
@@ -326,7 +327,7 @@ class Service:
             plan.sites,  # the full lists, for the JSON views
             dict(self._origins),
         )
-        record_unadvertised(self.metrics, advertised.values())
+        record_unadvertised(self._metrics, advertised.values())
         with phase("publish"):
             return self._publish(views, plan.removed_sites, started)
 
@@ -354,7 +355,7 @@ class Service:
     def _wanted(self, queue: QueueSnapshot | None) -> Mapping[DatasetId, int] | None:
         """What queued jobs declare; on a failed query the last good answer (a schedd that
         does not answer must not empty demand-driven ads); None if never read."""
-        demand = self.pool.demand
+        demand = self._pool.demand
         if demand is None and (queue is None or not queue.pool):
             return {}
         try:
@@ -369,11 +370,11 @@ class Service:
     def _fetch_all(self, context: FetchContext) -> dict[str, SourceOutcome]:
         """Every source fetched at once, each awaited up to its ``deadline_s``:
         one past it is failed and the cycle goes on (:mod:`.fetching`)."""
-        return self._fetches.fetch_all(self.sources, lambda s: self._fetch(s, context))
+        return self._fetches.fetch_all(self._catalogue.sources, lambda s: self._fetch(s, context))
 
     def _deadline_s(self, source: str) -> float:
         """The configured ``deadline_s`` of the source named ``source``."""
-        return self.catalogue.deadlines_s.get(source, DEFAULT_DEADLINE_S)
+        return self._catalogue.deadlines_s.get(source, DEFAULT_DEADLINE_S)
 
     def busy_sources(self) -> list[str]:
         """Sources whose fetch, abandoned at its deadline, still runs (nothing to wait for)."""
@@ -391,7 +392,7 @@ class Service:
             log.exception("source %s raised an unexpected error", source.name)
             reason = redact(f"unexpected {type(exc).__name__}: {exc}")
             outcome = SourceFailure(source.name, reason)
-        record_fetch(self.metrics, _fetch_record(source, time.monotonic() - t0))
+        record_fetch(self._metrics, _fetch_record(source, time.monotonic() - t0))
         return outcome
 
     def _publish(
@@ -399,7 +400,7 @@ class Service:
     ) -> tuple[dict[str, PublishReport], dict[str, str]]:
         reports: dict[str, PublishReport] = {}
         errors: dict[str, str] = {}
-        for publisher in self.pool.publishers:
+        for publisher in self._pool.publishers:
             try:
                 reports[publisher.name] = publisher.publish(views, removed, now)
             except PublishError as exc:
@@ -410,7 +411,7 @@ class Service:
     def _measure_locality(self, plan: Plan, queue: QueueSnapshot | None) -> None:
         """Matchmaking quality from the pool, and the invalid names its jobs declare; a pool
         that cannot be read skips both this cycle."""
-        probe, near = self.pool.probe, self.pool.near
+        probe, near = self._pool.probe, self._pool.near
         if probe is None:
             return
         try:
@@ -420,21 +421,21 @@ class Service:
                 jobs, slots = probe.jobs_and_slots(queue)
         except PublishError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
-            record_pool_read(self.metrics, None)
+            record_pool_read(self._metrics, None)
             return
-        record_pool_read(self.metrics, probe.invalid_last_query)
+        record_pool_read(self._metrics, probe.invalid_last_query)
         table = near.table.near if near is not None else None
-        record_locality(self.metrics, locality_report(jobs, slots, plan.sites, table))
+        record_locality(self._metrics, locality_report(jobs, slots, plan.sites, table))
 
     def _annotate(
         self, plan: Plan, started: datetime, queue: QueueSnapshot | None
     ) -> JobsReport | None:
         """Write where their data is onto idle jobs (after the ads are out: a slow or failing
         schedd never delays them); a failure here is counted and logged, never fails the cycle."""
-        if self.pool.annotator is None:
+        if self._pool.annotator is None:
             return None
         try:
-            report = self.pool.annotator.run(plan.sites, int(started.timestamp()), queue)
+            report = self._pool.annotator.run(plan.sites, int(started.timestamp()), queue)
         except Exception:  # a bug in annotation must not cost the cycle its ads
             log.exception("job annotation failed")
             return JobsReport(error="job annotation failed unexpectedly")
@@ -443,15 +444,15 @@ class Service:
 
     def _observe(self, report: CycleReport) -> None:
         log_cycle(report)
-        record_cycle(self.metrics, report, self.published)
+        record_cycle(self._metrics, report, self.published)
 
     def close(self) -> None:
         busy = set(self.busy_sources())  # closing under a running fetch could block on it
-        closers = [(s.name, s.close) for s in self.sources if s.name not in busy]
-        for source in self.sources:  # ... unless it is Abandonable: that ends it, not blocking
+        closers = [(s.name, s.close) for s in self._catalogue.sources if s.name not in busy]
+        for source in self._catalogue.sources:  # ... unless Abandonable: that ends it, not blocking
             if source.name in busy and isinstance(source, Abandonable):
                 closers.append((source.name, source.abandon))
-        pool = self.pool
+        pool = self._pool
         closers += [(p.name, p.close) for p in pool.publishers]
         if pool.annotator is not None:
             closers.append(("job annotator", pool.annotator.close))
@@ -462,7 +463,7 @@ class Service:
                 close()
             except Exception:  # closing is best effort at shutdown; say what failed
                 log.exception("closing %s failed", name)
-        self.catalogue.store.close()
+        self._catalogue.store.close()
 
 
 def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:

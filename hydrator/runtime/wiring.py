@@ -1,4 +1,6 @@
-"""Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`.
+"""Builds a :class:`~hydrator.runtime.service.Service` from a :class:`~hydrator.config.Config`,
+with the parts it is given beside it (:class:`Assembly`: :func:`assemble`,
+:func:`build_assembly`): the daemon's other parts are handed their parts from there.
 
 The one runtime module that imports ``hydrator.adapters`` (an import-linter contract says
 so): the rest of the runtime sees the ports of :mod:`hydrator.core.ports`. Each adapter has
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,6 +211,21 @@ def event_listener(config: RucioEventsConfig, source: str, sink: EventSink) -> E
     return stomp_listener.build(config, source, sink)
 
 
+@dataclass(frozen=True)
+class Assembly:
+    """A :class:`Service` and the parts it was built over, grouped as :mod:`.parts` says.
+    The daemon's other parts are handed from here what they use (the event cycles and their
+    gate: the sources, the deadlines, the metrics; the repair watch: the publishers, the
+    metrics, the clock; the HTTP endpoint and the supervisor: the metrics), never from the
+    service, which keeps its parts to itself. A reload builds a new assembly (over the same
+    metrics) and hands its parts out anew."""
+
+    service: Service
+    catalogue: Catalogue
+    pool: Pool
+    instruments: Instruments
+
+
 def assemble(
     config: Config,
     *,
@@ -221,11 +239,12 @@ def assemble(
     clock: Callable[[], datetime] = utcnow,
     queue: QueueReader | None = None,
     distances: DistanceReader | None = None,
-) -> Service:
+) -> Assembly:
     """A :class:`Service` over the given parts, grouped as :mod:`.parts` says, with its
     policies from ``config`` and its :class:`Startup` loaded from ``store`` (garbage
     collection paused and the model frozen after, glibc's allocator tuned first:
-    :mod:`.memory`). ``demand``, when given, answers the demand in place of ``queue``."""
+    :mod:`.memory`), and those parts beside it (:class:`Assembly`). ``demand``, when given,
+    answers the demand in place of ``queue``."""
     metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
     advertise_policy = AdvertisePolicy(
         demand_only=config.classad.advertise == "demand",
@@ -238,21 +257,22 @@ def assemble(
         startup = load_startup(config, store, metrics, advertise_policy, clock)
     near = NearSites(config.distances, metrics, distances) if config.distances.enabled else None
     deadlines_s = {s.name: s.deadline_s for s in config.sources}
-    return Service(
-        startup,
-        catalogue=Catalogue(tuple(sources), store, deadlines_s),
-        pool=Pool(
-            tuple(publishers),
-            queue=queue,
-            demand=demand,
-            probe=probe,
-            annotator=annotator,
-            near=near,
-            queue_max_age_s=queue_max_age_s(config),
-        ),
-        policies=Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad),
-        instruments=Instruments(metrics, clock),
+    catalogue = Catalogue(tuple(sources), store, deadlines_s)
+    pool = Pool(
+        tuple(publishers),
+        queue=queue,
+        demand=demand,
+        probe=probe,
+        annotator=annotator,
+        near=near,
+        queue_max_age_s=queue_max_age_s(config),
     )
+    policies = Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad)
+    instruments = Instruments(metrics, clock)
+    service = Service(
+        startup, catalogue=catalogue, pool=pool, policies=policies, instruments=instruments
+    )
+    return Assembly(service, catalogue, pool, instruments)
 
 
 def load_startup(
@@ -292,7 +312,19 @@ def build_service(
     read_only: bool = False,
     reset: bool = False,
 ) -> Service:
-    """Everything a cycle needs; raises ConfigError/StateError with a one-line message.
+    """The service of :func:`build_assembly` alone (``hydrator once``, tests)."""
+    return build_assembly(config, metrics, read_only=read_only, reset=reset).service
+
+
+def build_assembly(
+    config: Config,
+    metrics: Metrics | None = None,
+    *,
+    read_only: bool = False,
+    reset: bool = False,
+) -> Assembly:
+    """Everything a cycle needs, and the parts the daemon hands out beside the service
+    (:class:`Assembly`); raises ConfigError/StateError with a one-line message.
 
     A writer (``read_only`` false) first takes the state's :class:`StateLock`, held until
     :meth:`Service.close`; ``reset`` then moves the existing state file aside. A reader takes
@@ -311,13 +343,13 @@ def build_service(
             lock.release()
         raise
     try:
-        return _service(config, store, metrics)
+        return _assembly(config, store, metrics)
     except BaseException:
         store.close()
         raise
 
 
-def _service(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Service:
+def _assembly(config: Config, store: SqliteStateStore, metrics: Metrics | None) -> Assembly:
     sources = [build_source(s, config.sites) for s in config.sources]
     publishers, pool_probe = build_publishers(config)
     queue = queue_reader(config)
@@ -360,12 +392,16 @@ def distance_reader(config: Config) -> DistanceReader | None:
 
 
 def start_events(
-    config: Config, service: Service, listener: ListenerFactory
+    config: Config, assembly: Assembly, listener: ListenerFactory
 ) -> FullReadGate | None:
     """Start an :class:`EventCycles` (worker and listener) per Rucio source with events on;
     the gate for the scheduler, or None when no source has events. ``listener`` builds a
-    listener (the daemon's: :func:`hydrator.runtime.wiring.event_listener`, STOMP)."""
-    chosen = event_sources(config, service)
+    listener (the daemon's: :func:`event_listener`, STOMP). Each is handed ``assembly``'s
+    service (the cycles it runs) and the parts it uses: the metrics, the sources' deadlines,
+    the sources the gate's refresh cycles read."""
+    service, catalogue = assembly.service, assembly.catalogue
+    metrics = assembly.instruments.metrics
+    chosen = event_sources(config, catalogue.sources)
     if not chosen:
         return None
     cycles: list[EventCycles] = []
@@ -378,17 +414,28 @@ def start_events(
         policy = ReconcilePolicy(
             config.daemon.interval_s, events.reconcile_interval_s, events.silence_s
         )
-        made = EventCycles(service, source, events, policy, source_config.scopes)
+        made = EventCycles(
+            service,
+            source,
+            events,
+            policy,
+            source_config.scopes,
+            metrics=metrics,
+            deadlines_s=catalogue.deadlines_s,
+        )
         made.listener = listener(events, source_config.name, made)
         made.start()
         cycles.append(made)
-    poll_all = len(chosen) < len(service.sources)
-    return FullReadGate(service, cycles, poll_all)
+    poll_all = len(chosen) < len(catalogue.sources)
+    return FullReadGate(service, cycles, poll_all, metrics=metrics, sources=catalogue.sources)
 
 
-def event_sources(config: Config, service: Service) -> list[tuple[RucioSourceConfig, Source]]:
-    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters."""
-    by_name = {s.name: s for s in service.sources}
+def event_sources(
+    config: Config, sources: Sequence[Source]
+) -> list[tuple[RucioSourceConfig, Source]]:
+    """The configured Rucio sources with ``[sources.events] enabled``, with their adapters
+    (among ``sources``)."""
+    by_name = {s.name: s for s in sources}
     return [
         (c, by_name[c.name])
         for c in config.sources

@@ -19,7 +19,7 @@ import requests
 
 from hydrator.domain import Site
 from hydrator.runtime.report import site_json, sites_json
-from hydrator.runtime.wiring import build_service, event_listener, start_events
+from hydrator.runtime.wiring import build_assembly, event_listener, start_events
 from tests.support.activemq import Broker
 from tests.support.event_service import CALLS, EventService, daemon_config
 from tests.support.hermes import Hermes, transfer_done
@@ -45,11 +45,12 @@ def daemon(
     # the reconnect's full read (right then) would hide what they check. Without heart-beats
     # a broker stopping still closes the connection, which the listener sees at once.
     config = daemon_config(rucio_server, running_activemq, tmp_path, tag, heartbeat_s=0.0)
-    service = build_service(config)
-    gate = start_events(config, service, event_listener)
+    built = build_assembly(config)
+    service, metrics = built.service, built.instruments.metrics
+    gate = start_events(config, built, event_listener)
     assert gate is not None
     try:
-        made = EventService(service, gate, site, dst, src, rucio_admin.scope())
+        made = EventService(service, metrics, gate, site, dst, src, rucio_admin.scope())
         wait_for(
             "subscribed",
             lambda: gate.cycles[0].status().connected,

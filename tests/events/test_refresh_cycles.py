@@ -16,7 +16,7 @@ import requests
 
 from hydrator.domain import Site
 from hydrator.runtime.report import site_json
-from hydrator.runtime.wiring import build_service, event_listener, start_events
+from hydrator.runtime.wiring import build_assembly, event_listener, start_events
 from tests.support.activemq import Broker
 from tests.support.event_service import CALLS, EventService, daemon_config
 from tests.support.rucio_server import RucioAdmin, RucioServer, unique
@@ -59,11 +59,12 @@ def stocked(
             rucio_admin.rule(scope, names[key], rse)
     rucio_server.run_abacus()
     config = daemon_config(rucio_server, running_activemq, tmp_path, tag)
-    service = build_service(config)
-    gate = start_events(config, service, event_listener)
+    built = build_assembly(config)
+    service, metrics = built.service, built.instruments.metrics
+    gate = start_events(config, built, event_listener)
     assert gate is not None
     try:
-        made = EventService(service, gate, site, dst, src, scope)
+        made = EventService(service, metrics, gate, site, dst, src, scope)
         wait_for(
             "subscribed",
             lambda: gate.cycles[0].status().connected,

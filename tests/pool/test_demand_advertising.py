@@ -13,6 +13,7 @@ import pytest
 from hydrator.adapters.htcondor.collector import SITE_AD_TYPE
 from hydrator.config import parse_config
 from hydrator.domain import Site
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.pool import IDLE, NEVER_MATCHING, Pool
@@ -46,7 +47,7 @@ def demand_jobs(condor_pool: Pool) -> Iterator[None]:
 
 
 @pytest.fixture
-def service(condor_pool: Pool, tmp_path: Path) -> Iterator[Service]:
+def service(condor_pool: Pool, tmp_path: Path, metrics: Metrics) -> Iterator[Service]:
     (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
         {
@@ -62,7 +63,7 @@ def service(condor_pool: Pool, tmp_path: Path) -> Iterator[Service]:
         },
         tmp_path,
     )
-    built = build_service(config)
+    built = build_service(config, metrics)
     yield built
     built.close()
     # withdraw the site ad this test made: the publisher invalidates sites that went away
@@ -73,7 +74,7 @@ def service(condor_pool: Pool, tmp_path: Path) -> Iterator[Service]:
 
 
 def test_ads_carry_the_most_demanded_datasets_within_the_budget(
-    condor_pool: Pool, demand_jobs: None, service: Service
+    metrics: Metrics, condor_pool: Pool, demand_jobs: None, service: Service
 ) -> None:
     report = service.run_cycle()
     assert report.outcome == "ok"
@@ -102,7 +103,7 @@ def test_ads_carry_the_most_demanded_datasets_within_the_budget(
         service.run_cycle()
         time.sleep(0.5)
 
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_datasets_unadvertised", {"site": "SITE_B", "reason": "over_budget"}) == 1
     assert m("hydrator_datasets_unadvertised", {"site": "SITE_B", "reason": "not_demanded"}) == 2
     assert m("hydrator_datasets", {"site": "SITE_B", "state": "available"}) == 4, "the truth"

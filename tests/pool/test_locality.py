@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from hydrator.config import load_config
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import build_service
+from hydrator.runtime.wiring import build_assembly
 from tests.support.daemon import Daemon
 from tests.support.pool import IDLE, RUNNING, SUBMIT_USER, Pool
 from tests.support.static_inventory import (
@@ -48,15 +49,16 @@ def daemon(condor_pool: Pool, tmp_path: Path) -> Iterator[Daemon]:
 
 
 @pytest.fixture
-def service(daemon: Daemon) -> Iterator[Service]:
-    """The same configuration, in process, with its own state file."""
+def service(daemon: Daemon, metrics: Metrics) -> Iterator[Service]:
+    """The same configuration, in process, with its own state file, reporting to
+    ``metrics``."""
     text = (daemon.directory / "hydrator.toml").read_text()
     path = daemon.directory / "in-process.toml"
     path.write_text(text.replace('"state.sqlite"', '"in-process.sqlite"'))
-    svc = build_service(load_config(path))
-    assert svc.pool.probe is not None, "[collector] enabled wires the pool probe"
-    yield svc
-    svc.close()
+    built = build_assembly(load_config(path), metrics)
+    assert built.pool.probe is not None, "[collector] enabled wires the pool probe"
+    yield built.service
+    built.service.close()
 
 
 @pytest.fixture
@@ -76,12 +78,12 @@ def pinned(dataset: str, site: str) -> str:
     return SLEEP + lines + "queue\n"
 
 
-def sample(svc: Service, name: str, **labels: str) -> float | None:
-    return svc.metrics.registry.get_sample_value(name, labels)
+def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
 
 
 def test_local_remote_and_nowhere_jobs_are_counted(
-    condor_pool: Pool, daemon: Daemon, service: Service, jobs: list[int]
+    metrics: Metrics, condor_pool: Pool, daemon: Daemon, service: Service, jobs: list[int]
 ) -> None:
     pool = condor_pool
     jobs.append(pool.submit(data_bound("ska:obs_1")))  # SITE_A
@@ -93,14 +95,14 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     pool.wait_for_job_state(jobs[2], [IDLE])
 
     service.run_cycle()
-    assert sample(service, "hydrator_pool_queries_total", outcome="ok") == 1
-    assert sample(service, "hydrator_jobs_running", locality="local") == 2
-    assert sample(service, "hydrator_jobs_running", locality="remote") == 0
-    assert sample(service, "hydrator_jobs_running_data_local_ratio") == 1.0
-    assert sample(service, "hydrator_site_jobs_running", site="SITE_A", locality="local") == 1
-    assert sample(service, "hydrator_site_jobs_running", site="SITE_C", locality="local") == 1
-    assert sample(service, "hydrator_jobs_idle_data_bound", reason="nowhere") == 1
-    assert sample(service, "hydrator_jobs_idle_data_bound", reason="missed_locality") == 0
+    assert sample(metrics, "hydrator_pool_queries_total", outcome="ok") == 1
+    assert sample(metrics, "hydrator_jobs_running", locality="local") == 2
+    assert sample(metrics, "hydrator_jobs_running", locality="remote") == 0
+    assert sample(metrics, "hydrator_jobs_running_data_local_ratio") == 1.0
+    assert sample(metrics, "hydrator_site_jobs_running", site="SITE_A", locality="local") == 1
+    assert sample(metrics, "hydrator_site_jobs_running", site="SITE_C", locality="local") == 1
+    assert sample(metrics, "hydrator_jobs_idle_data_bound", reason="nowhere") == 1
+    assert sample(metrics, "hydrator_jobs_idle_data_bound", reason="missed_locality") == 0
     wait_for(
         "daemon's /metrics: ratio 1.0",
         lambda: daemon.metric("hydrator_jobs_running_data_local_ratio"),
@@ -113,10 +115,10 @@ def test_local_remote_and_nowhere_jobs_are_counted(
     jobs.append(pool.submit(pinned("ska:obs_2", "SITE_C")))
     pool.wait_for_job_state(jobs[3], [RUNNING], timeout_s=90)
     service.run_cycle()
-    assert sample(service, "hydrator_jobs_running", locality="local") == 2
-    assert sample(service, "hydrator_jobs_running", locality="remote") == 1
-    assert sample(service, "hydrator_site_jobs_running", site="SITE_C", locality="remote") == 1
-    ratio = sample(service, "hydrator_jobs_running_data_local_ratio")
+    assert sample(metrics, "hydrator_jobs_running", locality="local") == 2
+    assert sample(metrics, "hydrator_jobs_running", locality="remote") == 1
+    assert sample(metrics, "hydrator_site_jobs_running", site="SITE_C", locality="remote") == 1
+    ratio = sample(metrics, "hydrator_jobs_running_data_local_ratio")
     assert ratio is not None and math.isclose(ratio, 2 / 3)
     wait_for(
         "daemon's /metrics: one remote job",
@@ -125,10 +127,10 @@ def test_local_remote_and_nowhere_jobs_are_counted(
         timeout_s=30.0,
         ignore=TRANSIENT,
     )
-    metrics = daemon.metrics()
-    assert math.isclose(metrics[("hydrator_jobs_running_data_local_ratio", frozenset())], 2 / 3)
+    served = daemon.metrics()  # the daemon process's /metrics
+    assert math.isclose(served[("hydrator_jobs_running_data_local_ratio", frozenset())], 2 / 3)
     nowhere = ("hydrator_jobs_idle_data_bound", frozenset({("reason", "nowhere")}))
-    assert metrics[nowhere] == 1
+    assert served[nowhere] == 1
 
 
 FALLBACK_S = 10  # two of the test pool's 5 s negotiation cycles

@@ -18,9 +18,10 @@ from hydrator.core.between_reads import unchanged
 from hydrator.core.ports import FetchContext
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import DatasetId, Site, Snapshot, State
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
-from hydrator.runtime.wiring import build_service
+from hydrator.runtime.wiring import Assembly, build_assembly
 from tests.pool.annotating import INVENTORY, annotated, demand_config, jobs_of, submit_idle
 from tests.support.pool import IDLE, Pool
 
@@ -30,24 +31,25 @@ COMPLETE_AT_A = '{"ska:obs_1", "ska:sky"}'  # INVENTORY: complete at SITE_A, par
 
 
 @pytest.fixture
-def make_service(condor_pool: Pool, tmp_path: Path) -> Iterator[Callable[[str], Service]]:
-    """Demand-driven ads, matchmaking metrics and annotation, all on, in process; the
-    argument is the ``queue_max_age_s`` line ("" for the default, ``[daemon] interval_s``)."""
+def make_service(condor_pool: Pool, tmp_path: Path) -> Iterator[Callable[[str], Assembly]]:
+    """Demand-driven ads, matchmaking metrics and annotation, all on, in process, with the
+    parts the service was built over (its queue reader, its metrics); the argument is the
+    ``queue_max_age_s`` line ("" for the default, ``[daemon] interval_s``)."""
     condor_pool.remove_all_jobs()
-    made: list[Service] = []
+    made: list[Assembly] = []
 
-    def make(max_age: str) -> Service:
+    def make(max_age: str) -> Assembly:
         directory = tmp_path / str(len(made))
         directory.mkdir()
         (directory / "inventory.toml").write_text(INVENTORY)
         path = directory / "hydrator.toml"
         path.write_text(demand_config(condor_pool, max_age))
-        made.append(build_service(load_config(path)))
+        made.append(build_assembly(load_config(path)))
         return made[-1]
 
     yield make
-    for service in made:
-        service.close()
+    for built in made:
+        built.service.close()
     condor_pool.remove_all_jobs()
 
 
@@ -61,23 +63,23 @@ def event_cycle(service: Service) -> CycleReport:
     return service.run_event_cycle(planner)
 
 
-def edit_calls(service: Service) -> float | None:
-    return service.metrics.registry.get_sample_value("hydrator_job_edit_calls_total")
+def edit_calls(metrics: Metrics) -> float | None:
+    return metrics.registry.get_sample_value("hydrator_job_edit_calls_total")
 
 
 def test_event_cycles_within_the_age_query_no_schedd_and_edit_no_job_again(
-    condor_pool: Pool, make_service: Callable[[str], Service]
+    condor_pool: Pool, make_service: Callable[[str], Assembly]
 ) -> None:
     cluster = submit_idle(condor_pool, COMPLETE_AT_A, count=3)
     condor_pool.wait_for_job_state(cluster, [IDLE])
     schedd = condor_pool.schedd_name()
-    service = make_service("")  # the default age: [daemon] interval_s = 60
-    reader = service.pool.queue
+    built = make_service("")  # the default age: [daemon] interval_s = 60
+    service, reader, metrics = built.service, built.pool.queue, built.instruments.metrics
     assert isinstance(reader, CondorQueue)
 
     assert service.run_cycle().queue is QueueRead.READ
     assert dict(reader.queries) == {schedd: 1}
-    edits = edit_calls(service)
+    edits = edit_calls(metrics)
     assert edits, "the scheduled cycle annotated the jobs"
 
     reports = [event_cycle(service) for _ in range(10)]
@@ -85,10 +87,10 @@ def test_event_cycles_within_the_age_query_no_schedd_and_edit_no_job_again(
     assert [r.outcome for r in reports] == ["ok"] * 10
     assert {r.queue for r in reports} == {QueueRead.REUSED}
     assert dict(reader.queries) == {schedd: 1}, "ten event cycles, no schedd query"
-    assert edit_calls(service) == edits, "the reused snapshot carries the cycle's own edits"
+    assert edit_calls(metrics) == edits, "the reused snapshot carries the cycle's own edits"
     ad = service.published.ads[Site("SITE_A")]  # the demand cut off the reused snapshot
     assert set(ad.view.available) == {DatasetId("ska", "obs_1"), DatasetId("ska", "sky")}
-    idle = service.metrics.registry.get_sample_value  # the probe off the reused snapshot
+    idle = metrics.registry.get_sample_value  # the probe off the reused snapshot
     assert idle("hydrator_jobs_idle_data_bound", {"reason": "missed_locality"}) == 3
     assert reports[-1].jobs is not None and reports[-1].jobs.seen == 3  # annotation
     assert [annotated(a) for a in jobs_of(condor_pool, [cluster])] == [(["SITE_A"], ["SITE_B"])] * 3
@@ -100,13 +102,13 @@ def test_event_cycles_within_the_age_query_no_schedd_and_edit_no_job_again(
     report = service.run_cycle()  # scheduled: reads afresh
     assert report.queue is QueueRead.READ and report.jobs is not None and report.jobs.seen == 4
     assert dict(reader.queries) == {schedd: 2}
-    sample = service.metrics.registry.get_sample_value
+    sample = metrics.registry.get_sample_value
     counts = [sample("hydrator_queue_reads_total", {"outcome": o}) for o in ("read", "reused")]
     assert counts == [2, 11]
 
 
 def test_schedd_queries_with_an_event_cycle_every_half_second(
-    condor_pool: Pool, make_service: Callable[[str], Service]
+    condor_pool: Pool, make_service: Callable[[str], Assembly]
 ) -> None:
     """Before (``queue_max_age_s = 0``, every cycle reads, as the code did) and after (a 2 s
     age) over the same 6 s of event cycles; the figures are printed for the report."""
@@ -115,8 +117,8 @@ def test_schedd_queries_with_an_event_cycle_every_half_second(
     schedd = condor_pool.schedd_name()
     counted: dict[str, tuple[int, int]] = {}
     for label, line in (("before", "queue_max_age_s = 0"), ("after", "queue_max_age_s = 2")):
-        service = make_service(line)
-        reader = service.pool.queue
+        built = make_service(line)
+        service, reader = built.service, built.pool.queue
         assert isinstance(reader, CondorQueue)
         service.run_cycle()
         cycles, end = 0, time.monotonic() + 6.0

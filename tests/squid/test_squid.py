@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from hydrator.config import parse_config
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.squid import Squid, running_squid
@@ -51,9 +53,10 @@ class Hydrator:
             },
             tmp_path,
         )
-        self.service: Service = build_service(config)
+        metrics = Metrics(CollectorRegistry())
+        self.service: Service = build_service(config, metrics)
         self.service.run_cycle()
-        self.endpoint = HttpEndpoint(self.service, config.http, wedged_after_s=300)
+        self.endpoint = HttpEndpoint(self.service, config.http, wedged_after_s=300, metrics=metrics)
         self.endpoint.start()
         self.url = f"http://127.0.0.1:{self.endpoint.port}"
 

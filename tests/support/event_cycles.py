@@ -126,13 +126,18 @@ def build(tmp_path: Path, catalogue: Catalogue, **events: Any) -> Any:
         sources=[catalogue],
         store=SqliteStateStore(tmp_path / "s.sqlite"),
         metrics=metrics,
-    )
+    ).service
     settings: dict[str, Any] = {"event_debounce_s": 0.2, "max_event_reads_per_cycle": 2}
     settings.update(events)
     events_config = RucioEventsConfig(enabled=True, brokers=["127.0.0.1:1"], **settings)
     now = [1000.0]
     cycles = EventCycles(
-        service, catalogue, events_config, ReconcilePolicy(60, 1800, 600), clock=lambda: now[0]
+        service,
+        catalogue,
+        events_config,
+        ReconcilePolicy(60, 1800, 600),
+        metrics=metrics,
+        clock=lambda: now[0],
     )
     cycles.listener = Listening(ListenerStatus(True, 999.0, 999.0))
     return service, catalogue, cycles, metrics, now

@@ -9,6 +9,7 @@ from pathlib import Path
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site
 from hydrator.runtime.full_read_gate import FullReadGate
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
 from tests.support.activemq import DESTINATION, Broker
@@ -20,6 +21,7 @@ CALLS = "hydrator_source_api_calls_total"  # the sources' requests, by method
 @dataclass
 class EventService:
     service: Service
+    metrics: Metrics  # the service's (handed to it, its event cycles and gate)
     gate: FullReadGate
     site: str
     dst: str
@@ -27,7 +29,7 @@ class EventService:
     scope: str
 
     def sample(self, name: str, **labels: str) -> float:
-        value = self.service.metrics.registry.get_sample_value(name, labels)
+        value = self.metrics.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
     def lists(self) -> tuple[list[str], list[str]]:

@@ -153,8 +153,11 @@ def served_hydrator(
 ) -> Iterator[ServedHydrator]:
     """The daemon with ``inventory`` as its static source and ``[classad]`` = ``classad``,
     one cycle run, its HTTP endpoint on 127.0.0.1 and a free port; stopped on exit."""
+    from prometheus_client import CollectorRegistry
+
     from hydrator.config import parse_config
     from hydrator.runtime.http_endpoint import HttpEndpoint
+    from hydrator.runtime.metrics import Metrics
     from hydrator.runtime.wiring import build_service
 
     (tmp_path / "inv.toml").write_text(inventory)
@@ -167,10 +170,11 @@ def served_hydrator(
         },
         tmp_path,
     )
-    service = build_service(config)
+    metrics = Metrics(CollectorRegistry())
+    service = build_service(config, metrics)
     try:
         service.run_cycle()
-        endpoint = HttpEndpoint(service, config.http, wedged_after_s=300)
+        endpoint = HttpEndpoint(service, config.http, wedged_after_s=300, metrics=metrics)
         endpoint.start()
         try:
             yield ServedHydrator(f"http://127.0.0.1:{endpoint.port}", service)

@@ -20,6 +20,7 @@ from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
 from hydrator.core.ports import FetchContext
 from hydrator.domain import ReplicaState, Site, Transfer
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
@@ -56,8 +57,11 @@ Cycle = Callable[[], Service]
 
 
 @pytest.fixture()
-def cycle(rucio_server: RucioServer, place: Place, tmp_path: Path) -> Iterator[Cycle]:
-    """Run one daemon cycle (the same service each call) and return the service."""
+def cycle(
+    rucio_server: RucioServer, place: Place, tmp_path: Path, metrics: Metrics
+) -> Iterator[Cycle]:
+    """Run one daemon cycle (the same service each call, reporting to ``metrics``) and
+    return the service."""
     config = parse_config(
         {
             "daemon": {"state_path": str(tmp_path / "state.sqlite")},
@@ -70,7 +74,7 @@ def cycle(rucio_server: RucioServer, place: Place, tmp_path: Path) -> Iterator[C
         },
         tmp_path,
     )
-    service = build_service(config)
+    service = build_service(config, metrics)
 
     def run() -> Service:
         report = service.run_cycle()
@@ -91,9 +95,9 @@ def lists(service: Service, site: str) -> tuple[list[str], list[str], list[str]]
     )
 
 
-def numbers(service: Service, site: str) -> dict[str, float | None]:
+def numbers(metrics: Metrics, site: str) -> dict[str, float | None]:
     """hydrator_datasets{state} and hydrator_transfers{state} of the site."""
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     out = {
         state: m("hydrator_datasets", {"site": site, "state": state})
         for state in ("available", "partial", "replicating", "stuck")
@@ -148,12 +152,12 @@ def partial_and_stuck(admin: RucioAdmin, place: Place) -> str:
 
 
 def test_partial_and_stuck_is_advertised_as_partial(
-    rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
     did = partial_and_stuck(rucio_admin, place)
     service = cycle()
     assert lists(service, place.site) == ([], [did], [])
-    assert numbers(service, place.site) == expect(partial=1, stuck_transfers=1)
+    assert numbers(metrics, place.site) == expect(partial=1, stuck_transfers=1)
     shown = detail(service, place.site)
     assert shown["partial"] == [
         {"dataset": did, "fraction": 2 / 3, "bytes_fraction": 2 / 3, "transfer": "stuck"}
@@ -164,14 +168,14 @@ def test_partial_and_stuck_is_advertised_as_partial(
 
 
 def test_partial_and_replicating_is_advertised_as_partial(
-    rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
     did, name, files = placed(rucio_admin, place, 3)
     rucio_admin.rule(place.scope, name, place.x1)
     rucio_admin.set_file_states(place.x1, place.scope, files[:1], "A")
     service = cycle()
     assert lists(service, place.site) == ([], [did], [])
-    assert numbers(service, place.site) == expect(partial=1, moving=1)
+    assert numbers(metrics, place.site) == expect(partial=1, moving=1)
     shown = detail(service, place.site)
     assert shown["partial"][0]["transfer"] == "replicating"
     assert shown["incoming"] == [{"dataset": did, "progress": 1 / 3}]
@@ -179,7 +183,7 @@ def test_partial_and_replicating_is_advertised_as_partial(
 
 
 def test_complete_at_one_rse_while_replicating_to_another_of_the_site(
-    rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
     name = rucio_admin.dataset(place.scope, 2, at=[place.x1])
     did = f"{place.scope}:{name}"
@@ -187,12 +191,12 @@ def test_complete_at_one_rse_while_replicating_to_another_of_the_site(
     rucio_admin.rule(place.scope, name, place.x2)  # its files stay COPYING: REPLICATING
     service = cycle()
     assert lists(service, place.site) == ([did], [], [])
-    assert numbers(service, place.site) == expect(available=1, moving=1)
+    assert numbers(metrics, place.site) == expect(available=1, moving=1)
     assert detail(service, place.site)["incoming"] == [{"dataset": did, "progress": 0.0}]
 
 
 def test_files_spread_over_two_rses_of_a_site_make_it_complete(
-    rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
     client, scope = rucio_admin.client, place.scope
     name = unique("spread")
@@ -210,43 +214,45 @@ def test_files_spread_over_two_rses_of_a_site_make_it_complete(
     service = cycle()
     did = f"{scope}:{name}"
     assert lists(service, place.site) == ([did], [], [])
-    assert numbers(service, place.site) == expect(available=1)
-    calls = service.metrics.registry.get_sample_value(
+    assert numbers(metrics, place.site) == expect(available=1)
+    calls = metrics.registry.get_sample_value(
         "hydrator_source_api_calls_total", {"source": "rucio", "method": "list_replicas"}
     )
     assert calls == 1  # the file-level union: one call for the dataset
 
 
 def test_stuck_with_no_file_present_is_reported_not_advertised(
-    rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
 ) -> None:
     did, name, _ = placed(rucio_admin, place, 2)
     rucio_admin.make_stuck(rucio_admin.rule(place.scope, name, place.x1))
     service = cycle()
     assert lists(service, place.site) == ([], [], [])
-    assert numbers(service, place.site) == expect(stuck=1, stuck_transfers=1)
+    assert numbers(metrics, place.site) == expect(stuck=1, stuck_transfers=1)
     assert detail(service, place.site)["stuck"] == [did]
     assert ad_line(service, place.site, "StuckDatasets") == f'StuckDatasets = {{ "{did}" }}'
 
 
-def test_a_stuck_rule_that_recovers(rucio_admin: RucioAdmin, place: Place, cycle: Cycle) -> None:
+def test_a_stuck_rule_that_recovers(
+    metrics: Metrics, rucio_admin: RucioAdmin, place: Place, cycle: Cycle
+) -> None:
     did, name, files = placed(rucio_admin, place, 2)
     rule = rucio_admin.rule(place.scope, name, place.x1)
     rucio_admin.make_stuck(rule)
     service = cycle()
     assert lists(service, place.site) == ([], [], [])
-    assert numbers(service, place.site) == expect(stuck=1, stuck_transfers=1)
+    assert numbers(metrics, place.site) == expect(stuck=1, stuck_transfers=1)
 
     rucio_admin.set_file_states(place.x1, place.scope, files[:1], "A")  # one retry succeeded
     service = cycle()
     assert lists(service, place.site) == ([], [did], [])
-    assert numbers(service, place.site) == expect(partial=1, stuck_transfers=1)
+    assert numbers(metrics, place.site) == expect(partial=1, stuck_transfers=1)
 
     rucio_admin.set_file_states(place.x1, place.scope, files[1:], "A")
     assert rucio_admin.rule_info(rule)["state"] == "STUCK"  # until the judge looks again
     service = cycle()
     assert lists(service, place.site) == ([did], [], [])
-    assert numbers(service, place.site) == expect(available=1)  # every lock OK: no transfer
+    assert numbers(metrics, place.site) == expect(available=1)  # every lock OK: no transfer
     assert ad_line(service, place.site, "StuckDatasets") == "StuckDatasets = {  }"
 
     rucio_admin.repair()

@@ -17,6 +17,7 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site
 from hydrator.runtime.cli import main as cli_main
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
@@ -31,6 +32,7 @@ def site_doc(service: Service, site: str) -> dict[str, Any]:
 
 
 def test_an_rse_read_disabled_leaves_its_site_at_once_and_comes_back(
+    metrics: Metrics,
     running_rucio: RucioServer,
     rucio_admin: RucioAdmin,
     tmp_path: Path,
@@ -69,7 +71,7 @@ def test_an_rse_read_disabled_leaves_its_site_at_once_and_comes_back(
     shown.write_text(
         '[daemon]\nstate_path = "state.sqlite"\n[[sources]]\ntype = "static"\npath = "-"\n'
     )
-    service = build_service(config)
+    service = build_service(config, metrics)
     try:
         first = service.run_cycle()
         assert first.outcome == "ok", first
@@ -96,7 +98,7 @@ def test_an_rse_read_disabled_leaves_its_site_at_once_and_comes_back(
         assert f"# RSE {a1}: unavailable (availability_read false)" in text
         assert f"# RSE {a2}" not in text, "storage that serves is not listed"
         assert only_a1[0] not in text and both in text
-        m = service.metrics.registry.get_sample_value
+        m = metrics.registry.get_sample_value
         assert m("hydrator_storage_available", {"site": site_a, "storage": a1}) == 0
         assert m("hydrator_storage_available", {"site": site_a, "storage": a2}) == 1
 

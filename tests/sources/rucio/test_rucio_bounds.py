@@ -227,7 +227,7 @@ def test_a_busy_sources_token_directory_is_removed_at_shutdown(
             interval_s=0.05,
         )
         assert [p.name[:15] for p in temp.iterdir()] == ["hydrator-rucio-"]
-        service.stop_event.set()
+        service.stop()
         cycle.join(5)
         assert not cycle.is_alive()
         assert service.busy_sources() == ["rucio"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from hydrator.config import parse_config
 from hydrator.domain import Site
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import Federation, RucioServer, source_config
@@ -15,7 +17,9 @@ from tests.support.rucio_server import Federation, RucioServer, source_config
 pytestmark = pytest.mark.rucio
 
 
-def service_for(server: RucioServer, federation: Federation, state_dir: Path) -> Service:
+def service_for(
+    server: RucioServer, federation: Federation, state_dir: Path, metrics: Metrics | None = None
+) -> Service:
     config = parse_config(
         {
             "daemon": {"state_path": str(state_dir / "state.sqlite")},
@@ -28,7 +32,7 @@ def service_for(server: RucioServer, federation: Federation, state_dir: Path) ->
         },
         state_dir,
     )
-    return build_service(config)
+    return build_service(config, metrics)
 
 
 def published(service: Service) -> dict[tuple[str, str], str]:
@@ -42,10 +46,10 @@ def published(service: Service) -> dict[tuple[str, str], str]:
 
 
 def test_outage_keeps_everything_and_recovery_is_immediate(
-    running_rucio: RucioServer, federation: Federation, tmp_path: Path
+    metrics: Metrics, running_rucio: RucioServer, federation: Federation, tmp_path: Path
 ) -> None:
     expected = {k: state for k, (state, _) in federation.expected.items() if state != "stuck"}
-    service = service_for(running_rucio, federation, tmp_path)
+    service = service_for(running_rucio, federation, tmp_path, metrics)
     first = service.run_cycle()
     assert first.outcome == "ok"
     assert published(service) == expected
@@ -56,7 +60,7 @@ def test_outage_keeps_everything_and_recovery_is_immediate(
         assert report.outcome == "degraded" and report.plan is not None
         assert report.plan.changes == ()
         assert published(service) == expected, "an outage never drops data"
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_source_stale", {"source": "rucio"}) == 1
     assert m("hydrator_source_errors_total", {"source": "rucio", "kind": "transient"}) == 3
     updated = service.published.ads[Site(federation.sites["A"])].view.updated
@@ -66,25 +70,23 @@ def test_outage_keeps_everything_and_recovery_is_immediate(
     service.close()
 
     # a restart during the outage serves the saved state at once
-    restarted = service_for(running_rucio, federation, tmp_path)
+    again = Metrics(CollectorRegistry())  # a restart's own
+    restarted = service_for(running_rucio, federation, tmp_path, again)
     assert published(restarted) == expected
     running_rucio.start()
     recovered = restarted.run_cycle()
     assert recovered.outcome == "ok" and recovered.plan is not None
     assert recovered.plan.changes == () and recovered.rows_written == 0
-    assert (
-        restarted.metrics.registry.get_sample_value("hydrator_source_stale", {"source": "rucio"})
-        == 0
-    )
+    assert again.registry.get_sample_value("hydrator_source_stale", {"source": "rucio"}) == 0
     restarted.close()
 
 
 def test_api_calls_are_counted_per_method(
-    running_rucio: RucioServer, federation: Federation, tmp_path: Path
+    metrics: Metrics, running_rucio: RucioServer, federation: Federation, tmp_path: Path
 ) -> None:
-    service = service_for(running_rucio, federation, tmp_path)
+    service = service_for(running_rucio, federation, tmp_path, metrics)
     service.run_cycle()
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     per_rse = m(
         "hydrator_source_api_calls_total", {"source": "rucio", "method": "list_datasets_per_rse"}
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hydrator.config import parse_config
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.corrupting_proxy import corrupting_proxy
@@ -18,8 +19,11 @@ from tests.support.rucio_server import Federation, RucioServer, source_config
 pytestmark = pytest.mark.rucio
 
 
-def service_through(url: str, server: RucioServer, fed: Federation, state_dir: Path) -> Service:
-    """The daemon reading ``fed`` from ``server`` at ``url`` (the proxy)."""
+def service_through(
+    url: str, server: RucioServer, fed: Federation, state_dir: Path, metrics: Metrics
+) -> Service:
+    """The daemon reading ``fed`` from ``server`` at ``url`` (the proxy), reporting to
+    ``metrics``."""
     source = source_config(
         server, rse_expression=fed.expression, rucio_host=url, auth_host=url, max_attempts=2
     )
@@ -31,7 +35,7 @@ def service_through(url: str, server: RucioServer, fed: Federation, state_dir: P
         },
         state_dir,
     )
-    return build_service(config)
+    return build_service(config, metrics)
 
 
 def held(service: Service) -> dict[str, set[str]]:
@@ -43,6 +47,7 @@ def held(service: Service) -> dict[str, set[str]]:
 
 
 def test_a_summary_line_that_is_not_json_is_one_failed_source_line_and_keeps_the_data(
+    metrics: Metrics,
     running_rucio: RucioServer,
     federation: Federation,
     tmp_path: Path,
@@ -50,7 +55,7 @@ def test_a_summary_line_that_is_not_json_is_one_failed_source_line_and_keeps_the
 ) -> None:
     rse = federation.rses["a1"]
     with corrupting_proxy(running_rucio.url) as proxy:
-        service = service_through(proxy.url, running_rucio, federation, tmp_path)
+        service = service_through(proxy.url, running_rucio, federation, tmp_path, metrics)
         try:
             assert service.run_cycle().outcome == "ok"
             before = held(service)
@@ -63,7 +68,7 @@ def test_a_summary_line_that_is_not_json_is_one_failed_source_line_and_keeps_the
             assert proxy.altered_answers == 1
             assert report.outcome == "degraded" and report.plan is not None
             assert report.plan.changes == () and held(service) == before
-            m = service.metrics.registry.get_sample_value
+            m = metrics.registry.get_sample_value
             errors = {"source": "rucio", "kind": "transient"}
             assert m("hydrator_source_errors_total", errors) == 1
             assert m("hydrator_source_stale", {"source": "rucio"}) == 1

@@ -12,7 +12,10 @@ from tests.unit.factories import rep
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Any:
-    parts = build(tmp_path, Catalogue(rep("A", "obs1")))
+def setup(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """The service and its event cycles over a catalogue holding ``A:obs1``, or over the
+    catalogue a test gives (``@pytest.mark.parametrize("setup", [...], indirect=True)``)."""
+    source = getattr(request, "param", None) or Catalogue(rep("A", "obs1"))
+    parts = build(tmp_path, source)
     yield parts
     parts[0].close()

@@ -4,20 +4,21 @@ queue; ``once --json``'s jobs section; the ``[jobs]`` configuration's checks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
 from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import AnnotateSettings, QueuedJob, ScheddFailure, ScheddQueue
 from hydrator.errors import ConfigError
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import cycle_json
-from hydrator.runtime.wiring import build_service
+from hydrator.runtime.wiring import assemble, build_source
 from tests.support.scripted import ScriptedQueue
 
 INVENTORY = (
@@ -28,7 +29,7 @@ XY = frozenset({"ska:x", "ska:y"})
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Any, ScriptedQueue]]:
+def served(tmp_path: Path, metrics: Metrics) -> Iterator[tuple[str, Any, ScriptedQueue]]:
     (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
         {
@@ -38,10 +39,15 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Any, ScriptedQueue]]:
         },
         tmp_path,
     )
-    service = build_service(config)
     adapter = ScriptedQueue()
-    service.pool = replace(service.pool, annotator=Annotator(adapter, AnnotateSettings()))
-    http = HttpEndpoint(service, config.http, wedged_after_s=300)
+    service = assemble(
+        config,
+        sources=[build_source(s, config.sites) for s in config.sources],
+        store=SqliteStateStore(config.daemon.state_path),
+        annotator=Annotator(adapter, AnnotateSettings()),
+        metrics=metrics,
+    ).service
+    http = HttpEndpoint(service, config.http, wedged_after_s=300, metrics=metrics)
     http.start()
     yield f"http://127.0.0.1:{http.port}", service, adapter
     http.stop()
@@ -52,7 +58,9 @@ def queue(*jobs: tuple[str, frozenset[str]]) -> ScheddQueue:
     return ScheddQueue("s1", tuple(QueuedJob(i, r) for i, r in jobs))
 
 
-def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, ScriptedQueue]) -> None:
+def test_demand_per_site_with_etag_and_metrics(
+    metrics: Metrics, served: tuple[str, Any, ScriptedQueue]
+) -> None:
     base, service, adapter = served
     url = f"{base}/v1/demand"
     assert requests.get(url, timeout=5).json()["jobs"] is None  # not read yet
@@ -70,7 +78,7 @@ def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, ScriptedQ
     }
     assert (doc["jobs"], doc["nowhere"]) == (3, 1)
     assert cycle_json(report)["jobs"]["seen"] == 3
-    metric = service.metrics.registry.get_sample_value
+    metric = metrics.registry.get_sample_value
     at_b = {"site": "SITE_B", "locality": "partial"}
     assert metric("hydrator_jobs_idle_data_bound_at_site", at_b) == 2
     assert metric("hydrator_jobs_idle_data_nowhere") == 1
@@ -84,6 +92,7 @@ def test_demand_per_site_with_etag_and_metrics(served: tuple[str, Any, ScriptedQ
 
 
 def test_a_schedd_that_stops_answering_keeps_its_jobs_in_the_demand(
+    metrics: Metrics,
     served: tuple[str, Any, ScriptedQueue],
 ) -> None:
     base, service, adapter = served
@@ -94,7 +103,7 @@ def test_a_schedd_that_stops_answering_keeps_its_jobs_in_the_demand(
     assert cycle_json(report)["jobs"]["failed_schedds"] == 1
     doc = requests.get(f"{base}/v1/demand", timeout=5).json()
     assert (doc["jobs"], doc["stale_schedds"]) == (1, ["s1"])
-    failures = service.metrics.registry.get_sample_value
+    failures = metrics.registry.get_sample_value
     assert failures("hydrator_job_schedd_failures_total", {"reason": "unavailable"}) == 1
 
 

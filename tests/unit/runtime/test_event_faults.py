@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -37,16 +36,17 @@ class Rejecting(Catalogue):
         return super().read_datasets(datasets, context)
 
 
+@pytest.mark.parametrize("setup", [Rejecting(rep("A", "obs1"))], indirect=True)
 def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_goes_on(
     setup: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service, _catalogue, cycles, metrics, _now = setup
-    source = Rejecting(rep("A", "obs1"))
-    service.catalogue = replace(service.catalogue, sources=(source,))
+    service, source, cycles, metrics, _now = setup
     cycles.full_read()
     escaped: list[str] = []  # what threading.excepthook (which bypasses the formatter) saw
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.thread.name))
-    worker = EventCycles(service, source, cycles.config, cycles.policy, clock=time.monotonic)
+    worker = EventCycles(
+        service, source, cycles.config, cycles.policy, metrics=metrics, clock=time.monotonic
+    )
     worker.listener = Listening(ListenerStatus(False))
     worker.start()
     failed = {"source": "rucio", "outcome": "failed"}
@@ -74,13 +74,14 @@ def test_an_unexpected_error_in_a_targeted_read_is_a_failed_read_and_the_worker_
     assert any("unexpected ValueError: unexpected token" in m for m in cycle_lines)
 
 
+@pytest.mark.parametrize("setup", [Rejecting(rep("A", "obs1"))], indirect=True)
 def test_the_failed_cycle_leaves_what_it_should_have_read_to_the_next_full_read(
     setup: Any,
 ) -> None:
-    service, _catalogue, cycles, _metrics, now = setup
-    source = Rejecting(rep("A", "obs1"))
-    service.catalogue = replace(service.catalogue, sources=(source,))
-    marked = EventCycles(service, source, cycles.config, cycles.policy, clock=lambda: now[0])
+    service, source, cycles, metrics, now = setup
+    marked = EventCycles(
+        service, source, cycles.config, cycles.policy, metrics=metrics, clock=lambda: now[0]
+    )
     marked.listener = cycles.listener
     marked.full_read()
     before = service.published.ads

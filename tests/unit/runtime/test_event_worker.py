@@ -106,9 +106,11 @@ def test_a_failed_reread_keeps_the_published_state(setup: Any) -> None:
 
 
 def test_the_worker_runs_an_event_cycle_within_the_debounce(setup: Any) -> None:
-    service, catalogue, cycles, _metrics, _now = setup
+    service, catalogue, cycles, metrics, _now = setup
     cycles.full_read()
-    real = EventCycles(service, catalogue, cycles.config, cycles.policy, clock=time.monotonic)
+    real = EventCycles(
+        service, catalogue, cycles.config, cycles.policy, metrics=metrics, clock=time.monotonic
+    )
     real.listener = Listening(ListenerStatus(False))
     real.start()
     try:
@@ -161,19 +163,30 @@ def test_the_gate_skips_full_reads_while_events_flow_unless_other_sources_need_p
     setup: Any,
 ) -> None:
     service, catalogue, cycles, metrics, _now = setup
-    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    gate = FullReadGate(
+        service, [cycles], poll_all=False, subscribe_wait_s=0, metrics=metrics, sources=[catalogue]
+    )
     gate()  # start-up: due
     gate()  # events flow: skipped
     assert catalogue.full_reads == 1
     assert metrics.registry.get_sample_value("hydrator_full_reads_skipped_total") == 1
-    FullReadGate(service, [cycles], poll_all=True, subscribe_wait_s=0)()  # no events: always
+    FullReadGate(
+        service, [cycles], poll_all=True, subscribe_wait_s=0, metrics=metrics, sources=[catalogue]
+    )()  # no events: always
     assert catalogue.full_reads == 2
 
 
 def test_the_first_full_read_waits_for_the_subscription(setup: Any) -> None:
     """Subscribe, then read: no gap between the start-up read and the stream."""
-    _service, catalogue, cycles, _metrics, _now = setup
-    gate = FullReadGate(_service, [cycles], poll_all=False, subscribe_wait_s=30)
+    service, catalogue, cycles, metrics, _now = setup
+    gate = FullReadGate(
+        service,
+        [cycles],
+        poll_all=False,
+        subscribe_wait_s=30,
+        metrics=metrics,
+        sources=[catalogue],
+    )
     subscribed: list[float] = []
 
     def subscribe() -> None:
@@ -206,8 +219,10 @@ def test_no_event_cycle_while_the_sources_abandoned_full_read_runs(
 def test_a_drain_or_undrain_runs_a_full_read_at_the_next_gate(setup: Any, tmp_path: Path) -> None:
     """With events flowing, a drain, an undrain and a drain's ``until`` passing each make
     the next scheduled gate a full read (not the reconcile interval later)."""
-    service, catalogue, cycles, _metrics, _now = setup
-    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    service, catalogue, cycles, metrics, _now = setup
+    gate = FullReadGate(
+        service, [cycles], poll_all=False, subscribe_wait_s=0, metrics=metrics, sources=[catalogue]
+    )
     gate()  # start-up
     gate()  # events flow, nothing changed: skipped
     assert catalogue.full_reads == 1
@@ -238,7 +253,9 @@ def test_a_skipped_full_read_is_a_refresh_cycle_that_reads_storage_and_no_datase
     scheduled gate, not the reconcile interval later; it comes back when available again;
     a failed storage read keeps the last statuses (unknown is not unavailable)."""
     service, catalogue, cycles, metrics, _now = setup
-    gate = FullReadGate(service, [cycles], poll_all=False, subscribe_wait_s=0)
+    gate = FullReadGate(
+        service, [cycles], poll_all=False, subscribe_wait_s=0, metrics=metrics, sources=[catalogue]
+    )
     gate()  # start-up: a full read
     assert (catalogue.full_reads, catalogue.storage_reads) == (1, 0)
     down = StorageStatus(

@@ -23,7 +23,7 @@ from hydrator.errors import SourceError
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near_refresh import NearSites
 from hydrator.runtime.scheduler import Daemon
-from hydrator.runtime.wiring import build_service
+from hydrator.runtime.wiring import build_assembly
 from tests.support.near import INVENTORY
 
 A, B, C = (Site(f"SITE_{x}") for x in "ABC")
@@ -97,8 +97,9 @@ def test_a_reload_with_a_budget_of_0_is_refused_and_keeps_the_running_budget(
     text += '[[sources]]\ntype = "static"\npath = "inv.toml"\n\n[distances]\nenabled = true\n'
     path.write_text(text + "remote_budget = 3\n")
     config = load_config(path)
-    service = build_service(config)
-    daemon = Daemon(config, service, lambda: load_config(path), build_service)
+    built = build_assembly(config)
+    service = built.service
+    daemon = Daemon(config, built, lambda: load_config(path), build_assembly)
     path.write_text(text + "remote_budget = 0\n")
     with caplog.at_level(logging.INFO, logger="hydrator.runtime.scheduler"):
         daemon.reload()

@@ -9,12 +9,15 @@ from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import assemble
 from tests.support.near import INVENTORY
 
 
-def make(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Config, Service]:
+def make(
+    tmp_path: Path, table: dict[str, dict[str, object]], metrics: Metrics
+) -> tuple[Config, Service]:
     (tmp_path / "inv.toml").write_text(INVENTORY)
     config = parse_config(
         {
@@ -25,8 +28,8 @@ def make(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Config, S
         tmp_path,
     )
     source = StaticSource("static", tmp_path / "inv.toml", {})
-    service = assemble(config, sources=[source], store=SqliteStateStore(config.daemon.state_path))
-    return config, service
+    store = SqliteStateStore(config.daemon.state_path)
+    return config, assemble(config, sources=[source], store=store, metrics=metrics).service
 
 
 def body(service: Service, site: str) -> str:
@@ -34,13 +37,13 @@ def body(service: Service, site: str) -> str:
 
 
 def test_near_sites_from_the_operator_table_reach_the_ads_and_survive_a_bad_table(
-    tmp_path: Path,
+    tmp_path: Path, metrics: Metrics
 ) -> None:
     table: dict[str, dict[str, object]] = {
         "SITE_A": {"SITE_B": 1, "SITE_C": 5},
         "SITE_B": {"SITE_A": 1},
     }
-    config, service = make(tmp_path, table)
+    config, service = make(tmp_path, table, metrics)
     service.run_cycle()
     assert 'DataLocalityNearSites = { "SITE_B" }' in body(service, "SITE_A")
     assert 'DataLocalityNearSites = { "SITE_A" }' in body(service, "SITE_B")
@@ -53,7 +56,7 @@ def test_near_sites_from_the_operator_table_reach_the_ads_and_survive_a_bad_tabl
     service.run_cycle()
     assert 'DataLocalityNearSites = { "SITE_B" }' in body(service, "SITE_A")  # last good
     assert service.published.ads[Site("SITE_A")].view.digest == digest
-    sample = service.metrics.registry.get_sample_value
+    sample = metrics.registry.get_sample_value
     assert sample("hydrator_near_problems_total", {"kind": "negative"}) == 1
     assert sample("hydrator_near_problems_total", {"kind": "not_a_number"}) == 1
 
@@ -79,7 +82,8 @@ def test_an_ad_cut_to_max_ad_bytes_still_fits_with_its_near_sites(tmp_path: Path
         tmp_path,
     )
     source = StaticSource("static", tmp_path / "inv.toml", {})
-    service = assemble(config, sources=[source], store=SqliteStateStore(config.daemon.state_path))
+    store = SqliteStateStore(config.daemon.state_path)
+    service = assemble(config, sources=[source], store=store).service
     service.run_cycle()
     text = body(service, "SITE_A")
     assert "SITE_NEAR_07_WITH_A_LONG_NAME" in text
@@ -104,7 +108,8 @@ def test_an_ad_cut_to_size_is_cut_again_when_its_near_list_grows_alone(tmp_path:
         tmp_path,
     )
     source = StaticSource("static", tmp_path / "inv.toml", {})
-    service = assemble(config, sources=[source], store=SqliteStateStore(config.daemon.state_path))
+    store = SqliteStateStore(config.daemon.state_path)
+    service = assemble(config, sources=[source], store=store).service
     service.run_cycle()
     first = body(service, "SITE_A")
     assert others[0] in first and others[1] not in first

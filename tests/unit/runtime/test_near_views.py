@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client import CollectorRegistry
 
 from hydrator.config import load_config
 from hydrator.domain import Site
 from hydrator.runtime.cli import main
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.wiring import build_service
 from tests.support.near import INVENTORY
 
@@ -48,8 +50,9 @@ def get(url: str) -> Any:
 
 def test_v1_sites_lists_each_sites_near_sites_as_its_ad_carries_them(config: Path) -> None:
     parsed = load_config(config)
-    service = build_service(parsed)
-    endpoint = HttpEndpoint(service, parsed.http, wedged_after_s=300)
+    metrics = Metrics(CollectorRegistry())
+    service = build_service(parsed, metrics)
+    endpoint = HttpEndpoint(service, parsed.http, wedged_after_s=300, metrics=metrics)
     try:
         endpoint.start()
         base = f"http://127.0.0.1:{endpoint.port}"

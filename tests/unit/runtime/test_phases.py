@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hydrator.config import parse_config
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.phases import GC, OTHER, Phases, PhaseTime, phase, recording
 from hydrator.runtime.wiring import build_service
 
@@ -94,14 +95,14 @@ def test_a_phase_outside_a_recording_records_nothing() -> None:
 
 
 def test_a_cycle_reports_its_phases_and_exports_them(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, metrics: Metrics
 ) -> None:
     (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x"]\n')
     config = parse_config(
         {"daemon": {"state_path": "s.sqlite"}, "sources": [{"type": "static", "path": "inv.toml"}]},
         tmp_path,
     )
-    service = build_service(config)
+    service = build_service(config, metrics)
     try:
         with caplog.at_level(logging.DEBUG, logger="hydrator.cycle"):
             report = service.run_cycle()
@@ -112,7 +113,7 @@ def test_a_cycle_reports_its_phases_and_exports_them(
         report.phases
     )
     assert sum(t.wall_s for t in report.phases.values()) >= report.duration_s
-    sample = service.metrics.registry.get_sample_value
+    sample = metrics.registry.get_sample_value
     assert sample("hydrator_cycle_phase_seconds_count", {"phase": "plan"}) == 1
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cycle phases")]
     assert len(logged) == 1 and " plan=" in logged[0]

@@ -23,7 +23,7 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.refresh_answers import refresh_answers
 from hydrator.runtime.service import Rereader, Service
-from hydrator.runtime.wiring import assemble
+from hydrator.runtime.wiring import Assembly, assemble
 from tests.support.scripted import ScriptedQueue
 
 
@@ -43,7 +43,15 @@ def wanting(*names: str) -> QueueSnapshot:
     return QueueSnapshot((ScheddRead("s1", jobs),))
 
 
-def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> Service:
+def service(
+    tmp_path: Path, reader: Reader, max_age_s: float | None = None, metrics: Metrics | None = None
+) -> Service:
+    return assembly(tmp_path, reader, max_age_s, metrics).service
+
+
+def assembly(
+    tmp_path: Path, reader: Reader, max_age_s: float | None = None, metrics: Metrics | None = None
+) -> Assembly:
     (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x", "ska:y"]\n')
     collector = {} if max_age_s is None else {"queue_max_age_s": max_age_s}
     config = parse_config(
@@ -60,6 +68,7 @@ def service(tmp_path: Path, reader: Reader, max_age_s: float | None = None) -> S
         sources=[StaticSource("static", tmp_path / "inv.toml", {})],
         store=SqliteStateStore(config.daemon.state_path),
         queue=reader,
+        metrics=metrics,
     )
 
 
@@ -83,13 +92,15 @@ def advertised(svc: Service) -> list[str]:
     return [str(d) for d in svc.published.ads[Site("A")].view.available]
 
 
-def reads(svc: Service, outcome: str) -> float | None:
-    return svc.metrics.registry.get_sample_value("hydrator_queue_reads_total", {"outcome": outcome})
+def reads(metrics: Metrics, outcome: str) -> float | None:
+    return metrics.registry.get_sample_value("hydrator_queue_reads_total", {"outcome": outcome})
 
 
-def test_event_cycles_within_the_age_reuse_and_a_scheduled_cycle_reads(tmp_path: Path) -> None:
+def test_event_cycles_within_the_age_reuse_and_a_scheduled_cycle_reads(
+    tmp_path: Path, metrics: Metrics
+) -> None:
     reader = Reader(wanting("ska:x"), wanting("ska:y"))
-    svc = service(tmp_path, reader)  # the age: [daemon] interval_s, an hour
+    svc = service(tmp_path, reader, metrics=metrics)  # the age: [daemon] interval_s, an hour
     assert svc.run_cycle().queue is QueueRead.READ
     assert advertised(svc) == ["ska:x"]
 
@@ -101,18 +112,20 @@ def test_event_cycles_within_the_age_reuse_and_a_scheduled_cycle_reads(tmp_path:
     report = svc.run_cycle()
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
-    assert (reads(svc, "read"), reads(svc, "reused"), reads(svc, "failed")) == (2, 5, 0)
+    assert (reads(metrics, "read"), reads(metrics, "reused"), reads(metrics, "failed")) == (2, 5, 0)
     svc.close()
 
 
-def test_an_age_of_0_reads_every_cycle_and_a_failed_read_keeps_the_demand(tmp_path: Path) -> None:
+def test_an_age_of_0_reads_every_cycle_and_a_failed_read_keeps_the_demand(
+    tmp_path: Path, metrics: Metrics
+) -> None:
     reader = Reader(wanting("ska:x"), QueueSnapshot(error="collector down"), wanting("ska:y"))
-    svc = service(tmp_path, reader, max_age_s=0)
+    svc = service(tmp_path, reader, max_age_s=0, metrics=metrics)
     svc.run_cycle()
     svc.run_cycle()  # fails
     event(svc)
     assert reader.reads == 3
-    assert (reads(svc, "read"), reads(svc, "reused"), reads(svc, "failed")) == (2, 0, 1)
+    assert (reads(metrics, "read"), reads(metrics, "reused"), reads(metrics, "failed")) == (2, 0, 1)
     assert advertised(svc) == ["ska:y"]
     svc.close()
 
@@ -165,7 +178,7 @@ def test_annotation_alone_reuses_after_the_ads_and_edits_each_job_once(tmp_path:
         store=SqliteStateStore(config.daemon.state_path),
         queue=reader,
         annotator=Annotator(edits, AnnotateSettings()),
-    )
+    ).service
     first = svc.run_cycle()
     assert first.queue is QueueRead.READ and first.jobs is not None and first.jobs.edits == 1
     later = [svc.run_event_cycle(planner_of(svc)) for _ in range(3)]
@@ -184,9 +197,11 @@ def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Pa
     """The refresh cycle the events gate runs instead of a skipped full read refreshes the
     demand (new jobs, their annotation) as a full cycle would, within the age too."""
     reader = Reader(wanting("ska:x"), wanting("ska:y"))
-    svc = service(tmp_path, reader)  # the age: an hour
+    built = assembly(tmp_path, reader)  # the age: an hour
+    svc, sources, metrics = built.service, built.catalogue.sources, built.instruments.metrics
     svc.run_cycle()
-    report = svc.run_refresh_cycle(partial(refresh_answers, svc, {}))
+    answers = partial(refresh_answers, {}, sources=sources, metrics=metrics, busy=svc.busy_sources)
+    report = svc.run_refresh_cycle(answers)
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
     event(svc)

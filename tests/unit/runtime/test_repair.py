@@ -8,7 +8,6 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -202,13 +201,13 @@ def test_scheduling_the_watch_hands_the_slot_merges_to_its_looks() -> None:
     that their looks deliver the slot merges; with 0 (no watch) they are not."""
     for interval_s, handed in ((0.5, True), (0.0, False)):
         publisher = Repairing()
-        service: Any = SimpleNamespace(
-            pool=SimpleNamespace(publishers=[publisher]),
+        scheduled = repair.schedule_repairs(
+            BackgroundScheduler(),
+            [publisher],
+            interval_s,
+            lambda: None,
             metrics=Metrics(CollectorRegistry()),
             clock=lambda: datetime.now(UTC),
-        )
-        scheduled = repair.schedule_repairs(
-            BackgroundScheduler(), service, interval_s, lambda: None
         )
         assert (scheduled is not None, publisher.handed) == (handed, handed)
 

@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from hydrator.core.ports import FetchContext, Publisher, PublishReport, Source
 from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import DatasetId, Site, SiteView, Snapshot
 from hydrator.errors import PublishError, StateError, TransientSourceError
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import assemble
 from tests.unit.factories import t
@@ -89,7 +89,11 @@ def clock() -> Iterator[Clock]:
 
 
 def make(
-    config: Config, sources: Sequence[Source], clock: Clock, publishers: Sequence[Publisher] = ()
+    config: Config,
+    sources: Sequence[Source],
+    clock: Clock,
+    publishers: Sequence[Publisher] = (),
+    metrics: Metrics | None = None,
 ) -> Service:
     return assemble(
         config,
@@ -97,7 +101,8 @@ def make(
         store=SqliteStateStore(config.daemon.state_path),
         publishers=publishers,
         clock=clock,
-    )
+        metrics=metrics,
+    ).service
 
 
 def good(config: Config) -> Snapshot:
@@ -117,18 +122,20 @@ class Counting(ScriptedSource):
         self.reused_last_fetch = 0
 
 
-def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock: Clock) -> None:
+def test_source_errors_degrade_the_cycle_and_keep_the_data(
+    metrics: Metrics, config: Config, clock: Clock
+) -> None:
     source = ScriptedSource(
         "s", [good(config), TransientSourceError("HTTP 503"), ZeroDivisionError("bug")]
     )
-    service = make(config, [source], clock)
+    service = make(config, [source], clock, metrics=metrics)
     assert service.run_cycle().outcome == "ok"
     for _ in range(2):
         report = service.run_cycle()
         assert report.outcome == "degraded" and report.plan is not None
         assert report.plan.changes == ()
         assert [str(d) for d in report.plan.sites[Site("A")].available] == ["ska:x"]
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_source_stale", {"source": "s"}) == 1
     assert m("hydrator_source_staleness_seconds", {"source": "s"}) == 120  # 2 minutes of ticks
     assert m("hydrator_cycles_total", {"outcome": "degraded"}) == 2
@@ -136,21 +143,20 @@ def test_source_errors_degrade_the_cycle_and_keep_the_data(config: Config, clock
     assert m("hydrator_source_errors_total", {"source": "s", "kind": "transient"}) == 2
 
 
-def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: Clock) -> None:
+def test_work_a_source_defers_and_its_calls_are_exported(
+    metrics: Metrics, config: Config, clock: Clock
+) -> None:
     source = Counting("s", [good(config), good(config)])
     source.deferred_last_fetch = 7
     source.calls_last_fetch = {"locate": 3}
     source.reused_last_fetch = 4
-    service = make(config, [source], clock)
+    service = make(config, [source], clock, metrics=metrics)
     service.run_cycle()
-    assert (
-        service.metrics.registry.get_sample_value("hydrator_source_reused_checks", {"source": "s"})
-        == 4
-    )
+    assert metrics.registry.get_sample_value("hydrator_source_reused_checks", {"source": "s"}) == 4
     source.deferred_last_fetch = 0  # caught up
     source.reused_last_fetch = 0
     service.run_cycle()
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_source_deferred_checks", {"source": "s"}) == 0
     assert m("hydrator_source_reused_checks", {"source": "s"}) == 0
     assert m("hydrator_source_api_calls_total", {"source": "s", "method": "locate"}) == 6
@@ -158,7 +164,7 @@ def test_work_a_source_defers_and_its_calls_are_exported(config: Config, clock: 
 
 
 def test_slots_handed_to_the_looks_are_exported_apart_from_those_held_back(
-    config: Config, clock: Clock
+    metrics: Metrics, config: Config, clock: Clock
 ) -> None:
     """A publisher whose repair looks deliver the slot merges: the cycle's report says how
     many it handed to them, not counted as held back by a rate limit."""
@@ -169,9 +175,11 @@ def test_slots_handed_to_the_looks_are_exported_apart_from_those_held_back(
         ) -> PublishReport:
             return PublishReport(sent={"site_ad": 1}, deferred=2, handed=5)
 
-    service = make(config, [ScriptedSource("s", [good(config)])], clock, [Handing()])
+    service = make(
+        config, [ScriptedSource("s", [good(config)])], clock, [Handing()], metrics=metrics
+    )
     assert service.run_cycle().outcome == "ok"
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_collector_merges_handed") == 5
     assert m("hydrator_collector_merges_deferred") == 2
 
@@ -197,7 +205,7 @@ def test_a_state_write_failure_fails_the_cycle_and_changes_nothing(
         sources=[ScriptedSource("s", [good(config)])],
         store=Full(config.daemon.state_path),
         clock=clock,
-    )
+    ).service
     report = service.run_cycle()
     assert report.outcome == "failed" and report.error == "disk full"
     assert service.state.sources == {} and service.published.ads == {}
@@ -208,7 +216,7 @@ def test_stop_during_fetch_abandons_without_saving(config: Config, clock: Clock)
     service: Service
 
     def slow() -> Snapshot:
-        service.stop_event.set()  # SIGTERM arrives while the source is answering
+        service.stop()  # SIGTERM arrives while the source is answering
         return good(config)
 
     service = make(config, [ScriptedSource("s", [slow])], clock)
@@ -285,23 +293,27 @@ class Probe:  # a PoolProbe (its counter is a plain attribute here)
         return jobs, [PoolSlot(Site("A"), unclaimed=True)]
 
 
-def test_matchmaking_quality_is_measured_each_cycle(config: Config, clock: Clock) -> None:
+def test_matchmaking_quality_is_measured_each_cycle(
+    metrics: Metrics, config: Config, clock: Clock
+) -> None:
+    probe = Probe()
     service = assemble(
         config,
         sources=[ScriptedSource("s", [good(config), good(config)])],
         store=SqliteStateStore(config.daemon.state_path),
-        probe=Probe(),
+        probe=probe,
         clock=clock,
-    )
+        metrics=metrics,
+    ).service
     service.run_cycle()
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
     assert m("hydrator_jobs_running_data_local_ratio") == 0.5
     assert m("hydrator_jobs_running", {"locality": "remote"}) == 1
     assert m("hydrator_jobs_idle_data_bound", {"reason": "missed_locality"}) == 1
     assert m("hydrator_sites_unclaimed_slots_with_data", {"site": "A"}) == 1
     invalid = {"source": "RequiredDatasets"}  # the jobs' invalid names, counted per read
     assert m("hydrator_invalid_records_total", invalid) == 2
-    service.pool = replace(service.pool, probe=Probe(fail=True))
+    probe.fail, probe.invalid_last_query = True, 0  # as Probe(fail=True)
     assert service.run_cycle().outcome == "ok", "a pool that cannot be read is not a data problem"
     assert m("hydrator_pool_queries_total", {"outcome": "error"}) == 1
     assert m("hydrator_invalid_records_total", invalid) == 2
@@ -325,13 +337,13 @@ def test_unchanged_site_ads_are_reused_not_re_rendered(config: Config, clock: Cl
 
 
 def test_without_a_pool_probe_the_local_ratio_is_unknown_not_zero(
-    config: Config, clock: Clock
+    metrics: Metrics, config: Config, clock: Clock
 ) -> None:
     import math
 
-    service = make(config, [ScriptedSource("s", [good(config)])], clock)
+    service = make(config, [ScriptedSource("s", [good(config)])], clock, metrics=metrics)
     service.run_cycle()
-    ratio = service.metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
+    ratio = metrics.registry.get_sample_value("hydrator_jobs_running_data_local_ratio")
     assert ratio is not None and math.isnan(ratio)
 
 
@@ -369,7 +381,7 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
         store=SqliteStateStore(config.daemon.state_path),
         demand=demand,
         clock=clock,
-    )
+    ).service
     assert service.published.ads == {}
     first = service.run_cycle()
     assert first.outcome == "degraded" and service.published.ads == {}, "unknown demand: nothing"
@@ -381,20 +393,20 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
 
     restarted = assemble(
         config, sources=[source], store=SqliteStateStore(config.daemon.state_path), demand=demand
-    )
+    ).service
     assert restarted.published.ads == {}, "a restart in demand mode waits for the queues"
 
 
 def test_a_site_ad_over_max_ad_bytes_is_cut_counted_and_warned_once(
-    config: Config, clock: Clock, caplog: pytest.LogCaptureFixture
+    metrics: Metrics, config: Config, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     from tests.unit.factories import rep, snap
 
     big = snap("s", *(rep("A", f"observation_{i:05d}_{'x' * 40}") for i in range(2000)))
     small = snap("s", *(rep("A", f"n{i:04d}") for i in range(1200)))  # not a suspicious drop
-    service = make(config, [ScriptedSource("s", [big, big, small])], clock)
+    service = make(config, [ScriptedSource("s", [big, big, small])], clock, metrics=metrics)
     unadvertised = {"site": "A", "reason": "over_size"}
-    m = service.metrics.registry.get_sample_value
+    m = metrics.registry.get_sample_value
 
     with caplog.at_level("INFO", logger="hydrator.runtime.advertising"):
         for _ in range(2):
@@ -427,7 +439,7 @@ def test_an_unchanged_over_size_site_is_cut_again_by_this_cycles_demand_and_time
         store=SqliteStateStore(config.daemon.state_path),
         demand=lambda: answers.pop(0),
         clock=clock,
-    )
+    ).service
     listed = []
     for _ in range(4):
         report = service.run_cycle()
@@ -441,7 +453,7 @@ def test_an_unchanged_over_size_site_is_cut_again_by_this_cycles_demand_and_time
 
 
 def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fails(
-    config: Config, clock: Clock
+    metrics: Metrics, config: Config, clock: Clock
 ) -> None:
     from tests.unit.factories import rep
 
@@ -449,8 +461,8 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
         return merged_snapshot("s", [rep("A", "x")], [], invalid, frozenset())
 
     script: list[Step] = [answer(1), answer(1), TransientSourceError("HTTP 503"), answer(3)]
-    service = make(config, [ScriptedSource("s", script)], clock)
-    m = service.metrics.registry.get_sample_value
+    service = make(config, [ScriptedSource("s", script)], clock, metrics=metrics)
+    m = metrics.registry.get_sample_value
     seen = []
     for _ in script:
         service.run_cycle()
@@ -636,7 +648,7 @@ def test_stopping_ends_a_cycle_waiting_for_a_source_at_once(
     fast = ScriptedSource("fast", [lambda: good(two_sources)])
     slow = ScriptedSource("slow", [blocked])
     service = make(two_sources, [fast, slow], clock)
-    threading.Timer(0.3, service.stop_event.set).start()
+    threading.Timer(0.3, service.stop).start()
     t0 = time.monotonic()
     assert service.run_cycle().outcome == "abandoned"
     assert time.monotonic() - t0 < 1

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client import CollectorRegistry
 
 from hydrator.config import parse_config
 from hydrator.domain import Site
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 
@@ -26,8 +28,12 @@ def table(element: str, site: str, names: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, **safety: Any) -> Iterator[tuple[str, Service]]:
-    """The daemon's endpoint (the real server process) on the static ``inv.toml``."""
+def serving(
+    tmp_path: Path, metrics: Metrics | None = None, **safety: Any
+) -> Iterator[tuple[str, Service]]:
+    """The daemon's endpoint (the real server process) on the static ``inv.toml``, reporting
+    to ``metrics`` (fresh ones when None)."""
+    metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
     config = parse_config(
         {
             "daemon": {"state_path": "s.sqlite"},
@@ -37,8 +43,8 @@ def serving(tmp_path: Path, **safety: Any) -> Iterator[tuple[str, Service]]:
         },
         tmp_path,
     )
-    service = build_service(config)
-    endpoint = HttpEndpoint(service, config.http, wedged_after_s=300)
+    service = build_service(config, metrics)
+    endpoint = HttpEndpoint(service, config.http, wedged_after_s=300, metrics=metrics)
     try:
         endpoint.start()
         yield f"http://127.0.0.1:{endpoint.port}", service
@@ -68,16 +74,16 @@ def test_v1_sites_lists_all_5000_datasets_while_the_ad_holds_what_fits(tmp_path:
 
 
 def test_a_site_whose_table_is_removed_is_held_not_emptied(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, metrics: Metrics
 ) -> None:
     """One static source, SITE_A 70 datasets and SITE_B 30; B's storage table removed."""
     at_a = table("A", "SITE_A", [f"a{i}" for i in range(70)])
     at_b = table("B", "SITE_B", [f"b{i}" for i in range(30)])
     (tmp_path / "inv.toml").write_text(at_a + at_b)
-    with serving(tmp_path, accept_drop_after_cycles=3) as (base, service):
+    with serving(tmp_path, metrics, accept_drop_after_cycles=3) as (base, service):
         service.run_cycle()
         (tmp_path / "inv.toml").write_text(at_a)
-        m = service.metrics.registry.get_sample_value
+        m = metrics.registry.get_sample_value
         with caplog.at_level(logging.WARNING, logger="hydrator.cycle"):
             for cycle in (1, 2):
                 report = service.run_cycle()
@@ -134,7 +140,7 @@ def test_an_operator_accepts_a_real_removal_at_once(tmp_path: Path) -> None:
 
 
 def test_a_site_differing_only_in_case_is_refused_in_v1_sites_and_the_log(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, metrics: Metrics
 ) -> None:
     """Issue 26 item 13, through a real inventory: ``site_a`` beside ``SITE_A``."""
     upper = table("A", "SITE_A", ["a0", "a1"])

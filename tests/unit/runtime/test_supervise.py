@@ -10,7 +10,6 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -72,25 +71,26 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 @pytest.fixture
 def endpoint(setup: Any) -> Iterator[HttpEndpoint]:
-    service = setup[0]
-    made = HttpEndpoint(service, HttpConfig(listen="127.0.0.1:0"), 300.0)
+    service, metrics = setup[0], setup[3]
+    made = HttpEndpoint(service, HttpConfig(listen="127.0.0.1:0"), 300.0, metrics=metrics)
     made.start()
     yield made
     made.stop()
 
 
+@pytest.mark.parametrize("setup", [Crashing(rep("A", "obs1"))], indirect=True)
 def test_a_dead_worker_is_logged_shown_restarted_counted_and_polling_resumes(
     setup: Any,
     endpoint: HttpEndpoint,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    service, _catalogue, cycles, metrics, now = setup
-    source = Crashing(rep("A", "obs1"))
-    service.catalogue = replace(service.catalogue, sources=(source,))
+    service, source, cycles, metrics, now = setup
     monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # restored after
     log_thread_deaths()
-    worker = EventCycles(service, source, cycles.config, cycles.policy, clock=lambda: now[0])
+    worker = EventCycles(
+        service, source, cycles.config, cycles.policy, metrics=metrics, clock=lambda: now[0]
+    )
     worker.listener = Threaded()
     supervisor = Supervisor(metrics, [1.0, 5.0], clock=lambda: now[0])
     supervisor.publish = endpoint.write_status
@@ -149,7 +149,9 @@ def test_a_listener_whose_thread_ends_is_started_again(setup: Any) -> None:
     service, catalogue, cycles, metrics, now = setup
 
     listener = Threaded()
-    watched = EventCycles(service, catalogue, cycles.config, cycles.policy, clock=lambda: now[0])
+    watched = EventCycles(
+        service, catalogue, cycles.config, cycles.policy, metrics=metrics, clock=lambda: now[0]
+    )
     watched.listener = listener
     supervisor = Supervisor(metrics, [2.0], clock=lambda: now[0])
     for name, alive, restart in watched.threads():

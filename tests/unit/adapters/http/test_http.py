@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client import CollectorRegistry
 
 from hydrator.config import parse_config
 from hydrator.errors import ConfigError
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.wait import wait_for
@@ -47,8 +49,9 @@ def serving(tmp_path: Path, wedged_after_s: float = 300, **http: Any) -> Iterato
         },
         tmp_path,
     )
-    service = build_service(config)
-    endpoint = HttpEndpoint(service, config.http, wedged_after_s=wedged_after_s)
+    metrics = Metrics(CollectorRegistry())
+    service = build_service(config, metrics)
+    endpoint = HttpEndpoint(service, config.http, wedged_after_s=wedged_after_s, metrics=metrics)
     try:
         endpoint.start()
         yield f"http://127.0.0.1:{endpoint.port}", service, endpoint
@@ -324,7 +327,7 @@ def test_a_busy_listen_address_is_a_config_error(tmp_path: Path, started: Starte
     listen = f"127.0.0.1:{endpoint.port}"
     busy = endpoint.config.model_copy(update={"listen": listen})
     with pytest.raises(ConfigError) as error:
-        HttpEndpoint(service, busy, wedged_after_s=300)
+        HttpEndpoint(service, busy, wedged_after_s=300, metrics=endpoint.metrics)
     assert error.value.key == "http.listen" and listen in str(error.value)
 
 

@@ -229,8 +229,10 @@ def test_rejected_rows_are_exported_by_the_service(tmp_path: Path) -> None:
         {"daemon": {"state_path": str(path)}, "sources": [{"type": "static", "path": "i"}]},
         tmp_path,
     )
-    service = assemble(config, sources=[], store=SqliteStateStore(path, read_only=True))
-    sample = service.metrics.registry.get_sample_value
+    metrics = assemble(
+        config, sources=[], store=SqliteStateStore(path, read_only=True)
+    ).instruments.metrics
+    sample = metrics.registry.get_sample_value
     assert sample("hydrator_state_rejected_rows", {"table": "first_seen"}) == 1
     assert sample("hydrator_state_rejected_rows", {"table": "replicas"}) == 0
 
@@ -345,7 +347,7 @@ def test_the_first_cycle_after_upgrading_changes_only_the_ads_whose_lists_change
         store=SqliteStateStore(config.daemon.state_path),
         publishers=[],
         clock=lambda: V1_WRITTEN + timedelta(seconds=30),  # same DataLocalityUpdated window
-    )
+    ).service
     before = {site: (ad.view.digest, ad.etag) for site, ad in service.published.ads.items()}
     assert {site: digest for site, (digest, _) in before.items()} == V1_DIGESTS
     report = service.run_cycle()
