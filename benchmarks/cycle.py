@@ -259,12 +259,13 @@ class BenchService:
     look (``repair``) is made and timed apart (:meth:`cycle`), as the watch's next look
     would follow it; code older than the looks has neither."""
 
-    def __init__(self, cfg: Config, pool: PoolStub) -> None:
+    def __init__(self, cfg: Config, pool: PoolStub, looks: bool = True) -> None:
         path = cfg.daemon.state_path
         publisher = CollectorPublisher(cfg.collector, cfg.classad, collector=pool)
         self.pool, self.publisher = pool, publisher
+        self.looks = looks
         hand_over = getattr(publisher, "hand_merges_to_repairs", None)  # None: older code
-        if hand_over is not None:
+        if hand_over is not None and looks:
             hand_over()
         # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
         # has the Service build its policies and load the state itself, with the same keys.
@@ -317,7 +318,7 @@ class BenchService:
         seconds, less the stub's answering of its query: the collector's work), the slot
         merges it sent and their encoded bytes (empty for older code)."""
         repair = getattr(self.publisher, "repair", None)
-        if repair is None:
+        if repair is None or not self.looks:
             return {}
         pool = self.pool
         merges, sent, filtered = pool.merges, pool.encoded_bytes, pool.filter_s
@@ -340,7 +341,7 @@ def started(args: argparse.Namespace) -> tuple[PoolStub, BenchService, float]:
     pool = PoolStub(slot_names(args.slots), CollectorConfig().slot_site_attribute)
     cfg = config(args.url, args.workdir, args.merge_min_interval_s, args.distances)
     t0 = time.perf_counter()
-    return pool, BenchService(cfg, pool), time.perf_counter() - t0
+    return pool, BenchService(cfg, pool, looks=not args.no_looks), time.perf_counter() - t0
 
 
 def churn(url: str) -> None:
@@ -500,6 +501,8 @@ def run_step(
     if args.merge_min_interval_s is not None:
         command += ["--merge-min-interval-s", str(args.merge_min_interval_s)]
     command += ["--startd-updates", str(args.startd_updates), "--distances", str(args.distances)]
+    if args.no_looks:
+        command += ["--no-looks"]
     env = dict(os.environ, RUCIO_HOME=str(workdir))  # no stray rucio.cfg from elsewhere
     cwd = HERE.parent  # ``python -m`` puts the working directory first on sys.path
     if code is not None:
@@ -696,6 +699,9 @@ def arguments() -> argparse.ArgumentParser:
         "default 0: off")  # fmt: skip
     add("--against-no-distances", action="store_true", help="with --distances: old and new "
         "in one run as with --code, old being this checkout with [distances] off")  # fmt: skip
+    add("--no-looks", action="store_true", help="no repair looks: cycles send their slot "
+        "merges themselves, as code older than the looks does (to measure what the looks "
+        "cost the cycles after them)")  # fmt: skip
     add("--step", choices=["daemon", "restart"], help=argparse.SUPPRESS)
     add("--url", help=argparse.SUPPRESS)
     add("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -791,6 +797,7 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         "startd_updates": args.startd_updates,
         "bad_replicas": args.bad_replicas,
         "distances": args.distances,
+        "looks": not args.no_looks,
         "replay": replay | {"cpu_serving_s": replay["cpu_s"] - replay_start["cpu_s"]},
         "replay_peak_rss_mib": replay["peak_rss_mib"],
         "machine": before,

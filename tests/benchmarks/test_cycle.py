@@ -162,6 +162,13 @@ def test_the_benchmark_runs_a_whole_cycle_at_a_tiny_scale(tmp_path: Path) -> Non
     assert result["distances"] == 0 and result["near_ads"] == 0  # [distances] off by default
 
 
+def test_without_looks_the_cycles_send_their_slot_merges_themselves(tmp_path: Path) -> None:
+    result = _benchmark(tmp_path, "--no-looks")
+    sent = result["collector_sent"]
+    assert result["looks"] is False and "delivery_s" not in result
+    assert sent["first"]["merges"] > 0 and "look_merges" not in sent["first"]
+
+
 def test_the_stub_answers_a_look_as_the_collector_evaluates_its_constraint() -> None:
     """Only the slots of a site with a site ad whose digest is not the ad's, less those the
     per-slot window holds (merged at or after its bound, carrying a digest)."""
