@@ -32,13 +32,15 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.response import HTTPResponse
 
+from hydrator.adapters.sources._call_counts import CallCounts
+
 __all__ = ["DeadlinePassed", "Run", "WatchedAdapter", "current", "current_run"]
 
 
 @dataclass
 class Run:
-    """State shared by the requests of one fetch: a request counter, an abort flag and the
-    fetch's deadline (``time.monotonic()`` seconds; infinite: none).
+    """State shared by the requests of one fetch: its requests counted by name (``calls``),
+    an abort flag and the fetch's deadline (``time.monotonic()`` seconds; infinite: none).
 
     Setting ``abort`` makes every pending retry wait end at once with TransientSourceError,
     so a fetch that already failed does not keep retrying in other threads. :meth:`expire`
@@ -49,19 +51,10 @@ class Run:
     abort: threading.Event = field(default_factory=threading.Event)
     deadline: float = math.inf
     expired: bool = False
-    _calls: int = 0
+    calls: CallCounts = field(default_factory=CallCounts)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _waiting: set[HTTPConnection] = field(default_factory=set)
     _held: list[HTTPConnection] = field(default_factory=list)
-
-    def count(self) -> None:
-        with self._lock:
-            self._calls += 1
-
-    @property
-    def calls(self) -> int:
-        with self._lock:
-            return self._calls
 
     def left_s(self) -> float:
         """Seconds until the deadline (negative once passed)."""

@@ -18,7 +18,6 @@ in :mod:`~hydrator.adapters.state.writer`, what a load reads back (every row che
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import sqlite3
@@ -37,13 +36,7 @@ from hydrator.adapters.state.schema import (
     WHAT_TO_DO,
     migrate,
 )
-from hydrator.adapters.state.writer import (
-    FirstSeen,
-    delete_replicas,
-    epoch,
-    insert_replicas,
-    status_json,
-)
+from hydrator.adapters.state.writer import write_plan
 from hydrator.core.plan import Plan
 from hydrator.core.storage import Drain
 from hydrator.domain import Replica, State
@@ -214,42 +207,10 @@ class SqliteStateStore:
             self._db.execute("ROLLBACK")
 
     def _save(self, db: sqlite3.Connection, plan: Plan) -> int:
-        """Every source's new rows first (each takes its pair's time from the rows still
-        there: a pair moving from one source to another, or a replica that changed, keeps
-        it), then the rows of the replicas gone. A changed replica counts two rows written
-        (its old row's delete and its new row's insert, done as one replace)."""
-        written = 0
+        """One transaction: every row the plan changes (:func:`write_plan`). Returns the
+        replica rows written."""
         db.execute("BEGIN IMMEDIATE")
-        deltas = plan.source_deltas
-        empty = db.execute("SELECT 1 FROM replicas LIMIT 1").fetchone() is None
-        stamp = FirstSeen(plan.now, None if empty else sorted({*plan.state.sources, *deltas}))
-        for source, delta in deltas.items():
-            written += insert_replicas(db, source, delta.added, stamp)
-        for source, delta in deltas.items():
-            written += delete_replicas(db, source, delta)
-        db.execute("DELETE FROM sources")  # a handful of rows; dropped sources go too
-        for s in plan.state.sources.values():
-            db.execute(
-                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    s.name,
-                    epoch(s.last_success),
-                    epoch(s.last_attempt),
-                    int(s.stale),
-                    s.error,
-                    s.held_cycles,
-                    json.dumps(sorted(s.sites)),
-                ),
-            )
-        db.execute("DELETE FROM storages")
-        db.executemany(
-            "INSERT INTO storages VALUES (?, ?)",
-            [
-                (s.name, json.dumps([status_json(status) for status in s.storages]))
-                for s in plan.state.sources.values()
-                if s.storages
-            ],
-        )
+        written = write_plan(db, plan)
         db.execute("COMMIT")
         return written
 

@@ -1,6 +1,7 @@
-"""What a save writes: replica rows in key order with their first-seen times, and the
-storage statuses as stored (the hot path of
-:meth:`~hydrator.adapters.state.sqlite.SqliteStateStore.save`).
+"""What a save writes, every row of it (:func:`write_plan`, inside the transaction of
+:meth:`~hydrator.adapters.state.sqlite.SqliteStateStore.save`): replica rows in key order with
+their first-seen times (the hot path), one status row per source (``sources``) and each
+source's storage statuses as stored (``storages``).
 
 ``first_seen`` (epoch seconds, or NULL) is the (site, dataset)'s first-seen time, which belongs to
 the pair across sources and lives only here (the daemon never holds it in memory): a save writes the
@@ -22,6 +23,7 @@ checks each row's first-seen time (an invalid one is counted) but keeps none.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -31,8 +33,8 @@ from typing import Any
 
 from hydrator.adapters.state.schema import VALID_FIRST_SEEN
 from hydrator.core.index import replica_key
-from hydrator.core.plan import SourceDelta
-from hydrator.domain import Replica, StorageStatus
+from hydrator.core.plan import Plan, SourceDelta
+from hydrator.domain import Replica, SourceState, StorageStatus
 
 
 def epoch(when: datetime | None) -> float | None:
@@ -52,6 +54,26 @@ ROWS_PER_INSERT = 100
 """Rows per ``INSERT`` statement (a multi-row ``VALUES`` list): one statement step binds and
 writes them all, where one row per step spends as much again in ``executemany``'s per-row
 round (docs/performance.md)."""
+
+
+def write_plan(db: sqlite3.Connection, plan: Plan) -> int:
+    """Write what ``plan`` changes, in the caller's transaction: every source's new replica
+    rows first (each takes its pair's time from the rows still there: a pair moving from one
+    source to another, or a replica that changed, keeps it), then the rows of the replicas
+    gone, then the ``sources`` and ``storages`` rows anew. Returns the replica rows written; a
+    changed replica counts two (its old row's delete and its new row's insert, done as one
+    replace)."""
+    written = 0
+    deltas = plan.source_deltas
+    empty = db.execute("SELECT 1 FROM replicas LIMIT 1").fetchone() is None
+    stamp = FirstSeen(plan.now, None if empty else sorted({*plan.state.sources, *deltas}))
+    for source, delta in deltas.items():
+        written += insert_replicas(db, source, delta.added, stamp)
+    for source, delta in deltas.items():
+        written += delete_replicas(db, source, delta)
+    write_sources(db, plan.state.sources.values())
+    write_storages(db, plan.state.sources.values())
+    return written
 
 
 class FirstSeen:
@@ -177,8 +199,40 @@ def _insert_rows(
         db.execute(stamp.insert(detailed, rest), (*shared, *flat))
 
 
+def write_sources(db: sqlite3.Connection, sources: Iterable[SourceState]) -> None:
+    """Replace the ``sources`` rows, one per source of the state (a handful of rows; dropped
+    sources go too)."""
+    db.execute("DELETE FROM sources")
+    for s in sources:
+        db.execute(
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                s.name,
+                epoch(s.last_success),
+                epoch(s.last_attempt),
+                int(s.stale),
+                s.error,
+                s.held_cycles,
+                json.dumps(sorted(s.sites)),
+            ),
+        )
+
+
+def write_storages(db: sqlite3.Connection, sources: Iterable[SourceState]) -> None:
+    """Replace the ``storages`` rows: one per source with storage statuses, as JSON."""
+    db.execute("DELETE FROM storages")
+    db.executemany(
+        "INSERT INTO storages VALUES (?, ?)",
+        [
+            (s.name, json.dumps([status_json(status) for status in s.storages]))
+            for s in sources
+            if s.storages
+        ],
+    )
+
+
 def status_json(status: StorageStatus) -> dict[str, Any]:
-    """A storage status as stored in ``sources.storages``."""
+    """A storage status as stored: one element of a ``storages`` row's ``statuses`` list."""
     return {
         "site": status.site,
         "storage": status.storage,

@@ -21,7 +21,7 @@ document exists; the shapes below are those its public callers use):
 
 The package's modules, each for one job:
 
-* :mod:`.source`: :class:`DmapiSource` and :func:`build`; which datasets to locate this fetch,
+* :mod:`.dmapi_source`: :class:`DmapiSource` and :func:`build`; which datasets to locate this fetch,
   the locates in parallel within the deadline, the answers turned into a snapshot;
 * :mod:`.tokens`: the bearer tokens (a token file, or client-credentials grants);
 * :mod:`.checks`: the answers checked (locate entries, the ``/nodes`` map, which storage
@@ -31,6 +31,6 @@ Their HTTP (retries, deadline, size cap) is :mod:`hydrator.adapters.sources.dmap
 Capabilities API's downtimes :mod:`hydrator.adapters.sources.dmapi.site_capabilities`.
 """
 
-from hydrator.adapters.sources.dmapi.source import DmapiSource, build
+from hydrator.adapters.sources.dmapi.dmapi_source import DmapiSource, build
 
 __all__ = ["DmapiSource", "build"]

@@ -59,7 +59,7 @@ from hydrator.adapters.sources._deadline import (
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.redact import redact
 
-__all__ = ["Answer", "HttpClient", "RetryPolicy", "Run", "parse_retry_after"]
+__all__ = ["REQUEST", "Answer", "HttpClient", "RetryPolicy", "Run", "parse_retry_after"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,6 +68,7 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # RFC 9110 §10.2.3: Retry-After on 503 and 429
 CHUNK_BYTES = 64 * 1024  # at most this much per socket read of a body
 UNLIMITED_BYTES = 1 << 62
+REQUEST = "request"  # the one name every request is counted under (token, /nodes, locate)
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ class HttpClient:
         def attempt(n: int) -> Answer:
             self.check_abort(run, label)
             timeout = self.timeout(run, label)
-            run.count()
+            run.calls.count(REQUEST)
             try:
                 with current_run(run):
                     resp = self.session.request(method, url, headers=headers, timeout=timeout)
@@ -224,7 +225,7 @@ class HttpClient:
         def attempt(n: int) -> Mapping[str, object]:
             self.check_abort(run, label)
             timeout = self.timeout(run, label)
-            run.count()
+            run.calls.count(REQUEST)
             with OAuth2Session(client[0], client[1], default_timeout=timeout) as oauth:
                 oauth.verify = self.session.verify
                 self._mount(oauth)  # the same size cap and deadline as every other request

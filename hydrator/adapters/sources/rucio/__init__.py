@@ -1,8 +1,8 @@
 """The Rucio source (``type = "rucio"``): which datasets each site holds, from a Rucio server.
 
-The package's modules, each for one job (the overview of a fetch is in :mod:`.source`):
+The package's modules, each for one job (the overview of a fetch is in :mod:`.rucio_source`):
 
-* :mod:`.source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step,
+* :mod:`.rucio_source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step,
   the summary tables read against the last answer, each dirty (site, dataset) pair settled;
 * :mod:`.wire`: the only package importing ``rucio`` and ``requests``: each API call with
   bounded retries, errors translated (:mod:`.wire.calls`); the client, its session watched by
@@ -19,6 +19,6 @@ The package's modules, each for one job (the overview of a fetch is in :mod:`.so
 The presence and transfer decisions themselves are pure, in :mod:`hydrator.core.presence`.
 """
 
-from hydrator.adapters.sources.rucio.source import RucioSource, build
+from hydrator.adapters.sources.rucio.rucio_source import RucioSource, build
 
 __all__ = ["RucioSource", "build"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from hydrator.adapters.sources.rucio.source import RucioSource
+from hydrator.adapters.sources.rucio.rucio_source import RucioSource
 from hydrator.adapters.sources.rucio.targeted import MAX_PARENTS_PER_FILE
 from hydrator.config import RucioSourceConfig
 from hydrator.domain import DatasetId

@@ -1,4 +1,5 @@
-"""What the sources share: reading a site name from a record, logging a bad record once."""
+"""What the sources share: reading a site name from a record, logging a bad record once,
+counting a fetch's requests by name."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hydrator.adapters.sources import OnceLog, site_or_none
+from hydrator.adapters.sources._call_counts import CallCounts
 
 log = logging.getLogger("test.sources.shared")
 
@@ -33,3 +35,11 @@ def test_once_log_stops_logging_new_keys_past_its_limit(caplog: pytest.LogCaptur
         for key in ("a", "b", "c", "a"):
             once.warn(key, "problem %s", key)
     assert [r.getMessage() for r in caplog.records] == ["problem a", "problem b"]
+
+
+def test_call_counts_count_by_name_from_several_threads() -> None:
+    calls = CallCounts(["request"])
+    assert calls.counts() == {"request": 0}  # a name given is there before its first call
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: calls.count("list_rses" if i % 4 else "auth"), range(1000)))
+    assert calls.counts() == {"request": 0, "auth": 250, "list_rses": 750}

@@ -42,7 +42,6 @@ import math
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from functools import partial
@@ -117,8 +116,9 @@ class InvalidExpression(PermanentSourceError):
 
 class RucioWire:
     """One Rucio server's API as the source calls it: a client built on first use (and again
-    after a permanent error), each call counted by method (:attr:`calls`, reset by
-    :meth:`begin`; ``connect`` counts client constructions, ``auth`` tokens obtained).
+    after a permanent error), each call counted by method in the fetch's :class:`Run`
+    (:attr:`calls`, new at each :meth:`begin`; ``connect`` counts client constructions,
+    ``auth`` tokens obtained).
 
     ``sleep`` is the backoff clock (seconds); ``client_factory`` replaces building a
     rucio-clients ``Client`` from the config (tests). Calls are made one at a time (the
@@ -136,7 +136,6 @@ class RucioWire:
         self._factory = client_factory or self._make_client
         self._client: Any = None
         self._token_dir: Path | None = None
-        self.calls: Counter[str] = Counter()
         self._last_status: int | None = None
         self._retry_after_s: float | None = None
         self._token_seen: str | None = None
@@ -144,12 +143,16 @@ class RucioWire:
         self._watchdog = ExitStack()
         self._closed = False
 
+    @property
+    def calls(self) -> dict[str, int]:
+        """The current fetch's calls so far, by method (a copy)."""
+        return self.run.calls.counts()
+
     def begin(self, deadline_s: float = math.inf) -> None:
         """Start counting the calls of a new fetch, which must end within ``deadline_s``
         seconds from now: every call's timeout is at most the time left, no call starts
         after it, and at it (a timer) the reads still under way are cut (:mod:`._deadline`).
         :meth:`end` must follow."""
-        self.calls = Counter()
         self.run = Run(deadline=time.monotonic() + deadline_s)
         self._watchdog.enter_context(self.run.watchdog())
 
@@ -347,7 +350,7 @@ class RucioWire:
 
         def attempt(n: int) -> T:
             self._check_deadline(method)
-            self.calls[method] += 1
+            self.run.calls.count(method)
             self._last_status = self._retry_after_s = None
             self._watch(self._client)
             try:
@@ -479,10 +482,10 @@ class RucioWire:
             raise _TokenRejected
 
     def _note_token(self, client: Any) -> None:
-        """Count a token obtained since the last look (``calls["auth"]``)."""
+        """Count a token obtained since the last look (as the call ``auth``)."""
         token = getattr(client, "auth_token", None) if client is not None else None
         if token and token != self._token_seen:
-            self.calls["auth"] += 1
+            self.run.calls.count("auth")
             self._token_seen = token
 
 

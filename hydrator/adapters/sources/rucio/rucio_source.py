@@ -235,7 +235,7 @@ class RucioSource:
                 self.wire.forget_client()  # rebuilt (password file re-read) next cycle
             raise
         finally:
-            self.calls_last_fetch = dict(self.wire.calls)
+            self.calls_last_fetch = self.wire.calls
             self.deep_checks_last_fetch = self._deep.made
             self.deep_checks_reused_last_fetch = self._deep.reused
             self.deep_checks_skipped_last_fetch = self._deep.skipped
@@ -261,7 +261,7 @@ class RucioSource:
             self.wire.refresh()
             return read_datasets(self._deep, self._book, datasets)
         finally:
-            self.calls_last_read = dict(self.wire.calls)
+            self.calls_last_read = self.wire.calls
             self.wire.end()
 
     def parent_datasets(self, files: Sequence[tuple[str, str]]) -> list[DatasetId]:
@@ -273,7 +273,7 @@ class RucioSource:
             self.wire.refresh()
             return parent_datasets(self.wire, files)
         finally:
-            self.calls_last_read = dict(self.wire.calls)
+            self.calls_last_read = self.wire.calls
             self.wire.end()
 
     def read_storages(self, context: FetchContext) -> tuple[StorageStatus, ...]:
@@ -292,7 +292,7 @@ class RucioSource:
             # an RSE down with no rows in the book has its summary read once (a request)
             return self._held_while_down.update(self._book, now, context.wanted, self._held_at)
         finally:
-            self.calls_last_read = dict(self.wire.calls)
+            self.calls_last_read = self.wire.calls
             self.wire.end()
 
     # -- summaries -----------------------------------------------------------------------

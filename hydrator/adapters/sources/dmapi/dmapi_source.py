@@ -37,6 +37,7 @@ from functools import partial
 from urllib.parse import quote
 
 from hydrator.adapters.sources import OnceLog
+from hydrator.adapters.sources._call_counts import CallCounts
 from hydrator.adapters.sources.dmapi.checks import (
     NOT_FOUND,
     LocateResult,
@@ -56,7 +57,7 @@ from hydrator.adapters.sources.dmapi.checks import (
     storage_statuses,
     unavailable_areas,
 )
-from hydrator.adapters.sources.dmapi.client import Answer, HttpClient, RetryPolicy, Run
+from hydrator.adapters.sources.dmapi.client import REQUEST, Answer, HttpClient, RetryPolicy, Run
 from hydrator.adapters.sources.dmapi.site_capabilities import NODES_QUERY
 from hydrator.adapters.sources.dmapi.tokens import (
     Clock,
@@ -118,7 +119,7 @@ class DmapiSource:
         self._problems = OnceLog(log)
         self._fetches = 0
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
-        self.calls_last_fetch: dict[str, int] = {"request": 0}
+        self.calls_last_fetch: dict[str, int] = {REQUEST: 0}
         self.deferred_last_fetch = 0  # known datasets not located again (over the budget)
 
     @property
@@ -133,12 +134,12 @@ class DmapiSource:
     def fetch(self, context: FetchContext) -> Snapshot:
         """Locate this cycle's datasets; raise TransientSourceError if any locate failed or
         ``deadline_s`` passed."""
-        run = Run(deadline=time.monotonic() + self._config.deadline_s)
+        run = Run(deadline=time.monotonic() + self._config.deadline_s, calls=CallCounts([REQUEST]))
         try:
             with run.watchdog():
                 return self._fetch(context, run)
         finally:
-            self.calls_last_fetch = {"request": run.calls}
+            self.calls_last_fetch = run.calls.counts()
 
     def _fetch(self, context: FetchContext, run: Run) -> Snapshot:
         try:
