@@ -5,7 +5,7 @@ about once a second and whenever :meth:`Supervisor.poke` wakes it). Each watched
 looked at; one found dead is logged once through the logging handlers, shown as down
 (``hydrator_thread_alive{thread} 0``, ``/readyz`` not ready naming it: :meth:`down`) and
 started again after the waits of ``[daemon] thread_restart_backoff_s``
-(:func:`hydrator.core.supervision.step`), each restart counted in
+(:func:`hydrator.core.restart_backoff.step`), each restart counted in
 ``hydrator_thread_restarts_total{thread}``. :meth:`poke` also asks for the served status
 files to be written at once (:attr:`Supervisor.publish`): a listener's connection change
 reaches ``/metrics`` without waiting for a cycle.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hydrator.core.supervision import Verdict, Watch, first_wait_s, step
+from hydrator.core.restart_backoff import Verdict, Watch, first_wait_s, step
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import forget_thread, record_thread, record_thread_restart
 

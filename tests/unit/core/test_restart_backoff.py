@@ -1,10 +1,10 @@
-"""When a supervised thread is restarted (hydrator.core.supervision.step): after the first wait
+"""When a supervised thread is restarted (hydrator.core.restart_backoff.step): after the first wait
 of the backoff, one step further per restart in a row, the last wait repeating, afresh once it
 has run steadily."""
 
 from __future__ import annotations
 
-from hydrator.core.supervision import Verdict, Watch, step
+from hydrator.core.restart_backoff import Verdict, Watch, step
 
 BACKOFF = (1.0, 5.0, 30.0)
 
