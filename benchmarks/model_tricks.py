@@ -1,4 +1,4 @@
-"""Two tricks of ``hydrator/core/model.py`` against the plain code they replace, in one run.
+"""Two tricks of ``hydrator/core/model.py`` against the plain code, in one run.
 
 ``python -m benchmarks model-tricks --replicas 1000000 --repetitions 7 [--json out.json]``
 builds the generated federation of :mod:`benchmarks.generate` (one source, 50 sites), its
@@ -13,17 +13,18 @@ call without garbage-collector passes as the daemon runs its cycles
                  replicas (``Counter(map(site_of, replicas))``, the model's first build);
                  context: ``plan_churn_s``, the whole churn plan of that source with the
                  memo carried (:func:`~hydrator.core.plan.planned`), the loop they are in
-``index_of``     the model's ``_index_of`` (replicas read by position) against the same loop
-                 reading ``replica.site`` and ``replica.dataset``
-``views_of``     the model's ``_views_of`` (by position, available replicas with no detail
-                 straight into their list) against the same loop by attribute, and against
-                 attribute access with every replica through ``SiteLists.add`` (``no_shortcut``)
+``index_of``     the model's ``_index_of`` (fields read by name, ``attribute``) against the
+                 same loop reading them by position (``positional``, the trick it dropped)
+``views_of``     the model's ``_views_of`` (by name, every replica through ``SiteLists.add``:
+                 ``no_shortcut``) against the same loop with available replicas with no
+                 detail appended straight to their list (``attribute``), and that read by
+                 position (``positional``: the model's loop until the figures here)
 
 Each figure: every repetition's seconds, the median and the max; ``saving_pct`` is the
-median saving of the model's variant against the plain one, in % of the plain one. The
-machine, its load averages before and after, and the code's commit are recorded
-(:func:`benchmarks.conditions.machine`). The model's functions are imported by their private
-names: this scenario measures exactly the code the model runs.
+median saving of the trick's variant (``patch``, ``positional``) against each other one, in
+% of the other. The machine, its load averages before and after, and the code's commit are
+recorded (:func:`benchmarks.conditions.machine`). The model's functions are imported by their
+private names: this scenario measures exactly the code the model runs.
 """
 
 from __future__ import annotations
@@ -53,20 +54,36 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def index_by_attribute(replicas: Iterable[Replica]) -> Index:
-    """``_index_of``'s loop reading the replica's fields by name."""
+def index_by_position(replicas: Iterable[Replica]) -> Index:
+    """``_index_of``'s loop reading the replica's fields by position."""
     index: Index = {}
     at_site = index.get
     for replica in replicas:
-        found = at_site(replica.site)
+        found = at_site(replica[1])
         if found is None:
-            found = index[replica.site] = {}
-        found[replica.dataset] = replica
+            found = index[replica[1]] = {}
+        found[replica[0]] = replica
     return index
 
 
+def views_by_position(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """``_views_of``'s loop by position, available replicas with no detail (most) appended
+    straight to their list."""
+    lists = {site: SiteLists() for site in sites}
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            continue
+        if replica[2] is available and replica[4] is None:
+            found.available.append(replica[0])
+        else:
+            found.add(replica[0], replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
+
+
 def views_by_attribute(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """``_views_of``'s loop reading the replica's fields by name (the same shortcut)."""
+    """The same reading the replica's fields by name."""
     lists = {site: SiteLists() for site in sites}
     at_site, available = lists.get, ReplicaState.AVAILABLE
     for replica in replicas:
@@ -76,19 +93,6 @@ def views_by_attribute(replicas: Iterable[Replica], sites: frozenset[Site]) -> d
         if replica.state is available and replica.detail is None:
             found.available.append(replica.dataset)
         else:
-            found.add(replica.dataset, replica)
-    return {site: lists[site].view(site) for site in sorted(sites)}
-
-
-def views_without_shortcut(
-    replicas: Iterable[Replica], sites: frozenset[Site]
-) -> dict[Site, SiteView]:
-    """The same by attribute, every replica through :meth:`SiteLists.add`."""
-    lists = {site: SiteLists() for site in sites}
-    at_site = lists.get
-    for replica in replicas:
-        found = at_site(replica.site)
-        if found is not None:
             found.add(replica.dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
@@ -106,21 +110,21 @@ def summary(runs: list[float]) -> dict[str, Any]:
 
 
 def compare(
-    variants: dict[str, Callable[[], object]], repetitions: int, model_variant: str
+    variants: dict[str, Callable[[], object]], repetitions: int, trick: str
 ) -> dict[str, Any]:
     """Each variant timed ``repetitions`` times, the order reversed every other repetition;
-    ``saving_pct`` of ``model_variant`` against each other variant (by median)."""
+    ``saving_pct`` of ``trick`` against each other variant (by median)."""
     runs: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for i in range(repetitions):
         for name in names if i % 2 == 0 else reversed(names):
             runs[name].append(timed(variants[name]))
     out: dict[str, Any] = {f"{name}_s": summary(r) for name, r in runs.items()}
-    ours = median(runs[model_variant])
+    ours = median(runs[trick])
     out["saving_pct"] = {
         name: round(100.0 * (1.0 - ours / median(r)), 2)
         for name, r in runs.items()
-        if name != model_variant
+        if name != trick
     }
     return out
 
@@ -171,19 +175,19 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     )
     churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
     figures["plan_churn_s"] = summary([timed(churn_plan) for _ in range(repetitions)])
-    assert _index_of(after) == index_by_attribute(after)
+    assert _index_of(after) == index_by_position(after)
     figures["index_of"] = compare(
-        {"attribute": lambda: index_by_attribute(after), "positional": lambda: _index_of(after)},
+        {"attribute": lambda: _index_of(after), "positional": lambda: index_by_position(after)},
         repetitions,
         "positional",
     )
     assert _views_of(after, sites) == views_by_attribute(after, sites)
-    assert views_without_shortcut(after, sites) == views_by_attribute(after, sites)
+    assert views_by_position(after, sites) == views_by_attribute(after, sites)
     figures["views_of"] = compare(
         {
-            "no_shortcut": lambda: views_without_shortcut(after, sites),
+            "no_shortcut": lambda: _views_of(after, sites),
             "attribute": lambda: views_by_attribute(after, sites),
-            "positional": lambda: _views_of(after, sites),
+            "positional": lambda: views_by_position(after, sites),
         },
         repetitions,
         "positional",
