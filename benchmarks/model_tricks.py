@@ -15,16 +15,17 @@ call without garbage-collector passes as the daemon runs its cycles
                  memo carried (:func:`~hydrator.core.plan.planned`), the loop they are in
 ``index_of``     the model's ``_index_of`` (fields read by name, ``attribute``) against the
                  same loop reading them by position (``positional``, the trick it dropped)
-``views_of``     the model's ``_views_of`` (by name, every replica through ``SiteLists.add``:
-                 ``no_shortcut``) against the same loop with available replicas with no
-                 detail appended straight to their list (``attribute``), and that read by
-                 position (``positional``: the model's loop until the figures here)
+``views_of``     the model's ``_views_of`` (by name; available replicas with no detail, most
+                 of them, appended straight to their list: ``attribute``) against the same
+                 loop with every replica through ``SiteLists.add`` (``no_shortcut``) and
+                 against it read by position (``positional``, the trick it dropped)
 
-Each figure: every repetition's seconds, the median and the max; ``saving_pct`` is the
-median saving of the trick's variant (``patch``, ``positional``) against each other one, in
-% of the other. The machine, its load averages before and after, and the code's commit are
-recorded (:func:`benchmarks.conditions.machine`). The model's functions are imported by their
-private names: this scenario measures exactly the code the model runs.
+Each figure: every repetition's seconds, the median and the max; ``saving_pct`` has, for
+each trick against the code without it (``<trick>_vs_<without>``), the saving of the
+median, in % of the median without it. The machine, its load averages before and after, and
+the code's commit are recorded (:func:`benchmarks.conditions.machine`). The model's
+functions are imported by their private names: this scenario measures exactly the code the
+model runs.
 """
 
 from __future__ import annotations
@@ -82,17 +83,15 @@ def views_by_position(replicas: Iterable[Replica], sites: frozenset[Site]) -> di
     return {site: lists[site].view(site) for site in sorted(sites)}
 
 
-def views_by_attribute(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """The same reading the replica's fields by name."""
+def views_without_shortcut(
+    replicas: Iterable[Replica], sites: frozenset[Site]
+) -> dict[Site, SiteView]:
+    """``_views_of``'s loop with every replica through :meth:`SiteLists.add`."""
     lists = {site: SiteLists() for site in sites}
-    at_site, available = lists.get, ReplicaState.AVAILABLE
+    at_site = lists.get
     for replica in replicas:
         found = at_site(replica.site)
-        if found is None:
-            continue
-        if replica.state is available and replica.detail is None:
-            found.available.append(replica.dataset)
-        else:
+        if found is not None:
             found.add(replica.dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
@@ -110,21 +109,19 @@ def summary(runs: list[float]) -> dict[str, Any]:
 
 
 def compare(
-    variants: dict[str, Callable[[], object]], repetitions: int, trick: str
+    variants: dict[str, Callable[[], object]], repetitions: int, tricks: list[tuple[str, str]]
 ) -> dict[str, Any]:
     """Each variant timed ``repetitions`` times, the order reversed every other repetition;
-    ``saving_pct`` of ``trick`` against each other variant (by median)."""
+    ``saving_pct`` of each (trick, without it) pair of ``tricks`` (by median)."""
     runs: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for i in range(repetitions):
         for name in names if i % 2 == 0 else reversed(names):
             runs[name].append(timed(variants[name]))
     out: dict[str, Any] = {f"{name}_s": summary(r) for name, r in runs.items()}
-    ours = median(runs[trick])
     out["saving_pct"] = {
-        name: round(100.0 * (1.0 - ours / median(r)), 2)
-        for name, r in runs.items()
-        if name != trick
+        f"{trick}_vs_{plain}": round(100.0 * (1.0 - median(runs[trick]) / median(runs[plain])), 2)
+        for trick, plain in tricks
     }
     return out
 
@@ -171,7 +168,7 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
             "patch": lambda: _recounted(counts, delta),
         },
         repetitions,
-        "patch",
+        [("patch", "recount")],
     )
     churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
     figures["plan_churn_s"] = summary([timed(churn_plan) for _ in range(repetitions)])
@@ -179,18 +176,18 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     figures["index_of"] = compare(
         {"attribute": lambda: _index_of(after), "positional": lambda: index_by_position(after)},
         repetitions,
-        "positional",
+        [("positional", "attribute")],
     )
-    assert _views_of(after, sites) == views_by_attribute(after, sites)
-    assert views_by_position(after, sites) == views_by_attribute(after, sites)
+    assert _views_of(after, sites) == views_without_shortcut(after, sites)
+    assert views_by_position(after, sites) == views_without_shortcut(after, sites)
     figures["views_of"] = compare(
         {
-            "no_shortcut": lambda: _views_of(after, sites),
-            "attribute": lambda: views_by_attribute(after, sites),
+            "no_shortcut": lambda: views_without_shortcut(after, sites),
+            "attribute": lambda: _views_of(after, sites),
             "positional": lambda: views_by_position(after, sites),
         },
         repetitions,
-        "positional",
+        [("attribute", "no_shortcut"), ("positional", "attribute")],
     )
     figures["ended"] = datetime.now(UTC).isoformat(timespec="seconds")
     figures["machine_after"] = machine()
