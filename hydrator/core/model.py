@@ -10,8 +10,11 @@ on first use or handed over from the previous cycle's model patched by the delta
 most once and never mutated after. None of it is persisted, and none of it lives on the
 frozen state. The entry is :class:`Model`: :meth:`Model.of` (the model of a state, the held
 one if it is that state's), :meth:`Model.delta` and :meth:`Model.site_counts` (what the plan
-asks of a source), :meth:`Model.apply` (the next state's model and the changes); the
-runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
+asks of a source), :meth:`Model.apply` (the next state's model and the changes); and what
+the core's other modules read of a state through it: :attr:`Model.contents`,
+:meth:`Model.served_views` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
+(a restart), :meth:`Model.sharing` and :attr:`Model.site_updated` (a cycle between full
+reads). The runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
 
 The tricks, and what each saves: the one place their figures are kept (at a million
 replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit):
@@ -21,8 +24,8 @@ replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine an
   cycle's whole plan phase is 0.50 s.
 * No index for one source: a one-source daemon works from its set and its delta and holds
   no index (an index costs about 100 B of table a replica).
-* Site counts built once, for the site guard, then patched by each delta (one pass over the
-  replicas saved a cycle; no separate figure recorded).
+* Site counts built once, for the site guard, then patched by each delta: 4.4 ms against
+  298 ms to count them again (1 % churn; benchmarks/results/model_tricks.json).
 * Identity reuse: a source that hands back last cycle's very set gets an empty delta at no
   cost (``before is after``), and the index is patched, not rebuilt, when the answer holds
   the held objects (:func:`_patched` samples a few for identity); the daemon then holds one
@@ -32,12 +35,13 @@ replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine an
 * A first cycle's changes made only while iterated (:meth:`Changes.all_added
   <hydrator.core.changes.Changes.all_added>`): the daemon only counts them, and the first
   cycle's plan phase is 1.4 s with the million changes counted, not built.
-* Site views of a loaded state built from the rows in the order read (:meth:`of`'s
+* Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
-* Reading replicas by position where a loop visits every one (:func:`_index_of`,
-  :func:`_views_of`, whose available replicas with no transfer, most of them, go straight
-  into their list): no attribute lookup or call per replica (no figure of its own; part of
-  the startup and first-cycle figures above).
+* Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
+  not through a call: 2.17 s against 2.35 s (7.4 %; 6.0 % over four runs; the same file).
+
+Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
+replica's fields by name; by position they saved 4.0 % and 1.3 % (medians of four runs).
 """
 
 from __future__ import annotations
@@ -48,10 +52,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import datetime
-from functools import partial, reduce
+from functools import reduce
 from itertools import chain, filterfalse, islice
 from operator import itemgetter
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
@@ -82,11 +86,11 @@ def _itself(dataset: DatasetId) -> DatasetId:
 
 
 class _SourceModel:
-    """One source's derived data, of its :attr:`~hydrator.domain.SourceState.replicas`
-    (``replicas``): :attr:`index` and :attr:`site_counts`, each built on first use or given
-    at construction (equal to what it would build). Never mutated once built."""
+    """One source's derived data, of ``replicas``: :attr:`index` and :attr:`site_counts`,
+    each built on first use or given at construction (equal to what it would build; held in
+    ``built_index`` and ``built_counts``, None until built). Never mutated once built."""
 
-    __slots__ = ("_counts", "_index", "replicas")
+    __slots__ = ("built_counts", "built_index", "replicas")
 
     def __init__(
         self,
@@ -95,60 +99,47 @@ class _SourceModel:
         counts: Mapping[Site, int] | None = None,
     ) -> None:
         self.replicas = replicas
-        self._index = index
-        self._counts = counts
+        self.built_index = index
+        self.built_counts = counts
 
     @property
     def index(self) -> Index:
         """Site -> dataset -> this source's replica (of :attr:`replicas`' own objects); the
         core reads it only where several sources merge, and from then on hands it from
         cycle to cycle, patched by each delta."""
-        if self._index is None:
-            self._index = _index_of(self.replicas)
-        return self._index
-
-    @property
-    def built_index(self) -> Index | None:
-        """:attr:`index` if it was built, else None (never builds it)."""
-        return self._index
+        if self.built_index is None:
+            self.built_index = _index_of(self.replicas)
+        return self.built_index
 
     @property
     def site_counts(self) -> Mapping[Site, int]:
         """Site -> how many of :attr:`replicas` are there; built on first use (one pass)
         and from then on handed from cycle to cycle, patched by each delta."""
-        if self._counts is None:
-            self._counts = Counter(map(site_of, self.replicas))
-        return self._counts
-
-    @property
-    def built_counts(self) -> Mapping[Site, int] | None:
-        """:attr:`site_counts` if built, else None (never builds them)."""
-        return self._counts
+        if self.built_counts is None:
+            self.built_counts = Counter(map(site_of, self.replicas))
+        return self.built_counts
 
     def moved_to(self, replicas: AbstractSet[Replica]) -> _SourceModel:
         """The same derived data for ``replicas``, which must be equal to :attr:`replicas`
         (the same answer kept by a new state value)."""
-        return _SourceModel(replicas, self._index, self._counts)
+        return _SourceModel(replicas, self.built_index, self.built_counts)
 
-    def delta_to(self, after: AbstractSet[Replica]) -> SourceDelta:
-        """:attr:`replicas` moved to ``after``: ``after - before`` and ``before - after``.
-        None to compute for an answer handed back as the very set held."""
-        return _delta(self.replicas, after)
 
-    def moved_by(self, delta: SourceDelta, replicas: AbstractSet[Replica]) -> _SourceModel:
-        """This model moved by ``delta`` (non-empty) to ``replicas``: the index carried on
-        where built (several sources merge), the site counts once the site guard needed
-        them."""
-        return _moved(self, delta, replicas)
+class Built(NamedTuple):
+    """What a model has built so far, None where it has not (:meth:`Model.built_for_tests`)."""
+
+    merged: Index | None  # the merged index
+    indexes: dict[str, Index | None]  # per source of the state, its index
+    counts: dict[str, Mapping[Site, int] | None]  # per source of the state, its site counts
 
 
 class Model:
-    """A :class:`~hydrator.domain.State` (``state``) and what the core derives from it:
-    :attr:`merged`, :attr:`coverage`, :attr:`contents`, :attr:`site_updated` and per source
-    its :class:`_SourceModel` (:meth:`source`). Each is built on first use or given at
+    """A :class:`~hydrator.domain.State` (``state``) and what the core derives from it: its
+    merged index, which sources cover each site, :attr:`contents`, :attr:`site_updated` and
+    per source its :class:`_SourceModel`. Each is built on first use or given at
     construction (then equal to what it would build), and never mutated afterwards."""
 
-    __slots__ = ("_contents", "_coverage", "_merged", "_site_updated", "_sources", "state")
+    __slots__ = ("_covering", "_index", "_sources", "_updated", "_views", "state")
 
     def __init__(
         self,
@@ -161,10 +152,10 @@ class Model:
     ) -> None:
         self.state = state
         self._sources = dict(sources or {})
-        self._merged = merged
-        self._coverage = coverage
-        self._contents = contents
-        self._site_updated: dict[Site, datetime] | None = None
+        self._index = merged
+        self._covering = coverage
+        self._views = contents
+        self._updated: dict[Site, datetime] | None = None
 
     @classmethod
     def of(
@@ -184,19 +175,19 @@ class Model:
         (only,) = state.sources if len(state.sources) == 1 else (None,)
         rows = None if as_read is None or only is None else as_read.get(only)
         if rows is not None:  # its views from the rows in the order read
-            coverage = model.coverage
+            coverage = model._coverage
             model = cls(state, coverage=coverage, contents=_views_of(rows, frozenset(coverage)))
         return model
 
     def delta(self, name: str, replicas: AbstractSet[Replica]) -> SourceDelta:
         """Source ``name``'s replicas in this state (none for a source it lacks) moved to
         ``replicas``: what was added and what removed."""
-        return self.source(name).delta_to(replicas)
+        return _delta(self._source(name).replicas, replicas)
 
     def site_counts(self, name: str) -> Mapping[Site, int]:
         """How many of source ``name``'s replicas are at each site: counted on first use,
         then carried to the next state's model patched by the source's delta."""
-        return self.source(name).site_counts
+        return self._source(name).site_counts
 
     def apply(self, state: State, deltas: Mapping[str, SourceDelta]) -> tuple[Model, Changes]:
         """The model of ``state``, this model's state with each source's replicas moved by
@@ -207,100 +198,41 @@ class Model:
         merging = len(state.sources) > 1
         sources: dict[str, _SourceModel] = {}
         for name, after in state.sources.items():
-            known = self.source(name)
+            known = self._source(name)
             if not merging:
                 known = _SourceModel(known.replicas, counts=known.built_counts)
             delta = deltas.get(name)
-            moved = known.moved_to if delta is None else partial(known.moved_by, delta)
-            sources[name] = moved(after.replicas)
+            if delta is None:
+                sources[name] = known.moved_to(after.replicas)
+            else:
+                sources[name] = _moved(known, delta, after.replicas)
         return _derive(self, state, sources, deltas)
 
-    def source(self, name: str) -> _SourceModel:
-        """The model of source ``name``: of no replicas for a source this state lacks."""
-        found = self._sources.get(name)
-        if found is None:
-            held = self.state.sources.get(name)
-            found = _SourceModel(frozenset() if held is None else held.replicas)
-            self._sources[name] = found
-        return found
-
-    def sharing(self, state: State, sources: Mapping[str, _SourceModel] | None = None) -> Model:
+    def sharing(self, state: State) -> Model:
         """The model of ``state``, whose sources hold the same replicas and sites as
-        :attr:`state`'s (read times may differ: :attr:`site_updated` is not shared);
-        ``sources``: its sources' models (default: this one's, where made)."""
-        if sources is None:
-            sources = {
-                name: found.moved_to(state.sources[name].replicas)
-                for name, found in self._sources.items()
-                if name in state.sources and name in self.state.sources
-            }
-        return Model(
-            state,
-            sources,
-            merged=self._merged,
-            coverage=self._coverage,
-            contents=self._contents,
-        )
-
-    @property
-    def merged(self) -> Index:
-        """Site -> dataset -> all sources' reports combined (:func:`merge_replicas`; for one
-        source, its :attr:`_SourceModel.index`). The core reads it only where several
-        sources merge: with one, a cycle works from its set and its delta."""
-        if self._merged is None:
-            names = sorted(self.state.sources)
-            if len(names) == 1:
-                self._merged = self.source(names[0]).index
-            else:
-                sources = self.state.sources
-                self._merged = merge_replicas(r for n in names for r in sources[n].replicas)
-        return self._merged
-
-    @property
-    def built_merged(self) -> Index | None:
-        """:attr:`merged` if it was built or given, else None (never builds it)."""
-        return self._merged
-
-    @property
-    def coverage(self) -> dict[Site, frozenset[str]]:
-        """Site -> names of the sources that cover it."""
-        if self._coverage is None:
-            covered: dict[Site, set[str]] = {}
-            for name, state in self.state.sources.items():
-                for site in state.sites:
-                    covered.setdefault(site, set()).add(name)
-            self._coverage = {site: frozenset(names) for site, names in covered.items()}
-        return self._coverage
-
-    @property
-    def merged_replicas(self) -> Collection[Replica]:
-        """The merged replicas, one per (site, dataset): one source's own set as it is (no
-        index built), else :attr:`merged`'s values."""
-        if len(self.state.sources) == 1:
-            (only,) = self.state.sources.values()
-            return only.replicas
-        return list(each_replica(self.merged))
+        :attr:`state`'s (read times may differ: :attr:`site_updated` is not shared)."""
+        return _shared(self, state)
 
     @property
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
-        if self._contents is None:
-            self._contents = _views_of(self.merged_replicas, frozenset(self.coverage))
-        return self._contents
+        if self._views is None:
+            self._views = _views_of(self._merged_replicas, frozenset(self._coverage))
+        return self._views
 
     @property
     def site_updated(self) -> dict[Site, datetime]:
         """Site -> its last successful refresh: the oldest last success of the sources that
         cover it, so everything the site's ad says was confirmed at or after this time."""
-        if self._site_updated is None:
+        if self._updated is None:
             sources = self.state.sources
             updated: dict[Site, datetime] = {}
-            for site, names in self.coverage.items():
+            for site, names in self._coverage.items():
                 known = [t for n in names if (t := sources[n].last_success) is not None]
                 if known:
                     updated[site] = min(known)
-            self._site_updated = updated
-        return self._site_updated
+            self._updated = updated
+        return self._updated
 
     def stamped_views(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists with ``updated`` set (:attr:`site_updated`)."""
@@ -313,9 +245,9 @@ class Model:
         down: a one-source daemon never builds one)."""
 
         def held_at(name: str, site: Site) -> Mapping[DatasetId, Replica]:
-            return self.source(name).index.get(site, {})
+            return self._source(name).index.get(site, {})
 
-        views, coverage = self.stamped_views(), self.coverage
+        views, coverage = self.stamped_views(), self._coverage
         return served_views(views, self.state, coverage, held_at, drains=drains, now=now)
 
     @property
@@ -324,7 +256,77 @@ class Model:
         if len(self.state.sources) == 1:
             (only,) = self.state.sources.values()
             return len(only.replicas)
-        return index_size(self.merged)
+        return index_size(self._merged)
+
+    def built_for_tests(self) -> Built:
+        """Test-facing only (the core never calls it): what this model has built so far,
+        building nothing. No answer of the model shows these, yet the contract test and the
+        plan's tests check them: the merged index and each source's index equal the plain
+        merge and hold the state's own objects (memory: one object a replica), a one-source
+        model builds no index, and site counts carried from cycle to cycle equal a count."""
+        found = {name: self._sources.get(name) for name in self.state.sources}
+        return Built(
+            self._index,
+            {n: None if s is None else s.built_index for n, s in found.items()},
+            {n: None if s is None else s.built_counts for n, s in found.items()},
+        )
+
+    def _source(self, name: str) -> _SourceModel:
+        """The model of source ``name``: of no replicas for a source this state lacks."""
+        found = self._sources.get(name)
+        if found is None:
+            held = self.state.sources.get(name)
+            found = _SourceModel(frozenset() if held is None else held.replicas)
+            self._sources[name] = found
+        return found
+
+    @property
+    def _merged(self) -> Index:
+        """Site -> dataset -> all sources' reports combined (:func:`merge_replicas`; for one
+        source, its index). The core reads it only where several sources merge: with one, a
+        cycle works from its set and its delta."""
+        if self._index is None:
+            names = sorted(self.state.sources)
+            if len(names) == 1:
+                self._index = self._source(names[0]).index
+            else:
+                sources = self.state.sources
+                self._index = merge_replicas(r for n in names for r in sources[n].replicas)
+        return self._index
+
+    @property
+    def _coverage(self) -> dict[Site, frozenset[str]]:
+        """Site -> names of the sources that cover it."""
+        if self._covering is None:
+            covered: dict[Site, set[str]] = {}
+            for name, state in self.state.sources.items():
+                for site in state.sites:
+                    covered.setdefault(site, set()).add(name)
+            self._covering = {site: frozenset(names) for site, names in covered.items()}
+        return self._covering
+
+    @property
+    def _merged_replicas(self) -> Collection[Replica]:
+        """The merged replicas, one per (site, dataset): one source's own set as it is (no
+        index built), else the merged index's values."""
+        if len(self.state.sources) == 1:
+            (only,) = self.state.sources.values()
+            return only.replicas
+        return list(each_replica(self._merged))
+
+
+def _shared(held: Model, state: State, sources: Mapping[str, _SourceModel] | None = None) -> Model:
+    """The model of ``state``, whose sources hold the same replicas and sites as ``held``'s
+    state (read times may differ: ``site_updated`` is not shared); ``sources``: its sources'
+    models (default: ``held``'s, where made)."""
+    if sources is None:
+        sources = {
+            name: found.moved_to(state.sources[name].replicas)
+            for name, found in held._sources.items()
+            if name in state.sources and name in held.state.sources
+        }
+    views = held._views
+    return Model(state, sources, merged=held._index, coverage=held._covering, contents=views)
 
 
 def _derive(
@@ -337,12 +339,12 @@ def _derive(
     changes against ``held``: ``held``'s merged view and site views as they are where no
     source moved, else the merged view and the site views patched by the changes."""
     if not deltas and _same_sites(held.state.sources, state.sources):
-        return held.sharing(state, sources), Changes()
+        return _shared(held, state, sources), Changes()
     first = not any(s.replicas for s in held.state.sources.values())  # all pairs are added
     merged, changes = _merge(held, Model(state, sources), deltas, first)
     fresh = Model(state, sources, merged=merged)
     contents = _contents(held, fresh, merged, None if first else changes)
-    new = Model(state, sources, merged=merged, coverage=fresh.coverage, contents=contents)
+    new = Model(state, sources, merged=merged, coverage=fresh._coverage, contents=contents)
     return new, changes
 
 
@@ -361,8 +363,7 @@ def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int
 def _moved(known: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> _SourceModel:
     """``known`` moved by a non-empty ``delta`` to ``replicas``: the index carried on where
     built (several sources merge), the site counts once the site guard needed them."""
-    index = known.built_index
-    counts = known.built_counts
+    index, counts = known.built_index, known.built_counts
     return _SourceModel(
         replicas,
         None if index is None else _patched(known, delta, replicas),
@@ -448,15 +449,15 @@ def _merge(
     if first:  # nothing before: everything is added, nothing to diff
         new = merge_replicas(r for s in ordered for r in s.replicas)
         return new, Changes.all_added(list(each_replica(new)))
-    old = previous.merged
+    old = previous._merged
     parts = (part for d in deltas.values() for part in (d.added, d.removed))
     touched = sorted(set(map(replica_key, chain.from_iterable(parts))))  # Change's order
     if len(ordered) == 1:
-        new = state.source(names[0]).index
+        new = state._source(names[0]).index
     elif not ordered:
         new = {}
     else:
-        new = _remerged(old, [state.source(name).index for name in names], touched)
+        new = _remerged(old, [state._source(name).index for name in names], touched)
     return new, _changes(_at(old, touched), _at(new, touched), touched)
 
 
@@ -506,9 +507,9 @@ def _contents(
     touched: dict[Site, list[Change]] = {}
     for change in changes or ():
         touched.setdefault(change.site, []).append(change)
-    sites = sorted(state.coverage)
+    sites = sorted(state._coverage)
     new_sites = frozenset(s for s in sites if s not in old)
-    replicas = state.merged_replicas if merged is None else each_replica(merged)
+    replicas = state._merged_replicas if merged is None else each_replica(merged)
     built = _views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
@@ -524,27 +525,27 @@ def _index_of(replicas: Iterable[Replica]) -> Index:
     """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
     index: Index = {}
     at_site = index.get
-    for replica in replicas:  # indexing by position: no attribute lookup per replica
-        found = at_site(replica[1])
+    for replica in replicas:
+        found = at_site(replica.site)
         if found is None:
-            found = index[replica[1]] = {}
-        found[replica[0]] = replica
+            found = index[replica.site] = {}
+        found[replica.dataset] = replica
     return index
 
 
 def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
     """The site views of ``replicas`` (one per (site, dataset)) at ``sites``, as
-    :func:`~hydrator.core.views.site_contents` builds them, in one pass by position."""
+    :func:`~hydrator.core.views.site_contents` builds them from an index, in one pass."""
     lists = {site: SiteLists() for site in sites}
     at_site, available = lists.get, ReplicaState.AVAILABLE
     for replica in replicas:
-        found = at_site(replica[1])
+        found = at_site(replica.site)
         if found is None:
             continue
-        if replica[2] is available and replica[4] is None:  # most: no call
-            found.available.append(replica[0])
+        if replica.state is available and replica.detail is None:  # most: no call
+            found.available.append(replica.dataset)
         else:
-            found.add(replica[0], replica)
+            found.add(replica.dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
 
 

@@ -169,7 +169,8 @@ def planned(
     sources: dict[str, SourceState] = {}
     statuses: list[SourceStatus] = []
     deltas: dict[str, SourceDelta] = {}
-    outcomes, refused = without_case_twins(previous, held.coverage.keys(), outcomes)
+    old_contents = held.contents  # its sites are the covered ones
+    outcomes, refused = without_case_twins(previous, old_contents.keys(), outcomes)
     for name in sorted(outcomes):
         before = previous.sources.get(name, SourceState(name))
         after, status, delta = _advance_source(before, outcomes[name], now, held, policy)
@@ -182,7 +183,6 @@ def planned(
     for name in sorted(set(previous.sources) - set(outcomes)):
         deltas[name] = SourceDelta(removed=previous.sources[name].replicas)
     new, changes = held.apply(State(sources=sources), deltas)
-    old_contents = held.contents
     changed_sites = frozenset(
         site
         for site, view in new.contents.items()
@@ -195,7 +195,7 @@ def planned(
         source_deltas=deltas,
         sites=new.served_views(drains, now),
         changed_sites=changed_sites,
-        removed_sites=frozenset(held.coverage) - frozenset(new.coverage),
+        removed_sites=frozenset(old_contents) - frozenset(new.contents),
         now=now,
         entries=new.entries,
         contents=new.contents,

@@ -27,7 +27,8 @@ def _itself(dataset: DatasetId) -> DatasetId:
 def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]:
     """Per site of ``sites``, the sorted lists that make its ClassAd, and their digest
     (``merged``: an :data:`Index`; its replicas at other sites are left out). The plain
-    computation: :mod:`hydrator.core.model` builds the same views faster."""
+    computation: :mod:`hydrator.core.model` builds the same views from a set of replicas
+    (no index) and patches them with each cycle's changes."""
     lists = {site: SiteLists() for site in sites}
     for replica in each_replica(merged):
         found = lists.get(replica.site)
@@ -38,7 +39,8 @@ def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]
 
 class SiteLists:
     """One site's datasets by list while a view is collected (:func:`site_contents`, and
-    :mod:`hydrator.core.model`'s faster builds): :meth:`add` each replica, then :meth:`view`."""
+    :mod:`hydrator.core.model`'s builds and patches): :meth:`add` each replica, then
+    :meth:`view`."""
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
 

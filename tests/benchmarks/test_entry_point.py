@@ -36,6 +36,7 @@ def test_the_entry_point_lists_every_scenario() -> None:
         "coverage",
         "repair-look",
         "record-rucio",
+        "model-tricks",
     ):
         assert f"  {name} " in listed.stdout
 

@@ -57,29 +57,28 @@ def test_no_module_writes_behind_a_frozen_dataclass() -> None:
 
 
 def test_a_state_refuses_writes_and_its_views_are_held_beside_it() -> None:
-    source = SourceState("rucio", replicas=frozenset({rep("SITE_A", "d1")}))
+    source = SourceState("rucio", frozenset({rep("SITE_A", "d1")}), frozenset({Site("SITE_A")}))
     state = State(sources={"rucio": source})
     with pytest.raises(TypeError):  # no instance __dict__ to write a cache into
         vars(state)
     with pytest.raises(dataclasses.FrozenInstanceError):
         write(state, "sources", {})
-    derived = Model(state)
-    assert derived.merged == {Site("SITE_A"): {rep("SITE_A", "d1").dataset: rep("SITE_A", "d1")}}
-    assert derived.built_merged is derived.merged  # built once, then reused
+    derived = Model.of(state)
+    assert derived.contents[Site("SITE_A")].available == (rep("SITE_A", "d1").dataset,)
+    assert derived.contents is derived.contents  # built once, then reused
+    assert derived.entries == 1
 
 
 def test_the_views_of_a_replaced_state_are_its_own() -> None:
     """A new state's derived data is built from it: views of other sources never leak."""
     before = SourceState("rucio", frozenset({rep("A", "d1")}), frozenset({Site("A")}))
-    old = Model(State(sources={"rucio": before}))
-    assert list(old.contents) == ["A"] and old.merged == {
-        "A": {rep("A", "d1").dataset: rep("A", "d1")}
-    }
+    old = Model.of(State(sources={"rucio": before}))
+    assert list(old.contents) == ["A"] and old.entries == 1
+    assert old.contents[Site("A")].available == (rep("A", "d1").dataset,)
     source = SourceState("rucio", frozenset({rep("B", "d2")}), frozenset({Site("B")}))
-    new = Model(dataclasses.replace(old.state, sources={"rucio": source}))
-    assert list(new.contents) == ["B"]
+    new = Model.of(dataclasses.replace(old.state, sources={"rucio": source}), old)
+    assert list(new.contents) == ["B"] and new.entries == 1
     assert new.contents[Site("B")].available == (rep("B", "d2").dataset,)
-    assert new.merged == {Site("B"): {rep("B", "d2").dataset: rep("B", "d2")}}
     assert not any(hasattr(v, "memo") for v in (before, source, old.state))
 
 

@@ -62,7 +62,7 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
     """A first cycle's changes are made while listed (a million of them, issue 15); either
     way the counts, the length and every listing agree, in Change's order."""
     first = snap("r", rep("B", "y"), rep("A", "x"), rep("B", "x", "partial", 0.5))
-    (plan, model), (churn, _) = run_planned(
+    plan, churn = run(
         [{"r": first}, {"r": snap("r", rep("A", "x", "partial", 0.5), rep("C", "z"))}]
     )
     listed = tuple(plan.changes)
@@ -70,7 +70,8 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
     assert plan.changes == listed and tuple(plan.changes) == listed
     assert plan.changes[1:] == listed[1:] and len(plan.changes) == 3
     assert plan.changes.counts == {ChangeKind.ADDED: 3}
-    assert all(c.new is model.merged[c.site][c.dataset] for c in listed)
+    held = {(r.site, r.dataset): r for r in plan.state.sources["r"].replicas}
+    assert all(c.new is held[(c.site, c.dataset)] for c in listed), "the state's own objects"
     assert kinds(churn) == [
         ("A", "x", "changed"),
         ("B", "x", "removed"),
@@ -90,9 +91,8 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
     site -> dataset index is built; where sources merge, each one's index is built once and
     then handed on, patched, from cycle to cycle (equal to one built afresh)."""
     cycles = [{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}]
-    alone = [model for _, model in run_planned(cycles)]
-    assert all(m.source("r").built_index is None for m in alone)
-    assert all(m.built_merged is None for m in alone)
+    alone = [model.built_for_tests() for _, model in run_planned(cycles)]
+    assert all(built.indexes["r"] is None and built.merged is None for built in alone)
     merging = run_planned(
         [
             {"r": snap("r", rep("A", "x")), "d": snap("d", rep("A", "x", "partial", 0.5))},
@@ -100,10 +100,10 @@ def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -
             {"r": snap("r", rep("B", "y")), "d": snap("d", rep("A", "z"))},
         ]
     )
-    second, third = merging[1].model.source("r"), merging[2].model.source("r")
-    assert second.built_index is not None and third.built_index is not None
-    assert third.built_index == {Site("B"): {DatasetId("ska", "y"): rep("B", "y")}}
-    assert second.built_index[Site("A")] == {DatasetId("ska", "x"): rep("A", "x")}, "kept"
+    second, third = (merging[i].model.built_for_tests().indexes["r"] for i in (1, 2))
+    assert second is not None and third is not None
+    assert third == {Site("B"): {DatasetId("ska", "y"): rep("B", "y")}}
+    assert second[Site("A")] == {DatasetId("ska", "x"): rep("A", "x")}, "kept"
     assert kinds(merging[2].plan) == [("A", "x", "removed"), ("A", "z", "added")]
 
 
@@ -410,7 +410,8 @@ def test_the_site_guard_holds_where_several_sources_merge() -> None:
         SITE_POLICY,
     )
     assert len(names(plans[1].plan, "SITE_B")) == 30
-    assert len(plans[1].model.merged[Site("SITE_B")]) == 30
+    state = plans[1].plan.state
+    assert sum(r.site == "SITE_B" for s in state.sources.values() for r in s.replicas) == 30
 
 
 def test_site_names_differing_only_in_case_are_refused_keeping_the_held_one() -> None:
@@ -448,9 +449,9 @@ def test_the_site_counts_the_guard_reads_are_carried_on_exactly() -> None:
         {"r": two_sites(60, 12)},  # 40 -> 12 at SITE_B: held, judged on carried counts
     ]
     plans = run_planned(cycles, SITE_POLICY)
-    for _plan, model in plans[1:]:
-        source = model.source("r")
-        assert source.built_counts == Counter(r.site for r in source.replicas)
+    for plan, model in plans[1:]:
+        carried = model.built_for_tests().counts["r"]
+        assert carried == Counter(r.site for r in plan.state.sources["r"].replicas)
     held = plans[5].plan.sources[0].held_sites
     assert "12 entries against 40 last time" in held[Site("SITE_B")]
 

@@ -6,7 +6,6 @@ import pytest
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.model import Model
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.startup import restart, saved_views, startup_views
 from hydrator.core.storage import Drain
@@ -36,7 +35,7 @@ def listed(views: dict[Site, SiteView]) -> dict[str, list[str]]:
 def test_startup_views(
     policy: AdvertisePolicy, drains: list[Drain], served: dict[str, list[str]]
 ) -> None:
-    views = startup_views(Model(SAVED).served_views(drains, t(1)), policy, ClassAdConfig())
+    views = startup_views(saved_views(SAVED, drains, t(1)), policy, ClassAdConfig())
     assert listed(views) == served
 
 

@@ -20,7 +20,7 @@ import pytest
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
-from hydrator.core.index import merged_snapshot
+from hydrator.core.index import merge_replicas, merged_snapshot
 from hydrator.core.model import Model
 from hydrator.core.plan import Policy, SourceDelta, plan_cycle, planned
 from hydrator.core.presence import holding
@@ -29,15 +29,22 @@ from hydrator.errors import StateError
 from hydrator.runtime.cli import main as cli_main
 from hydrator.runtime.wiring import assemble
 from tests.support.state_files import downgrade_to_schema_2, old_state_config
-from tests.unit.factories import by_key, fail, flat, rep, snap, t
+from tests.unit.factories import fail, flat, rep, snap, t
 
 POLICY = Policy()
 Key = tuple[Site, DatasetId]
 
 
+def merged(state: State) -> dict[Key, Replica]:
+    """``state``'s merged view by (site, dataset), the plain way: every source's replicas
+    merged (:func:`merge_replicas`, the sources in name order)."""
+    ordered = [state.sources[name] for name in sorted(state.sources)]
+    return flat(merge_replicas(r for source in ordered for r in source.replicas))
+
+
 def stamped(state: State, when: datetime) -> dict[Key, datetime]:
     """Every (site, dataset) of ``state`` first seen at ``when``."""
-    return dict.fromkeys(flat(Model(state).merged), when)
+    return dict.fromkeys(merged(state), when)
 
 
 def first_seen(path: Path) -> dict[Key, datetime]:
@@ -315,7 +322,7 @@ def test_a_version_1_state_file_is_migrated_without_changing_any_ad(
         assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
 
     store = SqliteStateStore(config.daemon.state_path)
-    held = flat(Model.of(store.load()).merged)
+    held = merged(store.load())
     uk, es = Site("SRCNET_UK"), Site("SRCNET_ES")
     moving = held[(uk, DatasetId("ska", "obs_1400"))]
     assert (moving.state, moving.fraction, moving.transfer, moving.progress) == (
@@ -431,7 +438,7 @@ def test_a_migration_that_fails_leaves_the_version_2_file_as_it_was(tmp_path: Pa
         before = list(db.iterdump())
     expected = SqliteStateStore(path, read_only=True).load()
     times = first_seen(path)
-    assert len(times) == Model.of(expected).entries
+    assert len(times) == len(merged(expected))
     with pytest.raises(StateError, match=r"state database .*: error in view times: .*first_seen"):
         SqliteStateStore(path)
     with sqlite3.connect(path) as db:
@@ -508,30 +515,25 @@ def test_random_replicas_of_every_form_survive_saves_and_restarts(tmp_path: Path
     path = tmp_path / "s.sqlite"
     store = SqliteStateStore(path)
     outcomes = {"a": merged_snapshot("a", a), "b": merged_snapshot("b", b)}
-    plan, first_memo = planned(State(), outcomes, t(0), POLICY)
+    plan = planned(State(), outcomes, t(0), POLICY).plan
     store.save(plan)
     half = [holding(r.dataset, r.site, 0.5, 0.25) for r in b[:500]]  # changed or new in "a"
     churned = a[1000:] + pool[10_000:] + [r for r in half if r is not None]
     outcomes["a"] = merged_snapshot("a", churned)
-    second, second_memo = planned(plan.state, outcomes, t(1), POLICY)
-    first_model, second_model = (
-        Model.of(plan.state, first_memo),
-        Model.of(second.state, second_memo),
-    )
+    second = planned(plan.state, outcomes, t(1), POLICY).plan
     assert second.changes and store.save(second) > 0
     store.close()
 
     loaded, as_read = SqliteStateStore(path, read_only=True).load_in_order()
     assert loaded.sources == second.state.sources
     # a pair keeps its first time while any source reports it, changed or not
-    old = flat(first_model.merged)
-    times = {k: t(0) if k in old else t(1) for k in flat(second_model.merged)}
+    old = merged(plan.state)
+    times = {k: t(0) if k in old else t(1) for k in merged(second.state)}
     assert first_seen(path) == times
     assert {t(0), t(1)} == set(times.values())
-    model = Model.of(loaded, as_read=as_read)
-    for name in loaded.sources:
-        assert model.source(name).index == by_key(second.state.sources[name].replicas)
-    assert model.merged == second_model.merged
+    model = Model.of(loaded, as_read=as_read)  # the loaded state's: the same answers
+    assert model.contents == second.contents and model.entries == second.entries
+    assert model.entries == len(times)
     again = planned(loaded, outcomes, t(2), POLICY, model=model).plan
     assert again.changes == () and again.source_deltas == {}
 

@@ -1,0 +1,213 @@
+"""Two tricks of ``hydrator/core/model.py`` against the plain code, in one run.
+
+``python -m benchmarks model-tricks --replicas 1000000 --repetitions 7 [--json out.json]``
+builds the generated federation of :mod:`benchmarks.generate` (one source, 50 sites), its
+answer before and after one churn (1 %) and the source's delta between them
+(:meth:`Model.delta <hydrator.core.model.Model.delta>`), then times, wall seconds, each pair
+of variants alternately (the plain one first in odd repetitions, second in even ones), each
+call without garbage-collector passes as the daemon runs its cycles
+(:func:`~hydrator.runtime.memory.collector_paused`):
+
+``site_counts``  the per-site counts the site guard reads: the model's, last cycle's counts
+                 patched by the delta (``_recounted``), against recounting them from the
+                 replicas (``Counter(map(site_of, replicas))``, the model's first build);
+                 context: ``plan_churn_s``, the whole churn plan of that source with the
+                 memo carried (:func:`~hydrator.core.plan.planned`), the loop they are in
+``index_of``     the model's ``_index_of`` (fields read by name, ``attribute``) against the
+                 same loop reading them by position (``positional``, the trick it dropped)
+``views_of``     the model's ``_views_of`` (by name; available replicas with no detail, most
+                 of them, appended straight to their list: ``attribute``) against the same
+                 loop with every replica through ``SiteLists.add`` (``no_shortcut``) and
+                 against it read by position (``positional``, the trick it dropped)
+
+Each figure: every repetition's seconds, the median and the max; ``saving_pct`` has, for
+each trick against the code without it (``<trick>_vs_<without>``), the saving of the
+median, in % of the median without it. The machine, its load averages before and after, and
+the code's commit are recorded (:func:`benchmarks.conditions.machine`). The model's
+functions are imported by their private names: this scenario measures exactly the code the
+model runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from benchmarks.conditions import machine
+from benchmarks.generate import SOURCE, Federation, Scale
+from hydrator.core.index import Index
+from hydrator.core.model import Model, _index_of, _recounted, _views_of
+from hydrator.core.plan import Policy, planned
+from hydrator.core.views import SiteLists
+from hydrator.domain import Replica, ReplicaState, Site, SiteView, State, site_of
+from hydrator.runtime.memory import collector_paused
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def index_by_position(replicas: Iterable[Replica]) -> Index:
+    """``_index_of``'s loop reading the replica's fields by position."""
+    index: Index = {}
+    at_site = index.get
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            found = index[replica[1]] = {}
+        found[replica[0]] = replica
+    return index
+
+
+def views_by_position(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+    """``_views_of``'s loop by position, available replicas with no detail (most) appended
+    straight to their list."""
+    lists = {site: SiteLists() for site in sites}
+    at_site, available = lists.get, ReplicaState.AVAILABLE
+    for replica in replicas:
+        found = at_site(replica[1])
+        if found is None:
+            continue
+        if replica[2] is available and replica[4] is None:
+            found.available.append(replica[0])
+        else:
+            found.add(replica[0], replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
+
+
+def views_without_shortcut(
+    replicas: Iterable[Replica], sites: frozenset[Site]
+) -> dict[Site, SiteView]:
+    """``_views_of``'s loop with every replica through :meth:`SiteLists.add`."""
+    lists = {site: SiteLists() for site in sites}
+    at_site = lists.get
+    for replica in replicas:
+        found = at_site(replica.site)
+        if found is not None:
+            found.add(replica.dataset, replica)
+    return {site: lists[site].view(site) for site in sorted(sites)}
+
+
+def timed(call: Callable[[], object]) -> float:
+    """Wall seconds of ``call()``, without collector passes (the one pass after is untimed)."""
+    with collector_paused():
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+
+def summary(runs: list[float]) -> dict[str, Any]:
+    return {"runs": runs, "median": median(runs), "max": max(runs)}
+
+
+def compare(
+    variants: dict[str, Callable[[], object]], repetitions: int, tricks: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """Each variant timed ``repetitions`` times, the order reversed every other repetition;
+    ``saving_pct`` of each (trick, without it) pair of ``tricks`` (by median)."""
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(repetitions):
+        for name in names if i % 2 == 0 else reversed(names):
+            runs[name].append(timed(variants[name]))
+    out: dict[str, Any] = {f"{name}_s": summary(r) for name, r in runs.items()}
+    out["saving_pct"] = {
+        f"{trick}_vs_{plain}": round(100.0 * (1.0 - median(runs[trick]) / median(runs[plain])), 2)
+        for trick, plain in tricks
+    }
+    return out
+
+
+def commit() -> str:
+    """The worktree's commit (``+dirty`` when it differs), or ``unknown``."""
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() or "unknown"
+
+
+def run(replicas: int, repetitions: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "scenario": "model-tricks",
+        "replicas": replicas,
+        "repetitions": repetitions,
+        "code": commit(),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine_before": machine(),
+    }
+    federation = Federation(Scale(replicas=replicas))
+    first = federation.snapshot()
+    before = first.replicas
+    sites = frozenset(first.sites)
+    plan, memo = planned(State(), {SOURCE: first}, T0, Policy())
+    state = plan.state
+    del plan
+    federation.churn()
+    churned = federation.snapshot()
+    after = churned.replicas
+    delta = Model.of(state, memo).delta(SOURCE, after)
+    figures["sites"] = len(sites)
+    figures["delta"] = {"added": len(delta.added), "removed": len(delta.removed)}
+    counts = Counter(map(site_of, before))
+    assert _recounted(counts, delta) == Counter(map(site_of, after)), "patched != recounted"
+    later = T0 + timedelta(minutes=1)
+    figures["site_counts"] = compare(
+        {
+            "recount": lambda: Counter(map(site_of, after)),
+            "patch": lambda: _recounted(counts, delta),
+        },
+        repetitions,
+        [("patch", "recount")],
+    )
+    churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
+    figures["plan_churn_s"] = summary([timed(churn_plan) for _ in range(repetitions)])
+    assert _index_of(after) == index_by_position(after)
+    figures["index_of"] = compare(
+        {"attribute": lambda: _index_of(after), "positional": lambda: index_by_position(after)},
+        repetitions,
+        [("positional", "attribute")],
+    )
+    assert _views_of(after, sites) == views_without_shortcut(after, sites)
+    assert views_by_position(after, sites) == views_without_shortcut(after, sites)
+    figures["views_of"] = compare(
+        {
+            "no_shortcut": lambda: views_without_shortcut(after, sites),
+            "attribute": lambda: _views_of(after, sites),
+            "positional": lambda: views_by_position(after, sites),
+        },
+        repetitions,
+        [("attribute", "no_shortcut"), ("positional", "attribute")],
+    )
+    figures["ended"] = datetime.now(UTC).isoformat(timespec="seconds")
+    figures["machine_after"] = machine()
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=1_000_000)
+    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    if args.replicas < 1 or args.repetitions < 1:
+        parser.error("--replicas and --repetitions must be at least 1")
+    figures = run(args.replicas, args.repetitions)
+    text = json.dumps(figures, indent=1)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
