@@ -20,9 +20,9 @@ This module is the decision, with no I/O: :func:`annotate_values` computes the v
 ``RequiredDatasets`` value from the site views, :func:`plan_edits` compares them with what the
 jobs carry and returns the edits, one :class:`GroupEdit` per (schedd, distinct value) covering
 every job of that group that needs it, within a budget; :func:`site_demand` counts the jobs per
-site for ``GET /v1/demand``. :class:`hydrator.core.annotate.Annotator` sequences a cycle over
-the :class:`~hydrator.core.ports.QueueAdapter` port (the htcondor2 module
-:mod:`hydrator.adapters.htcondor.schedd_jobs`).
+site for ``GET /v1/demand``. The runtime's :class:`hydrator.runtime.annotate_jobs.Annotator`
+sequences a cycle over the :class:`~hydrator.core.ports.QueueAdapter` port (the htcondor2
+module :mod:`hydrator.adapters.htcondor.schedd_jobs`).
 
 Definitions: an **edit** is one group written (the budget unit, ``max_edits_per_cycle``); it
 costs one ``Schedd.edit`` call (an **edit call**) per attribute that changed, as HTCondor edits

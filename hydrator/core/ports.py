@@ -272,7 +272,8 @@ class QueueReader(Protocol):
 
 
 class QueueAdapter(Protocol):
-    """Reads and edits the schedds' queues for job annotation (:mod:`hydrator.core.annotate`)."""
+    """Reads and edits the schedds' queues for job annotation (called by
+    :mod:`hydrator.runtime.annotate_jobs`)."""
 
     def read(self) -> list[ScheddQueue | ScheddFailure]:
         """Every schedd's idle data-bound jobs; raises PublishError if no schedd can be listed."""

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.annotate import Annotator
 from hydrator.core.plan import Policy
 from hydrator.core.ports import PoolProbe, Publisher, QueueReader, Source, StateStore
 from hydrator.domain import DatasetId
+from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near_refresh import NearSites
 

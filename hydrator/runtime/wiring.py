@@ -38,7 +38,6 @@ from hydrator.config import (
     StaticSourceConfig,
 )
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.annotate import Annotator
 from hydrator.core.coverage import SiteCoverage
 from hydrator.core.event_hints import ReconcilePolicy
 from hydrator.core.jobs import AnnotateSettings
@@ -60,6 +59,7 @@ from hydrator.core.startup import restart
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
+from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.event_worker import EventCycles, ListenerFactory
 from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.memory import collector_paused, map_large_blocks

@@ -237,7 +237,7 @@ class CondorQueue:
                 constraint=self.query.constraint, projection=self.query.projection
             )
         except HTCONDOR_ERRORS as exc:
-            if self.query.pool:  # annotation says it once per change (core.jobs.Annotator)
+            if self.query.pool:  # annotation says it once per change (runtime.annotate_jobs)
                 log.warning("schedd %s: cannot read its queue: %s", name, exc)
             error = str(exc) or type(exc).__name__
             return ScheddRead(name, error=error, annotate=annotate)

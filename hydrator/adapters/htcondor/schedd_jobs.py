@@ -1,7 +1,7 @@
 """Read and edit idle jobs on the schedds (the one module that edits jobs with htcondor2).
 
 :class:`ScheddJobs` is the :class:`~hydrator.core.ports.QueueAdapter` of
-:mod:`hydrator.core.annotate`:
+:mod:`hydrator.runtime.annotate_jobs`:
 
 * **read**: the annotation's part (:func:`~hydrator.core.jobs.annotation_reads`) of a
   :class:`~hydrator.adapters.htcondor.condor_queue.CondorQueue` read, the one queue read of a
@@ -10,8 +10,9 @@
   configured constraint, always ANDed with ``JobStatus == 1`` (never a running or held job),
   with the job id, ``RequiredDatasets`` and the attributes the annotator owns. A schedd that
   cannot be located or read is a :class:`~hydrator.core.jobs.ScheddFailure`, never an empty
-  queue. The cycle hands its snapshot to :meth:`~hydrator.core.annotate.Annotator.run`; :meth:`read`
-  reads one of its own (for a caller that annotates alone).
+  queue. The cycle hands its snapshot to
+  :meth:`~hydrator.runtime.annotate_jobs.Annotator.run`; :meth:`read` reads one of its own (for
+  a caller that annotates alone).
 * **apply**: one ``Schedd.edit(["c.p", ...], attr, value)`` per changed attribute of a group.
   An id-list edit is one transaction: a job that left the queue since the read (or a job the
   identity may not edit) fails the whole call (seen on 25.14: "Modifying attribute ... in

@@ -1,15 +1,13 @@
 """Job annotation decisions (pure): values per RequiredDatasets value, edits only for changes,
-grouped, within the budget; DESIRED_Sites opt-in; demand per site; the annotator's sequencing
-over a scripted adapter (failures counted, logged once per change, never read as no jobs)."""
+grouped, within the budget; DESIRED_Sites opt-in; demand per site. The annotator's sequencing
+over the port: tests/unit/runtime/test_annotate_jobs.py."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import pytest
 
-from hydrator.core.annotate import Annotator
 from hydrator.core.index import merge_replicas
 from hydrator.core.jobs import (
     AnnotateSettings,
@@ -17,7 +15,6 @@ from hydrator.core.jobs import (
     GroupEdit,
     JobField,
     QueuedJob,
-    ScheddFailure,
     ScheddQueue,
     annotate_values,
     plan_edits,
@@ -26,8 +23,6 @@ from hydrator.core.jobs import (
 )
 from hydrator.core.views import site_contents
 from hydrator.domain import Site, SiteView
-from hydrator.errors import PublishError
-from tests.support.scripted import ScriptedQueue
 from tests.unit.factories import rep, t
 
 S = Site
@@ -165,46 +160,3 @@ def test_state_epoch_is_the_oldest_site_refresh() -> None:
     }
     assert state_epoch(views, 5) == int(t(0).timestamp())
     assert state_epoch(VIEWS, 5) == 5
-
-
-def test_annotator_cycle_counts_and_a_no_change_cycle_edits_nothing() -> None:
-    adapter = ScriptedQueue()
-    jobs = (job("1.0", XY), job("1.1", XY), job("2.0", X))
-    want = annotate_values(VIEWS, [XY, X])
-    done = tuple(job(j.job_id, j.required, want[j.required]) for j in jobs)
-    adapter.reads = [[ScheddQueue("s1", jobs)], [ScheddQueue("s1", done)]]
-    annotator = Annotator(adapter, AnnotateSettings())
-    first = annotator.run(VIEWS, EPOCH)
-    assert (first.seen, first.edits, first.edit_calls, first.jobs_edited) == (3, 2, 6, 3)
-    second = annotator.run(VIEWS, EPOCH)
-    assert (second.seen, second.edits, second.edit_calls) == (3, 0, 0)
-    assert second.demand.complete == {"A": 3, "B": 1}
-
-
-def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    adapter = ScriptedQueue()
-    good = ScheddQueue("s1", (job("1.0", X),))
-    other = ScheddQueue("s2", (job("9.0", X), job("9.1", X)))
-    adapter.reads = [
-        [good, other],
-        [good, ScheddFailure("s2", "connection refused")],
-        [good, ScheddFailure("s2", "connection refused")],
-        PublishError("collector down"),
-        [good, other],
-    ]
-    adapter.refuse = {"s1"}
-    annotator = Annotator(adapter, AnnotateSettings())
-    with caplog.at_level(logging.INFO, logger="hydrator.core.annotate"):
-        reports = [annotator.run(VIEWS, EPOCH) for _ in range(5)]
-    assert [len(r.failed_schedds) for r in reports] == [1, 2, 2, 2, 1]
-    assert [r.refused_schedds for r in reports] == [("s1",), ("s1",), ("s1",), (), ("s1",)]
-    # a schedd that does not answer is counted from its last good read, never as no jobs
-    assert [r.demand.complete.get(Site("A")) for r in reports] == [3, 3, 3, 3, 3]
-    assert reports[1].demand.schedds_stale == ("s2",)
-    assert reports[3].error is not None
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert sum("s1" in w for w in warnings) == 1  # refused: once, not every cycle
-    assert sum("schedd s2" in w for w in warnings) == 1
-    assert any("schedd s2: job annotation works again" in r.getMessage() for r in caplog.records)

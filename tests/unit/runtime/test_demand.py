@@ -12,9 +12,9 @@ import requests
 
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
-from hydrator.core.annotate import Annotator
 from hydrator.core.jobs import AnnotateSettings, QueuedJob, ScheddFailure, ScheddQueue
 from hydrator.errors import ConfigError
+from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.http_endpoint import HttpEndpoint
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.report import cycle_json

@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry
 from hydrator.adapters.sources.static import StaticSource
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.config import parse_config
-from hydrator.core.annotate import Annotator
 from hydrator.core.between_reads import unchanged
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import Plan
@@ -19,6 +18,7 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.queue import IDLE, QueueJob, QueueSnapshot, ScheddRead
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.domain import Site, Snapshot, State
+from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
 from hydrator.runtime.refresh_answers import refresh_answers

@@ -1,7 +1,9 @@
 """The job annotator: one annotation cycle sequenced over the
-:class:`~hydrator.core.ports.QueueAdapter` port (the decisions it calls are
-:mod:`hydrator.core.jobs`), remembering each schedd's last good read between cycles. No I/O
-of its own: the adapter reads and edits.
+:class:`~hydrator.core.ports.QueueAdapter` port, remembering each schedd's last good read and
+whether it is failing between cycles, and logging each change of that. What to write, into
+which jobs, and the demand per site are the pure decisions of :mod:`hydrator.core.jobs`; the
+adapter reads and edits. Held by the service's :class:`~hydrator.runtime.parts.Pool`, built by
+:func:`hydrator.runtime.wiring.build_annotator`.
 """
 
 from __future__ import annotations
