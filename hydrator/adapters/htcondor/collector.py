@@ -15,21 +15,24 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
   updated attribute is older than ``refresh_s`` while a newer value exists; a current slot gets
   nothing.
   A slot that carries the site's current digest and only needs a newer updated value gets the digest
-  and updated attributes alone (:func:`~.collector_plan.slim_merge`): the digest covers every list
-  the ad carries, and a startd update wipes all merged attributes at once, so the lists it already
-  carries are the ones it would be sent again (a 60 kB merge becomes a ~100-byte one).
+  and updated attributes alone (:func:`~hydrator.core.collector_merges.slim_merge`): the digest
+  covers every list the ad carries, and a startd update wipes all merged attributes at once, so
+  the lists it already carries are the ones it would be sent again (a 60 kB merge becomes a
+  ~100-byte one).
 * **merge budget** (``merge_budget_bytes_per_s``): full merges that replace a slot's lists with its
   site's new ones are charged their bytes against a token bucket (:mod:`hydrator.core.merge_budget`,
-  :func:`~.collector_plan.within_budget`); what does not fit is deferred to the next repair looks.
+  :func:`~hydrator.core.collector_merges.within_budget`); what does not fit is deferred to the
+  next repair looks.
   Merges into bare slots (wiped, new) and slim merges are free. A change thus reaches every slot of
   its site at once while the bucket holds it, and the collector's load under changes everywhere all
   the time is the budget's rate (docs/coverage.md, "The merge budget").
 * **per-slot window** (``merge_min_interval_s``, 0 by default: off): every full merge also writes
   ``DataLocalityMerged`` (:data:`MERGED_ATTRIBUTE`, epoch seconds of the last change of the lists it
   carries: the merge's own time when it changes them, the time the site's current lists were first
-  published when it re-sends them to a bare slot, :func:`~.collector_plan.merged_value`), which the
-  startd's next update wipes with the rest. A slot that carries it and an older digest was merged by
-  us and not wiped since: it is re-merged only once that value is ``merge_min_interval_s`` old
+  published when it re-sends them to a bare slot,
+  :func:`~hydrator.core.collector_merges.merged_value`), which the startd's next update wipes
+  with the rest. A slot that carries it and an older digest was merged by us and not wiped
+  since: it is re-merged only once that value is ``merge_min_interval_s`` old
   (:func:`defer_merges`), by the next cycle or the next repair look, whichever comes first (the
   trailing edge). The value is read back from the collector each cycle, so a restarted daemon keeps
   the same pace. Slots without it (new glideins and dynamic slots, wiped ones, or slots a hook alone
@@ -64,10 +67,10 @@ daemon retries on its next cycle. ``htcondor2`` raises builtin exceptions (``Run
 Authentication: an IDTOKEN in ``token_dir`` (``SEC_TOKEN_DIRECTORY``), whose identity the
 collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIATOR).
 
-The decisions named above (:func:`~.collector_plan.slim_merge`,
-:func:`~.collector_plan.within_budget`, :func:`defer_merges`, :func:`cycle_share`,
-:func:`~.collector_plan.merged_value`, which ads are current) are pure and live in
-:mod:`hydrator.adapters.htcondor.collector_plan`; this module reads, builds ads and sends.
+The decisions named above (:func:`~hydrator.core.collector_merges.slim_merge`,
+:func:`~hydrator.core.collector_merges.within_budget`, :func:`defer_merges`, :func:`cycle_share`,
+:func:`~hydrator.core.collector_merges.merged_value`, which ads are current) are pure and live in
+:mod:`hydrator.core.collector_merges`; this module reads, builds ads and sends.
 """
 
 from __future__ import annotations
@@ -82,11 +85,13 @@ from typing import Any, TypeVar
 import classad2
 import htcondor2
 
-from hydrator.adapters.htcondor.collector_plan import (
+from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
+from hydrator.adapters.retry import RetryPolicy, call_with_retries
+from hydrator.config import ClassAdConfig, CollectorConfig
+from hydrator.core.collector_merges import (
     Rendered,
     Target,
     as_target,
-    batches,
     by_site,
     cycle_share,
     defer_merges,
@@ -97,9 +102,6 @@ from hydrator.adapters.htcondor.collector_plan import (
     plan_site_ads,
     refreshes_due,
 )
-from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
-from hydrator.adapters.retry import RetryPolicy, call_with_retries
-from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.core.coverage import (
     Current,
     Pending,
@@ -137,6 +139,12 @@ def ad_of(exprs: Iterable[tuple[str, Any]]) -> classad2.ClassAd:
     for key, expr in exprs:
         ad[key] = expr
     return ad
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def named_batches(
@@ -412,8 +420,9 @@ class CollectorPublisher:
         self, slots: Sequence[Target], rendered: Mapping[Site, Rendered], now_s: float
     ) -> tuple[int, int]:
         """Merge each slot's site attributes into it: per site, kind (full, with
-        :data:`MERGED_ATTRIBUTE`, or digest and updated alone: :func:`~.collector_plan.slim_merge`)
-        and merge time (:func:`~.collector_plan.merged_value`) one template, whose ads are reused
+        :data:`MERGED_ATTRIBUTE`, or digest and updated alone:
+        :func:`~hydrator.core.collector_merges.slim_merge`) and merge time
+        (:func:`~hydrator.core.collector_merges.merged_value`) one template, whose ads are reused
         across that group's batches (:func:`named_batches`). Returns (ads sent, their old-syntax
         bytes)."""
         groups = merge_groups(slots, rendered, self._current, now_s)

@@ -1,12 +1,13 @@
-"""The collector publisher's decisions, pure: which site ads and slot ads a cycle or a repair
-look updates, which wait (the per-slot window, the merge budget), and how each merge is
-grouped and what it weighs. No I/O and no call into the HTCondor library: the publisher,
+"""Which collector ads a cycle or a repair look merges into (pure): which site ads and slot ads
+are updated, which wait (the per-slot window, the byte budget of :mod:`.merge_budget`), and
+how each merge is grouped and what it weighs. No I/O and no call into the HTCondor library
+(a site's ad is a ``classad2`` value, as :mod:`.render` builds it): the collector publisher,
 :mod:`hydrator.adapters.htcondor.collector`, reads the collector, asks these and sends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cached_property
@@ -205,11 +206,6 @@ def plan_site_ads(
             send.append(site)
     gone = sorted(site for site in have if site not in rendered)
     return send, gone, current
-
-
-def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def slim_merge(slot: Target, want: Rendered) -> bool:

@@ -11,9 +11,9 @@ from datetime import timedelta
 import classad2
 import pytest
 
-from hydrator.adapters.htcondor.collector_plan import Rendered, Target, defer_merges, plan_merges
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
+from hydrator.core.collector_merges import Rendered, Target, defer_merges, plan_merges
 from hydrator.core.index import merged_snapshot
 from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.render import published_updated

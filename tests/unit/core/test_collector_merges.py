@@ -1,12 +1,12 @@
-"""Which slots and site ads the collector publisher updates: the pure decisions."""
+"""Which slots and site ads the collector publisher updates: the pure decisions
+(hydrator.core.collector_merges)."""
 
 from __future__ import annotations
 
 import classad2
 import pytest
 
-from hydrator.adapters.htcondor.collector import named_batches
-from hydrator.adapters.htcondor.collector_plan import (
+from hydrator.core.collector_merges import (
     Rendered,
     Target,
     cycle_share,
@@ -21,10 +21,8 @@ from hydrator.adapters.htcondor.collector_plan import (
     slim_merge,
     within_budget,
 )
-from hydrator.adapters.htcondor.condor_queue import required_names, slot_site
 from hydrator.core.coverage import Current
 from hydrator.core.merge_budget import MergeBudget
-from hydrator.core.queue import demand_of_names
 from hydrator.domain import Site
 
 NOW = 1_800_000_000.0
@@ -91,57 +89,11 @@ def test_plan_site_ads_sends_missing_changed_and_unheard_and_withdraws_unknown()
     assert current == 1
 
 
-@pytest.mark.parametrize(
-    ("value", "names"),
-    [
-        (["ska:a", "ska:b"], ["ska:a", "ska:b"]),
-        ("ska:a, ska:b", ["ska:a", "ska:b"]),
-        ("ska:a ska:b", ["ska:a", "ska:b"]),
-        ("", []),
-        ([1, "ska:a"], ["1", "ska:a"]),
-    ],
-)
-def test_required_names(value: object, names: list[str]) -> None:
-    assert required_names(value) == names
-
-
-def test_demand_counts_a_job_once_per_dataset_and_skips_invalid_names() -> None:
-    values = [["ska:a", "ska:a", "ska:b"], ["ska:a", "bad name"], 7]
-    demand = demand_of_names(required_names(v) for v in values)
-    assert {str(k): v for k, v in demand.counts.items()} == {"ska:a": 2, "ska:b": 1}
-    assert demand.invalid == 2
-    assert demand.jobs == 3
-
-
-def test_slot_site_falls_back_to_the_partitionable_parent() -> None:
-    sites = {"slot1@h": Site("A"), "slot4@h": Site("C"), "slot4_2@h": Site("C2")}
-    assert slot_site(sites, "slot1@h") == "A"
-    assert slot_site(sites, "slot4_2@h") == "C2"
-    assert slot_site(sites, "slot4_1@h") == "C"  # not advertised yet
-    assert slot_site(sites, "slot9_1@h") is None
-    assert slot_site(sites, "slot1_1@other") is None
-
-
 def test_slim_merge_only_when_the_slot_carries_the_same_digest_and_an_updated_value() -> None:
     assert slim_merge(slot("s", digest="d1", updated=int(NOW) - 5000), WANT)
     assert not slim_merge(slot("s", digest="d0"), WANT)  # lists changed: send them
     assert not slim_merge(slot("s", digest=None), WANT)  # wiped: send everything
     assert not slim_merge(slot("s", digest="d1", updated=None), WANT)
-
-
-def test_named_batches_reuse_at_most_size_ads_and_each_batch_is_complete() -> None:
-    template = [("AvailableDatasets", classad2.ExprTree('{"ska:a","ska:b"}')), ("N", 1)]
-    names = [f"slot{i}@h" for i in range(7)]
-    seen: list[dict[str, object]] = []
-    objects: set[int] = set()
-    for batch in named_batches(template, names, 3):
-        assert len(batch) <= 3
-        objects.update(id(ad) for ad in batch)
-        seen += [{k: ad.eval(k) for k in ad} for ad in batch]  # read before the next batch
-    assert len(objects) == 3
-    assert [ad["Name"] for ad in seen] == names
-    for ad in seen:
-        assert ad == {"AvailableDatasets": ["ska:a", "ska:b"], "N": 1, "Name": ad["Name"]}
 
 
 INTERVAL = 300.0
