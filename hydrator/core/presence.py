@@ -134,12 +134,12 @@ class SiteTransfer:
     only: frozenset[str] | None = None
 
 
-Coverage = tuple[SiteTransfer, ...]
+RuleTransfers = tuple[SiteTransfer, ...]
 """A dataset's rules as the transfer towards each site they reach (at most one per site)."""
 
 
 class RuleLike(Protocol):
-    """An active or stuck rule on a dataset, as :func:`coverage` reads it."""
+    """An active or stuck rule on a dataset, as :func:`rule_transfers` reads it."""
 
     @property
     def expression(self) -> str: ...  # its RSE expression
@@ -161,14 +161,14 @@ def merge_transfers(a: SiteTransfer, b: SiteTransfer) -> SiteTransfer:
     return SiteTransfer(first.site, first.transfer, first.progress, max(a.floor, b.floor))
 
 
-def coverage(
+def rule_transfers(
     rules: Iterable[RuleLike], resolved: Mapping[str, frozenset[str]], sites: Mapping[str, Site]
-) -> Coverage:
+) -> RuleTransfers:
     """One dataset's rules as the transfer towards each site: for each rule, the sites of the
     mapped RSEs its expression covers (``resolved``: expression -> RSE names; ``sites``: RSE ->
     site); a rule whose RSEs are all at one site vouches for its OK locks there (``floor``,
     ``only``). Several rules towards one site: :func:`merge_transfers`."""
-    covered: dict[Site, SiteTransfer] = {}
+    transfers: dict[Site, SiteTransfer] = {}
     for rule in rules:
         rses = resolved[rule.expression]
         at = {sites[rse] for rse in rses}
@@ -181,26 +181,26 @@ def coverage(
                 rule.progress if single else 0.0,
                 rses if single else None,
             )
-            old = covered.get(site)
-            covered[site] = new if old is None else merge_transfers(old, new)
-    return tuple(covered.values())
+            old = transfers.get(site)
+            transfers[site] = new if old is None else merge_transfers(old, new)
+    return tuple(transfers.values())
 
 
-def towards(covered: Coverage | None, site: Site) -> SiteTransfer | None:
-    """The transfer towards ``site`` in a dataset's coverage, if any (a few sites: a scan; a
+def towards(transfers: RuleTransfers | None, site: Site) -> SiteTransfer | None:
+    """The transfer towards ``site`` in a dataset's rule transfers, if any (a few sites: a scan; a
     tuple is a quarter of the memory of a small dict)."""
-    if covered:
-        for moving in covered:
+    if transfers:
+        for moving in transfers:
             if moving.site == site:
                 return moving
     return None
 
 
-def vouched(covered: Coverage | None, sites: Iterable[Site]) -> bool:
+def vouched(transfers: RuleTransfers | None, sites: Iterable[Site]) -> bool:
     """True when some rule's OK locks prove files present at one of ``sites`` (a positive
     floor): such a pair has a lower bound without an exact count."""
-    return covered is not None and any(
-        (moving := towards(covered, site)) is not None and moving.floor > 0 for site in sites
+    return transfers is not None and any(
+        (moving := towards(transfers, site)) is not None and moving.floor > 0 for site in sites
     )
 
 

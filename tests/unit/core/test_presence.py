@@ -14,13 +14,13 @@ from hydrator.core.presence import (
     SiteTransfer,
     Wait,
     bytes_share,
-    coverage,
     exact,
     fallback,
     files_share,
     lock_progress,
     merge_transfers,
     rule_transfer,
+    rule_transfers,
     says_complete,
     settled,
     towards,
@@ -157,11 +157,11 @@ RESOLVED = {"A1": frozenset({"A1"}), "A1|A2": frozenset({"A1", "A2"}), "A1|B1": 
         ),
     ],
 )
-def test_coverage_is_each_rule_as_the_transfer_towards_each_site_it_reaches(
+def test_rule_transfers_are_each_rule_as_the_transfer_towards_each_site_it_reaches(
     rules: list[Rule], expected: tuple[SiteTransfer, ...]
 ) -> None:
     resolved = {k: frozenset(v) for k, v in RESOLVED.items()}
-    got = coverage(rules, resolved, SITES)
+    got = rule_transfers(rules, resolved, SITES)
     assert sorted(got, key=lambda m: m.site) == list(expected)
     assert towards(got, B) == next((m for m in expected if m.site == B), None)
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, cast
 
 from hydrator.adapters.sources.rucio.listing import Lines, Mark
 from hydrator.adapters.sources.rucio.sites import RseTable
-from hydrator.core.presence import Coverage, SiteTransfer, bytes_share, files_share, towards
+from hydrator.core.presence import RuleTransfers, SiteTransfer, bytes_share, files_share, towards
 from hydrator.domain import DatasetId, Replica, Site, StorageStatus, Transfer
 
 
@@ -144,7 +144,7 @@ class Book:
     rule_lines: dict[str, Lines[Rule | Mark]] = field(default_factory=dict)
     rules_of: dict[tuple[str, str], list[Rule]] = field(default_factory=dict)
     resolved: dict[str, frozenset[str]] = field(default_factory=dict)
-    moving: dict[Dataset, Coverage] = field(default_factory=dict)
+    moving: dict[Dataset, RuleTransfers] = field(default_factory=dict)
     pending: dict[Dataset, tuple[Site, ...]] = field(default_factory=dict)
     checked: set[Dataset] = field(default_factory=set)
     checks: dict[Dataset, Check] = field(default_factory=dict)
@@ -367,8 +367,8 @@ def moving_or_pending(book: Book) -> dict[Site, set[Dataset]]:
     return out
 
 
-def move(book: Book, dataset: Dataset, covered: Coverage, dirty: Dirty) -> None:
-    """Put a dataset's new rule coverage in the book; each site whose transfer changed is
+def move(book: Book, dataset: Dataset, covered: RuleTransfers, dirty: Dirty) -> None:
+    """Put a dataset's new rule transfers in the book; each site whose transfer changed is
     dirty."""
     old = {moving.site: moving for moving in book.moving.get(dataset, ())}
     new = {moving.site: moving for moving in covered}

@@ -1,13 +1,13 @@
 """The Rucio source's rules: the REPLICATING and STUCK replication rules, read line by line
 against the last answer, and each dataset's rules turned into the transfer towards each site
-(:func:`hydrator.core.presence.coverage`).
+(:func:`hydrator.core.presence.rule_transfers`).
 
 ``list_replication_rules({"state": "R"})`` and ``{"state": "S"}`` give exact lock counts
 (``locks_ok_cnt`` ...) kept by the rule engine; ``list_rses(expr)`` is called once per fetch
 for each distinct expression of the rules that concern a listed dataset and are not simply
 the name of a mapped RSE.
 
-An event cycle reads one dataset's rules as they are now (:func:`dataset_coverage`:
+An event cycle reads one dataset's rules as they are now (:func:`dataset_rule_transfers`:
 ``list_did_rules``), read as the full read reads its lines, so that a rule done or deleted
 since the last full read moves nothing.
 """
@@ -31,7 +31,7 @@ from hydrator.adapters.sources.rucio.listing import (
     parse_lines,
 )
 from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
-from hydrator.core.presence import Coverage, coverage, lock_progress, rule_transfer
+from hydrator.core.presence import RuleTransfers, lock_progress, rule_transfer, rule_transfers
 from hydrator.domain import DatasetId, Transfer
 
 _Read = tuple[Lines[Rule | Mark], list[Rule | Mark], list[Rule | Mark]]
@@ -141,7 +141,7 @@ def apply_rules(wire: RucioWire, book: Book, cycle: Cycle, dirty: Dirty) -> None
     datasets = dirty.datasets | {found for k in keys if (found := book.datasets.get(k))}
     for dataset in datasets:
         rules = book.rules_of.get(dataset.key, []) if dataset.at else []
-        move(book, dataset, coverage(rules, resolved, cycle.sites), dirty)
+        move(book, dataset, rule_transfers(rules, resolved, cycle.sites), dirty)
 
 
 LISTED_STATES = {"REPLICATING": "R", "STUCK": "S"}
@@ -149,13 +149,13 @@ LISTED_STATES = {"REPLICATING": "R", "STUCK": "S"}
 in another state, OK, SUSPENDED ..., is in neither listing)."""
 
 
-def dataset_coverage(
+def dataset_rule_transfers(
     wire: RucioWire,
     book: Book,
     cycle: Cycle,
     dataset: DatasetId,
     resolved: dict[str, frozenset[str]],
-) -> Coverage:
+) -> RuleTransfers:
     """The transfer towards each site of ``dataset``'s rules as Rucio has them now: one
     ``list_did_rules`` call, its REPLICATING and STUCK dataset rules on this very dataset read
     as the full read reads its lines (:func:`rule_value`; malformed: counted in
@@ -180,7 +180,7 @@ def dataset_coverage(
             known = book.resolved.get(rule.expression)
             found = known if known is not None else _resolve(wire, rule.expression, cycle)
             resolved[rule.expression] = found
-    return coverage(rules, resolved, cycle.sites)
+    return rule_transfers(rules, resolved, cycle.sites)
 
 
 def _resolve(wire: RucioWire, expression: str, cycle: Cycle) -> frozenset[str]:

@@ -1,7 +1,7 @@
 """Targeted reads for event cycles (docs/events.md): the exact replicas of a few named
 datasets at every site the last full read mapped, presence and transfers alike.
 
-Per dataset, two calls: its rules as they are now (:func:`.rules.dataset_coverage`:
+Per dataset, two calls: its rules as they are now (:func:`.rules.dataset_rule_transfers`:
 ``list_did_rules``, read first), then its files present through the deep checks' path
 (:meth:`.deep.DeepChecks.exact_counts`: ``list_dataset_replicas(deep=True)``, or
 ``list_replicas`` where a site has rows at several RSEs). A rule done or deleted since the
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from hydrator.adapters.sources.rucio.book import Book, Cycle, Dataset
 from hydrator.adapters.sources.rucio.deep import DeepChecks
-from hydrator.adapters.sources.rucio.rules import dataset_coverage
+from hydrator.adapters.sources.rucio.rules import dataset_rule_transfers
 from hydrator.adapters.sources.rucio.wire import RucioWire
 from hydrator.core.presence import NOTHING, exact, towards
 from hydrator.domain import DatasetId, Replica
@@ -42,7 +42,7 @@ def read_datasets(deep: DeepChecks, book: Book, datasets: Sequence[DatasetId]) -
     found: list[Replica] = []
     for dataset_id in datasets:
         dataset = book.datasets.get(dataset_id) or Dataset(dataset_id, dataset_id)
-        covered = dataset_coverage(deep.wire, book, cycle, dataset_id, resolved)
+        covered = dataset_rule_transfers(deep.wire, book, cycle, dataset_id, resolved)
         counted = deep.exact_counts(dataset, sites, cycle)
         for site in sites:
             moving = towards(covered, site)
