@@ -100,7 +100,7 @@ class PoolStub:
     (docs/platform.md), is modelled only when asked (:meth:`startd_updates`).
 
     A repair look's query (any slot constraint but ``true``) is answered as the collector
-    answers it: the constraint (:func:`hydrator.core.coverage.stale_constraint`) evaluated
+    answers it: the constraint (:func:`hydrator.core.slot_coverage.stale_constraint`) evaluated
     by classad2 against every slot ad. That time is the collector's, not the daemon's, and
     is added up in ``filter_s`` so that the harness can leave it out of the look's time.
     """

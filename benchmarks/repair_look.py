@@ -34,7 +34,7 @@ import classad2
 import htcondor2
 
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE
-from hydrator.core.coverage import Current, stale_constraint
+from hydrator.core.slot_coverage import Current, stale_constraint
 from hydrator.domain import Site
 from tests.support.pool import CACHE
 from tests.support.ports import free_port

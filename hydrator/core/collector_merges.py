@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from hydrator.core.coverage import Current, SlotSeen
 from hydrator.core.merge_budget import MergeBudget
+from hydrator.core.slot_coverage import Current, SlotSeen
 from hydrator.domain import Site
 
 if TYPE_CHECKING:

@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from hydrator.core.coverage import RepairReport
 from hydrator.core.event_hints import Ignored, ListenerStatus, RucioEvent
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
 from hydrator.core.locality import PoolJob, PoolSlot
 from hydrator.core.near import ElementDistances
 from hydrator.core.plan import Plan
 from hydrator.core.queue import QueueSnapshot
+from hydrator.core.slot_coverage import RepairReport
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, SiteView, Snapshot, State, StorageStatus
 

@@ -43,7 +43,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from hydrator.config import HttpConfig
-from hydrator.core.coverage import SiteCoverage
+from hydrator.core.slot_coverage import SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter

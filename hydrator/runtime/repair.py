@@ -22,8 +22,8 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from hydrator.config import Config
-from hydrator.core.coverage import RepairReport, SiteCoverage
 from hydrator.core.ports import Publisher, RepairsSlots
+from hydrator.core.slot_coverage import RepairReport, SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.redact import redact

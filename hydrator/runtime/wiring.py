@@ -38,7 +38,6 @@ from hydrator.config import (
     StaticSourceConfig,
 )
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.coverage import SiteCoverage
 from hydrator.core.event_hints import ReconcilePolicy
 from hydrator.core.jobs import AnnotateSettings
 from hydrator.core.plan import Policy
@@ -55,6 +54,7 @@ from hydrator.core.ports import (
     StateStore,
     TargetedReads,
 )
+from hydrator.core.slot_coverage import SiteCoverage
 from hydrator.core.startup import restart
 from hydrator.core.storage import Drain
 from hydrator.domain import Site

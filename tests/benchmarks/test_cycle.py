@@ -22,8 +22,8 @@ import pytest
 from benchmarks.cycle import N_SITES, PoolStub, ReplayServer, config, distance_table
 from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
-from hydrator.core.coverage import Current, stale_constraint
 from hydrator.core.near import NearTable, operator_distances, refresh
+from hydrator.core.slot_coverage import Current, stale_constraint
 from hydrator.domain import Site
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ Two kinds of update, both through ``htcondor2.Collector.advertise``:
 * **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
   between cycles): one query for the slot ads of the last published sites that lack their
   site's current digest, leaving out those the rate limit holds back
-  (:func:`hydrator.core.coverage.stale_constraint`), then the merges above into exactly those
+  (:func:`hydrator.core.slot_coverage.stale_constraint`), then the merges above into exactly those
   slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
 * **the looks deliver** (:meth:`CollectorPublisher.hand_merges_to_repairs`, called when the
   daemon schedules its repair watch): from then on a publish sends site ads and takes its
@@ -102,7 +102,10 @@ from hydrator.core.collector_merges import (
     plan_site_ads,
     refreshes_due,
 )
-from hydrator.core.coverage import (
+from hydrator.core.merge_budget import MergeBudget
+from hydrator.core.ports import PublishReport
+from hydrator.core.render import published_updated, site_classad
+from hydrator.core.slot_coverage import (
     Current,
     Pending,
     RepairPlan,
@@ -114,9 +117,6 @@ from hydrator.core.coverage import (
     plan_repairs,
     stale_constraint,
 )
-from hydrator.core.merge_budget import MergeBudget
-from hydrator.core.ports import PublishReport
-from hydrator.core.render import published_updated, site_classad
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 

@@ -21,8 +21,8 @@ from hydrator.core.collector_merges import (
     slim_merge,
     within_budget,
 )
-from hydrator.core.coverage import Current
 from hydrator.core.merge_budget import MergeBudget
+from hydrator.core.slot_coverage import Current
 from hydrator.domain import Site
 
 NOW = 1_800_000_000.0

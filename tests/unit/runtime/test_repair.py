@@ -15,8 +15,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from hydrator.config import ClassAdConfig
-from hydrator.core.coverage import RepairPlan, RepairReport, SiteCoverage
 from hydrator.core.ports import Publisher, PublishReport, RepairsSlots
+from hydrator.core.slot_coverage import RepairPlan, RepairReport, SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.runtime import repair

@@ -1,4 +1,4 @@
-"""Slot coverage and repair decisions, table-driven (hydrator.core.coverage)."""
+"""Slot coverage and repair decisions, table-driven (hydrator.core.slot_coverage)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import classad2
 import htcondor2  # noqa: F401  (registers the functions a constraint may use)
 import pytest
 
-from hydrator.core.coverage import (
+from hydrator.core.slot_coverage import (
     Current,
     Pending,
     SiteCoverage,
