@@ -143,7 +143,8 @@ def plan_cycle(
 ) -> Plan:
     """Decide this cycle over plain values: ``previous``, the saved state; ``outcomes``, one
     entry per configured source; ``drains``, the operator's. The same plan as
-    :func:`planned`'s, which the daemon calls with the model it holds."""
+    :func:`planned`'s, which the daemon calls with the model it holds: this plain entry is
+    for tests and benchmarks, nothing in the daemon calls it."""
     return planned(previous, outcomes, now, policy, drains).plan
 
 

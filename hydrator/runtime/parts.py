@@ -24,7 +24,7 @@ from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.near_refresh import NearSites
 
 Demand = Callable[[], Mapping[DatasetId, int]]
-"""What queued jobs ask for, per dataset, answered without a queue read (tests, benchmarks)."""
+"""What queued jobs ask for, per dataset, answered without a queue read (tests give it)."""
 
 
 def utcnow() -> datetime:
@@ -46,8 +46,8 @@ class Catalogue:
 class Pool:
     """The pool side, every part optional (a daemon without ``[collector]`` or ``[jobs]``
     has none): the ``publishers`` of the site attributes; ``queue``, the schedds read once
-    per cycle for the demand, ``probe`` and ``annotator``; ``demand``, when given, answers
-    the demand instead of the queue; ``near``, each site's near sites (``[distances]``),
+    per cycle for the demand, ``probe`` and ``annotator``; ``demand``, when given (tests),
+    answers the demand instead of the queue; ``near``, each site's near sites (``[distances]``),
     whose line goes into the ads; ``queue_max_age_s``, how old a queue read an event cycle
     may reuse (``[collector] queue_max_age_s``, by default ``[daemon] interval_s``)."""
 
@@ -63,8 +63,10 @@ class Pool:
 @dataclass(frozen=True)
 class Policies:
     """The rules a cycle decides by, built from the configuration: ``plan`` (the safety
-    guards of :func:`~hydrator.core.plan.plan_cycle`), ``advertise`` (what an ad carries and
-    its size limit) and ``classad`` (the attribute names an ad is rendered with)."""
+    guards the service's plans apply: :func:`~hydrator.core.plan.planned`, and between full
+    reads :func:`~hydrator.core.between_reads.planned_between`), ``advertise`` (what an ad
+    carries and its size limit) and ``classad`` (the attribute names an ad is rendered
+    with)."""
 
     plan: Policy
     advertise: AdvertisePolicy

@@ -243,8 +243,8 @@ def assemble(
     """A :class:`Service` over the given parts, grouped as :mod:`.parts` says, with its
     policies from ``config`` and its :class:`Startup` loaded from ``store`` (garbage
     collection paused and the model frozen after, glibc's allocator tuned first:
-    :mod:`.memory`), and those parts beside it (:class:`Assembly`). ``demand``, when given,
-    answers the demand in place of ``queue``."""
+    :mod:`.memory`), and those parts beside it (:class:`Assembly`). ``demand``, when given
+    (tests), answers the demand in place of ``queue``."""
     metrics = metrics if metrics is not None else Metrics(CollectorRegistry())
     advertise_policy = AdvertisePolicy(
         demand_only=config.classad.advertise == "demand",
@@ -312,7 +312,8 @@ def build_service(
     read_only: bool = False,
     reset: bool = False,
 ) -> Service:
-    """The service of :func:`build_assembly` alone (``hydrator once``, tests)."""
+    """The service of :func:`build_assembly` alone, for tests and ``benchmarks/annotate.py``
+    (the command line, ``hydrator once`` included, calls :func:`build_assembly`)."""
     return build_assembly(config, metrics, read_only=read_only, reset=reset).service
 
 
