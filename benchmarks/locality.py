@@ -35,7 +35,7 @@ from typing import Any
 from unittest import mock
 
 from benchmarks.conditions import machine
-from hydrator.config import ClassAdConfig
+from hydrator.config import ClassAdConfig, CollectorConfig, JobsConfig
 from hydrator.core.expr import job_expressions, near_expressions
 from hydrator.domain import DatasetId
 from tests.support.daemon import Daemon
@@ -158,7 +158,11 @@ def scenarios() -> list[Scenario]:
     fallback = f"requirements = {_expr('requirements', FALLBACK_AFTER_S)}"
     desired = 'My.DESIRED_Sites = "$(Sites)"'
     by_list = "requirements = stringListMember(TARGET.GLIDEIN_Site, MY.DESIRED_Sites)"
-    near = near_expressions()
+    near = near_expressions(
+        ClassAdConfig(),
+        sites_attribute=JobsConfig().sites_attribute,
+        slot_site_attribute=CollectorConfig().slot_site_attribute,
+    )
     limits = f"concurrency_limits_expr = {near.concurrency_limits_expr}"
     near_lines = (f"requirements = {near.requirements}", f"rank = {near.rank}", limits)
     fence = r"^```python match_expr[ \t]*\n(.*?)^```[ \t]*$"

@@ -115,13 +115,13 @@ class NearExpressions:
 
 
 def near_expressions(
-    sites_attribute: str = "DataLocalitySites",
-    near_attribute: str = "DataLocalityNearSites",
-    slot_site_attribute: str = "GLIDEIN_Site",
-    available_attribute: str = "AvailableDatasets",
+    attrs: AdAttributes, *, sites_attribute: str, slot_site_attribute: str
 ) -> NearExpressions:
     """Requirements "local, or near", a rank of local (2) over near (1) over far (0), and the
     concurrency limits that make a remote reader count against its data sites' budget.
+
+    Every attribute name is the caller's (the configuration's, which the core does not read):
+    ``attrs`` gives the slot's ``available_attribute`` and ``near_attribute`` (``[classad]``).
 
     Until the job is annotated it is local where the slot's ``available_attribute`` lists all
     its ``RequiredDatasets``: the negotiation cycle ``condor_submit`` asks for runs before the
@@ -129,12 +129,14 @@ def near_expressions(
     limits are then UNDEFINED, so it holds none: the negotiator skips no candidate for them).
 
     ``sites_attribute`` is the job's annotation (the sites holding all its data, written by
-    ``[jobs] annotate``); ``near_attribute`` the slot's near sites; ``slot_site_attribute`` the
-    slot's own site, which the startd knows itself (the limits are evaluated by the startd too,
-    which never sees collector-merged attributes). Local: ``member`` of the slot's site in the
-    annotation, UNDEFINED when the job is evaluated alone, which makes the negotiator evaluate
-    the limits against each candidate slot instead of once per job (docs/near.md). A remote
-    reader holds ``remote.S`` for every site S of its annotation."""
+    ``[jobs] annotate``: ``[jobs] sites_attribute``); ``near_attribute`` the slot's near sites;
+    ``slot_site_attribute`` the slot's own site (``[collector] slot_site_attribute``), which
+    the startd knows itself (the limits are evaluated by the startd too, which never sees
+    collector-merged attributes). Local: ``member`` of the slot's site in the annotation,
+    UNDEFINED when the job is evaluated alone, which makes the negotiator evaluate the limits
+    against each candidate slot instead of once per job (docs/near.md). A remote reader holds
+    ``remote.S`` for every site S of its annotation."""
+    near_attribute, available_attribute = attrs.near_attribute, attrs.available_attribute
     for name in (sites_attribute, near_attribute, slot_site_attribute, available_attribute):
         if not name.isidentifier():
             raise ValueError(f"{name!r} is not a ClassAd attribute name")
@@ -156,7 +158,7 @@ def near_expressions(
 
 def near_submit_lines(expr: NearExpressions) -> str:
     """Submit-file lines (after the job's ``My.RequiredDatasets``, so that the annotator
-    writes its ``DataLocalitySites``)."""
+    writes its sites attribute, ``[jobs] sites_attribute``)."""
     return (
         f"requirements = {expr.requirements}\n"
         f"rank = {expr.rank}\n"

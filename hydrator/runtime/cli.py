@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 from hydrator import __version__
 from hydrator.config import (
     ClassAdConfig,
+    CollectorConfig,
     Config,
+    JobsConfig,
     check_files,
     default_config_path,
     load_config,
@@ -102,8 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no requirements: run anywhere, preferring the data's sites",
     )
-    expr.add_argument("--available-attribute", default="AvailableDatasets")
-    expr.add_argument("--partial-attribute", default="PartialDatasets")
+    defaults = ClassAdConfig()  # the names an ad is written with unless [classad] says otherwise
+    expr.add_argument("--available-attribute", default=defaults.available_attribute)
+    expr.add_argument("--partial-attribute", default=defaults.partial_attribute)
     expr.add_argument(
         "--near",
         action="store_true",
@@ -115,13 +118,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _drain_parsers(with_config: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """``drain`` and ``undrain`` (:mod:`hydrator.runtime.drain_command`)."""
+    slot_site = CollectorConfig().slot_site_attribute  # the slot attribute naming the site
     drain = with_config("drain", "stop advertising a site or one storage element of it")
-    drain.add_argument("site", help="the site (GLIDEIN_Site)")
+    drain.add_argument("site", help=f"the site ({slot_site})")
     drain.add_argument("--storage", help="only this storage element (RSE, storage area name)")
     drain.add_argument("--until", help="end by itself: 90m, 12h, 3d or 2026-11-27T08:00Z")
     drain.add_argument("--reason", required=True, help="why (goes into the site's ad)")
     undrain = with_config("undrain", "advertise a drained site or storage element again")
-    undrain.add_argument("site", help="the site (GLIDEIN_Site)")
+    undrain.add_argument("site", help=f"the site ({slot_site})")
     undrain.add_argument("--storage", help="the storage element drained (as given to drain)")
 
 
@@ -346,7 +350,12 @@ def _expr(args: argparse.Namespace) -> int:
         from hydrator.core.expr import near_expressions, near_submit_lines  # noqa: PLC0415
 
         print(f"My.RequiredDatasets = {expressions.required}")
-        print(near_submit_lines(near_expressions()), end="")
+        near = near_expressions(
+            ClassAdConfig(),
+            sites_attribute=JobsConfig().sites_attribute,
+            slot_site_attribute=CollectorConfig().slot_site_attribute,
+        )
+        print(near_submit_lines(near), end="")
         return EXIT_OK
     render = toil_params if args.toil else submit_lines
     print(render(expressions, generic=args.generic, rank_only=args.rank_only), end="")

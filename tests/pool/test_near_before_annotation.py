@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hydrator.core.expr import near_expressions, near_submit_lines
+from hydrator.core.expr import near_submit_lines
+from tests.support.near import default_near_expressions
 from tests.support.pool import COMPLETED, RUNNING, Pool
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow]
@@ -51,7 +52,7 @@ def test_a_near_job_not_yet_annotated_runs_at_its_data_site(
     data_at_site_a: Pool,
 ) -> None:
     pool = data_at_site_a
-    cluster = pool.submit(JOB.format(lines=near_submit_lines(near_expressions())))
+    cluster = pool.submit(JOB.format(lines=near_submit_lines(default_near_expressions())))
     ad = pool.wait_for_job_state(cluster, [RUNNING, COMPLETED], timeout_s=120.0)
     assert pool.job_site(ad) == "SITE_A"
     seen = pool.job_ad(cluster, ["DataLocalitySites", "NumJobMatches"])

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrator.core.expr import near_expressions, near_submit_lines
+from hydrator.core.expr import near_submit_lines
+from tests.support.near import default_near_expressions
 from tests.support.pool import COMPLETED, RUNNING, SLOT_SITES, Pool
 from tests.support.wait import wait_for
 
@@ -65,7 +66,7 @@ def test_remote_readers_of_a_site_never_exceed_the_budget_and_local_jobs_are_not
     budget_pool: Pool,
 ) -> None:
     pool = budget_pool
-    lines = near_submit_lines(near_expressions())
+    lines = near_submit_lines(default_near_expressions())
     pinned = lines.replace("requirements = ", 'requirements = TARGET.GLIDEIN_Site == "SITE_A" && ')
     blocker = pool.submit(JOB.format(seconds=20, lines=pinned, count=1))
     pool.wait_for_job_state(blocker, [RUNNING])

@@ -1,6 +1,10 @@
-"""What the near-site tests share: a static inventory of three sites, one dataset each."""
+"""What the near-site tests share: a static inventory of three sites, one dataset each, and
+the near expressions over the default attribute names."""
 
 from __future__ import annotations
+
+from hydrator.config import ClassAdConfig, CollectorConfig, JobsConfig
+from hydrator.core.expr import NearExpressions, near_expressions
 
 INVENTORY = """
 [storage.A]
@@ -13,3 +17,13 @@ available = ["ska:y"]
 site = "SITE_C"
 available = ["ska:z"]
 """
+
+
+def default_near_expressions() -> NearExpressions:
+    """``hydrator expr --near``'s form: the near expressions over the configuration's default
+    attribute names."""
+    return near_expressions(
+        ClassAdConfig(),
+        sites_attribute=JobsConfig().sites_attribute,
+        slot_site_attribute=CollectorConfig().slot_site_attribute,
+    )

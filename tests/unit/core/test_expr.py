@@ -12,6 +12,7 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.expr import job_expressions
 from hydrator.domain import DatasetId
 from hydrator.runtime.cli import main
+from tests.support.near import default_near_expressions
 
 A, B = DatasetId("ska", "obs_1234"), DatasetId("cms", "/Prim/Proc/AOD#1a2b")
 SLOTS = {
@@ -156,10 +157,8 @@ NEAR_SLOTS = {
 def test_near_form_local_over_near_over_far_and_remote_readers_hold_their_sites_limits(
     slot: str,
 ) -> None:
-    from hydrator.core.expr import near_expressions
-
     ad, matches_, rank_, limits = NEAR_SLOTS[slot]
-    expr = near_expressions()
+    expr = default_near_expressions()
     job, target = classad2.ClassAd(NEAR_JOB), classad2.ClassAd(ad)
     assert classad2.ExprTree(expr.requirements).eval(job, target) is matches_
     assert classad2.ExprTree(expr.rank).eval(job, target) == rank_
@@ -168,12 +167,10 @@ def test_near_form_local_over_near_over_far_and_remote_readers_hold_their_sites_
 
 def test_near_limits_are_undefined_for_the_job_alone() -> None:
     """So the negotiator evaluates them against each candidate slot (docs/near.md)."""
-    from hydrator.core.expr import near_expressions
-
-    limits = classad2.ExprTree(near_expressions().concurrency_limits_expr)
+    limits = classad2.ExprTree(default_near_expressions().concurrency_limits_expr)
     assert limits.eval(classad2.ClassAd(NEAR_JOB)) is classad2.Value.Undefined
     assert (
-        classad2.ExprTree(near_expressions().requirements).eval(
+        classad2.ExprTree(default_near_expressions().requirements).eval(
             classad2.ClassAd({}), classad2.ClassAd({"GLIDEIN_Site": "SITE_C"})
         )
         is False
@@ -201,10 +198,8 @@ def test_near_form_before_the_annotation_is_local_where_the_slot_lists_every_dat
 ) -> None:
     """The cycle condor_submit asks for comes before the annotation: local slots match in it,
     and the job holds no limit (UNDEFINED: the negotiator skips no candidate for it)."""
-    from hydrator.core.expr import near_expressions
-
     attrs, job_attrs, matches_, rank_ = BEFORE_ANNOTATION[slot]
-    expr = near_expressions()
+    expr = default_near_expressions()
     job, target = classad2.ClassAd(job_attrs), classad2.ClassAd({"GLIDEIN_Site": "SITE_A", **attrs})
     assert classad2.ExprTree(expr.requirements).eval(job, target) is matches_
     assert classad2.ExprTree(expr.rank).eval(job, target) == rank_
