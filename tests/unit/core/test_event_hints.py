@@ -21,6 +21,7 @@ from hydrator.core.event_hints import (
     full_read_due,
     hint_of,
     lag_seconds,
+    type_label,
 )
 from hydrator.domain import (
     DatasetId,
@@ -60,6 +61,9 @@ def test_hint_of(event: RucioEvent, expected: Hint | Ignored) -> None:
 def test_labels_are_bounded() -> None:
     assert RucioEvent("datasetlock_ok").label == "datasetlock_ok"
     assert RucioEvent("anything-a-broker-sends").label == "other"
+    # the same rule for a header the listener drops (no header: no type)
+    assert type_label("deletion-done") == "deletion-done"
+    assert type_label("") == "other"
 
 
 def test_triage_drops_duplicates_old_messages_and_other_scopes() -> None:
