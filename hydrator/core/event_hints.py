@@ -88,8 +88,14 @@ class RucioEvent:
 
     @property
     def label(self) -> str:
-        """The event type as a bounded metric label."""
-        return self.event_type if self.event_type in KNOWN_TYPES else "other"
+        """The event type as a bounded metric label (:func:`type_label`)."""
+        return type_label(self.event_type)
+
+
+def type_label(event_type: str) -> str:
+    """An event type as a bounded metric label: itself when one of :data:`KNOWN_TYPES`, else
+    ``other`` (the one rule, for a parsed message and for a header the listener drops)."""
+    return event_type if event_type in KNOWN_TYPES else "other"
 
 
 def message_key(body: bytes) -> str:

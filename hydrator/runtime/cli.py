@@ -211,7 +211,7 @@ def _without_stragglers(code: int, before: set[threading.Thread]) -> int:
 
 
 def _once(config: Config, dry_run: bool, as_json: bool, reset: bool) -> int:
-    from hydrator.runtime.report import cycle_json  # noqa: PLC0415
+    from hydrator.runtime.json_views import cycle_json  # noqa: PLC0415
     from hydrator.runtime.wiring import build_assembly  # noqa: PLC0415
 
     if dry_run and reset:

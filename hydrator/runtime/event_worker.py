@@ -58,13 +58,13 @@ from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import (
     EventCycleRecord,
+    calls_of,
     forget_listener,
     record_event_cycle,
     record_hints_covered,
     record_listener,
     record_message,
     record_read_calls,
-    source_calls,
 )
 from hydrator.runtime.outcome import CycleReport
 from hydrator.runtime.service import Service
@@ -249,7 +249,7 @@ class EventCycles:
         )
         if not fresh or report.outcome not in ("ok", "degraded"):
             return
-        calls = source_calls(self.source)
+        calls = calls_of(self.source)
         with self._lock:
             if calls is not None:
                 self._full_read_calls = sum(calls.values())

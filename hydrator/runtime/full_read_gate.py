@@ -2,7 +2,7 @@
 (docs/events.md): every ``[daemon] interval_s``, a full read when one is due, else a
 *refresh cycle*, which reads every source's storage statuses, the drains and the queues
 again, and no dataset (:class:`FullReadGate`; its answers:
-:func:`~hydrator.runtime.refresh_answers.refresh_answers`). The event cycles themselves run
+:func:`~hydrator.runtime.refresh_answers.read_and_restate`). The event cycles themselves run
 in :mod:`hydrator.runtime.event_worker`; :func:`hydrator.runtime.wiring.start_events` starts
 them and builds the gate.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from functools import partial
 
-from hydrator.core.ports import Source
+from hydrator.core.ports import FetchContext, Source
+from hydrator.domain import Snapshot, State
 from hydrator.runtime.event_worker import EventCycles
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_full_read_skipped, record_refresh_cycle
-from hydrator.runtime.refresh_answers import refresh_answers
+from hydrator.runtime.refresh_answers import RefreshAnswers, read_and_restate
 from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)
@@ -73,19 +73,25 @@ class FullReadGate:
     def refresh(self) -> list[str]:
         """A refresh cycle instead of the skipped full read (docs/events.md): an event-style
         cycle that reads no dataset but every source's storage statuses where it can
-        (:func:`refresh_answers`), the queues afresh (scheduled) and the drains at the current
+        (:func:`read_and_restate`), the queues afresh (scheduled) and the drains at the current
         time; counted in ``hydrator_refresh_cycles_total`` and logged in one line. Returns
         the storage elements whose new availability only a full read applies exactly
         (:func:`~hydrator.core.between_reads.inexact`)."""
-        read: dict[str, tuple[str, ...]] = {}
-        answers = partial(
-            refresh_answers,
-            read,
-            sources=self._sources,
-            metrics=self._metrics,
-            busy=self.service.busy_sources,
-        )
+        taken: list[RefreshAnswers] = []  # the cycle's answers, once it has read them
+
+        def answers(state: State, context: FetchContext) -> dict[str, Snapshot]:
+            refreshed = read_and_restate(
+                state,
+                context,
+                sources=self._sources,
+                metrics=self._metrics,
+                busy=self.service.busy_sources,
+            )
+            taken.append(refreshed)
+            return refreshed.outcomes
+
         report = self.service.run_refresh_cycle(answers)
+        read = taken[-1].exact_only if taken else {}
         record_refresh_cycle(self._metrics, report.outcome)
         self.service.notify_listeners()
         log.info(

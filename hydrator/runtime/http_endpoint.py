@@ -47,9 +47,9 @@ from hydrator.core.slot_coverage import SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import ConfigError
 from hydrator.logs import JsonFormatter
+from hydrator.runtime.json_views import demand_json, site_json, sites_json
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_http_front_restart
-from hydrator.runtime.report import demand_json, site_json, sites_json
 from hydrator.runtime.service import Service
 
 log = logging.getLogger(__name__)

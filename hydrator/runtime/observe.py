@@ -27,10 +27,10 @@ from hydrator.runtime.metrics import JOB_NAMES
 
 if TYPE_CHECKING:
     from hydrator.core.advertise import Advertised
-    from hydrator.core.coverage import RepairReport, SiteCoverage
     from hydrator.core.jobs import JobsReport
     from hydrator.core.locality import LocalityReport
     from hydrator.core.near import Problem
+    from hydrator.core.slot_coverage import RepairReport, SiteCoverage
     from hydrator.core.storage import Drain
     from hydrator.runtime.metrics import Metrics
     from hydrator.runtime.outcome import CycleReport, Published
@@ -271,7 +271,7 @@ class FetchRecord:
     reused: int | None = None
 
 
-def source_calls(source: object, read: bool = False) -> dict[str, int] | None:
+def calls_of(source: object, read: bool = False) -> dict[str, int] | None:
     """The requests of ``source``'s last fetch (:class:`~hydrator.core.ports.CountsCalls`)
     or, with ``read``, of its last targeted read (:class:`~hydrator.core.ports.CountsReadCalls`)
     by method; None when the source does not count them. The one place that reads them."""
@@ -287,7 +287,7 @@ def source_calls(source: object, read: bool = False) -> dict[str, int] | None:
 def record_read_calls(metrics: Metrics, name: str, source: object) -> None:
     """The requests of ``source``'s last targeted read into ``hydrator_source_calls_total``,
     as a full read's are (failed reads' too)."""
-    calls = source_calls(source, read=True)
+    calls = calls_of(source, read=True)
     if calls is not None:
         record_fetch(metrics, FetchRecord(name, calls=calls))
 

@@ -1,7 +1,7 @@
 """What one cycle produced: the report of the cycle and what the HTTP endpoint serves.
 
 Plain frozen values, built by :mod:`hydrator.runtime.service` and read by
-:mod:`~hydrator.runtime.observe` (logs, metrics) and :mod:`~hydrator.runtime.report` (JSON).
+:mod:`~hydrator.runtime.observe` (logs, metrics) and :mod:`~hydrator.runtime.json_views` (JSON).
 They live here, not in the service, so that those readers do not import the service.
 :func:`render_ads` renders the ads served (``hydrator show`` and the restart's too).
 """

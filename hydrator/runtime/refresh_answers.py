@@ -1,13 +1,15 @@
 """The refresh cycle's answers (docs/events.md): what each source answers in a refresh cycle,
 the cycle that replaces a skipped full read (:class:`~hydrator.runtime.full_read_gate.FullReadGate`)
 and reads every source's storage statuses again, and no dataset. What a source then answers
-is decided in :mod:`hydrator.core.between_reads`; this module reads the statuses.
+is decided in :mod:`hydrator.core.between_reads`; this module reads the statuses and asks it
+(:func:`read_and_restate`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from hydrator.core.between_reads import refresh_outcomes
 from hydrator.core.ports import FetchContext, ReadsStorages, Source
@@ -19,22 +21,28 @@ from hydrator.runtime.observe import record_read_calls
 log = logging.getLogger(__name__)
 
 
-def refresh_answers(
-    read: dict[str, tuple[str, ...]],
+class RefreshAnswers(NamedTuple):
+    """What :func:`read_and_restate` gives: each source's answer, and per source whose
+    storage statuses were read, the storage elements whose change only a full read applies
+    exactly (:func:`~hydrator.core.between_reads.inexact`)."""
+
+    outcomes: dict[str, Snapshot]
+    exact_only: dict[str, tuple[str, ...]]
+
+
+def read_and_restate(
     state: State,
     context: FetchContext,
     *,
     sources: Sequence[Source],
     metrics: Metrics,
     busy: Callable[[], Iterable[str]],
-) -> dict[str, Snapshot]:
-    """The refresh cycle's answers (a :data:`~hydrator.runtime.service.Rereader` once
-    ``read`` and the keywords are bound): every source's last good answer in ``state``, with
-    the storage statuses read now from those of ``sources`` that can (:class:`ReadsStorages`,
-    their calls counted in ``metrics``; into ``read``: source -> the storage elements only a
-    full read applies exactly), the last good ones from the others
-    (:func:`~hydrator.core.between_reads.refresh_outcomes`). ``busy`` names the sources
-    whose abandoned full read still runs
+) -> RefreshAnswers:
+    """A refresh cycle's answers: reads the storage statuses now from those of ``sources``
+    that can (:class:`ReadsStorages`, their calls counted in ``metrics``) and asks the core
+    for every source's last good answer in ``state`` restated with them, the last good
+    statuses kept for the others (:func:`~hydrator.core.between_reads.refresh_outcomes`).
+    ``busy`` names the sources whose abandoned full read still runs
     (:meth:`hydrator.runtime.service.Service.busy_sources`): they are not read."""
     by_name = {s.name: s for s in sources}
     busy_now = set(busy())  # an abandoned full read still uses its wire
@@ -45,9 +53,7 @@ def refresh_answers(
             continue
         if held.last_success is not None:
             statuses[name] = _read_storages(metrics, name, source, context)
-    outcomes, exact_only = refresh_outcomes(state, statuses)
-    read.update(exact_only)
-    return outcomes
+    return RefreshAnswers(*refresh_outcomes(state, statuses))
 
 
 def _read_storages(

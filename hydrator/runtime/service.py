@@ -42,6 +42,7 @@ from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.observe import (
     FetchRecord,
+    calls_of,
     log_cycle,
     record_cycle,
     record_fetch,
@@ -49,7 +50,6 @@ from hydrator.runtime.observe import (
     record_pool_read,
     record_remote_budget,
     record_unadvertised,
-    source_calls,
 )
 from hydrator.runtime.outcome import CycleReport, Published, render_ads
 from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
@@ -479,7 +479,7 @@ def _fetch_record(source: Source, duration_s: float) -> FetchRecord:
     return FetchRecord(
         source.name,
         duration_s,
-        source_calls(source),
+        calls_of(source),
         source.deferred_last_fetch if isinstance(source, DefersChecks) else None,
         source.reused_last_fetch if isinstance(source, ReusesAnswers) else None,
     )

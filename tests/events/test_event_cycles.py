@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from hydrator.domain import Site
-from hydrator.runtime.report import site_json, sites_json
+from hydrator.runtime.json_views import site_json, sites_json
 from hydrator.runtime.wiring import build_assembly, event_listener, start_events
 from tests.support.activemq import Broker
 from tests.support.event_service import CALLS, EventService, daemon_config

@@ -9,8 +9,8 @@ from pathlib import Path
 from hydrator.config import Config, parse_config
 from hydrator.domain import Site
 from hydrator.runtime.full_read_gate import FullReadGate
+from hydrator.runtime.json_views import sites_json
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.report import sites_json
 from hydrator.runtime.service import Service
 from tests.support.activemq import DESTINATION, Broker
 from tests.support.rucio_server import RucioServer, source_config, unique

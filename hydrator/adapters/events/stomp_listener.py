@@ -57,6 +57,7 @@ from hydrator.core.event_hints import (
     KNOWN_TYPES,
     Ignored,
     ListenerStatus,
+    type_label,
 )
 from hydrator.core.ports import EventSink
 from hydrator.errors import SourceError
@@ -339,7 +340,7 @@ class StompListener:
         """Hand one MESSAGE frame over or drop it, then acknowledge it, whatever happened
         (nothing raised here reaches stomp-py, which would drop the connection and have the
         broker deliver the same message again)."""
-        label = _label(frame.headers.get("event_type"))
+        label = _header_label(frame.headers.get("event_type"))
         try:
             self._hand_over(label, frame.body)
         except Exception as exc:  # the message is dropped, the stream goes on
@@ -361,7 +362,7 @@ class StompListener:
             f"{FRAME_HEADER_BYTES} bytes of headers, acknowledged unread; reconnecting"
         )
         with contextlib.suppress(Exception):  # nothing may reach stomp-py's receiver
-            self._drop(_label(event_type), Dropped(Ignored.TOO_LARGE, detail))
+            self._drop(_header_label(event_type), Dropped(Ignored.TOO_LARGE, detail))
 
     def _hand_over(self, label: str, body: str | bytes) -> None:
         with self._lock:
@@ -560,7 +561,8 @@ def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _label(event_type: object) -> str:
-    """A dropped message's type as a bounded label (from hermes' ``event_type`` header)."""
-    kind = event_type.lower() if isinstance(event_type, str) else ""
-    return kind if kind in KNOWN_TYPES else "other"
+def _header_label(event_type: object) -> str:
+    """A dropped message's type as a bounded label, from hermes' ``event_type`` header
+    (lower-cased as the message's own is; no header, no type), by the core's rule
+    (:func:`~hydrator.core.event_hints.type_label`)."""
+    return type_label(event_type.lower() if isinstance(event_type, str) else "")

@@ -14,8 +14,8 @@ from hydrator.core.plan import Policy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
+from hydrator.runtime.json_views import site_json
 from hydrator.runtime.outcome import render_ads
-from hydrator.runtime.report import site_json
 from tests.support.dmapi import MakeSource
 from tests.support.fake_dmapi import FakeSrcnet, area, downtime, node, site, storage
 

@@ -20,8 +20,8 @@ from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.config import parse_config
 from hydrator.core.ports import FetchContext
 from hydrator.domain import ReplicaState, Site, Transfer
+from hydrator.runtime.json_views import site_json
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique

@@ -17,8 +17,8 @@ from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site
 from hydrator.runtime.cli import main as cli_main
+from hydrator.runtime.json_views import site_json
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.report import site_json
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import build_service
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique

@@ -1,10 +1,10 @@
 """Rucio events as hints (hydrator.core.event_hints), table by table: what a message asks to
-re-read, what is dropped, the bounded batch, what an event cycle reads (the backlog), when the
-full read is due."""
+re-read, what is dropped, the bounded batch and what a full read covers of it, what an event
+cycle reads (the backlog), when the full read is due."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,6 +21,7 @@ from hydrator.core.event_hints import (
     full_read_due,
     hint_of,
     lag_seconds,
+    type_label,
 )
 from hydrator.domain import (
     DatasetId,
@@ -60,6 +61,9 @@ def test_hint_of(event: RucioEvent, expected: Hint | Ignored) -> None:
 def test_labels_are_bounded() -> None:
     assert RucioEvent("datasetlock_ok").label == "datasetlock_ok"
     assert RucioEvent("anything-a-broker-sends").label == "other"
+    # the same rule for a header the listener drops (no header: no type)
+    assert type_label("deletion-done") == "deletion-done"
+    assert type_label("") == "other"
 
 
 def test_triage_drops_duplicates_old_messages_and_other_scopes() -> None:
@@ -116,6 +120,39 @@ def test_files_for_a_parent_lookup_are_taken_a_cycle_at_a_time_and_bounded() -> 
     none.add(Hint(files=frozenset({("ska", "f1")})), t(1))
     assert none.take_files(limit=0) == ([], [])
     assert none.take(limit=5) == ([], [], True)
+
+
+# A full read covers the batch (Batch.drop_covered): what was named before it began is
+# dropped, what was named (again) while it ran stays for an event cycle.
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def hint(*names: str) -> Hint:
+    return Hint(frozenset(DatasetId("ska", n) for n in names))
+
+
+def test_what_was_named_before_the_full_read_began_is_dropped_the_rest_kept() -> None:
+    batch = Batch(capacity=100_000, file_capacity=10)
+    for i in range(1000):
+        batch.add(hint(f"obs{i}"), T0)
+    batch.add(Hint(files=frozenset({("ska", "f1")})), T0)
+    began = batch.arrivals  # the full read begins here
+    batch.add(hint("late"), T0)  # arrives while it runs
+    batch.add(hint("obs7"), T0)  # named again while it runs: its change may be after the read
+    assert batch.drop_covered(began) == 1000  # 999 datasets and the file
+    assert sorted(d.name for d in batch.datasets) == ["late", "obs7"]
+    assert batch.files == {}
+    taken, _times, _reconcile = batch.take(500)
+    assert sorted(d.name for d in taken) == ["late", "obs7"]
+
+
+def test_nothing_held_nothing_dropped_and_taken_hints_are_not_counted_again() -> None:
+    batch = Batch(capacity=10)
+    assert batch.drop_covered(batch.arrivals) == 0
+    batch.add(hint("a", "b"), T0)
+    batch.take(10)
+    assert batch.drop_covered(batch.arrivals) == 0
 
 
 def test_a_deletion_out_of_the_sources_scopes_is_dropped() -> None:

@@ -16,8 +16,8 @@ from hydrator.core.jobs import AnnotateSettings, QueuedJob, ScheddFailure, Sched
 from hydrator.errors import ConfigError
 from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.http_endpoint import HttpEndpoint
+from hydrator.runtime.json_views import cycle_json
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.report import cycle_json
 from hydrator.runtime.wiring import assemble, build_source
 from tests.support.scripted import ScriptedQueue
 

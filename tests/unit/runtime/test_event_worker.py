@@ -19,7 +19,7 @@ from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Replica, Site, StorageStatus
 from hydrator.runtime.event_worker import EventCycles
 from hydrator.runtime.full_read_gate import FullReadGate
-from hydrator.runtime.report import sites_json
+from hydrator.runtime.json_views import sites_json
 from tests.support.event_cycles import (
     Catalogue,
     Listening,

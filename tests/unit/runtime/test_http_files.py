@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import DatasetId, Site, SiteView
 from hydrator.runtime.http_endpoint import _json, _site_file
-from hydrator.runtime.report import site_json
+from hydrator.runtime.json_views import site_json
 from tests.pool.views import views
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

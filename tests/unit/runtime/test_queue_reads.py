@@ -21,7 +21,7 @@ from hydrator.domain import Site, Snapshot, State
 from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.queue_reads import QueueReads
-from hydrator.runtime.refresh_answers import refresh_answers
+from hydrator.runtime.refresh_answers import read_and_restate
 from hydrator.runtime.service import Rereader, Service
 from hydrator.runtime.wiring import Assembly, assemble
 from tests.support.scripted import ScriptedQueue
@@ -200,8 +200,8 @@ def test_a_refresh_cycle_is_scheduled_so_it_reads_the_queues_afresh(tmp_path: Pa
     built = assembly(tmp_path, reader)  # the age: an hour
     svc, sources, metrics = built.service, built.catalogue.sources, built.instruments.metrics
     svc.run_cycle()
-    answers = partial(refresh_answers, {}, sources=sources, metrics=metrics, busy=svc.busy_sources)
-    report = svc.run_refresh_cycle(answers)
+    refreshed = partial(read_and_restate, sources=sources, metrics=metrics, busy=svc.busy_sources)
+    report = svc.run_refresh_cycle(lambda state, context: refreshed(state, context).outcomes)
     assert reader.reads == 2 and report.queue is QueueRead.READ
     assert advertised(svc) == ["ska:y"]
     event(svc)

@@ -20,10 +20,10 @@ from hydrator.core.slot_coverage import RepairPlan, RepairReport, SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
 from hydrator.runtime import repair
+from hydrator.runtime.json_views import sites_json
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.outcome import Published, render_ads
 from hydrator.runtime.repair import RepairWatch
-from hydrator.runtime.report import sites_json
 from tests.pool.views import views
 
 A = Site("SITE_A")

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from hydrator.core.coverage import SiteCoverage
 from hydrator.core.jobs import JobsReport
 from hydrator.core.near import with_near
 from hydrator.core.plan import SourceStatus
+from hydrator.core.slot_coverage import SiteCoverage
 from hydrator.domain import Change, Site, SiteView, StorageStatus
 from hydrator.runtime.observe import cycle_fields
 
