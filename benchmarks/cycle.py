@@ -757,7 +757,11 @@ def pair(
     args: argparse.Namespace, code: Path | None, old_first: bool, old_args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One run of old (``code`` with ``old_args``) and one of new (this checkout with
-    ``args``), in the order asked; returned as (old, new)."""
+    ``args``), in the order asked; returned as (old, new). With ``--profile DIR`` each side's
+    profiles go to ``DIR/old`` and ``DIR/new`` (the last pair's are kept)."""
+    if args.profile is not None:
+        args = argparse.Namespace(**{**vars(args), "profile": args.profile / "new"})
+        old_args = argparse.Namespace(**{**vars(old_args), "profile": args.profile.parent / "old"})
     if old_first:
         old = run(old_args, code)
         return old, run(args, None)

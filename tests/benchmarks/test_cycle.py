@@ -233,8 +233,11 @@ def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
     same federation (here DIR is a copy of this checkout), alternating pairs, and compares them."""
     old = tmp_path / "old"
     shutil.copytree(ROOT / "hydrator", old / "hydrator", ignore=shutil.ignore_patterns("*.pyc"))
-    result = _benchmark(tmp_path, "--code", str(old), "--rounds", "2")
+    profiles = tmp_path / "prof"
+    result = _benchmark(tmp_path, "--code", str(old), "--rounds", "2", "--profile", str(profiles))
     assert result["old"]["hydrator"] == str(old.resolve())
+    # each side's profiles apart, so that the two can be compared
+    assert (profiles / "old" / "churn.txt").exists() and (profiles / "new" / "churn.txt").exists()
     assert result["new"]["hydrator"] == str(ROOT)
     assert result["old"]["replicas_held"] == result["new"]["replicas_held"]
     assert set(result["new_vs_old"]) >= {"whole_cycle_s", "startup_s", "peak_rss_mib"}
