@@ -48,20 +48,19 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import datetime
 from functools import reduce
 from itertools import chain, filterfalse, islice
-from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
 from hydrator.core.presence import combine
 from hydrator.core.storage import Drain, served_views
-from hydrator.core.views import SiteLists
+from hydrator.core.views import LISTS, Entry, ListName, SiteLists
 from hydrator.domain import (
     Change,
     ChangeKind,
@@ -72,17 +71,10 @@ from hydrator.domain import (
     SiteView,
     SourceState,
     State,
-    Transfer,
     site_of,
 )
 
 Key = tuple[Site, DatasetId]
-_T = TypeVar("_T")
-_first = itemgetter(0)  # a (dataset, share) pair's dataset
-
-
-def _itself(dataset: DatasetId) -> DatasetId:
-    return dataset
 
 
 class _SourceModel:
@@ -542,7 +534,10 @@ def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site,
         found = at_site(replica.site)
         if found is None:
             continue
-        if replica.state is available and replica.detail is None:  # most: no call
+        if replica.state is available and replica.detail is None:
+            # Most replicas, added without a call. The rule is views.py's: such a replica
+            # makes its dataset in available and nothing else (SiteLists.entries_of, whose
+            # table in tests/unit/core/test_views.py has that row).
             found.available.append(replica.dataset)
         else:
             found.add(replica.dataset, replica)
@@ -552,49 +547,38 @@ def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site,
 def _patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
     """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
     rebuilding it (:func:`~hydrator.core.views.site_contents`), at the cost of the changes
-    plus a C-level copy and a sort of nearly sorted lists, not a loop over every replica."""
+    plus a C-level copy and a sort of nearly sorted lists, not a loop over every replica.
+    An old replica's entries are removed and a new one's added as
+    :meth:`SiteLists.entries_of <hydrator.core.views.SiteLists.entries_of>` says."""
     lists = SiteLists()
-    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
-        key: [] for key in (*ReplicaState, *Transfer)
-    }
-    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
+    gone: dict[ListName, list[Entry]] = {name: [] for name in LISTS}
     for change in changes:
-        old = change.old
-        if old is not None:
-            gone[old.state].append(change.dataset)
-            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
-                gone[old.transfer].append(change.dataset)
-            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
-                sized.append(change.dataset)
+        if change.old is not None:
+            for name, entry in SiteLists.entries_of(change.dataset, change.old):
+                gone[name].append(entry)
         if change.new is not None:
             lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
+    for name, removed in gone.items():
+        getattr(lists, name).extend(_without(getattr(view, name), removed))
     return lists.view(view.site)
 
 
-def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
-) -> list[_T]:
-    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
-    without the ``removed`` datasets."""
+def _without(entries: tuple[Entry, ...], removed: list[Entry]) -> list[Entry]:
+    """``entries`` (a view's list: sorted, one entry per dataset) without the ``removed``
+    ones, each of which it holds."""
     if not removed:
-        return list(items)
+        return list(entries)
     cuts: list[int] = []
-    for d in removed:
-        cut = bisect_left(items, d, key=key)
-        if cut == len(items) or key(items[cut]) != d:
-            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
+    for entry in removed:
+        cut = bisect_left(entries, entry)
+        if cut == len(entries) or entries[cut] != entry:
+            raise RuntimeError(f"site view out of step: {entry} not listed")  # a bug, never data
         cuts.append(cut)
     cuts.sort()
-    out: list[_T] = []
+    out: list[Entry] = []
     start = 0
     for cut in cuts:
-        out += items[start:cut]
+        out += entries[start:cut]
         start = cut + 1
-    out += items[start:]
+    out += entries[start:]
     return out
