@@ -9,7 +9,7 @@ call without garbage-collector passes as the daemon runs its cycles
 (:func:`~hydrator.runtime.memory.collector_paused`):
 
 ``site_counts``  the per-site counts the site guard reads: the model's, last cycle's counts
-                 patched by the delta (``_recounted``), against recounting them from the
+                 patched by the delta (``model_patch.recounted``), against recounting them from the
                  replicas (``Counter(map(site_of, replicas))``, the model's first build);
                  context: ``plan_churn_s``, the whole churn plan of that source with the
                  memo carried (:func:`~hydrator.core.plan.planned`), the loop they are in
@@ -24,8 +24,8 @@ Each figure: every repetition's seconds, the median and the max; ``saving_pct`` 
 each trick against the code without it (``<trick>_vs_<without>``), the saving of the
 median, in % of the median without it. The machine, its load averages before and after, and
 the code's commit are recorded (:func:`benchmarks.conditions.machine`). The model's
-functions are imported by their private names: this scenario measures exactly the code the
-model runs.
+functions are imported by their private names (its patch helpers from
+:mod:`hydrator.core.model_patch`): this scenario measures exactly the code the model runs.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from typing import Any
 from benchmarks.conditions import machine
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.core.index import Index
-from hydrator.core.model import Model, _index_of, _recounted, _views_of
+from hydrator.core.model import Model, _index_of, _views_of
+from hydrator.core.model_patch import recounted
 from hydrator.core.plan import Policy, planned
 from hydrator.core.views import SiteLists
 from hydrator.domain import Replica, ReplicaState, Site, SiteView, State, site_of
@@ -160,12 +161,12 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     figures["sites"] = len(sites)
     figures["delta"] = {"added": len(delta.added), "removed": len(delta.removed)}
     counts = Counter(map(site_of, before))
-    assert _recounted(counts, delta) == Counter(map(site_of, after)), "patched != recounted"
+    assert recounted(counts, delta) == Counter(map(site_of, after)), "patched != recounted"
     later = T0 + timedelta(minutes=1)
     figures["site_counts"] = compare(
         {
             "recount": lambda: Counter(map(site_of, after)),
-            "patch": lambda: _recounted(counts, delta),
+            "patch": lambda: recounted(counts, delta),
         },
         repetitions,
         [("patch", "recount")],
