@@ -23,11 +23,13 @@ The helpers that patch an index, a view or the site counts by a delta are
 
 * Patching instead of rebuilding: the merged index and the touched sites' views are patched
   by the cycle's changes (:func:`~hydrator.core.model_patch.patched_view`), the rest
-  shared: a churn cycle's whole plan phase is 0.50 s.
+  shared: the touched sites' views patched in 0.57 s against 1.72 s rebuilt from the
+  replicas (a 1 % churn touches all 50 sites; its whole plan took 1.69 s in the same run;
+  benchmarks/results/model_tricks.json).
 * No index for one source: a one-source daemon works from its set and its delta and holds
   no index (an index costs about 100 B of table a replica).
-* Site counts built once, for the site guard, then patched by each delta: 4.4 ms against
-  298 ms to count them again (1 % churn; benchmarks/results/model_tricks.json).
+* Site counts built once, for the site guard, then patched by each delta: 4.1 ms against
+  269 ms to count them again (1 % churn; the same file).
 * Identity reuse: a source that hands back last cycle's very set gets an empty delta at no
   cost (``before is after``), and the index is patched, not rebuilt, when the answer holds
   the held objects (:func:`~hydrator.core.model_patch.holds_objects_of` samples a few for
@@ -40,10 +42,11 @@ The helpers that patch an index, a view or the site counts by a delta are
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
 * Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
-  not through a call: 2.17 s against 2.35 s (7.4 %; 6.0 % over four runs; the same file).
+  not through a call: 1.92 s against 2.31 s (17.1 %; 7.4 %, the median of five runs; the
+  same file).
 
 Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
-replica's fields by name; by position they saved 4.0 % and 1.3 % (medians of four runs).
+replica's fields by name; by position they saved 3.8 % and 2.0 % (medians of five runs).
 """
 
 from __future__ import annotations
