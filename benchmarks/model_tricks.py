@@ -1,4 +1,4 @@
-"""Two tricks of ``hydrator/core/model.py`` against the plain code, in one run.
+"""Three tricks of ``hydrator/core/model.py`` against the plain code, in one run.
 
 ``python -m benchmarks model-tricks --replicas 1000000 --repetitions 7 [--json out.json]``
 builds the generated federation of :mod:`benchmarks.generate` (one source, 50 sites), its
@@ -9,10 +9,15 @@ call without garbage-collector passes as the daemon runs its cycles
 (:func:`~hydrator.runtime.memory.collector_paused`):
 
 ``site_counts``  the per-site counts the site guard reads: the model's, last cycle's counts
-                 patched by the delta (``_recounted``), against recounting them from the
+                 patched by the delta (``model_patch.recounted``), against recounting them from the
                  replicas (``Counter(map(site_of, replicas))``, the model's first build);
                  context: ``plan_churn_s``, the whole churn plan of that source with the
                  memo carried (:func:`~hydrator.core.plan.planned`), the loop they are in
+``site_views``   the churn's touched sites' views patched by its changes, as the model does
+                 (``model_patch.patched_view`` per touched site, from the views before the
+                 churn), against rebuilding those sites' views from the replicas
+                 (``_views_of`` over the source's set, what a one-source model builds from);
+                 with ``touched_sites`` and ``changes``
 ``index_of``     the model's ``_index_of`` (fields read by name, ``attribute``) against the
                  same loop reading them by position (``positional``, the trick it dropped)
 ``views_of``     the model's ``_views_of`` (by name; available replicas with no detail, most
@@ -24,8 +29,8 @@ Each figure: every repetition's seconds, the median and the max; ``saving_pct`` 
 each trick against the code without it (``<trick>_vs_<without>``), the saving of the
 median, in % of the median without it. The machine, its load averages before and after, and
 the code's commit are recorded (:func:`benchmarks.conditions.machine`). The model's
-functions are imported by their private names: this scenario measures exactly the code the
-model runs.
+functions are imported by their private names (its patch helpers from
+:mod:`hydrator.core.model_patch`): this scenario measures exactly the code the model runs.
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ from typing import Any
 from benchmarks.conditions import machine
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.core.index import Index
-from hydrator.core.model import Model, _index_of, _recounted, _views_of
+from hydrator.core.model import Model, _index_of, _views_of
+from hydrator.core.model_patch import patched_view, recounted
 from hydrator.core.plan import Policy, planned
 from hydrator.core.views import SiteLists
-from hydrator.domain import Replica, ReplicaState, Site, SiteView, State, site_of
+from hydrator.domain import Change, Replica, ReplicaState, Site, SiteView, State, site_of
 from hydrator.runtime.memory import collector_paused
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -151,7 +157,7 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     before = first.replicas
     sites = frozenset(first.sites)
     plan, memo = planned(State(), {SOURCE: first}, T0, Policy())
-    state = plan.state
+    state, views = plan.state, dict(plan.contents)
     del plan
     federation.churn()
     churned = federation.snapshot()
@@ -160,18 +166,40 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     figures["sites"] = len(sites)
     figures["delta"] = {"added": len(delta.added), "removed": len(delta.removed)}
     counts = Counter(map(site_of, before))
-    assert _recounted(counts, delta) == Counter(map(site_of, after)), "patched != recounted"
+    assert recounted(counts, delta) == Counter(map(site_of, after)), "patched != recounted"
     later = T0 + timedelta(minutes=1)
     figures["site_counts"] = compare(
         {
             "recount": lambda: Counter(map(site_of, after)),
-            "patch": lambda: _recounted(counts, delta),
+            "patch": lambda: recounted(counts, delta),
         },
         repetitions,
         [("patch", "recount")],
     )
     churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
     figures["plan_churn_s"] = summary([timed(churn_plan) for _ in range(repetitions)])
+    churned_plan, _ = churn_plan()
+    touched: dict[Site, list[Change]] = {}
+    for change in churned_plan.changes:
+        touched.setdefault(change.site, []).append(change)
+    touched_sites = frozenset(touched)
+
+    def patch() -> dict[Site, SiteView]:
+        return {site: patched_view(views[site], found) for site, found in touched.items()}
+
+    patched = patch()
+    assert patched == _views_of(after, touched_sites), "patched != rebuilt"
+    assert patched == {site: churned_plan.contents[site] for site in touched}
+    del churned_plan
+    figures["site_views"] = {
+        "touched_sites": len(touched),
+        "changes": sum(map(len, touched.values())),
+        **compare(
+            {"rebuild": lambda: _views_of(after, touched_sites), "patch": patch},
+            repetitions,
+            [("patch", "rebuild")],
+        ),
+    }
     assert _index_of(after) == index_by_position(after)
     figures["index_of"] = compare(
         {"attribute": lambda: _index_of(after), "positional": lambda: index_by_position(after)},

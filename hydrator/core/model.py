@@ -17,19 +17,23 @@ the core's other modules read of a state through it: :attr:`Model.contents`,
 reads). The runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
 
 The tricks, and what each saves: the one place their figures are kept (at a million
-replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit):
+replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit).
+The helpers that patch an index, a view or the site counts by a delta are
+:mod:`hydrator.core.model_patch`'s; which to patch, and when, is decided here.
 
 * Patching instead of rebuilding: the merged index and the touched sites' views are patched
-  by the cycle's changes (:func:`_patch_view`), the rest shared: a churn
-  cycle's whole plan phase is 0.50 s.
+  by the cycle's changes (:func:`~hydrator.core.model_patch.patched_view`), the rest
+  shared: the touched sites' views patched in 0.57 s against 1.72 s rebuilt from the
+  replicas (a 1 % churn touches all 50 sites; its whole plan took 1.69 s in the same run;
+  benchmarks/results/model_tricks.json).
 * No index for one source: a one-source daemon works from its set and its delta and holds
   no index (an index costs about 100 B of table a replica).
-* Site counts built once, for the site guard, then patched by each delta: 4.4 ms against
-  298 ms to count them again (1 % churn; benchmarks/results/model_tricks.json).
+* Site counts built once, for the site guard, then patched by each delta: 4.1 ms against
+  269 ms to count them again (1 % churn; the same file).
 * Identity reuse: a source that hands back last cycle's very set gets an empty delta at no
   cost (``before is after``), and the index is patched, not rebuilt, when the answer holds
-  the held objects (:func:`_patched` samples a few for identity); the daemon then holds one
-  object (80 B) and one set entry a replica, not two.
+  the held objects (:func:`~hydrator.core.model_patch.holds_objects_of` samples a few for
+  identity); the daemon then holds one object (80 B) and one set entry a replica, not two.
 * Two set differences, never a symmetric one: ``after ^ before`` copies a whole operand
   first: 32 MiB more at the churn peak, and 0.12 s against 0.085 s.
 * A first cycle's changes made only while iterated (:meth:`Changes.all_added
@@ -38,28 +42,33 @@ replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine an
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
 * Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
-  not through a call: 2.17 s against 2.35 s (7.4 %; 6.0 % over four runs; the same file).
+  not through a call: 1.92 s against 2.31 s (17.1 %; 7.4 %, the median of five runs; the
+  same file).
 
 Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
-replica's fields by name; by position they saved 4.0 % and 1.3 % (medians of four runs).
+replica's fields by name; by position they saved 3.8 % and 2.0 % (medians of five runs).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import datetime
-from functools import reduce
-from itertools import chain, filterfalse, islice
-from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from itertools import chain
+from typing import NamedTuple
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.index import Index, each_replica, index_size, merge_replicas, replica_key
-from hydrator.core.presence import combine
+from hydrator.core.model_patch import (
+    NO_SITE,
+    holds_objects_of,
+    patched_index,
+    patched_view,
+    recounted,
+    remerged,
+)
 from hydrator.core.storage import Drain, served_views
 from hydrator.core.views import SiteLists
 from hydrator.domain import (
@@ -72,17 +81,10 @@ from hydrator.domain import (
     SiteView,
     SourceState,
     State,
-    Transfer,
     site_of,
 )
 
 Key = tuple[Site, DatasetId]
-_T = TypeVar("_T")
-_first = itemgetter(0)  # a (dataset, share) pair's dataset
-
-
-def _itself(dataset: DatasetId) -> DatasetId:
-    return dataset
 
 
 class _SourceModel:
@@ -352,23 +354,20 @@ def _same_sites(a: Mapping[str, SourceState], b: Mapping[str, SourceState]) -> b
     return a.keys() == b.keys() and all(a[n].sites == b[n].sites for n in a)
 
 
-def _recounted(counts: Mapping[Site, int], delta: SourceDelta) -> dict[Site, int]:
-    """``counts`` moved by ``delta`` (a copy; O(sites + delta)); no site at 0."""
-    moved = Counter(counts)
-    moved.update(map(site_of, delta.added))
-    moved.subtract(map(site_of, delta.removed))
-    return {site: n for site, n in moved.items() if n > 0}
-
-
 def _moved(known: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> _SourceModel:
-    """``known`` moved by a non-empty ``delta`` to ``replicas``: the index carried on where
-    built (several sources merge), the site counts once the site guard needed them."""
+    """``known`` moved by a non-empty ``delta`` to ``replicas``: the site counts patched once
+    the site guard needed them, and the index carried on where built (several sources
+    merge), holding ``replicas``' own objects: the state keeps the answer's set as it is (a
+    source that keeps its answer between fetches shares it, so the daemon holds one set and
+    one object per replica, not two). Patched, where the answer holds the held objects
+    (the untouched sites' dicts shared); built afresh where it is made of new objects (a
+    source that builds them every fetch, or the first answer after a restart), the old
+    objects then dying with the old state."""
     index, counts = known.built_index, known.built_counts
-    return _SourceModel(
-        replicas,
-        None if index is None else _patched(known, delta, replicas),
-        None if counts is None else _recounted(counts, delta),
-    )
+    if index is not None:
+        reused = holds_objects_of(index, delta, replicas)
+        index = patched_index(index, delta) if reused else _index_of(replicas)
+    return _SourceModel(replicas, index, None if counts is None else recounted(counts, delta))
 
 
 def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceDelta:
@@ -382,51 +381,6 @@ def _delta(before: AbstractSet[Replica], after: AbstractSet[Replica]) -> SourceD
     if not before or not after:  # a first answer, or an emptied one: no set to build
         return SourceDelta(added=after, removed=before)
     return SourceDelta(added=after - before, removed=before - after)
-
-
-def _patched(before: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replica]) -> Index:
-    """The index of ``replicas`` (``before``'s replicas moved by a non-empty ``delta``), holding
-    ``replicas``' own objects: the state keeps the answer's set as it is (a source that keeps
-    its answer between fetches shares it, so the daemon holds one set and one object per
-    replica, not two). ``before``'s index is kept: a site's dict is copied when the delta
-    touches the site, the others are shared (never mutated). Where the answer is made of new
-    objects (a source that builds them every fetch, or the first answer after a restart), the
-    index is built afresh; the old objects then die with the old state. Only for a ``before``
-    whose index was built (several sources merge)."""
-    added = delta.added
-    held = before.index
-    kept = islice(filterfalse(added.__contains__, replicas), _SAMPLE)  # unchanged ones
-    if any(held[r.site][r.dataset] is not r for r in kept):
-        return _index_of(replicas)
-    index = dict(held)
-    own: set[Site] = set()  # the sites whose dict is this index's own copy
-    for replica in delta.removed:
-        del _own(index, own, replica.site)[replica.dataset]
-    for replica in added:
-        _own(index, own, replica.site)[replica.dataset] = replica
-    return _without_empty(index, own)
-
-
-def _without_empty(index: Index, own: set[Site]) -> Index:
-    """``index`` without the sites of ``own`` (its own copies) that were emptied: an index
-    has no empty site."""
-    for site in own:
-        if not index[site]:
-            del index[site]
-    return index
-
-
-def _own(index: Index, own: set[Site], site: Site) -> dict[DatasetId, Replica]:
-    """``index``'s dict of ``site``, copied first unless ``own`` says it was (then in ``own``)."""
-    if site in own:
-        return index[site]
-    own.add(site)
-    found = index[site] = dict(index.get(site, _NONE))  # a C-level copy, hashes kept
-    return found
-
-
-_SAMPLE = 8  # unchanged replicas looked at to tell whether an answer reuses the held objects
-_NONE: Mapping[DatasetId, Replica] = {}  # a site no index holds (never mutated)
 
 
 def _merge(
@@ -457,28 +411,14 @@ def _merge(
     elif not ordered:
         new = {}
     else:
-        new = _remerged(old, [state._source(name).index for name in names], touched)
+        new = remerged(old, [state._source(name).index for name in names], touched)
     return new, _changes(_at(old, touched), _at(new, touched), touched)
 
 
 def _at(index: Index, keys: list[Key]) -> dict[Key, Replica]:
     """``index``'s replicas at ``keys``, by key."""
-    found = ((key, index.get(key[0], _NONE).get(key[1])) for key in keys)
+    found = ((key, index.get(key[0], NO_SITE).get(key[1])) for key in keys)
     return {key: replica for key, replica in found if replica is not None}
-
-
-def _remerged(old: Index, indexes: list[Index], touched: list[Key]) -> Index:
-    """``old`` merged again at the ``touched`` keys from the sources' ``indexes`` (in
-    :func:`merge_replicas`' order); a copy sharing the untouched sites' dicts."""
-    new = dict(old)
-    own: set[Site] = set()
-    for site, dataset in touched:
-        reports = [r for i in indexes if (r := i.get(site, _NONE).get(dataset)) is not None]
-        if reports:
-            _own(new, own, site)[dataset] = reduce(combine, reports)
-        elif dataset in new.get(site, _NONE):
-            del _own(new, own, site)[dataset]
-    return _without_empty(new, own)
 
 
 def _changes(old: Mapping[Key, Replica], new: Mapping[Key, Replica], keys: list[Key]) -> Changes:
@@ -514,7 +454,7 @@ def _contents(
     return {
         s: built[s]
         if s in new_sites
-        else _patch_view(old[s], touched[s])
+        else patched_view(old[s], touched[s])
         if s in touched
         else old[s]
         for s in sites
@@ -542,59 +482,11 @@ def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site,
         found = at_site(replica.site)
         if found is None:
             continue
-        if replica.state is available and replica.detail is None:  # most: no call
+        if replica.state is available and replica.detail is None:
+            # Most replicas, added without a call. The rule is views.py's: such a replica
+            # makes its dataset in available and nothing else (SiteLists.entries_of, whose
+            # table in tests/unit/core/test_views.py has that row).
             found.available.append(replica.dataset)
         else:
             found.add(replica.dataset, replica)
     return {site: lists[site].view(site) for site in sorted(sites)}
-
-
-def _patch_view(view: SiteView, changes: Iterable[Change]) -> SiteView:
-    """``view`` (``updated`` left None) with its site's ``changes`` applied: equal to
-    rebuilding it (:func:`~hydrator.core.views.site_contents`), at the cost of the changes
-    plus a C-level copy and a sort of nearly sorted lists, not a loop over every replica."""
-    lists = SiteLists()
-    gone: dict[ReplicaState | Transfer, list[DatasetId]] = {
-        key: [] for key in (*ReplicaState, *Transfer)
-    }
-    sized: list[DatasetId] = []  # partial entries with a bytes share of their own
-    for change in changes:
-        old = change.old
-        if old is not None:
-            gone[old.state].append(change.dataset)
-            if old.state is not ReplicaState.REPLICATING:  # absent ones: in replicating
-                gone[old.transfer].append(change.dataset)
-            if old.state is ReplicaState.PARTIAL and old.bytes_fraction != old.fraction:
-                sized.append(change.dataset)
-        if change.new is not None:
-            lists.add(change.dataset, change.new)
-    lists.available += _without(view.available, gone[ReplicaState.AVAILABLE], _itself)
-    lists.partial += _without(view.partial, gone[ReplicaState.PARTIAL], _first)
-    lists.partial_bytes += _without(view.partial_bytes, sized, _first)
-    lists.replicating += _without(view.replicating, gone[ReplicaState.REPLICATING], _first)
-    lists.incoming += _without(view.incoming, gone[Transfer.REPLICATING], _first)
-    lists.stuck += _without(view.stuck, gone[Transfer.STUCK], _itself)
-    return lists.view(view.site)
-
-
-def _without(
-    items: tuple[_T, ...], removed: list[DatasetId], key: Callable[[_T], DatasetId]
-) -> list[_T]:
-    """``items`` (sorted by dataset, one entry per dataset; ``key`` gives an entry's dataset)
-    without the ``removed`` datasets."""
-    if not removed:
-        return list(items)
-    cuts: list[int] = []
-    for d in removed:
-        cut = bisect_left(items, d, key=key)
-        if cut == len(items) or key(items[cut]) != d:
-            raise RuntimeError(f"site view out of step: {d} not listed")  # a bug, never data
-        cuts.append(cut)
-    cuts.sort()
-    out: list[_T] = []
-    start = 0
-    for cut in cuts:
-        out += items[start:cut]
-        start = cut + 1
-    out += items[start:]
-    return out

@@ -13,15 +13,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import Literal, get_args
 
 from hydrator.core.index import Index, each_replica
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, SiteView, Transfer
 
 _first = itemgetter(0)  # a (dataset, share) pair's dataset
-
-
-def _itself(dataset: DatasetId) -> DatasetId:
-    return dataset
 
 
 def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]:
@@ -37,10 +34,21 @@ def site_contents(merged: Index, sites: frozenset[Site]) -> dict[Site, SiteView]
     return {site: lists[site].view(site) for site in sorted(sites)}
 
 
+ListName = Literal["available", "partial", "partial_bytes", "replicating", "incoming", "stuck"]
+"""A list of a site's view: the name of its field on :class:`~hydrator.domain.SiteView` and
+on :class:`SiteLists`."""
+
+Entry = DatasetId | tuple[DatasetId, float]
+"""One entry of a list: a dataset, or a (dataset, share or progress) pair."""
+
+LISTS: tuple[ListName, ...] = get_args(ListName)
+"""Every list of a site's view."""
+
+
 class SiteLists:
     """One site's datasets by list while a view is collected (:func:`site_contents`, and
     :mod:`hydrator.core.model`'s builds and patches): :meth:`add` each replica, then
-    :meth:`view`."""
+    :meth:`view`. Which lists a replica goes into is :meth:`entries_of`, and only there."""
 
     __slots__ = ("available", "incoming", "partial", "partial_bytes", "replicating", "stuck")
 
@@ -52,23 +60,39 @@ class SiteLists:
         self.incoming: list[tuple[DatasetId, float]] = []
         self.stuck: list[DatasetId] = []
 
-    def add(self, dataset: DatasetId, replica: Replica) -> None:
+    @staticmethod
+    def entries_of(dataset: DatasetId, replica: Replica) -> tuple[tuple[ListName, Entry], ...]:
+        """The entries ``replica`` (of ``dataset``) makes in its site's lists, as (list,
+        entry) pairs: the one statement of which lists a replica goes into (:meth:`add` adds
+        them; the model's patches remove an old replica's again). Presence first: complete
+        in ``available``; partial in ``partial`` with its share of files, and in
+        ``partial_bytes`` with its share of bytes where that differs; absent with an active
+        transfer in ``replicating`` with the transfer's progress, and nowhere else. Then the
+        transfer of any other: stuck in ``stuck``, active in ``incoming`` with its progress.
+        An available replica with no detail (most of them) makes its dataset in
+        ``available`` alone."""
         state, detail = replica.state, replica.detail
+        present: tuple[tuple[ListName, Entry], ...]
         if state is ReplicaState.AVAILABLE:
-            self.available.append(dataset)
+            present = (("available", dataset),)
         elif state is ReplicaState.PARTIAL:
-            self.partial.append((dataset, replica.fraction))
+            present = (("partial", (dataset, replica.fraction)),)
             if detail is not None and detail.bytes_fraction != replica.fraction:
-                self.partial_bytes.append((dataset, detail.bytes_fraction))
+                present += (("partial_bytes", (dataset, detail.bytes_fraction)),)
         elif state is ReplicaState.REPLICATING:
-            self.replicating.append((dataset, replica.progress))
-            return
+            return (("replicating", (dataset, replica.progress)),)
+        else:  # stuck: absent, listed by its transfer alone
+            present = ()
         if detail is None or detail.transfer is Transfer.NONE:
-            return
+            return present
         if detail.transfer is Transfer.STUCK:
-            self.stuck.append(dataset)
-        else:
-            self.incoming.append((dataset, detail.progress))
+            return (*present, ("stuck", dataset))
+        return (*present, ("incoming", (dataset, detail.progress)))
+
+    def add(self, dataset: DatasetId, replica: Replica) -> None:
+        """Add the entries ``replica`` (of ``dataset``) makes (:meth:`entries_of`)."""
+        for name, entry in self.entries_of(dataset, replica):
+            getattr(self, name).append(entry)
 
     def view(self, site: Site) -> SiteView:
         # DatasetId is a tuple (scope, name): sorting compares in C, in DatasetId's order; a
