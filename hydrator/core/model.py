@@ -149,13 +149,13 @@ class Model:
         sources: Mapping[str, _SourceModel] | None = None,
         *,
         merged: Index | None = None,
-        coverage: dict[Site, frozenset[str]] | None = None,
+        covering: dict[Site, frozenset[str]] | None = None,
         contents: dict[Site, SiteView] | None = None,
     ) -> None:
         self.state = state
         self._sources = dict(sources or {})
         self._index = merged
-        self._covering = coverage
+        self._covering = covering
         self._views = contents
         self._updated: dict[Site, datetime] | None = None
 
@@ -177,8 +177,8 @@ class Model:
         (only,) = state.sources if len(state.sources) == 1 else (None,)
         rows = None if as_read is None or only is None else as_read.get(only)
         if rows is not None:  # its views from the rows in the order read
-            coverage = model._coverage
-            model = cls(state, coverage=coverage, contents=_views_of(rows, frozenset(coverage)))
+            covering = model._covering_sources
+            model = cls(state, covering=covering, contents=_views_of(rows, frozenset(covering)))
         return model
 
     def delta(self, name: str, replicas: AbstractSet[Replica]) -> SourceDelta:
@@ -219,7 +219,7 @@ class Model:
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
         if self._views is None:
-            self._views = _views_of(self._merged_replicas, frozenset(self._coverage))
+            self._views = _views_of(self._merged_replicas, frozenset(self._covering_sources))
         return self._views
 
     @property
@@ -229,7 +229,7 @@ class Model:
         if self._updated is None:
             sources = self.state.sources
             updated: dict[Site, datetime] = {}
-            for site, names in self._coverage.items():
+            for site, names in self._covering_sources.items():
                 known = [t for n in names if (t := sources[n].last_success) is not None]
                 if known:
                     updated[site] = min(known)
@@ -249,8 +249,8 @@ class Model:
         def held_at(name: str, site: Site) -> Mapping[DatasetId, Replica]:
             return self._source(name).index.get(site, {})
 
-        views, coverage = self.stamped_views(), self._coverage
-        return served_views(views, self.state, coverage, held_at, drains=drains, now=now)
+        views, covering = self.stamped_views(), self._covering_sources
+        return served_views(views, self.state, covering, held_at, drains=drains, now=now)
 
     @property
     def entries(self) -> int:
@@ -297,7 +297,7 @@ class Model:
         return self._index
 
     @property
-    def _coverage(self) -> dict[Site, frozenset[str]]:
+    def _covering_sources(self) -> dict[Site, frozenset[str]]:
         """Site -> names of the sources that cover it."""
         if self._covering is None:
             covered: dict[Site, set[str]] = {}
@@ -328,7 +328,7 @@ def _shared(held: Model, state: State, sources: Mapping[str, _SourceModel] | Non
             if name in state.sources and name in held.state.sources
         }
     views = held._views
-    return Model(state, sources, merged=held._index, coverage=held._covering, contents=views)
+    return Model(state, sources, merged=held._index, covering=held._covering, contents=views)
 
 
 def _derive(
@@ -346,7 +346,7 @@ def _derive(
     merged, changes = _merge(held, Model(state, sources), deltas, first)
     fresh = Model(state, sources, merged=merged)
     contents = _contents(held, fresh, merged, None if first else changes)
-    new = Model(state, sources, merged=merged, coverage=fresh._coverage, contents=contents)
+    new = Model(state, sources, merged=merged, covering=fresh._covering_sources, contents=contents)
     return new, changes
 
 
@@ -447,7 +447,7 @@ def _contents(
     touched: dict[Site, list[Change]] = {}
     for change in changes or ():
         touched.setdefault(change.site, []).append(change)
-    sites = sorted(state._coverage)
+    sites = sorted(state._covering_sources)
     new_sites = frozenset(s for s in sites if s not in old)
     replicas = state._merged_replicas if merged is None else each_replica(merged)
     built = _views_of(replicas, new_sites) if new_sites else {}

@@ -276,7 +276,7 @@ def down_sources(state: State) -> dict[Site, frozenset[str]]:
 def served_views(
     views: Mapping[Site, SiteView],
     state: State,
-    coverage: Mapping[Site, AbstractSet[str]],
+    covering: Mapping[Site, AbstractSet[str]],
     held_at: Callable[[str, Site], Mapping[DatasetId, Replica]],
     *,
     drains: Iterable[Drain],
@@ -288,7 +288,7 @@ def served_views(
     element stated there cannot serve left out (:func:`down_sources`; a full read has left
     them out already, a refresh cycle, which re-reads statuses but no dataset, needs this to
     take them out within one cycle). Another source's entries there stay: nobody said the
-    storage holding them is down. ``coverage``: site -> the sources covering it;
+    storage holding them is down. ``covering``: site -> the sources covering it;
     ``held_at(source, site)``: what that source holds there, asked only at a site where some
     source is down."""
     sources = state.sources
@@ -296,11 +296,11 @@ def served_views(
     served = dict(views)
     emptied: set[Site] = set()
     for site, down in down_sources(state).items():
-        covering = coverage.get(site, frozenset())
-        others = [n for n in covering - down if held_at(n, site)]
+        here = covering.get(site, frozenset())
+        others = [n for n in here - down if held_at(n, site)]
         if not others:  # every source there is down: nothing asked of a one-source daemon
             emptied.add(site)
-        elif any(held_at(n, site) for n in covering & down):
+        elif any(held_at(n, site) for n in here & down):
             reports = (r for n in sorted(others) for r in held_at(n, site).values())
             (kept,) = site_contents(merge_replicas(reports), frozenset({site})).values()
             served[site] = replace(kept, updated=served[site].updated)
