@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from hydrator.core.index import Index, merged_snapshot
+from hydrator.core.index import Index, merge_replicas, merged_snapshot
 from hydrator.core.presence import holding
+from hydrator.core.views import site_contents
 from hydrator.domain import (
     DatasetId,
     Replica,
@@ -64,3 +65,20 @@ def snap(source: str, *replicas: Replica, sites: tuple[str, ...] = ()) -> Snapsh
 
 def fail(source: str, error: str = "connection refused") -> SourceFailure:
     return SourceFailure(source, error)
+
+
+# A holds x and y; B holds x, part of y; C receives y (and part of x); D holds nothing: the
+# sites the job-annotation tests decide over (core/jobs.py, runtime/annotate_jobs.py)
+ANNOTATION_VIEWS = site_contents(
+    merge_replicas(
+        [
+            rep("A", "x"),
+            rep("A", "y"),
+            rep("B", "x"),
+            rep("B", "y", "partial", 0.5),
+            rep("C", "y", "replicating", 0.1),
+            rep("C", "x", "partial", 0.2),
+        ]
+    ),
+    frozenset({Site("A"), Site("B"), Site("C"), Site("D")}),
+)

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from hydrator.core.index import merge_replicas
 from hydrator.core.jobs import (
     AnnotateSettings,
     Annotation,
@@ -21,25 +20,11 @@ from hydrator.core.jobs import (
     site_demand,
     state_epoch,
 )
-from hydrator.core.views import site_contents
 from hydrator.domain import Site, SiteView
-from tests.unit.factories import rep, t
+from tests.unit.factories import ANNOTATION_VIEWS as VIEWS
+from tests.unit.factories import t
 
 S = Site
-# A holds x and y; B holds x, part of y; C receives y; D holds nothing
-VIEWS = site_contents(
-    merge_replicas(
-        [
-            rep("A", "x"),
-            rep("A", "y"),
-            rep("B", "x"),
-            rep("B", "y", "partial", 0.5),
-            rep("C", "y", "replicating", 0.1),
-            rep("C", "x", "partial", 0.2),
-        ]
-    ),
-    frozenset({S("A"), S("B"), S("C"), S("D")}),
-)
 XY = frozenset({"ska:x", "ska:y"})
 X = frozenset({"ska:x"})
 Z = frozenset({"ska:z"})

@@ -8,7 +8,6 @@ import logging
 
 import pytest
 
-from hydrator.core.index import merge_replicas
 from hydrator.core.jobs import (
     AnnotateSettings,
     Annotation,
@@ -17,28 +16,13 @@ from hydrator.core.jobs import (
     ScheddQueue,
     annotate_values,
 )
-from hydrator.core.views import site_contents
 from hydrator.domain import Site
 from hydrator.errors import PublishError
 from hydrator.runtime.annotate_jobs import Annotator
 from tests.support.scripted import ScriptedQueue
-from tests.unit.factories import rep
+from tests.unit.factories import ANNOTATION_VIEWS as VIEWS
 
 S = Site
-# A holds x and y; B holds x, part of y; C receives y; D holds nothing
-VIEWS = site_contents(
-    merge_replicas(
-        [
-            rep("A", "x"),
-            rep("A", "y"),
-            rep("B", "x"),
-            rep("B", "y", "partial", 0.5),
-            rep("C", "y", "replicating", 0.1),
-            rep("C", "x", "partial", 0.2),
-        ]
-    ),
-    frozenset({S("A"), S("B"), S("C"), S("D")}),
-)
 XY = frozenset({"ska:x", "ska:y"})
 X = frozenset({"ska:x"})
 EPOCH = 1_800_000_000
