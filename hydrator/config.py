@@ -580,7 +580,8 @@ class JobsConfig(_Model):
     sites_attribute: str = "DataLocalitySites"
     """Job attribute: ClassAd list of sites holding every required dataset completely."""
     partial_sites_attribute: str = "DataLocalityPartialSites"
-    """Job attribute: sites holding at least part of every required dataset, not all complete."""
+    """Job attribute: sites holding or receiving every required dataset (complete, partial or
+    being replicated there), not all of them complete."""
     updated_attribute: str = "DataLocalitySitesUpdated"
     """Job attribute: epoch (s) of the hydrator state the two lists were computed from."""
     desired_sites_attribute: str | None = None
