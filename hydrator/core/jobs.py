@@ -170,7 +170,9 @@ def annotation(required: frozenset[DatasetId] | None, sets: Mapping[Site, SiteSe
     if not required:
         return Annotation((), ())
     complete = [s for s, h in sets.items() if required <= h.available]
-    partial = [s for s, h in sets.items() if required <= h.incoming_or_better and s not in complete]
+    partial = [
+        s for s, h in sets.items() if required <= h.present_or_replicating and s not in complete
+    ]
     return Annotation(tuple(sorted(complete)), tuple(sorted(partial)))
 
 
