@@ -12,7 +12,7 @@ frozen state. The entry is :class:`Model`: :meth:`Model.of` (the model of a stat
 one if it is that state's), :meth:`Model.delta` and :meth:`Model.site_counts` (what the plan
 asks of a source), :meth:`Model.apply` (the next state's model and the changes); and what
 the core's other modules read of a state through it: :attr:`Model.contents`,
-:meth:`Model.served_views` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
+:meth:`Model.served_now` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
 (a restart), :meth:`Model.sharing` and :attr:`Model.site_updated` (a cycle between full
 reads). The runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
 
@@ -241,7 +241,7 @@ class Model:
         updated = self.site_updated
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
-    def served_views(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+    def served_now(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
         """The views as the sites' ads say them (:func:`~hydrator.core.storage.served_views`,
         which reads a source's index at a site only where some source's storage there is
         down: a one-source daemon never builds one)."""

@@ -44,14 +44,14 @@ def restart(
     model = Model.of(state, as_read=as_read)
     if policy.demand_only:
         return Restart(model, {}, {})
-    advertised = startup_views(model.served_views(drains, now), policy, attrs)
+    advertised = startup_views(model.served_now(drains, now), policy, attrs)
     return Restart(model, advertised, model.stamped_views() if advertised else {})
 
 
 def saved_views(state: State, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
     """The saved ``state``'s views as the daemon serves them at ``now``: every source's
     storage statuses and the ``drains`` active then applied (``hydrator show``)."""
-    return Model.of(state).served_views(drains, now)
+    return Model.of(state).served_now(drains, now)
 
 
 def startup_views(
