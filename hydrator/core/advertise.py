@@ -2,8 +2,7 @@
 
 Every attribute is copied into every slot ad and shipped to the negotiator each cycle
 (docs/platform.md: keep lists to hundreds of names per slot), so a big site's full list is costly.
-Two knobs
-(``[classad]``):
+Three knobs (``[classad]``):
 
 * ``advertise = "demand"``: only datasets that queued jobs declare in ``RequiredDatasets``.
 * ``max_datasets_per_site``: a budget on names per site ad (all three lists together). Over
