@@ -458,7 +458,8 @@ class DmapiSourceConfig(_SourceBase):
     max_retry_after_s: float = Field(30.0, ge=0)
     """Longest ``Retry-After`` (429/503) honoured, seconds; a longer hint fails the cycle."""
     token_refresh_margin_s: float = Field(60.0, ge=0)
-    """Fetch a new client-credentials token this many seconds before the old one expires."""
+    """Fetch a new client-credentials token this many seconds before the old one expires (at
+    most half its lifetime before, so a short-lived token is not fetched for every request)."""
     max_concurrency: int = Field(8, ge=1, le=64)
     """Locate requests in flight at once."""
     ca_cert: ConfigPath | None = None

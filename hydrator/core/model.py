@@ -42,8 +42,10 @@ The helpers that patch an index, a view or the site counts by a delta are
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
 * Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
-  not through a call: 1.92 s against 2.31 s (17.1 %; 7.4 %, the median of five runs; the
-  same file).
+  not through a call: 7.39 % saved, the median of five runs; the latest, 1.92 s against
+  2.31 s (17.1 %), saved more because ``SiteLists.add`` goes through
+  ``SiteLists.entries_of``, about 0.4 us a call that the variant without the shortcut pays
+  for every replica (the same file, its ``earlier_runs``; benchmarks/RESULTS.md).
 
 Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
 replica's fields by name; by position they saved 3.8 % and 2.0 % (medians of five runs).
