@@ -458,7 +458,8 @@ class DmapiSourceConfig(_SourceBase):
     max_retry_after_s: float = Field(30.0, ge=0)
     """Longest ``Retry-After`` (429/503) honoured, seconds; a longer hint fails the cycle."""
     token_refresh_margin_s: float = Field(60.0, ge=0)
-    """Fetch a new client-credentials token this many seconds before the old one expires."""
+    """Fetch a new client-credentials token this many seconds before the old one expires (at
+    most half its lifetime before, so a short-lived token is not fetched for every request)."""
     max_concurrency: int = Field(8, ge=1, le=64)
     """Locate requests in flight at once."""
     ca_cert: ConfigPath | None = None
@@ -580,7 +581,8 @@ class JobsConfig(_Model):
     sites_attribute: str = "DataLocalitySites"
     """Job attribute: ClassAd list of sites holding every required dataset completely."""
     partial_sites_attribute: str = "DataLocalityPartialSites"
-    """Job attribute: sites holding at least part of every required dataset, not all complete."""
+    """Job attribute: sites holding or receiving every required dataset (complete, partial or
+    being replicated there), not all of them complete."""
     updated_attribute: str = "DataLocalitySitesUpdated"
     """Job attribute: epoch (s) of the hydrator state the two lists were computed from."""
     desired_sites_attribute: str | None = None

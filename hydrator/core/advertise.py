@@ -2,8 +2,7 @@
 
 Every attribute is copied into every slot ad and shipped to the negotiator each cycle
 (docs/platform.md: keep lists to hundreds of names per slot), so a big site's full list is costly.
-Two knobs
-(``[classad]``):
+Three knobs (``[classad]``):
 
 * ``advertise = "demand"``: only datasets that queued jobs declare in ``RequiredDatasets``.
 * ``max_datasets_per_site``: a budget on names per site ad (all three lists together). Over
@@ -62,7 +61,8 @@ class Advertised:
     over_size: int = 0
 
 
-_Entry = tuple[DatasetId, float, ReplicaState]
+# One dataset as the ranking sees it: its name, its share held at the site, its state
+_Ranked = tuple[DatasetId, float, ReplicaState]
 # Bytes a name costs in an old-syntax list at most: its two quotes and a comma
 _PER_NAME_BYTES = 3
 # Bytes a name costs in an ad at least: a scope and a name of one character, the colon and
@@ -141,7 +141,7 @@ def _by_demand_and_budget(
     return Advertised(_narrowed(view, entries, _kept(wanted, policy)), not_demanded, over_budget)
 
 
-def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
+def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Ranked]:
     """The site's datasets that queued jobs want, most-demanded first, then state, then name.
     Few wanted against the site's names: each looked up in the view's sorted lists; else the
     lists filtered by ``wanted`` (:func:`_entries`)."""
@@ -157,7 +157,7 @@ def _demanded(view: SiteView, wanted: Mapping[DatasetId, int]) -> list[_Entry]:
 _SCAN_RATIO = 24  # names scanned that cost about one lookup (three bisections; docs/performance.md)
 
 
-def _entry(view: SiteView, dataset: DatasetId) -> _Entry | None:
+def _entry(view: SiteView, dataset: DatasetId) -> _Ranked | None:
     """``dataset``'s entry in the view's advertised lists (sorted by dataset), or None."""
     available = view.available
     at = bisect_left(available, dataset)
@@ -180,7 +180,7 @@ def _names(view: SiteView) -> Iterator[DatasetId]:
     return chain(view.available, map(_first, view.partial), map(_first, view.replicating))
 
 
-def _entries(view: SiteView, wants: Callable[[DatasetId], bool] | None = None) -> Iterator[_Entry]:
+def _entries(view: SiteView, wants: Callable[[DatasetId], bool] | None = None) -> Iterator[_Ranked]:
     """The view's advertised entries: better state first, then name (C-level iterators);
     with ``wants``, only those of the datasets it accepts, each list filtered by C-level
     iterators before an entry is built (for the hits only)."""
@@ -211,7 +211,7 @@ def _ranked(
     wanted: Mapping[DatasetId, int],
     policy: AdvertisePolicy,
     most: int | None = None,
-) -> tuple[list[_Entry], int, int]:
+) -> tuple[list[_Ranked], int, int]:
     """What demand and budget let into the ad, in the order they win (demanded first): the
     first ``most`` of those entries (all when None), how many candidates there were before
     the budget, and how many entries there are in all."""
@@ -236,7 +236,7 @@ def _listed(view: SiteView, datasets: set[DatasetId]) -> int:
     return sum(map(datasets.__contains__, _names(view)))
 
 
-def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int, keep: _Keep) -> int:
+def _fitting(view: SiteView, entries: list[_Ranked], size: Size, limit: int, keep: _Keep) -> int:
     """How many of ``entries`` (a prefix) fit in ``limit`` bytes; a few renderings only.
 
     Each name costs at most its length + 3 bytes over the empty ad, so that estimate fits; the
@@ -264,7 +264,7 @@ def _fitting(view: SiteView, entries: list[_Entry], size: Size, limit: int, keep
     return count
 
 
-def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
+def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Ranked]:
     """The next ``count`` undemanded entries in budget order: better state, then name (the
     view's lists are already sorted by name); built by C-level iterators, as a big site's
     lists are long."""
@@ -274,7 +274,7 @@ def _fill(view: SiteView, taken: set[DatasetId], count: int) -> list[_Entry]:
     return list(islice(entries, count))
 
 
-def _narrowed(view: SiteView, entries: list[_Entry], keep: _Keep) -> SiteView:
+def _narrowed(view: SiteView, entries: list[_Ranked], keep: _Keep) -> SiteView:
     """The view with only ``entries`` in its lists; the transfers reported beside them are
     kept for the datasets ``keep`` accepts (all when None)."""
     states = list(map(_third, entries))  # C-level filters: an ad takes thousands of names

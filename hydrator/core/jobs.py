@@ -5,8 +5,8 @@ jobs' own attributes, never from slot ads. So each cycle the hydrator writes, on
 that declares ``RequiredDatasets`` (names configurable in ``[jobs]``):
 
 * ``DataLocalitySites``: ClassAd list of the sites where every required dataset is complete;
-* ``DataLocalityPartialSites``: sites holding at least part of every required dataset
-  (partial, complete or replicating) without all of it complete;
+* ``DataLocalityPartialSites``: sites holding or receiving every required dataset (complete,
+  partial or being replicated there) without all of them complete;
 * ``DataLocalitySitesUpdated``: epoch (s) of the hydrator state the lists come from; written
   with the lists, not refreshed on its own;
 * optionally ``DESIRED_Sites`` (the CMS/GlideinWMS convention): the complete sites as a
@@ -170,7 +170,9 @@ def annotation(required: frozenset[DatasetId] | None, sets: Mapping[Site, SiteSe
     if not required:
         return Annotation((), ())
     complete = [s for s, h in sets.items() if required <= h.available]
-    partial = [s for s, h in sets.items() if required <= h.incoming_or_better and s not in complete]
+    partial = [
+        s for s, h in sets.items() if required <= h.present_or_replicating and s not in complete
+    ]
     return Annotation(tuple(sorted(complete)), tuple(sorted(partial)))
 
 

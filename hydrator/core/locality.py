@@ -63,11 +63,11 @@ class LocalityReport:
 
 @dataclass(frozen=True)
 class SiteSets:
-    """What one site holds: complete; at least partly; at least partly or incoming."""
+    """What one site holds: complete; at least partly; at least partly or being replicated there."""
 
     available: frozenset[DatasetId]
     partial_or_better: frozenset[DatasetId]
-    incoming_or_better: frozenset[DatasetId]
+    present_or_replicating: frozenset[DatasetId]
 
 
 def site_sets(views: Mapping[Site, SiteView]) -> dict[Site, SiteSets]:
@@ -143,6 +143,6 @@ def _idle_reason(
         return "waiting_local"
     if any(required <= h.partial_or_better for h in sets.values()):
         return "partial_only"
-    if any(required <= h.incoming_or_better for h in sets.values()):
+    if any(required <= h.present_or_replicating for h in sets.values()):
         return "replicating_only"
     return "nowhere"

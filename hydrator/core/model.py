@@ -12,7 +12,7 @@ frozen state. The entry is :class:`Model`: :meth:`Model.of` (the model of a stat
 one if it is that state's), :meth:`Model.delta` and :meth:`Model.site_counts` (what the plan
 asks of a source), :meth:`Model.apply` (the next state's model and the changes); and what
 the core's other modules read of a state through it: :attr:`Model.contents`,
-:meth:`Model.served_views` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
+:meth:`Model.served_now` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
 (a restart), :meth:`Model.sharing` and :attr:`Model.site_updated` (a cycle between full
 reads). The runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
 
@@ -42,8 +42,10 @@ The helpers that patch an index, a view or the site counts by a delta are
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
 * Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
-  not through a call: 1.92 s against 2.31 s (17.1 %; 7.4 %, the median of five runs; the
-  same file).
+  not through a call: 7.39 % saved, the median of five runs; the latest, 1.92 s against
+  2.31 s (17.1 %), saved more because ``SiteLists.add`` goes through
+  ``SiteLists.entries_of``, about 0.4 us a call that the variant without the shortcut pays
+  for every replica (the same file, its ``earlier_runs``; benchmarks/RESULTS.md).
 
 Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
 replica's fields by name; by position they saved 3.8 % and 2.0 % (medians of five runs).
@@ -241,7 +243,7 @@ class Model:
         updated = self.site_updated
         return {s: replace(v, updated=updated.get(s)) for s, v in self.contents.items()}
 
-    def served_views(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
+    def served_now(self, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
         """The views as the sites' ads say them (:func:`~hydrator.core.storage.served_views`,
         which reads a source's index at a site only where some source's storage there is
         down: a one-source daemon never builds one)."""

@@ -28,7 +28,7 @@ No I/O, no clock, no globals. The rules it enforces:
   where the element's is known, and by each available element's count); a drained site's
   view lists nothing, and so does a site whose every source there says all its storage
   there cannot serve. The site views carry their storage elements and the reasons
-  (:meth:`~hydrator.core.model.Model.served_views`).
+  (:meth:`~hydrator.core.model.Model.served_now`).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def planned(
         changes=changes,
         sources=tuple(statuses),
         source_deltas=deltas,
-        sites=new.served_views(drains, now),
+        sites=new.served_now(drains, now),
         changed_sites=changed_sites,
         removed_sites=frozenset(old_contents) - frozenset(new.contents),
         now=now,

@@ -40,28 +40,27 @@ def restart(
 ) -> Restart:
     """The :class:`Restart` from the saved ``state`` (``as_read``: per source, its replicas
     in the order the store read them, which builds a one-source state's views without
-    sorting) with the active ``drains`` at ``now``."""
+    sorting) with the active ``drains`` at ``now``. In demand mode nothing is advertised nor
+    built (the demand is not known yet; hooks keep their last good copy)."""
     model = Model.of(state, as_read=as_read)
     if policy.demand_only:
         return Restart(model, {}, {})
-    advertised = startup_views(model.served_views(drains, now), policy, attrs)
+    advertised = startup_views(model.served_now(drains, now), policy, attrs)
     return Restart(model, advertised, model.stamped_views() if advertised else {})
 
 
 def saved_views(state: State, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
     """The saved ``state``'s views as the daemon serves them at ``now``: every source's
     storage statuses and the ``drains`` active then applied (``hydrator show``)."""
-    return Model.of(state).served_views(drains, now)
+    return Model.of(state).served_now(drains, now)
 
 
 def startup_views(
     served: Mapping[Site, SiteView], policy: AdvertisePolicy, attrs: AdAttributes
 ) -> dict[Site, SiteView]:
-    """Nothing in demand mode (the demand is not known yet; hooks keep their last good
-    copy); else the ``served`` views (the saved ones with the saved storage statuses and the
-    drains active now: a drained site must not be advertised again by a restart), cut to
-    size as :func:`advertise` cuts them with no demand."""
-    if policy.demand_only:
-        return {}
+    """The ``served`` views (the saved ones with the saved storage statuses and the drains
+    active now: a drained site must not be advertised again by a restart), cut to size as
+    :func:`advertise` cuts them with no demand; :func:`restart` calls it only outside demand
+    mode."""
     size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
     return {s: advertise(v, {}, policy, size).view for s, v in served.items()}

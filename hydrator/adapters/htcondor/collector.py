@@ -1,6 +1,7 @@
 """Publish site ClassAds into an HTCondor collector (the one module that advertises with htcondor2).
 
-Two kinds of update, both through ``htcondor2.Collector.advertise``:
+Two kinds of update, both through ``htcondor2.Collector.advertise`` (site ads and slot
+merges), then four rules for when and by whom slots are merged:
 
 * **site ads**: one generic ad per site, ``MyType = "DataLocality"``, ``Name`` = the site, with
   the site ClassAd's attributes (:func:`hydrator.core.render.site_classad`), so that

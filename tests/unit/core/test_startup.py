@@ -27,7 +27,6 @@ def listed(views: dict[Site, SiteView]) -> dict[str, list[str]]:
     ("policy", "drains", "served"),
     [
         (AdvertisePolicy(), [], {"A": ["x", "y"], "B": ["z"]}),
-        (AdvertisePolicy(demand_only=True), [], {}),  # the demand is not known yet
         (AdvertisePolicy(max_datasets_per_site=1), [], {"A": ["x"], "B": ["z"]}),
         (AdvertisePolicy(), [Drain(A, None, "maintenance", t(0))], {"A": [], "B": ["z"]}),
     ],

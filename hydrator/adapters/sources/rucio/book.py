@@ -55,7 +55,7 @@ class Dataset:
         """Set its row at ``rse``; True when it had none there."""
         at = self.at
         if rse not in at:
-            self.at = at + (rse, value)  # noqa: RUF005  (faster than unpacking)
+            self.at = at + (rse, value)  # noqa: RUF005  (one more rse, value pair)
             return True
         i = at.index(rse) + 1
         self.at = (*at[:i], value, *at[i + 1 :])
@@ -250,7 +250,7 @@ def fill_rows(rse: str, values: list[RowValue | Mark], site: Site, dirty: Dirty)
             values[i] = Mark.INVALID
             unique = False
             continue
-        dataset.at = at + (rse, value)  # noqa: RUF005  (faster than unpacking)
+        dataset.at = at + (rse, value)  # noqa: RUF005  (one more rse, value pair)
         if not at:
             dirty.datasets.add(dataset)
     if values:
