@@ -16,11 +16,11 @@ call without garbage-collector passes as the daemon runs its cycles
 ``site_views``   the churn's touched sites' views patched by its changes, as the model does
                  (``model_patch.patched_view`` per touched site, from the views before the
                  churn), against rebuilding those sites' views from the replicas
-                 (``_views_of`` over the source's set, what a one-source model builds from);
+                 (``views_of`` over the source's set, what a one-source model builds from);
                  with ``touched_sites`` and ``changes``
-``index_of``     the model's ``_index_of`` (fields read by name, ``attribute``) against the
+``index_of``     the model's ``index_of`` (fields read by name, ``attribute``) against the
                  same loop reading them by position (``positional``, the trick it dropped)
-``views_of``     the model's ``_views_of`` (by name; available replicas with no detail, most
+``views_of``     the model's ``views_of`` (by name; available replicas with no detail, most
                  of them, appended straight to their list: ``attribute``) against the same
                  loop with every replica through ``SiteLists.add`` (``no_shortcut``) and
                  against it read by position (``positional``, the trick it dropped)
@@ -50,7 +50,7 @@ from typing import Any
 from benchmarks.conditions import machine
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.core.index import Index
-from hydrator.core.model import Model, _index_of, _views_of
+from hydrator.core.model import Model, index_of, views_of
 from hydrator.core.model_patch import patched_view, recounted
 from hydrator.core.plan import Policy, planned
 from hydrator.core.views import SiteLists
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def index_by_position(replicas: Iterable[Replica]) -> Index:
-    """``_index_of``'s loop reading the replica's fields by position."""
+    """``index_of``'s loop reading the replica's fields by position."""
     index: Index = {}
     at_site = index.get
     for replica in replicas:
@@ -74,7 +74,7 @@ def index_by_position(replicas: Iterable[Replica]) -> Index:
 
 
 def views_by_position(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
-    """``_views_of``'s loop by position, available replicas with no detail (most) appended
+    """``views_of``'s loop by position, available replicas with no detail (most) appended
     straight to their list."""
     lists = {site: SiteLists() for site in sites}
     at_site, available = lists.get, ReplicaState.AVAILABLE
@@ -92,7 +92,7 @@ def views_by_position(replicas: Iterable[Replica], sites: frozenset[Site]) -> di
 def views_without_shortcut(
     replicas: Iterable[Replica], sites: frozenset[Site]
 ) -> dict[Site, SiteView]:
-    """``_views_of``'s loop with every replica through :meth:`SiteLists.add`."""
+    """``views_of``'s loop with every replica through :meth:`SiteLists.add`."""
     lists = {site: SiteLists() for site in sites}
     at_site = lists.get
     for replica in replicas:
@@ -188,30 +188,30 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
         return {site: patched_view(views[site], found) for site, found in touched.items()}
 
     patched = patch()
-    assert patched == _views_of(after, touched_sites), "patched != rebuilt"
+    assert patched == views_of(after, touched_sites), "patched != rebuilt"
     assert patched == {site: churned_plan.contents[site] for site in touched}
     del churned_plan
     figures["site_views"] = {
         "touched_sites": len(touched),
         "changes": sum(map(len, touched.values())),
         **compare(
-            {"rebuild": lambda: _views_of(after, touched_sites), "patch": patch},
+            {"rebuild": lambda: views_of(after, touched_sites), "patch": patch},
             repetitions,
             [("patch", "rebuild")],
         ),
     }
-    assert _index_of(after) == index_by_position(after)
+    assert index_of(after) == index_by_position(after)
     figures["index_of"] = compare(
-        {"attribute": lambda: _index_of(after), "positional": lambda: index_by_position(after)},
+        {"attribute": lambda: index_of(after), "positional": lambda: index_by_position(after)},
         repetitions,
         [("positional", "attribute")],
     )
-    assert _views_of(after, sites) == views_without_shortcut(after, sites)
+    assert views_of(after, sites) == views_without_shortcut(after, sites)
     assert views_by_position(after, sites) == views_without_shortcut(after, sites)
     figures["views_of"] = compare(
         {
             "no_shortcut": lambda: views_without_shortcut(after, sites),
-            "attribute": lambda: _views_of(after, sites),
+            "attribute": lambda: views_of(after, sites),
             "positional": lambda: views_by_position(after, sites),
         },
         repetitions,

@@ -41,13 +41,13 @@ The helpers that patch an index, a view or the site counts by a delta are
   cycle's plan phase is 1.4 s with the million changes counted, not built.
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
   ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
-* Available replicas with no detail (most) go straight into their list in :func:`_views_of`,
+* Available replicas with no detail (most) go straight into their list in :func:`views_of`,
   not through a call: 7.39 % saved, the median of five runs; the latest, 1.92 s against
   2.31 s (17.1 %), saved more because ``SiteLists.add`` goes through
   ``SiteLists.entries_of``, about 0.4 us a call that the variant without the shortcut pays
   for every replica (the same file, its ``earlier_runs``; benchmarks/RESULTS.md).
 
-Not a trick: the loops over every replica (:func:`_index_of`, :func:`_views_of`) read a
+Not a trick: the loops over every replica (:func:`index_of`, :func:`views_of`) read a
 replica's fields by name; by position they saved 3.8 % and 2.0 % (medians of five runs).
 """
 
@@ -112,7 +112,7 @@ class _SourceModel:
         core reads it only where several sources merge, and from then on hands it from
         cycle to cycle, patched by each delta."""
         if self.built_index is None:
-            self.built_index = _index_of(self.replicas)
+            self.built_index = index_of(self.replicas)
         return self.built_index
 
     @property
@@ -180,7 +180,7 @@ class Model:
         rows = None if as_read is None or only is None else as_read.get(only)
         if rows is not None:  # its views from the rows in the order read
             covering = model._covering_sources
-            model = cls(state, covering=covering, contents=_views_of(rows, frozenset(covering)))
+            model = cls(state, covering=covering, contents=views_of(rows, frozenset(covering)))
         return model
 
     def delta(self, name: str, replicas: AbstractSet[Replica]) -> SourceDelta:
@@ -221,7 +221,7 @@ class Model:
     def contents(self) -> dict[Site, SiteView]:
         """Per covered site, its published lists and digest (``updated`` left None)."""
         if self._views is None:
-            self._views = _views_of(self._merged_replicas, frozenset(self._covering_sources))
+            self._views = views_of(self._merged_replicas, frozenset(self._covering_sources))
         return self._views
 
     @property
@@ -368,7 +368,7 @@ def _moved(known: _SourceModel, delta: SourceDelta, replicas: AbstractSet[Replic
     index, counts = known.built_index, known.built_counts
     if index is not None:
         reused = holds_objects_of(index, delta, replicas)
-        index = patched_index(index, delta) if reused else _index_of(replicas)
+        index = patched_index(index, delta) if reused else index_of(replicas)
     return _SourceModel(replicas, index, None if counts is None else recounted(counts, delta))
 
 
@@ -452,7 +452,7 @@ def _contents(
     sites = sorted(state._covering_sources)
     new_sites = frozenset(s for s in sites if s not in old)
     replicas = state._merged_replicas if merged is None else each_replica(merged)
-    built = _views_of(replicas, new_sites) if new_sites else {}
+    built = views_of(replicas, new_sites) if new_sites else {}
     return {
         s: built[s]
         if s in new_sites
@@ -463,7 +463,7 @@ def _contents(
     }
 
 
-def _index_of(replicas: Iterable[Replica]) -> Index:
+def index_of(replicas: Iterable[Replica]) -> Index:
     """The :data:`Index` of ``replicas``, which hold one replica per (site, dataset)."""
     index: Index = {}
     at_site = index.get
@@ -475,7 +475,7 @@ def _index_of(replicas: Iterable[Replica]) -> Index:
     return index
 
 
-def _views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
+def views_of(replicas: Iterable[Replica], sites: frozenset[Site]) -> dict[Site, SiteView]:
     """The site views of ``replicas`` (one per (site, dataset)) at ``sites``, as
     :func:`~hydrator.core.views.site_contents` builds them from an index, in one pass."""
     lists = {site: SiteLists() for site in sites}

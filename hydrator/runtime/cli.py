@@ -34,7 +34,7 @@ from hydrator.domain import DatasetId, Replica, Site, SiteView, State, StorageSt
 from hydrator.errors import ConfigError, HydratorError, StateError
 from hydrator.logs import setup_logging
 from hydrator.names import InvalidNameError
-from hydrator.runtime.observe import cycle_fields
+from hydrator.runtime.outcome import cycle_fields
 
 if TYPE_CHECKING:
     from hydrator.core.storage import Drain

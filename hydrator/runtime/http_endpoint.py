@@ -226,7 +226,7 @@ class HttpEndpoint:
             if etag != ad.etag:
                 self.spool.write(f"classad/{site}", ad.body)
             name = f"site/{site}.json"
-            new = _site_file(view, old, partial(self.spool.read, name))
+            new = site_file_bytes(view, old, partial(self.spool.read, name))
             if new is not None:
                 self.spool.write(name, new)
             self._written[site] = (ad.etag, view)
@@ -303,7 +303,9 @@ EMPTY_LISTS: dict[str, Any] = dict.fromkeys(
 """A site view's lists, emptied: what :func:`_head` leaves out to format ``updated`` alone."""
 
 
-def _site_file(view: SiteView, old: SiteView | None, read_old: Callable[[], bytes]) -> bytes | None:
+def site_file_bytes(
+    view: SiteView, old: SiteView | None, read_old: Callable[[], bytes]
+) -> bytes | None:
     """The JSON file of ``view`` (:func:`site_json`), given ``old``, the view the file
     ``read_old`` returns was made from; None if ``view`` equals ``old``. A view that differs
     only in ``updated`` (every cycle in which its sources answered and nothing changed) gets

@@ -11,7 +11,7 @@ from hydrator.core.near import with_near
 from hydrator.core.plan import SourceStatus
 from hydrator.core.slot_coverage import SiteCoverage
 from hydrator.domain import Change, Site, SiteView, StorageStatus
-from hydrator.runtime.observe import cycle_fields
+from hydrator.runtime.outcome import cycle_fields
 
 if TYPE_CHECKING:
     from hydrator.runtime.outcome import CycleReport, Published

@@ -1,4 +1,4 @@
-"""The observer: one log line per cycle, and every update of the metric objects.
+"""The observer: every update of the metric objects.
 
 The cycle's report (:func:`record_cycle`), the event worker's (:class:`EventCycleRecord`,
 :func:`record_message`, :func:`record_listener`), the repair watch's (:func:`record_repair`),
@@ -6,23 +6,21 @@ the supervisor's (:func:`record_thread`) and the other runtime parts' values bec
 updates here and nowhere else: the rest of the daemon passes the :class:`Metrics` object
 along and reports what happened. Whatever must reach ``/metrics`` at once (the listener's
 connected gauge) is recorded at that moment, not per cycle. The declarations are
-:mod:`hydrator.runtime.metrics`; the log handlers and formatters are :mod:`hydrator.logs`.
+:mod:`hydrator.runtime.metrics`; the cycle's log line is :func:`hydrator.runtime.outcome.log_cycle`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hydrator.core.plan import SourceStatus
 from hydrator.core.ports import CountsCalls, CountsReadCalls
-from hydrator.domain import ChangeKind, DatasetId, ReplicaState, Site, SiteView, Transfer
+from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 from hydrator.runtime.metrics import JOB_NAMES
 
 if TYPE_CHECKING:
@@ -34,59 +32,6 @@ if TYPE_CHECKING:
     from hydrator.core.storage import Drain
     from hydrator.runtime.metrics import Metrics
     from hydrator.runtime.outcome import CycleReport, Published
-
-log = logging.getLogger("hydrator.cycle")
-
-
-def cycle_fields(report: CycleReport) -> dict[str, Any]:
-    """The counts of one cycle, as logged and as ``once --json`` summarises them."""
-    fields: dict[str, Any] = {"outcome": report.outcome, "duration_s": round(report.duration_s, 3)}
-    plan = report.plan
-    if plan is not None:
-        kinds = plan.changes.counts  # counted by the core: a first cycle's are not built
-        fields.update(
-            sources=len(plan.sources),
-            fresh=sum(1 for s in plan.sources if s.fresh),
-            stale=sorted(s.name for s in plan.sources if not s.fresh),
-            sites=len(plan.sites),
-            entries=plan.entries,
-            added=kinds.get(ChangeKind.ADDED, 0),
-            removed=kinds.get(ChangeKind.REMOVED, 0),
-            changed=kinds.get(ChangeKind.CHANGED, 0),
-            invalid=sum(s.invalid for s in plan.sources),
-            rows_written=report.rows_written,
-        )
-    if report.queue is not None:
-        fields["queue"] = report.queue.value  # read, reused or failed
-    if report.jobs is not None:
-        fields.update(jobs_seen=report.jobs.seen, job_edits=report.jobs.edits)
-        if report.jobs.failed_schedds:
-            fields["failed_schedds"] = list(report.jobs.failed_schedds)
-    if report.publish_errors:
-        fields["publish_errors"] = sorted(report.publish_errors)
-    if report.error:
-        fields["error"] = report.error
-    return fields
-
-
-def log_cycle(report: CycleReport) -> None:
-    fields = cycle_fields(report)
-    text = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if k != "outcome")
-    level = logging.INFO if report.outcome == "ok" else logging.WARNING
-    log.log(level, "cycle %s %s", report.outcome, text, extra={"fields": fields})
-    if report.phases and log.isEnabledFor(logging.DEBUG):
-        seconds = {name: round(t.wall_s, 3) for name, t in report.phases.items()}
-        text = " ".join(f"{name}={s}" for name, s in seconds.items())
-        log.debug("cycle phases %s", text, extra={"fields": {"phases_s": seconds}})
-    for status in report.plan.sources if report.plan else ():
-        for site, reason in chain(status.held_sites.items(), status.refused_sites.items()):
-            log.warning("%s", reason, extra={"fields": {"site": site, "source": status.name}})
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value) or "-"
-    return str(value)
 
 
 def record_cycle(metrics: Metrics, report: CycleReport, published: Published) -> None:

@@ -1,16 +1,21 @@
 """What one cycle produced: the report of the cycle and what the HTTP endpoint serves.
 
 Plain frozen values, built by :mod:`hydrator.runtime.service` and read by
-:mod:`~hydrator.runtime.observe` (logs, metrics) and :mod:`~hydrator.runtime.json_views` (JSON).
+:mod:`~hydrator.runtime.observe` (metrics) and :mod:`~hydrator.runtime.json_views` (JSON).
 They live here, not in the service, so that those readers do not import the service.
-:func:`render_ads` renders the ads served (``hydrator show`` and the restart's too).
+:func:`render_ads` renders the ads served (``hydrator show`` and the restart's too);
+:func:`cycle_fields` is a cycle's counts (its log line, ``once --json``) and :func:`log_cycle`
+writes its log line.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
+from typing import Any
 
 from hydrator.core.jobs import JobsReport, SiteDemand
 from hydrator.core.near import with_near
@@ -18,7 +23,7 @@ from hydrator.core.plan import Plan, SourceStatus
 from hydrator.core.ports import PublishReport
 from hydrator.core.queue_reuse import QueueRead
 from hydrator.core.render import AdAttributes, etag, published_updated, render_cron
-from hydrator.domain import Site, SiteView
+from hydrator.domain import ChangeKind, Site, SiteView
 from hydrator.runtime.phases import PhaseTime
 
 
@@ -98,3 +103,58 @@ class CycleReport:
     queue: QueueRead | None = None
     """How the cycle got the schedds' queues: read, reused (an event cycle within
     ``[collector] queue_max_age_s``) or failed; None when it took none."""
+
+
+log = logging.getLogger("hydrator.cycle")
+
+
+def cycle_fields(report: CycleReport) -> dict[str, Any]:
+    """The counts of one cycle, as logged and as ``once --json`` summarises them."""
+    fields: dict[str, Any] = {"outcome": report.outcome, "duration_s": round(report.duration_s, 3)}
+    plan = report.plan
+    if plan is not None:
+        kinds = plan.changes.counts  # counted by the core: a first cycle's are not built
+        fields.update(
+            sources=len(plan.sources),
+            fresh=sum(1 for s in plan.sources if s.fresh),
+            stale=sorted(s.name for s in plan.sources if not s.fresh),
+            sites=len(plan.sites),
+            entries=plan.entries,
+            added=kinds.get(ChangeKind.ADDED, 0),
+            removed=kinds.get(ChangeKind.REMOVED, 0),
+            changed=kinds.get(ChangeKind.CHANGED, 0),
+            invalid=sum(s.invalid for s in plan.sources),
+            rows_written=report.rows_written,
+        )
+    if report.queue is not None:
+        fields["queue"] = report.queue.value  # read, reused or failed
+    if report.jobs is not None:
+        fields.update(jobs_seen=report.jobs.seen, job_edits=report.jobs.edits)
+        if report.jobs.failed_schedds:
+            fields["failed_schedds"] = list(report.jobs.failed_schedds)
+    if report.publish_errors:
+        fields["publish_errors"] = sorted(report.publish_errors)
+    if report.error:
+        fields["error"] = report.error
+    return fields
+
+
+def log_cycle(report: CycleReport) -> None:
+    """Log the cycle's line (a warning unless ok), its phases at debug level, each held site."""
+    fields = cycle_fields(report)
+    text = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if k != "outcome")
+    level = logging.INFO if report.outcome == "ok" else logging.WARNING
+    log.log(level, "cycle %s %s", report.outcome, text, extra={"fields": fields})
+    if report.phases and log.isEnabledFor(logging.DEBUG):
+        seconds = {name: round(t.wall_s, 3) for name, t in report.phases.items()}
+        text = " ".join(f"{name}={s}" for name, s in seconds.items())
+        log.debug("cycle phases %s", text, extra={"fields": {"phases_s": seconds}})
+    for status in report.plan.sources if report.plan else ():
+        for site, reason in chain(status.held_sites.items(), status.refused_sites.items()):
+            log.warning("%s", reason, extra={"fields": {"site": site, "source": status.name}})
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)

@@ -43,7 +43,6 @@ from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.observe import (
     FetchRecord,
     calls_of,
-    log_cycle,
     record_cycle,
     record_fetch,
     record_locality,
@@ -51,7 +50,7 @@ from hydrator.runtime.observe import (
     record_remote_budget,
     record_unadvertised,
 )
-from hydrator.runtime.outcome import CycleReport, Published, render_ads
+from hydrator.runtime.outcome import CycleReport, Published, log_cycle, render_ads
 from hydrator.runtime.parts import Catalogue, Instruments, Policies, Pool
 from hydrator.runtime.phases import phase, recording
 from hydrator.runtime.queue_reads import QueueReads

@@ -16,7 +16,7 @@ REPLICATING, STUCK = ReplicaState.REPLICATING, ReplicaState.STUCK
 
 # Each kind of replica -> the entries it makes, as (list, entry) pairs.
 TABLE: list[tuple[Replica, set[tuple[ListName, Entry]]]] = [
-    # complete, nothing moving: its dataset in available alone (model._views_of relies on it)
+    # complete, nothing moving: its dataset in available alone (model.views_of relies on it)
     (Replica(D, S, AVAILABLE), {("available", D)}),
     (Replica(D, S, AVAILABLE, 1.0, Detail(Transfer.NONE, 0.0, 1.0)), {("available", D)}),
     (

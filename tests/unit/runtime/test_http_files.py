@@ -9,11 +9,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from hydrator.domain import DatasetId, Site, SiteView
-from hydrator.runtime.http_endpoint import _json, _site_file
+from hydrator.runtime.http_endpoint import site_file_bytes
 from hydrator.runtime.json_views import site_json
 from tests.pool.views import views
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def formatted(view: SiteView) -> bytes:
+    """``site_json`` of ``view`` as the endpoint writes it: compact JSON and a newline."""
+    return json.dumps(site_json(view), separators=(",", ":")).encode() + b"\n"
 
 
 def returning(data: bytes) -> Callable[[], bytes]:
@@ -36,10 +41,10 @@ def test_each_next_view_gives_the_file_site_json_gives() -> None:
     old: SiteView | None = None
     body = b""
     for new in (first, later, progress, moved, changed, never, again):
-        made = _site_file(new, old, returning(body))
-        assert made == _json(site_json(new))
+        made = site_file_bytes(new, old, returning(body))
+        assert made == formatted(new)
         assert json.loads(made) == site_json(new)
-        assert _site_file(new, new, returning(made)) is None  # same view: nothing to write
+        assert site_file_bytes(new, new, returning(made)) is None  # same view: nothing to write
         old, body = new, made
 
 
@@ -50,5 +55,5 @@ def test_an_unreadable_or_foreign_old_file_is_formatted_again() -> None:
     def gone() -> bytes:
         raise FileNotFoundError("site/SITE_A.json")
 
-    assert _site_file(later, first, gone) == _json(site_json(later))
-    assert _site_file(later, first, lambda: b'{"other":1}\n') == _json(site_json(later))
+    assert site_file_bytes(later, first, gone) == formatted(later)
+    assert site_file_bytes(later, first, lambda: b'{"other":1}\n') == formatted(later)
