@@ -760,8 +760,9 @@ def pair(
     ``args``), in the order asked; returned as (old, new). With ``--profile DIR`` each side's
     profiles go to ``DIR/old`` and ``DIR/new`` (the last pair's are kept)."""
     if args.profile is not None:
-        args = argparse.Namespace(**{**vars(args), "profile": args.profile / "new"})
-        old_args = argparse.Namespace(**{**vars(old_args), "profile": args.profile.parent / "old"})
+        profiles = args.profile
+        args = argparse.Namespace(**{**vars(args), "profile": profiles / "new"})
+        old_args = argparse.Namespace(**{**vars(old_args), "profile": profiles / "old"})
     if old_first:
         old = run(old_args, code)
         return old, run(args, None)
