@@ -13,6 +13,7 @@ from importlib import import_module
 
 SCENARIOS = {
     "cycle": ("cycle", "whole daemon cycles against a Rucio replay (old vs new: --code DIR)"),
+    "fetch": ("fetch_only", "the Rucio source's fetch alone, old vs new (--code DIR), 1M"),
     "state-store": ("state_store", "the SQLite state file alone: save, load, migration"),
     "demand": ("demand_bench", "ad sizes and cost with and without demand-driven ads"),
     "annotation": ("annotate", "job annotation at 10,000 idle jobs on the real test pool"),

@@ -274,6 +274,7 @@ class BenchService:
         build: Callable[..., Any] = getattr(wiring, "assemble", Service)
         metrics = Metrics(CollectorRegistry())
         self.sources = [wiring.build_source(cfg.sources[0], cfg.sites)]
+        self.fetches = FetchProfile(self.sources)
         built = build(
             cfg,
             sources=self.sources,
@@ -348,38 +349,70 @@ def churn(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{url}/_bench/churn", method="POST")).close()
 
 
-@contextmanager
-def profiled(directory: Path | None, kind: str) -> Iterator[None]:
-    """With ``--profile DIR``, a cProfile of the block as ``DIR/<kind>.prof`` and ``.txt``."""
-    if directory is None:
-        yield
-        return
-    profile = cProfile.Profile()
-    with profile:
-        yield
+class FetchProfile:
+    """The sources' fetches profiled apart: the service runs each fetch in a thread of its
+    own, which a cProfile of the main thread sees only as a lock wait. Wraps each source's
+    ``fetch`` (on the instance) to run under :attr:`profile` while one is set."""
+
+    def __init__(self, sources: Iterable[Any]) -> None:
+        self.profile: cProfile.Profile | None = None
+        for source in sources:
+            source.fetch = self._wrapped(source.fetch)
+
+    def _wrapped(self, fetch: Callable[..., Any]) -> Callable[..., Any]:
+        def profiled_fetch(*args: Any, **kwargs: Any) -> Any:
+            profile = self.profile
+            if profile is None:
+                return fetch(*args, **kwargs)
+            with profile:
+                return fetch(*args, **kwargs)
+
+        return profiled_fetch
+
+
+def write_profile(profile: cProfile.Profile, directory: Path, name: str) -> None:
+    """``profile`` as ``DIR/<name>.prof`` and a text summary ``.txt`` (by cumulative and by
+    own time)."""
     directory.mkdir(parents=True, exist_ok=True)
-    profile.dump_stats(directory / f"{kind}.prof")
+    profile.dump_stats(directory / f"{name}.prof")
     text = io.StringIO()
     for order in ("cumulative", "tottime"):
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(30)
-    (directory / f"{kind}.txt").write_text(text.getvalue())
+    (directory / f"{name}.txt").write_text(text.getvalue())
+
+
+@contextmanager
+def profiled(directory: Path | None, kind: str, fetches: FetchProfile) -> Iterator[None]:
+    """With ``--profile DIR``, a cProfile of the block's main thread as ``DIR/<kind>.prof``
+    and ``.txt``, and of its fetches (their own thread) as ``DIR/<kind>-fetch.prof``."""
+    if directory is None:
+        yield
+        return
+    profile, fetches.profile = cProfile.Profile(), cProfile.Profile()
+    try:
+        with profile:
+            yield
+    finally:
+        fetch_profile, fetches.profile = fetches.profile, None
+    write_profile(profile, directory, kind)
+    write_profile(fetch_profile, directory, f"{kind}-fetch")
 
 
 def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
     pool, daemon, startup_empty = started(args)
     with closing(daemon):  # also when a cycle fails: its files and token directory go
         sent = []  # the collector traffic after each kind of cycle: (ads merged, bytes)
-        with profiled(args.profile, "first"):
+        with profiled(args.profile, "first", daemon.fetches):
             first = daemon.cycle()
         sent.append((pool.merges, pool.encoded_bytes))
         churned, nochange = [], []
-        with profiled(args.profile, "churn"):
+        with profiled(args.profile, "churn", daemon.fetches):
             for _ in range(args.cycles):
                 churn(args.url)
                 pool.startd_updates(args.startd_updates)
                 churned.append(daemon.cycle())
         sent.append((pool.merges, pool.encoded_bytes))
-        with profiled(args.profile, "nochange"):
+        with profiled(args.profile, "nochange", daemon.fetches):
             for _ in range(args.cycles):
                 pool.startd_updates(args.startd_updates)
                 nochange.append(daemon.cycle())
@@ -424,7 +457,7 @@ def step_restart(args: argparse.Namespace) -> dict[str, Any]:
     with closing(daemon):
         rss_after_startup = kib("self/status")["VmRSS"] / 1024
         churn(args.url)
-        with profiled(args.profile, "restart"):
+        with profiled(args.profile, "restart", daemon.fetches):
             after = daemon.cycle()
     return {
         "startup_s": startup,

@@ -238,6 +238,8 @@ def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
     assert result["old"]["hydrator"] == str(old.resolve())
     # each side's profiles apart, so that the two can be compared
     assert (profiles / "old" / "churn.txt").exists() and (profiles / "new" / "churn.txt").exists()
+    # the fetch runs in a thread of its own: profiled apart, the source's own calls in it
+    assert "rucio_source.py" in (profiles / "new" / "churn-fetch.txt").read_text()
     assert result["new"]["hydrator"] == str(ROOT)
     assert result["old"]["replicas_held"] == result["new"]["replicas_held"]
     assert set(result["new_vs_old"]) >= {"whole_cycle_s", "startup_s", "peak_rss_mib"}
