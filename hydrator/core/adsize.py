@@ -2,7 +2,7 @@
 
 :func:`~.advertise.advertise` cuts a view to ``[classad] max_ad_bytes`` by asking a
 ``size`` function; :func:`ad_size` is the one the daemon gives it (cheap bounds from the names,
-a rendering only between them). :class:`AdvertiseMemo` remembers a site's answer while its
+a rendering only between them). :class:`LastAdvertised` remembers a site's answer while its
 inputs are the same, and :func:`over_size_news` says which sites started or stopped being cut
 (the daemon logs each change once).
 """
@@ -48,7 +48,7 @@ def stamp_width(view: SiteView) -> int:
     return 0 if view.updated is None else len(str(int(view.updated.timestamp())))
 
 
-class AdvertiseMemo:
+class LastAdvertised:
     """A site's :func:`~.advertise.advertise` answer, reused while its inputs are the same: an equal
     unstamped view (the core hands on an unchanged site's view as is, so the comparison meets the
     same objects item by item and costs little), the same demand, the same storage statuses and

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from hydrator.core.model import Model
-from hydrator.core.plan import Memo, Planned, Policy, SourceStatus, planned
+from hydrator.core.plan import Planned, Policy, SourceStatus, planned
 from hydrator.core.storage import Drain, unavailable_storages
 from hydrator.domain import (
     DatasetId,
@@ -73,7 +73,7 @@ def planned_between(
     policy: Policy,
     drains: Sequence[Drain] = (),
     *,
-    model: Memo | None = None,
+    model: Model | None = None,
 ) -> Planned:
     """A cycle between two full reads planned over ``outcomes`` (:func:`planned`, ``model``
     as there), every source's read times, failure and guard state kept as the last full read

@@ -14,7 +14,8 @@ asks of a source), :meth:`Model.apply` (the next state's model and the changes);
 the core's other modules read of a state through it: :attr:`Model.contents`,
 :meth:`Model.served_now` and :attr:`Model.entries` (the plan), :meth:`Model.stamped_views`
 (a restart), :meth:`Model.sharing` and :attr:`Model.site_updated` (a cycle between full
-reads). The runtime holds it as an opaque :class:`~hydrator.core.plan.Memo`.
+reads). The runtime holds it between cycles (typed through :mod:`hydrator.core.plan`, which
+exports it) and reads only its state.
 
 The tricks, and what each saves: the one place their figures are kept (at a million
 replicas and 50 sites, from benchmarks/RESULTS.md, whose records name machine and commit).
@@ -165,7 +166,7 @@ class Model:
     def of(
         cls,
         state: State,
-        held: object = None,
+        held: Model | None = None,
         *,
         as_read: Mapping[str, Sequence[Replica]] | None = None,
     ) -> Model:

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.guards import (
@@ -64,7 +64,7 @@ from hydrator.domain import (
 )
 
 __all__ = [
-    "Memo",
+    "Model",
     "Plan",
     "Planned",
     "Policy",
@@ -113,25 +113,17 @@ class Plan:
     removed_sites: frozenset[Site]  # sites no source covers any more
     now: datetime  # the cycle's time: the first-seen time of the pairs it adds
     entries: int = 0  # (site, dataset) pairs the merged view holds
-    # each covered site's lists before storage and drains (what the advertise memo compares)
+    # each covered site's lists before storage and drains (what LastAdvertised compares)
     contents: Mapping[Site, SiteView] = field(default_factory=dict)
 
 
-class Memo(Protocol):
-    """What the runtime holds between cycles and hands back to the next :func:`planned` as
-    ``model``, so that the cycle costs its changes, not its replicas: opaque to it but for
-    the state it is of. The core's :class:`~hydrator.core.model.Model` is one."""
-
-    @property
-    def state(self) -> State: ...
-
-
 class Planned(NamedTuple):
-    """A plan and the memo of its state, which the runtime holds and hands to the next
-    cycle's :func:`planned`."""
+    """A plan and the :class:`~hydrator.core.model.Model` of its state, which the runtime
+    holds and hands back to the next cycle's :func:`planned` as ``model``, so that the cycle
+    costs its changes, not its replicas (the runtime reads only its ``state``)."""
 
     plan: Plan
-    model: Memo
+    model: Model
 
 
 def plan_cycle(
@@ -155,14 +147,14 @@ def planned(
     policy: Policy,
     drains: Sequence[Drain] = (),
     *,
-    model: Memo | None = None,
+    model: Model | None = None,
 ) -> Planned:
     """Decide this cycle, and the model of the new state. ``outcomes`` has one entry per
     configured source; ``drains`` are the operator's (those of whole sites empty the site's
     view while active). ``previous``: the saved state. ``model``: the last cycle's
-    :attr:`Planned.model` (or the restart's), which makes the cycle cost its changes; any
-    other (or none) is ignored and the model of ``previous`` built afresh: the plan is the
-    same either way.
+    :attr:`Planned.model` (or the :class:`~hydrator.core.startup.Startup`'s), which makes
+    the cycle cost its changes; any other (or none) is ignored and the model of ``previous``
+    built afresh: the plan is the same either way.
 
     Sources in ``previous`` that are no longer configured are dropped with their replicas.
     """

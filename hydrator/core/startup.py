@@ -11,25 +11,24 @@ from typing import NamedTuple
 from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.model import Model
-from hydrator.core.plan import Memo
 from hydrator.core.render import AdAttributes
 from hydrator.core.storage import Drain
 from hydrator.domain import Replica, Site, SiteView, State
 
 
-class Restart(NamedTuple):
-    """What a restart starts from: the saved state's memo (:class:`~hydrator.core.plan.Memo`,
-    the core's :mod:`~hydrator.core.model`), which the runtime holds and hands to its first
-    plan; the views advertised until the first
-    cycle (:func:`startup_views`); and every site's full lists with their ``updated`` times,
-    which the JSON views serve (empty when nothing is advertised)."""
+class Startup(NamedTuple):
+    """What the daemon starts from (:func:`startup_from`): the saved state's
+    :class:`~hydrator.core.model.Model`, which the runtime holds and hands to its first plan;
+    the views advertised until the first cycle (:func:`startup_views`); and every site's full
+    lists with their ``updated`` times, which the JSON views serve (empty when nothing is
+    advertised)."""
 
-    model: Memo
+    model: Model
     advertised: dict[Site, SiteView]
     full: dict[Site, SiteView]
 
 
-def restart(
+def startup_from(
     state: State,
     drains: Iterable[Drain],
     now: datetime,
@@ -37,16 +36,16 @@ def restart(
     attrs: AdAttributes,
     *,
     as_read: Mapping[str, Sequence[Replica]] | None = None,
-) -> Restart:
-    """The :class:`Restart` from the saved ``state`` (``as_read``: per source, its replicas
+) -> Startup:
+    """The :class:`Startup` from the saved ``state`` (``as_read``: per source, its replicas
     in the order the store read them, which builds a one-source state's views without
     sorting) with the active ``drains`` at ``now``. In demand mode nothing is advertised nor
     built (the demand is not known yet; hooks keep their last good copy)."""
     model = Model.of(state, as_read=as_read)
     if policy.demand_only:
-        return Restart(model, {}, {})
+        return Startup(model, {}, {})
     advertised = startup_views(model.served_now(drains, now), policy, attrs)
-    return Restart(model, advertised, model.stamped_views() if advertised else {})
+    return Startup(model, advertised, model.stamped_views() if advertised else {})
 
 
 def saved_views(state: State, drains: Iterable[Drain], now: datetime) -> dict[Site, SiteView]:
@@ -60,7 +59,7 @@ def startup_views(
 ) -> dict[Site, SiteView]:
     """The ``served`` views (the saved ones with the saved storage statuses and the drains
     active now: a drained site must not be advertised again by a restart), cut to size as
-    :func:`advertise` cuts them with no demand; :func:`restart` calls it only outside demand
+    :func:`advertise` cuts them with no demand; :func:`startup_from` calls it only outside demand
     mode."""
     size = partial(ad_size, attrs=attrs, max_ad_bytes=policy.max_ad_bytes)
     return {s: advertise(v, {}, policy, size).view for s, v in served.items()}

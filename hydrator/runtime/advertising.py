@@ -2,7 +2,7 @@
 :func:`hydrator.core.advertise.advertise`.
 
 :class:`Advertising` holds what it remembers between cycles: each site's last answer
-(:class:`~hydrator.core.adsize.AdvertiseMemo`, reused while its inputs hold), the sites whose
+(:class:`~hydrator.core.adsize.LastAdvertised`, reused while its inputs hold), the sites whose
 ads are cut to fit (a warning when one starts, a line when it fits again) and the bytes each
 ad's near line adds (``[distances]``, counted in ``max_ad_bytes``).
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from hydrator.config import ClassAdConfig
-from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news
+from hydrator.core.adsize import LastAdvertised, ad_size, over_size_news
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
 from hydrator.core.near import near_line_bytes
 from hydrator.core.plan import Plan
@@ -30,7 +30,7 @@ class Advertising:
 
     def __init__(self, policy: AdvertisePolicy, attrs: ClassAdConfig) -> None:
         self.policy, self.attrs = policy, attrs
-        self._memo: dict[Site, AdvertiseMemo] = {}  # last cycle's, per site
+        self._last: dict[Site, LastAdvertised] = {}  # last cycle's answer, per site
         self._over_size: frozenset[Site] = frozenset()  # sites whose ads were cut to fit
         self._near_bytes: Mapping[Site, int] = {}  # what each ad's near line adds, bytes
 
@@ -47,24 +47,27 @@ class Advertising:
         published: Mapping[Site, SiteAd],
     ) -> dict[Site, Advertised]:
         """Each of ``plan``'s sites' advertised lists under the demand ``wanted``; a site
-        whose inputs are those of last cycle gets last cycle's answer (the memo compares each
-        site's lists before storage, drains and read times apply:
-        :attr:`~hydrator.core.plan.Plan.contents`). ``published``: the ads served until now
-        (an unchanged site's size is its body's length)."""
+        whose inputs are those of last cycle gets last cycle's answer
+        (:class:`~hydrator.core.adsize.LastAdvertised` compares each site's lists before
+        storage, drains and read times apply: :attr:`~hydrator.core.plan.Plan.contents`).
+        ``published``: the ads served until now (an unchanged site's size is its body's
+        length)."""
         contents = plan.contents
         policy, size = self.policy, partial(self._ad_size, published)
-        memo = self._memo
-        demand = dict(wanted)  # a copy the memo keeps, whatever the caller does with its own
+        last = self._last
+        demand = dict(
+            wanted
+        )  # a copy each LastAdvertised keeps, whatever the caller does with its own
         advertised: dict[Site, Advertised] = {}
         for site, view in plan.sites.items():
-            known, near = memo.get(site), self._near_bytes.get(site, 0)
+            known, near = last.get(site), self._near_bytes.get(site, 0)
             if known is not None and known.fits(contents[site], view, wanted, near):
                 advertised[site] = known.stamped(view)
                 continue
             advertised[site] = advertise(view, wanted, policy, size)
-            memo[site] = AdvertiseMemo(contents[site], view, demand, advertised[site], near)
-        for site in memo.keys() - plan.sites.keys():
-            del memo[site]
+            last[site] = LastAdvertised(contents[site], view, demand, advertised[site], near)
+        for site in last.keys() - plan.sites.keys():
+            del last[site]
         self._warn_over_size(advertised)
         return advertised
 

@@ -22,7 +22,7 @@ from hydrator.core.between_reads import planned_between
 from hydrator.core.jobs import JobsReport
 from hydrator.core.locality import locality_report
 from hydrator.core.near import with_near
-from hydrator.core.plan import Memo, Plan, planned
+from hydrator.core.plan import Model, Plan, planned
 from hydrator.core.ports import (
     Abandonable,
     DefersChecks,
@@ -80,25 +80,24 @@ class CycleKind(Enum):
 
 
 class _Decided(NamedTuple):
-    """What a cycle decided before it saves: the plan, the memo of its state, the demand it
+    """What a cycle decided before it saves: the plan, the model of its state, the demand it
     advertises by (None: the queues never read) and the queues' snapshot taken for it (None:
     none yet)."""
 
     plan: Plan
-    model: Memo
+    model: Model
     wanted: Mapping[DatasetId, int] | None
     queue: QueueSnapshot | None
 
 
 @dataclass(frozen=True)
-class Startup:
-    """What a service starts from (built by :func:`hydrator.runtime.wiring.assemble`): the
-    saved state's memo (:class:`~hydrator.core.plan.Memo`, from
-    :func:`~hydrator.core.startup.restart`),
-    what it serves before its first cycle, and the operator's drains as read (empty when
-    they could not be; the next cycle reads them again)."""
+class ServiceStartup:
+    """What a service starts from (built by :func:`hydrator.runtime.wiring.load_startup`):
+    the saved state's model and the views it serves before its first cycle (from the core's
+    :class:`~hydrator.core.startup.Startup`, the views rendered into ads), and the operator's
+    drains as read (empty when they could not be; the next cycle reads them again)."""
 
-    model: Memo
+    model: Model
     published: Published
     drains: Sequence[Drain] = ()
 
@@ -114,7 +113,7 @@ class Service:
 
     def __init__(
         self,
-        startup: Startup,
+        startup: ServiceStartup,
         *,
         catalogue: Catalogue,
         pool: Pool,
@@ -130,7 +129,7 @@ class Service:
         self._stop_event = threading.Event()
         self.last_cycle_end = time.monotonic()
         self.published = startup.published
-        self._model = startup.model  # the state's memo: handed to each plan
+        self._model = startup.model  # the state's model: handed to each plan
         self._drains = DrainReads(catalogue.store, self._metrics, self._clock, startup.drains)
         self._origins: dict[Site, tuple[str, datetime]] = {}  # see _note_origins
         self._advertising = Advertising(policies.advertise, policies.classad)

@@ -55,7 +55,7 @@ from hydrator.core.ports import (
     TargetedReads,
 )
 from hydrator.core.slot_coverage import SiteCoverage
-from hydrator.core.startup import restart
+from hydrator.core.startup import startup_from
 from hydrator.core.storage import Drain
 from hydrator.domain import Site
 from hydrator.errors import ConfigError, HydratorError, StateError
@@ -69,7 +69,7 @@ from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published, render_ads
 from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow
 from hydrator.runtime.queue_reads import queue_max_age_s
-from hydrator.runtime.service import Service, Startup
+from hydrator.runtime.service import Service, ServiceStartup
 
 if TYPE_CHECKING:
     from hydrator.adapters.htcondor.collector import CollectorPublisher
@@ -241,7 +241,7 @@ def assemble(
     distances: DistanceReader | None = None,
 ) -> Assembly:
     """A :class:`Service` over the given parts, grouped as :mod:`.parts` says, with its
-    policies from ``config`` and its :class:`Startup` loaded from ``store`` (garbage
+    policies from ``config`` and its :class:`ServiceStartup` loaded from ``store`` (garbage
     collection paused and the model frozen after, glibc's allocator tuned first:
     :mod:`.memory`), and those parts beside it (:class:`Assembly`). ``demand``, when given
     (tests), answers the demand in place of ``queue``."""
@@ -281,7 +281,7 @@ def load_startup(
     metrics: Metrics,
     policy: AdvertisePolicy,
     clock: Callable[[], datetime],
-) -> Startup:
+) -> ServiceStartup:
     """The saved state (its rejected rows counted), the drains (on a failed read none, with
     a warning: the first cycle reads them again) and the ads served until the first cycle
     (:func:`~hydrator.core.startup.startup_views`, at ``clock()`` after the load)."""
@@ -301,8 +301,8 @@ def load_startup(
             log.warning("cannot read the drains, using the previous ones: %s", exc)
         active = [d for d in drains if d.active(now)]
         record_drains(metrics, active)
-    model, views, full = restart(state, active, now, policy, config.classad, as_read=as_read)
-    return Startup(model, Published(render_ads(views, config.classad), views=full), drains)
+    model, views, full = startup_from(state, active, now, policy, config.classad, as_read=as_read)
+    return ServiceStartup(model, Published(render_ads(views, config.classad), views=full), drains)
 
 
 def build_service(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hydrator.config import ClassAdConfig
-from hydrator.core.adsize import AdvertiseMemo, ad_size, over_size_news, stamp_width
+from hydrator.core.adsize import LastAdvertised, ad_size, over_size_news, stamp_width
 from hydrator.core.advertise import MIN_NAME_BYTES, Advertised
 from hydrator.core.render import render_cron
 from hydrator.core.views import content_digest
@@ -71,7 +71,7 @@ def test_the_memo_holds_while_its_inputs_are_the_same() -> None:
     stamped = replace(contents, updated=datetime(2026, 11, 26, tzinfo=UTC))
     wanted = {DatasetId("ska", "00000000"): 2}
     answer = Advertised(replace(stamped, available=stamped.available[:1]), over_size=5)
-    memo = AdvertiseMemo(contents, stamped, dict(wanted), answer)
+    memo = LastAdvertised(contents, stamped, dict(wanted), answer)
     assert memo.fits(contents, stamped, wanted)
     later = replace(stamped, updated=datetime(2026, 11, 27, tzinfo=UTC))  # same width
     assert memo.fits(contents, later, wanted)

@@ -7,7 +7,7 @@ import pytest
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.plan import Policy, plan_cycle
-from hydrator.core.startup import restart, saved_views, startup_views
+from hydrator.core.startup import saved_views, startup_from, startup_views
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, SiteView, State
 from tests.unit.factories import rep, snap, t
@@ -42,7 +42,7 @@ def test_a_restart_advertises_the_saved_views_and_serves_their_full_lists() -> N
     """The ads before the first cycle are cut to size; the JSON views keep the full lists
     with their update times, and a drained site lists nothing in either."""
     drain = Drain(B, None, "maintenance", t(0))
-    started = restart(SAVED, [drain], t(1), AdvertisePolicy(max_datasets_per_site=1), ATTRS)
+    started = startup_from(SAVED, [drain], t(1), AdvertisePolicy(max_datasets_per_site=1), ATTRS)
     assert listed(started.advertised) == {"A": ["x"], "B": []}
     assert listed(started.full) == {"A": ["x", "y"], "B": ["z"]}
     assert {v.updated for v in started.full.values()} == {t(0)}
@@ -50,7 +50,7 @@ def test_a_restart_advertises_the_saved_views_and_serves_their_full_lists() -> N
 
 
 def test_a_restart_in_demand_mode_serves_nothing_but_keeps_the_state() -> None:
-    started = restart(SAVED, [], t(1), AdvertisePolicy(demand_only=True), ATTRS)
+    started = startup_from(SAVED, [], t(1), AdvertisePolicy(demand_only=True), ATTRS)
     assert (started.advertised, started.full) == ({}, {})
     assert started.model.state is SAVED
 
@@ -61,8 +61,8 @@ def test_a_restart_from_the_rows_as_read_builds_the_same_views() -> None:
     (only,) = SAVED.sources.values()
     rows = {only.name: sorted(only.replicas, key=lambda r: (r.site, r.dataset), reverse=True)}
     policy = AdvertisePolicy()
-    from_rows = restart(SAVED, [], t(1), policy, ATTRS, as_read=rows)
-    assert from_rows.advertised == restart(SAVED, [], t(1), policy, ATTRS).advertised
+    from_rows = startup_from(SAVED, [], t(1), policy, ATTRS, as_read=rows)
+    assert from_rows.advertised == startup_from(SAVED, [], t(1), policy, ATTRS).advertised
 
 
 def test_show_prints_the_saved_views_with_the_drains_in_effect() -> None:

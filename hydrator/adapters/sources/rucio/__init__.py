@@ -2,8 +2,11 @@
 
 The package's modules, each for one job (the overview of a fetch is in :mod:`.rucio_source`):
 
-* :mod:`.rucio_source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step,
-  the summary tables read against the last answer, each dirty (site, dataset) pair settled;
+* :mod:`.rucio_source`: :class:`RucioSource` and :func:`build`; one fetch assembled step by step;
+* :mod:`.summaries`: each RSE's summary table read against its last answer, its rows put in the
+  book (the next RSE's read while this one is parsed: :func:`~.summaries.read_ahead`);
+* :mod:`.settling`: each dirty (site, dataset) pair settled from its rows and rules, or left
+  to the deep checks;
 * :mod:`.wire`: the only package importing ``rucio`` and ``requests``: each API call with
   bounded retries, errors translated (:mod:`.wire.calls`); the client, its session watched by
   the fetch's deadline, answers capped and read in bounded blocks (:mod:`.wire.session`);

@@ -9,7 +9,7 @@ reads that table's two current states (``GET /replicas/bad/states``, ``state=B``
 up to ``bad_replicas_max`` records each: two requests), finds each newly listed file's
 datasets (``list_parent_dids``, at most ``bad_parent_lookups_max`` a fetch, answers kept
 while the file stays listed), and forces an exact check of those datasets at the listed RSEs'
-sites (:func:`~.book.forced_pairs`; the source's ``_settle`` makes such a pair pending and the
+sites (:func:`~.book.forced_pairs`; :func:`.settling.settle` makes such a pair pending and the
 deep checks answer it, first in their order). A replica leaving the listing (a TEMPORARY_
 UNAVAILABLE one expired by ``rucio-minos-temporary-expiration``, which deletes its record; a
 BAD one RECOVERED, DELETED or LOST) settles its pairs once more from their rows.

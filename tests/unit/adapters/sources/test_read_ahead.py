@@ -1,5 +1,5 @@
 """The Rucio source reads the next RSE's answer while it parses this one
-(``rucio.rucio_source.read_ahead``): the wait for a catalogue's bytes overlaps the parsing, one
+(``rucio.summaries.read_ahead``): the wait for a catalogue's bytes overlaps the parsing, one
 request at a time, none left running after a fetch, and a failed read raises in its turn."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hydrator.adapters.sources.rucio.rucio_source import read_ahead
+from hydrator.adapters.sources.rucio.summaries import read_ahead
 
 TIMEOUT_S = 10.0
 

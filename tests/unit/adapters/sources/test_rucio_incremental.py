@@ -23,7 +23,7 @@ import requests
 
 from hydrator.adapters.sources.rucio import RucioSource
 from hydrator.adapters.sources.rucio.listing import line_blocks
-from hydrator.adapters.sources.rucio.rucio_source import BULK_SHARE
+from hydrator.adapters.sources.rucio.settling import BULK_SHARE
 from hydrator.config import RucioSourceConfig
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import (
