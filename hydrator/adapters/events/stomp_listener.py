@@ -1,5 +1,6 @@
 """The Rucio event listener: a durable STOMP subscription (stomp-py) to the topic ``rucio-hermes``
-sends to, for one Rucio source. The only module that imports stomp-py.
+sends to, for one Rucio source: when to connect, and what each message is. One connection
+attempt (stomp-py, its transport and callbacks) is :mod:`hydrator.adapters.events.stomp_connection`.
 
 * **Connection.** Each attempt is one round over ``[sources.events] brokers`` in order, and
   every network step of it has a deadline of ``timeout_s``: the TCP connect (stomp-py's
@@ -22,12 +23,14 @@ sends to, for one Rucio source. The only module that imports stomp-py.
   handed over or dropped, whatever happened while handling it (a message left unacknowledged
   would come back at once, forever). A message handed over and lost with the process is
   covered by the full read at start-up.
-* **Bounded frames.** :class:`_BoundedTransport` counts the bytes read since the last whole
-  frame; a peer that sends more than ``max_message_bytes`` plus :data:`FRAME_HEADER_BYTES`
-  without ending the frame is disconnected at once (memory stays bounded while reading), and
-  the next attempt waits as after a failed round. A MESSAGE cut so is acknowledged unread
-  first when its headers arrived whole, and counted as ``too_large``: a broker that does not
-  bound frames itself would otherwise deliver it again at every reconnect.
+* **Bounded frames.** A peer that sends more than ``max_message_bytes`` plus
+  :data:`~hydrator.adapters.events.stomp_connection.FRAME_HEADER_BYTES` without ending the
+  frame is disconnected at once
+  (:class:`~hydrator.adapters.events.stomp_connection.BoundedTransport`: memory stays bounded
+  while reading), and the next attempt waits as after a failed round. A MESSAGE cut so is
+  acknowledged unread first when its headers arrived whole, and counted as ``too_large``: a
+  broker that does not bound frames itself would otherwise deliver it again at every
+  reconnect.
 * **Hostile input.** :func:`~hydrator.adapters.events.hermes_messages.parse_message`
   says why a body cannot be used: over ``max_message_bytes`` (``too_large``), not UTF-8, not
   JSON, not hermes' envelope (``event_type``, ``payload``, ``created_at``; nothing else:
@@ -48,10 +51,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import stomp
-from stomp.exception import StompException
-
 from hydrator.adapters.events.hermes_messages import Dropped, parse_message
+from hydrator.adapters.events.stomp_connection import (
+    FRAME_HEADER_BYTES,
+    BrokerError,
+    Connection,
+    Frames,
+    close,
+    failure_reason,
+    open_connection,
+)
 from hydrator.config import RucioEventsConfig
 from hydrator.core.event_hints import (
     KNOWN_TYPES,
@@ -65,17 +74,10 @@ from hydrator.redact import read_secret, redact
 
 log = logging.getLogger(__name__)
 
-FRAME_HEADER_BYTES = 16384
-"""Allowed beyond ``max_message_bytes`` in one frame for its command and headers."""
-CLOSE_WAIT_S = 1.0  # for the broker's receipt of DISCONNECT before the socket is closed
 STOP_MARGIN_S = 5.0  # stop() waits the listener's thread this much beyond timeout_s
 DROP_LOG_INTERVAL_S = 60.0
 RECONNECT_GROWTH = 1.5
 STABLE_S = 30.0  # a subscription lost sooner than this counts as a failed round
-# How many heart-beat intervals may pass in silence before the broker counts as lost. ActiveMQ
-# sends its heart-beats up to two intervals apart; stomp-py's default of 1.5 then drops a
-# healthy connection now and then, and every reconnect costs a full read (docs/platform.md).
-HEARTBEAT_RECEIVE_SCALE = 2.5
 
 
 def reconnect_delay(failures: int, initial_s: float, max_s: float, draw: float) -> float:
@@ -123,8 +125,8 @@ class StompListener:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._status = ListenerStatus()
-        self._conn: tuple[_Connection, _Frames] | None = None  # subscribed, or being closed
-        self._frames: _Frames | None = None  # of the attempt in progress (stop() wakes it)
+        self._conn: tuple[Connection, Frames] | None = None  # subscribed, or being closed
+        self._frames: Frames | None = None  # of the attempt in progress (stop() wakes it)
         self._generation = 0
         self._current = 0  # the generation of the subscribed connection; 0: none
         self._failing = False
@@ -200,13 +202,14 @@ class StompListener:
         brief = self._clock() - self._subscribed_at < STABLE_S
         if frames.over_bound() is not None or brief:
             self._failures = self._streak + 1
-        _close(conn, frames)
+        close(conn, frames)
 
     def _connect(self) -> bool:
         """One round over the brokers; True once subscribed."""
         self._generation += 1
         generation = self._generation
-        conn, frames = self._connection(generation)
+        # stomp-py tries each broker once, in order, without waiting; the waits are _run's
+        conn, frames = open_connection(self.config, self._order, self, generation)
         self._frames = frames
         try:
             if self._stop.is_set():
@@ -220,17 +223,17 @@ class StompListener:
             self._await(frames, frames.connected, "CONNECTED")
             self._subscribe(conn, frames, generation)
         except _Stopped:
-            _close(conn, frames)
+            close(conn, frames)
             return False
-        except (_Refused, StompException, OSError, SourceError) as exc:
-            _close(conn, frames)
+        except (_Refused, BrokerError, OSError, SourceError) as exc:
+            close(conn, frames)
             self._demote(frames.host)
-            self._not_connected(_reason(exc, self.config.timeout_s))
+            self._not_connected(failure_reason(exc, self.config.timeout_s))
             return False
         self._subscribed(conn, frames, generation)
         return True
 
-    def _await(self, frames: _Frames, done: threading.Event, what: str) -> None:
+    def _await(self, frames: Frames, done: threading.Event, what: str) -> None:
         """Wait for ``done`` at most ``timeout_s``; raise :class:`_Refused` on the deadline, an
         ERROR frame or a closed connection, :class:`_Stopped` on stop()."""
         deadline = time.monotonic() + self.config.timeout_s
@@ -255,7 +258,7 @@ class StompListener:
             self._order.remove(host)
             self._order.append(host)
 
-    def _subscribed(self, conn: _Connection, frames: _Frames, generation: int) -> None:
+    def _subscribed(self, conn: Connection, frames: Frames, generation: int) -> None:
         self._conn, self._current = (conn, frames), generation
         now = self._clock()
         self._subscribed_at = now
@@ -288,41 +291,11 @@ class StompListener:
             )
             self._failing = True
 
-    def _connection(self, generation: int) -> tuple[_Connection, _Frames]:
-        """A new connection over the brokers in order: stomp-py tries each once (TCP connect
-        within ``timeout_s``) without waiting between them; the waits are :meth:`_run`'s."""
-        beat_ms = int(self.config.heartbeat_s * 1000)
-        transport = _BoundedTransport(
-            list(self._order),
-            self.config.max_message_bytes + FRAME_HEADER_BYTES,
-            prefer_localhost=False,
-            try_loopback_connect=False,
-            reconnect_sleep_initial=0.0,
-            reconnect_sleep_increase=0.0,
-            reconnect_sleep_jitter=0.0,
-            reconnect_sleep_max=0.0,
-            reconnect_attempts_max=len(self._order),
-            timeout=self.config.timeout_s,
-            auto_decode=False,  # bodies as bytes: parse_message tells what is not UTF-8
-        )
-        conn = _Connection(transport, (beat_ms, beat_ms))
-        if self.config.use_ssl:
-            conn.set_ssl(
-                for_hosts=list(self._order),
-                ca_certs=_str(self.config.ca_cert),
-                cert_file=_str(self.config.client_cert),
-                key_file=_str(self.config.client_key),
-            )
-        frames = _Frames(self, conn, generation)
-        conn.set_listener("hydrator", frames)
-        transport.oversize = self.oversize
-        return conn, frames
-
     def _password(self) -> str | None:
         path = self.config.password_file
         return None if path is None else read_secret(path, "broker password")
 
-    def _subscribe(self, conn: _Connection, frames: _Frames, generation: int) -> None:
+    def _subscribe(self, conn: Connection, frames: Frames, generation: int) -> None:
         conn.subscribe(
             self.config.destination,
             id="1",
@@ -336,7 +309,7 @@ class StompListener:
 
     # -- callbacks from stomp-py's receiver thread -----------------------------------------
 
-    def received(self, conn: _Connection, frame: Any) -> None:
+    def received(self, conn: Connection, frame: Any) -> None:
         """Hand one MESSAGE frame over or drop it, then acknowledge it, whatever happened
         (nothing raised here reaches stomp-py, which would drop the connection and have the
         broker deliver the same message again)."""
@@ -363,6 +336,13 @@ class StompListener:
         )
         with contextlib.suppress(Exception):  # nothing may reach stomp-py's receiver
             self._drop(_header_label(event_type), Dropped(Ignored.TOO_LARGE, detail))
+
+    def broker_error(self, message: str) -> None:
+        """An ERROR frame (from stomp-py's receiver): kept by the attempt for the one line of a
+        failed connect; logged at once only while subscribed (a refused connect repeats every
+        round)."""
+        if self.status().connected:
+            log.warning("events %s: %s", self.source, message)
 
     def _hand_over(self, label: str, body: str | bytes) -> None:
         with self._lock:
@@ -417,148 +397,6 @@ class StompListener:
         )
         self._sink.connection(False)
         self._wake.set()
-
-
-class _BoundedTransport(stomp.transport.Transport):  # type: ignore[misc]  # stomp-py is untyped
-    """stomp-py's transport that counts the bytes read since the last whole frame and drops
-    the connection once they exceed ``limit_bytes`` (what is buffered stays bounded). It keeps
-    the first :data:`FRAME_HEADER_BYTES` of the frame being read: when that frame is a MESSAGE
-    whose headers arrived whole, it is acknowledged unread before the connection is dropped
-    (else the broker would deliver it again at every reconnect) and ``oversize`` is told its
-    ``event_type`` header."""
-
-    def __init__(self, hosts: list[tuple[str, int]], limit_bytes: int, **options: Any) -> None:
-        super().__init__(hosts, **options)
-        self.limit_bytes = limit_bytes
-        self.unframed_bytes = 0
-        self.head = bytearray()  # the start of the frame being read
-        self.over_bound: str | None = None
-        self.oversize: Callable[[object], None] = lambda event_type: None
-
-    def receive(self) -> bytes | None:
-        chunk: bytes | None = super().receive()
-        if chunk:
-            self.unframed_bytes += len(chunk)
-            self._keep_head(chunk)
-            if self.unframed_bytes > self.limit_bytes:
-                self.over_bound = (
-                    f"the broker sent over {self.limit_bytes} bytes without ending a frame "
-                    "(max_message_bytes and headers); disconnected"
-                )
-                self._acknowledge_unread()
-                self.disconnect_socket()
-                return b""  # stomp-py's end of stream
-        return chunk
-
-    def _keep_head(self, chunk: bytes) -> None:
-        end = chunk.rfind(b"\x00")
-        if end >= 0:  # a frame may start after the last NUL (a guess: a body may hold NULs)
-            self.head = bytearray(chunk[end + 1 : end + 1 + FRAME_HEADER_BYTES])
-        elif len(self.head) < FRAME_HEADER_BYTES:
-            self.head += chunk[: FRAME_HEADER_BYTES - len(self.head)]
-
-    def _acknowledge_unread(self) -> None:
-        head = bytes(self.head)
-        if not stomp.utils.PREAMBLE_END_RE.search(head):
-            return  # the headers are not all there: nothing to acknowledge for sure
-        frame = stomp.utils.parse_frame(head)
-        if frame is None or frame.cmd != "MESSAGE" or "ack" not in frame.headers:
-            return
-        with contextlib.suppress(StompException, OSError):
-            self.transmit(stomp.utils.Frame("ACK", {"id": frame.headers["ack"]}))
-            self.oversize(frame.headers.get("event_type"))
-
-    def process_frame(self, f: Any, frame_str: bytes) -> None:
-        self.unframed_bytes = 0
-        super().process_frame(f, frame_str)
-
-
-class _Connection(stomp.StompConnection12):  # type: ignore[misc]  # stomp-py is untyped
-    """stomp-py's STOMP 1.2 connection over a :class:`_BoundedTransport`, assembled as
-    ``StompConnection12.__init__`` assembles its own transport and protocol."""
-
-    def __init__(self, transport: _BoundedTransport, heartbeats: tuple[int, int]) -> None:
-        stomp.connect.BaseConnection.__init__(self, transport)
-        stomp.protocol.Protocol12.__init__(
-            self, transport, heartbeats, heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE
-        )
-
-
-class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp-py is untyped
-    """stomp-py's callbacks for one connection attempt (``generation``); ``changed`` is set
-    on every news the connecting thread waits for."""
-
-    def __init__(self, owner: StompListener, conn: _Connection, generation: int) -> None:
-        self.owner, self.conn, self.generation = owner, conn, generation
-        self.connected = threading.Event()
-        self.receipt = threading.Event()
-        self.gone = threading.Event()
-        self.changed = threading.Event()
-        self.error: str | None = None
-        self.host: tuple[str, int] | None = None
-
-    def where(self) -> str:
-        return "the broker" if self.host is None else f"{self.host[0]}:{self.host[1]}"
-
-    def over_bound(self) -> str | None:
-        bound: str | None = self.conn.transport.over_bound
-        return bound
-
-    def on_connecting(self, host_and_port: tuple[str, int]) -> None:
-        self.host = host_and_port
-
-    def on_connected(self, frame: Any) -> None:
-        self.connected.set()
-        self.changed.set()
-
-    def on_receipt(self, frame: Any) -> None:
-        self.receipt.set()
-        self.changed.set()
-
-    def on_error(self, frame: Any) -> None:
-        """Kept for the one line of a failed connect; logged at once only while subscribed
-        (a refused connect repeats every round)."""
-        message = redact(str(frame.headers.get("message", "ERROR")))[:300]
-        self.error = f"the broker says: {message}"
-        self.changed.set()
-        if self.owner.status().connected:
-            log.warning("events %s: %s", self.owner.source, self.error)
-
-    def on_message(self, frame: Any) -> None:
-        self.owner.received(self.conn, frame)
-
-    def on_heartbeat_timeout(self) -> None:
-        self.gone.set()
-        self.changed.set()
-        self.owner.lost(self.generation, "no heart-beat from the broker")
-
-    def on_disconnected(self) -> None:
-        self.gone.set()
-        self.changed.set()
-        self.owner.lost(self.generation, self.over_bound() or self.error or "disconnected")
-
-
-def _close(conn: _Connection, frames: _Frames) -> None:
-    """DISCONNECT politely when connected (the broker releases the client-id at once), wait
-    :data:`CLOSE_WAIT_S` at most for its receipt, then close the socket whatever it said
-    (stomp-py's receiver thread ends with it)."""
-    with contextlib.suppress(StompException, OSError, AttributeError):
-        if conn.is_connected():
-            conn.disconnect()
-            frames.gone.wait(CLOSE_WAIT_S)
-    with contextlib.suppress(StompException, OSError, AttributeError):
-        conn.transport.disconnect_socket()
-
-
-def _reason(exc: BaseException, timeout_s: float) -> str:
-    """One line for a failed round."""
-    if isinstance(exc, stomp.exception.ConnectFailedException):
-        return f"no TCP connection (refused, or no answer within timeout_s {timeout_s:g} s)"
-    return redact(str(exc) or type(exc).__name__)
-
-
-def _str(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 def _header_label(event_type: object) -> str:

@@ -42,17 +42,15 @@ merges), then four rules for when and by whom slots are merged:
   a newer one exists is re-merged anyway.
 * **repair looks** (:meth:`CollectorPublisher.repair`, called by the runtime's repair watch
   between cycles): one query for the slot ads of the last published sites that lack their
-  site's current digest, leaving out those the rate limit holds back
-  (:func:`hydrator.core.slot_coverage.stale_constraint`), then the merges above into exactly those
-  slots, from the last cycle's rendered ads; no catalogue read (docs/coverage.md).
+  site's current digest (:meth:`CollectorPublisher._stale_slots`), then the merges above into
+  exactly those slots, from the last cycle's rendered ads; no catalogue read. What a look
+  works from and decides is :mod:`hydrator.adapters.htcondor.slot_repairs`.
 * **the looks deliver** (:meth:`CollectorPublisher.hand_merges_to_repairs`, called when the
   daemon schedules its repair watch): from then on a publish sends site ads and takes its
   census but merges into no slot; what it finds stale is *handed* to the next look
-  (:func:`cycle_share`), which merges it under the same budget, window and back-off. Slots
-  that carry the current digest and need only a newer updated value are not returned by a
-  look's query: the look sends their slim merges from the cycle's list
-  (:func:`refreshes_due`). A cycle thus never waits for slot merges, and one path sends
-  them. Without the call (no watch) a publish merges as above.
+  (:func:`cycle_share`), with the slim merges due (:func:`refreshes_due`). A cycle thus never
+  waits for slot merges, and one path sends them. Without the call (no watch) a publish
+  merges as above.
 
 Cost: ``advertise`` deep-copies each ad (``ClassAd::CopyFrom`` in htcondor2's
 ``collector.cpp``) and serialises it, which costs client CPU per ad and per call, and
@@ -71,14 +69,14 @@ collector authorizes for ADVERTISE and NEGOTIATOR (MERGE_STARTD_AD needs NEGOTIA
 The decisions named above (:func:`~hydrator.core.collector_merges.slim_merge`,
 :func:`~hydrator.core.collector_merges.within_budget`, :func:`defer_merges`, :func:`cycle_share`,
 :func:`~hydrator.core.collector_merges.merged_value`, which ads are current) are pure and live in
-:mod:`hydrator.core.collector_merges`; this module reads, builds ads and sends.
+:mod:`hydrator.core.collector_merges`; this module reads, builds ads and sends, for the cycles
+and for the repair looks.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -87,16 +85,15 @@ import classad2
 import htcondor2
 
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
+from hydrator.adapters.htcondor.slot_repairs import SlotRepairs
 from hydrator.adapters.retry import RetryPolicy, call_with_retries
 from hydrator.config import ClassAdConfig, CollectorConfig
 from hydrator.core.collector_merges import (
     Rendered,
     Target,
     as_target,
-    by_site,
     cycle_share,
     defer_merges,
-    held_by_budget,
     merge_bytes,
     merge_groups,
     plan_merges,
@@ -108,14 +105,10 @@ from hydrator.core.ports import PublishReport
 from hydrator.core.render import published_updated, site_classad
 from hydrator.core.slot_coverage import (
     Current,
-    Pending,
-    RepairPlan,
     RepairReport,
     SiteCoverage,
     SlotSeen,
-    after_look,
     census,
-    plan_repairs,
     stale_constraint,
 )
 from hydrator.domain import Site, SiteView
@@ -128,9 +121,6 @@ MERGED_ATTRIBUTE = "DataLocalityMerged"
 """Slot attribute: epoch seconds of the cycle that last merged the site's whole ad into it."""
 ADVERTISE_ATTEMPTS = 2
 SLOT_PROJECTION_EXTRA = ("LastHeardFrom",)
-MAX_REPAIR_BACKOFF_S = 60.0
-"""Longest wait before merging again into a slot whose earlier repair the collector did not
-keep (docs/coverage.md)."""
 T = TypeVar("T")
 
 
@@ -179,14 +169,9 @@ class CollectorPublisher:
         """Last cycle's rendered ads, keyed by (digest, published updated), which determine
         the ad: an unchanged site is not rendered again."""
         self._lock = threading.Lock()  # a cycle's publish and a repair look, one at a time
-        self._current: dict[Site, Current] = {}  # each site's digest and since when
-        self._pending: dict[str, Pending] = {}  # slots merged by a repair, until seen covered
-        self._census: dict[Site, SiteCoverage] = {}  # the last cycle's full look
-        self._strays = (0, 0)  # slots without a site attribute, naming no site of ours
-        self._cycle_bytes = 0  # bytes the cycles merged since the last repair report
         self._budget = MergeBudget(config.merge_budget_bytes_per_s)  # change merges' bytes
         self._handed_to_repairs = False  # the repair looks alone deliver slot merges
-        self._refresh: list[Target] = []  # slim merges the last cycle handed to the next look
+        self._repairs = SlotRepairs(config, self._budget, self._stale_slots, self._merge)
 
     @property
     def name(self) -> str:
@@ -213,7 +198,7 @@ class CollectorPublisher:
     ) -> PublishReport:
         rendered = self._render_all(sites)
         now_s = now.timestamp()
-        self._note_current(rendered, now_s)
+        self._repairs.note_current(rendered, now_s)
         sent: dict[str, int] = {}
         current = 0
         if self.config.site_ads:
@@ -246,13 +231,13 @@ class CollectorPublisher:
         due, deferred = defer_merges(
             stale, rendered, now_s, refresh_s, self.config.merge_min_interval_s
         )
-        self._take_census(seen, stale, due)
+        self._repairs.take_census(seen, stale, due)
         todo, held, handed = cycle_share(
             due, rendered, self._budget, now_s, self._handed_to_repairs
         )
-        self._refresh = refreshes_due(handed, rendered, frozenset())
+        self._repairs.hand_refreshes(refreshes_due(handed, rendered, frozenset()))
         merges, merged_bytes = self._merge(todo, rendered, now_s)
-        self._cycle_bytes += merged_bytes
+        self._repairs.count_cycle_bytes(merged_bytes)
         return PublishReport({"merge": merges}, {}, current, deferred + held, len(handed))
 
     def hand_merges_to_repairs(self) -> None:
@@ -426,7 +411,7 @@ class CollectorPublisher:
         (:func:`~hydrator.core.collector_merges.merged_value`) one template, whose ads are reused
         across that group's batches (:func:`named_batches`). Returns (ads sent, their old-syntax
         bytes)."""
-        groups = merge_groups(slots, rendered, self._current, now_s)
+        groups = merge_groups(slots, rendered, self._repairs.current, now_s)
         slim_keys = {self.attrs.digest_attribute, self.attrs.updated_attribute}
 
         def template(site: Site, slim: bool, merged_s: int) -> list[tuple[str, Any]]:
@@ -442,31 +427,7 @@ class CollectorPublisher:
         sent = self._send_batches(built, len(slots), "MERGE_STARTD_AD")
         return sent, merge_bytes(groups, rendered)
 
-    # -- coverage and repair ----------------------------------------------------------------------
-
-    def _note_current(self, rendered: Mapping[Site, Rendered], now_s: float) -> None:
-        """Remember each site's digest and since when it is published (a repair look's
-        reference; docs/coverage.md)."""
-        self._current = {
-            site: (
-                old
-                if (old := self._current.get(site)) is not None and old.digest == want.digest
-                else Current(want.digest, now_s)
-            )
-            for site, want in rendered.items()
-        }
-
-    def _take_census(
-        self, seen: Sequence[SlotSeen], stale: Sequence[Target], todo: Sequence[Target]
-    ) -> None:
-        """The cycle's full look as coverage per site (the slots it defers counted apart)."""
-        merging = {t.name for t in todo}
-        deferred: dict[Site, int] = {}
-        for target in stale:
-            if target.name not in merging:
-                deferred[target.site] = deferred.get(target.site, 0) + 1
-        self._census, *strays = census(seen, self._current, deferred)
-        self._strays = (strays[0], strays[1])
+    # -- coverage and repair looks --------------------------------------------------------------
 
     def coverage_now(
         self, digests: Mapping[Site, str]
@@ -485,79 +446,25 @@ class CollectorPublisher:
         lack their site's current digest (those held back by ``merge_min_interval_s`` left
         out), then the same merges a cycle makes, into exactly those slots (a slot whose
         earlier repair was not kept waits a back-off from ``interval_s`` up to
-        :data:`MAX_REPAIR_BACKOFF_S`). No catalogue read; sites are those of the last
-        publish. Raises :class:`PublishError` when the collector cannot be queried or a merge
-        cannot be delivered."""
+        :data:`~hydrator.adapters.htcondor.slot_repairs.MAX_REPAIR_BACKOFF_S`). No catalogue
+        read; sites are those of the last publish. Raises :class:`PublishError` when the
+        collector cannot be queried or a merge cannot be delivered."""
         with self._lock:
-            cycle_bytes, self._cycle_bytes = self._cycle_bytes, 0
-            current, rendered = dict(self._current), self._rendered
-            if not self.config.merge_slots or not current:
-                return RepairReport(cycle_merge_bytes=cycle_bytes)
-            now_s = now.timestamp()
-            found = self._slots(self._stale_constraint(current, now_s))
-            backoff = (interval_s, max(interval_s, MAX_REPAIR_BACKOFF_S))
-            held = held_by_budget(found, current, rendered, self._budget, now_s)
-            plan = plan_repairs(found, current, self._pending, now_s, backoff, held=held)
-            self._pending = dict(plan.pending)
-            refresh = refreshes_due(self._refresh, rendered, {s.name for s in found})
-            self._refresh = []
-            return self._repair(plan, refresh, rendered, now_s, (len(found), cycle_bytes))
+            return self._repairs.look(now, interval_s, self._rendered)
 
-    def _stale_constraint(self, current: Mapping[Site, Current], now_s: float) -> str:
+    def _stale_slots(self, current: Mapping[Site, Current], now_s: float) -> list[SlotSeen]:
+        """A repair look's query: the slot ads of ``current``'s sites that lack their site's
+        digest, those held back by ``merge_min_interval_s`` left out."""
         interval = self.config.merge_min_interval_s
         after = int(now_s - interval) if interval > 0 else None
-        return stale_constraint(
-            self.config.slot_site_attribute,
-            self.attrs.digest_attribute,
-            MERGED_ATTRIBUTE,
-            current,
-            after,
-        )
-
-    def _repair(
-        self,
-        plan: RepairPlan,
-        refresh: Sequence[Target],
-        rendered: Mapping[Site, Rendered],
-        now_s: float,
-        counts: tuple[int, int],
-    ) -> RepairReport:
-        """The look's merges: the slots ``plan`` repairs and the slim ``refresh`` merges a
-        cycle handed over. ``counts``: slot ads the query returned, bytes the cycles merged
-        since the last report."""
-        returned, cycle_bytes = counts
-        targets = [
-            Target(r.slot.name, Site(str(r.slot.site)), r.slot.digest, r.slot.updated)
-            for r in plan.merge
-        ]
-        targets += refresh
-        delays: dict[Site, list[float]] = {}
-        merged: dict[Site, int] = {}
-        sizes: dict[Site, int] = {}
-        started = time.monotonic()
-        for site, group in by_site(targets).items():
-            count, size = self._merge(group, rendered, now_s)
-            merged[site], sizes[site] = count, size
-        merge_s = time.monotonic() - started
-        for repair in plan.merge:
-            site = Site(str(repair.slot.site))
-            delays.setdefault(site, []).append(max(0.0, now_s - repair.since_s))
-        return RepairReport(
-            looked=True,
-            returned=returned,
-            plan=plan,
-            merged=merged,
-            merge_bytes=sizes,
-            delays_s={site: tuple(d) for site, d in delays.items()},
-            coverage={
-                s: c
-                for s, c in after_look(self._census, plan.uncovered, plan.held).items()
-                if s in rendered
-            },
-            without_site=self._strays[0],
-            unknown_site=self._strays[1],
-            cycle_merge_bytes=cycle_bytes,
-            merge_s=merge_s,
+        return self._slots(
+            stale_constraint(
+                self.config.slot_site_attribute,
+                self.attrs.digest_attribute,
+                MERGED_ATTRIBUTE,
+                current,
+                after,
+            )
         )
 
     def _where(self) -> str:

@@ -1,5 +1,4 @@
-"""The listener's pure parts: what a message body is (:func:`parse_message`, total: it never
-raises) and the reconnect delay (:func:`reconnect_delay`)."""
+"""What a message body is (:func:`parse_message`, total: it never raises)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hydrator.adapters.events.hermes_messages import Dropped, parse_message
-from hydrator.adapters.events.stomp_listener import reconnect_delay
 from hydrator.core.event_hints import Ignored, RucioEvent
 from hydrator.domain import DatasetId
 
@@ -70,11 +68,3 @@ def test_parse_message_never_raises(raw: bytes | str) -> None:
 def test_any_payload_is_an_event_or_a_drop(payload: dict[str, Any]) -> None:
     raw = json.dumps({"event_type": "transfer-done", "payload": payload, "created_at": None})
     assert isinstance(parse_message(raw, 65536), RucioEvent | Dropped)
-
-
-def test_the_reconnect_delay_grows_by_half_to_the_maximum_with_jitter_below_it() -> None:
-    top = [reconnect_delay(n, 1.0, 5.0, 0.999999) for n in range(1, 8)]
-    assert top == pytest.approx([1.0, 1.5, 2.25, 3.375, 5.0, 5.0, 5.0], rel=1e-5)
-    low = [reconnect_delay(n, 1.0, 5.0, 0.0) for n in range(1, 8)]
-    assert low == pytest.approx([t / 2 for t in top], rel=1e-5)
-    assert reconnect_delay(10_000, 1.0, 5.0, 0.5) <= 5.0  # no overflow after a long outage
