@@ -70,7 +70,7 @@ from hydrator.core.changes import Changes
 from hydrator.core.index import Index
 from hydrator.core.model import Model, index_of, views_of
 from hydrator.core.model_patch import holds_objects_of, patched_index, patched_view, recounted
-from hydrator.core.plan import Policy, planned
+from hydrator.core.plan import Memo, Policy, planned
 from hydrator.core.views import SiteLists
 from hydrator.domain import (
     Change,
@@ -273,7 +273,7 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
 
 
 def later_tricks(
-    first: Snapshot, churned: Snapshot, state: State, memo: object, repetitions: int
+    first: Snapshot, churned: Snapshot, state: State, memo: Memo, repetitions: int
 ) -> dict[str, Any]:
     """The three tricks whose figure had no measurement against the plain code: a one-source
     model without an index, identity reuse and a first cycle's changes made while iterated."""
