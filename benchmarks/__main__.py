@@ -27,7 +27,7 @@ SCENARIOS = {
     "replay": ("replay", "serve the generated federation in Rucio's wire format"),
     "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
     "generate": ("generate", "print the generated federation's size at a scale"),
-    "model-tricks": ("model_tricks", "two tricks of core/model.py against the plain code, 1M"),
+    "model-tricks": ("model_tricks", "the tricks of core/model.py against the plain code, 1M"),
 }
 """Scenario name -> (module in this package, one line of help)."""
 

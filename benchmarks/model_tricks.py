@@ -1,4 +1,4 @@
-"""Three tricks of ``hydrator/core/model.py`` against the plain code, in one run.
+"""The tricks of ``hydrator/core/model.py`` against the plain code, in one run.
 
 ``python -m benchmarks model-tricks --replicas 1000000 --repetitions 7 [--json out.json]``
 builds the generated federation of :mod:`benchmarks.generate` (one source, 50 sites), its
@@ -24,6 +24,22 @@ call without garbage-collector passes as the daemon runs its cycles
                  of them, appended straight to their list: ``attribute``) against the same
                  loop with every replica through ``SiteLists.add`` (``no_shortcut``) and
                  against it read by position (``positional``, the trick it dropped)
+``one_source_index``  a one-source model holds no index: the bytes an index of the churned
+                 answer takes (``index_bytes``, tracemalloc, the replicas already held), and
+                 the plans timed without an index (the model's) against with one, as several
+                 sources carry it (the plan, then the index built: ``first_plan``; the churn
+                 plan, then the index patched by its delta: ``churn_plan``)
+``identity_reuse``  the answer's own objects kept: the delta of last cycle's very set
+                 (``same_set``, ``before is after``) against the two set differences of the
+                 code without that test (``differences``) and against an equal answer of new
+                 objects (``new_objects``); several sources' index patched by a delta whose
+                 answer holds the held objects (``patch``) against built afresh
+                 (``rebuild``); and the bytes the daemon would hold more without it, a
+                 second object a replica (``second_object_bytes``) and a second set
+                 (``second_set_bytes``), tracemalloc
+``first_changes``  a first cycle's changes made only while iterated: counted
+                 (``Changes.all_added``, ``lazy``) against every change built and held
+                 (``built``), time alternately and the bytes held (tracemalloc)
 
 Each figure: every repetition's seconds, the median and the max; ``saving_pct`` has, for
 each trick against the code without it (``<trick>_vs_<without>``), the saving of the
@@ -39,6 +55,7 @@ import argparse
 import json
 import subprocess
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -49,12 +66,22 @@ from typing import Any
 
 from benchmarks.conditions import machine
 from benchmarks.generate import SOURCE, Federation, Scale
+from hydrator.core.changes import Changes
 from hydrator.core.index import Index
 from hydrator.core.model import Model, index_of, views_of
-from hydrator.core.model_patch import patched_view, recounted
+from hydrator.core.model_patch import holds_objects_of, patched_index, patched_view, recounted
 from hydrator.core.plan import Policy, planned
 from hydrator.core.views import SiteLists
-from hydrator.domain import Change, Replica, ReplicaState, Site, SiteView, State, site_of
+from hydrator.domain import (
+    Change,
+    Replica,
+    ReplicaState,
+    Site,
+    SiteView,
+    Snapshot,
+    State,
+    site_of,
+)
 from hydrator.runtime.memory import collector_paused
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -108,6 +135,28 @@ def timed(call: Callable[[], object]) -> float:
         start = time.perf_counter()
         call()
         return time.perf_counter() - start
+
+
+def held_bytes(call: Callable[[], object]) -> dict[str, int]:
+    """The bytes that ``call()``'s result holds once made (``held``), and the most allocated
+    while it was made (``peak``), beyond what was allocated before: tracemalloc, which
+    counts Python's own allocations (the objects, sets and dicts), not the C heap's slack."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        result = call()
+        held, peak = tracemalloc.get_traced_memory()
+        del result
+    finally:
+        tracemalloc.stop()
+    return {"held": held - base, "peak": peak - base}
+
+
+def copies(replicas: Iterable[Replica]) -> frozenset[Replica]:
+    """Equal replicas made of new objects (as a source that builds its answer every fetch
+    hands over); their fields stay shared, as equal strings from one parse would not be."""
+    return frozenset(tuple.__new__(Replica, tuple(r)) for r in replicas)
 
 
 def summary(runs: list[float]) -> dict[str, Any]:
@@ -217,9 +266,104 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
         repetitions,
         [("attribute", "no_shortcut"), ("positional", "attribute")],
     )
+    figures.update(later_tricks(first, churned, state, memo, repetitions))
     figures["ended"] = datetime.now(UTC).isoformat(timespec="seconds")
     figures["machine_after"] = machine()
     return figures
+
+
+def later_tricks(
+    first: Snapshot, churned: Snapshot, state: State, memo: Model, repetitions: int
+) -> dict[str, Any]:
+    """The three tricks whose figure had no measurement against the plain code: a one-source
+    model without an index, identity reuse and a first cycle's changes made while iterated."""
+    before, after = first.replicas, churned.replicas
+    later = T0 + timedelta(minutes=1)
+    delta = Model.of(state, memo).delta(SOURCE, after)
+    count = len(after)
+    out: dict[str, Any] = {}
+
+    first_plan = partial(planned, State(), {SOURCE: first}, T0, Policy())
+    churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
+    index = index_of(before)
+    # the churn's answer made of the held objects where unchanged, as a source keeping its
+    # answer between fetches hands over: an index of several sources is patched then
+    reusing = (before - delta.removed) | delta.added
+    assert reusing == after and holds_objects_of(index, delta, reusing)
+    assert patched_index(index, delta) == index_of(reusing)
+
+    def churn_with_index() -> object:
+        churn_plan()
+        return patched_index(index, delta) if holds_objects_of(index, delta, reusing) else None
+
+    index_bytes = held_bytes(lambda: index_of(after))
+    out["one_source_index"] = {
+        "index_bytes": index_bytes,
+        "index_bytes_per_replica": round(index_bytes["held"] / count, 2),
+        "first_plan": compare(
+            {
+                "without_index": first_plan,
+                "with_index": lambda: (first_plan(), index_of(first.replicas)),
+            },
+            repetitions,
+            [("without_index", "with_index")],
+        ),
+        "churn_plan": compare(
+            {"without_index": churn_plan, "with_index": churn_with_index},
+            repetitions,
+            [("without_index", "with_index")],
+        ),
+    }
+
+    held_set = state.sources[SOURCE].replicas
+    copies_of_state = copies(held_set)
+    assert copies_of_state == held_set and Model.of(state, memo).delta(SOURCE, held_set) == (
+        Model.of(state, memo).delta(SOURCE, copies_of_state)
+    )
+    second_object = held_bytes(lambda: copies(after))  # the objects and their set
+    second_set = held_bytes(lambda: frozenset(iter(after)))  # frozenset(after) is after
+    out["identity_reuse"] = {
+        "second_object_bytes": second_object,
+        "second_set_bytes": second_set,
+        "second_object_bytes_per_replica": round(
+            (second_object["held"] - second_set["held"]) / count, 2
+        ),
+        "second_set_bytes_per_replica": round(second_set["held"] / count, 2),
+        "delta": compare(
+            {
+                "same_set": lambda: Model.of(state, memo).delta(SOURCE, held_set),
+                "differences": lambda: (held_set - held_set, held_set - held_set),
+                "new_objects": lambda: Model.of(state, memo).delta(SOURCE, copies_of_state),
+            },
+            repetitions,
+            [("same_set", "differences"), ("same_set", "new_objects")],
+        ),
+        "index": compare(
+            {"rebuild": lambda: index_of(reusing), "patch": lambda: patched_index(index, delta)},
+            repetitions,
+            [("patch", "rebuild")],
+        ),
+    }
+
+    lazy = Changes.all_added(first.replicas)
+    assert Changes(lazy) == lazy
+    lazy_bytes = held_bytes(lambda: len(Changes.all_added(first.replicas)))
+    built_bytes = held_bytes(lambda: Changes(Changes.all_added(first.replicas)))
+    out["first_changes"] = {
+        "changes": len(lazy),
+        "lazy_bytes": lazy_bytes,
+        "built_bytes": built_bytes,
+        "built_bytes_per_change": round(built_bytes["held"] / len(lazy), 2),
+        **compare(
+            {
+                "lazy": lambda: len(Changes.all_added(first.replicas)),
+                "built": lambda: len(Changes(Changes.all_added(first.replicas))),
+            },
+            repetitions,
+            [("lazy", "built")],
+        ),
+    }
+    return out
 
 
 def main() -> None:

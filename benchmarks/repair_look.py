@@ -33,14 +33,12 @@ from typing import Any
 import classad2
 import htcondor2
 
+from benchmarks.local_servers import TEST_CACHE, free_port, wait_for
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE
 from hydrator.core.slot_coverage import Current, stale_constraint
 from hydrator.domain import Site
-from tests.support.pool import CACHE
-from tests.support.ports import free_port
-from tests.support.wait import wait_for
 
-ROOT = CACHE / "condor-chroot"
+ROOT = TEST_CACHE / "condor-chroot"  # the test pool's chroot (tests/support/pool.py builds it)
 LIBS = ["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/condor", "usr/lib"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DIGEST = "DataLocalityDigest"

@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     defaults = ClassAdConfig()  # the names an ad is written with unless [classad] says otherwise
     expr.add_argument("--available-attribute", default=defaults.available_attribute)
-    expr.add_argument("--partial-attribute", default=defaults.partial_attribute)
+    expr.add_argument(
+        "--partial-attribute", help=f"default {defaults.partial_attribute}; not with --near"
+    )
     expr.add_argument(
         "--near",
         action="store_true",
@@ -332,17 +334,17 @@ def _expr(args: argparse.Namespace) -> int:
 
     try:
         datasets = [DatasetId.parse(d) for d in args.datasets]
-        attrs = ClassAdConfig(
-            available_attribute=args.available_attribute, partial_attribute=args.partial_attribute
-        )
+        partial = args.partial_attribute  # None: not given (a near job reads no partial list)
+        named = {} if partial is None else {"partial_attribute": partial}
+        attrs = ClassAdConfig(available_attribute=args.available_attribute, **named)
         expressions = job_expressions(
             datasets, attrs, partial_ok=args.partial_ok, fallback_after_s=args.fallback_after
         )
         if args.rank_only and (args.fallback_after is not None or args.generic):
             raise ValueError("--rank-only has no requirements for --fallback-after or --generic")
         others = (args.rank_only, args.generic, args.toil, args.partial_ok, args.fallback_after)
-        if args.near and any(o not in (None, False) for o in others):
-            raise ValueError("--near takes no other option but the attribute names")
+        if args.near and any(o not in (None, False) for o in (*others, partial)):
+            raise ValueError("--near takes no other option but --available-attribute")
     except (InvalidNameError, ValueError) as exc:
         print(f"hydrator: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -351,7 +353,7 @@ def _expr(args: argparse.Namespace) -> int:
 
         print(f"My.RequiredDatasets = {expressions.required}")
         near = near_expressions(
-            ClassAdConfig(),
+            attrs,
             sites_attribute=JobsConfig().sites_attribute,
             slot_site_attribute=CollectorConfig().slot_site_attribute,
         )

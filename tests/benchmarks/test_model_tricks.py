@@ -44,6 +44,34 @@ def test_a_tiny_run_records_each_trick_against_its_plain_code(tmp_path: Path) ->
             assert len(timed["runs"]) == 2 and timed["max"] == max(timed["runs"])
         assert set(figures[part]["saving_pct"]) == pairs
     assert len(figures["plan_churn_s"]["runs"]) == 2
+    for part, variants, pairs in [
+        (
+            figures["one_source_index"]["first_plan"],
+            ("without_index", "with_index"),
+            {"without_index_vs_with_index"},
+        ),
+        (
+            figures["one_source_index"]["churn_plan"],
+            ("without_index", "with_index"),
+            {"without_index_vs_with_index"},
+        ),
+        (
+            figures["identity_reuse"]["delta"],
+            ("same_set", "differences", "new_objects"),
+            {"same_set_vs_differences", "same_set_vs_new_objects"},
+        ),
+        (figures["identity_reuse"]["index"], ("rebuild", "patch"), {"patch_vs_rebuild"}),
+        (figures["first_changes"], ("lazy", "built"), {"lazy_vs_built"}),
+    ]:
+        for variant in variants:
+            assert len(part[f"{variant}_s"]["runs"]) == 2
+        assert set(part["saving_pct"]) == pairs
+    assert figures["one_source_index"]["index_bytes"]["held"] > 0
+    reuse = figures["identity_reuse"]
+    assert reuse["second_object_bytes_per_replica"] > 0 < reuse["second_set_bytes_per_replica"]
+    changes = figures["first_changes"]
+    assert changes["changes"] == 2000
+    assert changes["built_bytes"]["held"] > changes["lazy_bytes"]["held"]
     for when in ("machine_before", "machine_after"):
         assert len(figures[when]["load_average"]) == 3 and figures[when]["cpu"]
 

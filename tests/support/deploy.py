@@ -19,10 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.local_servers import TEST_CACHE
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 VENV_BIN = Path(sys.executable).parent
-CACHE = Path(os.environ.get("HYDRATOR_TEST_CACHE", "/var/cache/hydrator-test"))
+CACHE = TEST_CACHE
 
 
 def _apt_install(package: str) -> None:

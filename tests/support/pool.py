@@ -37,11 +37,12 @@ import classad2
 import htcondor2
 import pytest
 
+from benchmarks.local_servers import TEST_CACHE
 from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "condor-pool"
-CACHE = Path(os.environ.get("HYDRATOR_TEST_CACHE", "/var/cache/hydrator-test"))
+CACHE = TEST_CACHE
 COLLECTOR = "127.0.0.1:9618"
 SUBMIT_USER = "submitter"
 EDITOR_IDENTITY = "hydrator"

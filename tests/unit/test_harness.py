@@ -1,8 +1,10 @@
 """One test harness (issue 22): read from the source of ``tests/`` and ``benchmarks/``.
 
-- ``tests/support/`` alone defines the helpers every test shares: :func:`wait_for`
+- ``tests/support/`` alone gives the helpers every test shares: :func:`wait_for`
   (tests/support/wait.py), :func:`free_port` (tests/support/ports.py) and the daemon runner
   (tests/support/daemon.py); a module elsewhere that defines its own gets a second contract.
+  The first two are defined in benchmarks/local_servers.py, which the benchmarks import
+  instead of the tests.
 - No module imports a ``test_*`` module: what two tests share lives in ``tests/support/``.
 - No module imports a ``conftest``: pytest imports each conftest itself (as a plugin, under
   its own rules), so an import of one as a module is a second, fragile copy; fixtures stay in
@@ -25,6 +27,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = REPO / "tests" / "support"
+SHARED_HOME = REPO / "benchmarks" / "local_servers.py"  # wait_for, free_port, for benchmarks too
 SHARED = frozenset({"wait_for", "wait_until", "eventually", "free_port"})  # functions
 RUNNERS = ("Daemon",)  # class names ending so: a process runner of the daemon
 
@@ -154,7 +157,9 @@ def test_only_tests_support_defines_the_shared_helpers() -> None:
     found = {
         path: names
         for path, tree in modules()
-        if not (REPO / path).is_relative_to(SUPPORT) and (names := own_helpers(tree))
+        if not (REPO / path).is_relative_to(SUPPORT)
+        and REPO / path != SHARED_HOME
+        and (names := own_helpers(tree))
     }
     assert found == {}, "use tests/support/wait.py, ports.py, daemon.py"
 

@@ -32,7 +32,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.response import HTTPResponse
 
-from hydrator.adapters.sources._call_counts import CallCounts
+from hydrator.adapters.sources.call_counts import CallCounts
 
 __all__ = ["DeadlinePassed", "Run", "WatchedAdapter", "current", "current_run"]
 

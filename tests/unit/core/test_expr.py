@@ -219,3 +219,20 @@ def test_cli_near_prints_the_submit_lines(capsys: pytest.CaptureFixture[str]) ->
         "concurrency_limits_expr",
     ]
     assert main(["expr", "--near", "--rank-only", "ska:obs_1"]) == 2
+
+
+def test_cli_near_uses_the_available_attribute_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """The job matches before its annotation where the slot's available list, under the name
+    given, holds every dataset."""
+    assert main(["expr", "--near", "--available-attribute", "OurAvailable", "ska:obs_1"]) == 0
+    out = capsys.readouterr().out
+    assert "TARGET.OurAvailable" in out
+    assert ClassAdConfig().available_attribute not in out
+
+
+def test_cli_near_refuses_a_partial_attribute(capsys: pytest.CaptureFixture[str]) -> None:
+    """A near job reads no partial list: the name would be ignored, so it is refused."""
+    assert main(["expr", "--near", "--partial-attribute", "OurPartial", "ska:obs_1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "hydrator: --near takes no other option but --available-attribute\n"

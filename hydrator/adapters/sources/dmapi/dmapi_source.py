@@ -37,7 +37,7 @@ from functools import partial
 from urllib.parse import quote
 
 from hydrator.adapters.sources import OnceLog
-from hydrator.adapters.sources._call_counts import CallCounts
+from hydrator.adapters.sources.call_counts import CallCounts
 from hydrator.adapters.sources.dmapi.checks import (
     NOT_FOUND,
     LocateResult,

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hydrator.adapters.sources import OnceLog, site_or_none
-from hydrator.adapters.sources._call_counts import CallCounts
+from hydrator.adapters.sources.call_counts import CallCounts
 
 log = logging.getLogger("test.sources.shared")
 
