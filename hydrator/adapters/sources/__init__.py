@@ -7,7 +7,9 @@ library. It raises :class:`~hydrator.errors.TransientSourceError` or
 partial answer as if it were complete. Records it cannot use (malformed, invalid names, storage
 elements with no site) are counted in ``Snapshot.invalid`` / ``Snapshot.unmapped`` and skipped.
 The helpers below are what the sources share for that: :func:`site_or_none` for a site name read
-from an untrusted record, :class:`OnceLog` to log each such problem once.
+from an untrusted record, :class:`OnceLog` to log each such problem once. The sources' HTTP
+shares two modules: ``call_counts`` (the requests one fetch sent, counted by name) and
+``_deadline`` (a fetch's total deadline over every request it makes).
 """
 
 from __future__ import annotations

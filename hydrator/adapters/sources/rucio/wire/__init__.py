@@ -1,5 +1,8 @@
 """The Rucio source's wire: the only package of the hydrator that imports ``rucio``
-(rucio-clients) and ``requests`` (an import-linter contract in ``pyproject.toml`` says so).
+(rucio-clients), and the only part of the Rucio source that imports ``requests`` (the DMAPI
+client and the sources' shared fetch deadline import it too). Import-linter contracts in
+``pyproject.toml`` keep both libraries out of the rest of the Rucio source and out of the
+core and the runtime.
 
 * :mod:`.calls`: :class:`RucioWire`, each API call a fetch makes, with bounded retries and
   every library error translated into the hydrator's own (:class:`InvalidExpression` when
