@@ -1,8 +1,8 @@
 """HTTP plumbing of the DMAPI source: bounded retries, ``Retry-After``, request counting, a
 deadline per fetch and a size cap per answer.
 
-Only the DMAPI source (:mod:`.dmapi`) uses this module; together they are the one adapter around
-``requests``. :meth:`HttpClient.send` retries what may go away by itself (connection errors,
+Only the DMAPI source (:mod:`.dmapi`) uses this module (the Rucio source reaches ``requests``
+through ``rucio-clients``, in its ``wire`` package). :meth:`HttpClient.send` retries what may go away by itself (connection errors,
 timeouts, HTTP 408, 429, 500, 502, 503, 504) with exponential backoff, honours a ``Retry-After``
 hint on 429/503 when it is no longer than ``max_retry_after_s``, and logs every retry as
 ``attempt n/N`` (the retrying itself is :func:`hydrator.adapters.retry.call_with_retries`, on
