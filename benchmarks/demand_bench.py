@@ -26,7 +26,7 @@ from typing import Any
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.domain import DatasetId, State
 from hydrator.runtime.outcome import render_ads
 
@@ -56,7 +56,9 @@ def queue_demand(fed: Federation, jobs: int, seed: int = 7) -> Counter[DatasetId
 
 def measure(replicas: int, jobs: int) -> dict[str, Any]:
     fed = Federation(Scale(replicas=replicas))
-    plan = plan_cycle(State(), {SOURCE: fed.snapshot(intern=True)}, datetime.now(UTC), Policy())
+    plan = plan_cycle(
+        State(), {SOURCE: fed.snapshot(intern=True)}, datetime.now(UTC), GuardPolicy()
+    )
     views = plan.sites
     demand = queue_demand(fed, jobs)
     slots_per_site = Counter(site for _, site in fed.slots)

@@ -70,7 +70,7 @@ from hydrator.core.changes import Changes
 from hydrator.core.index import Index
 from hydrator.core.model import Model, index_of, views_of
 from hydrator.core.model_patch import holds_objects_of, patched_index, patched_view, recounted
-from hydrator.core.plan import Policy, planned
+from hydrator.core.plan import GuardPolicy, planned
 from hydrator.core.views import SiteLists
 from hydrator.domain import (
     Change,
@@ -205,7 +205,7 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
     first = federation.snapshot()
     before = first.replicas
     sites = frozenset(first.sites)
-    plan, memo = planned(State(), {SOURCE: first}, T0, Policy())
+    plan, memo = planned(State(), {SOURCE: first}, T0, GuardPolicy())
     state, views = plan.state, dict(plan.contents)
     del plan
     federation.churn()
@@ -225,7 +225,7 @@ def run(replicas: int, repetitions: int) -> dict[str, Any]:
         repetitions,
         [("patch", "recount")],
     )
-    churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
+    churn_plan = partial(planned, state, {SOURCE: churned}, later, GuardPolicy(), model=memo)
     figures["plan_churn_s"] = summary([timed(churn_plan) for _ in range(repetitions)])
     churned_plan, _ = churn_plan()
     touched: dict[Site, list[Change]] = {}
@@ -283,8 +283,8 @@ def later_tricks(
     count = len(after)
     out: dict[str, Any] = {}
 
-    first_plan = partial(planned, State(), {SOURCE: first}, T0, Policy())
-    churn_plan = partial(planned, state, {SOURCE: churned}, later, Policy(), model=memo)
+    first_plan = partial(planned, State(), {SOURCE: first}, T0, GuardPolicy())
+    churn_plan = partial(planned, state, {SOURCE: churned}, later, GuardPolicy(), model=memo)
     index = index_of(before)
     # the churn's answer made of the held objects where unchanged, as a source keeping its
     # answer between fetches hands over: an index of several sources is patched then

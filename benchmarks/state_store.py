@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.adapters.state.sqlite import SqliteStateStore
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.domain import State
 from hydrator.runtime.memory import collector_paused
 from tests.support.state_files import downgrade_to_schema_2
@@ -57,7 +57,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     figures: dict[str, object] = {"replicas": replicas}
     federation = Federation(Scale(replicas=replicas))
     path = workdir / "state.sqlite"
-    first = plan_cycle(State(), {SOURCE: federation.snapshot()}, T0, Policy())
+    first = plan_cycle(State(), {SOURCE: federation.snapshot()}, T0, GuardPolicy())
     store = SqliteStateStore(path)
     timed(partial(store.save, first), figures, "first_save")
     store.close()
@@ -66,7 +66,7 @@ def run(replicas: int, workdir: Path) -> dict[str, object]:
     loaded = timed(store.load, figures, "load")
     federation.churn()
     later = T0 + timedelta(minutes=1)
-    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, Policy())
+    churned = plan_cycle(loaded, {SOURCE: federation.snapshot()}, later, GuardPolicy())
     timed(partial(store.save, churned), figures, "churn_save")
     store.close()
     del loaded

@@ -1,22 +1,20 @@
-"""How big a site's ad is, and what is kept of cutting it to size between cycles (pure).
+"""How big a site's ad is (pure).
 
 :func:`~.advertise.advertise` cuts a view to ``[classad] max_ad_bytes`` by asking a
 ``size`` function; :func:`ad_size` is the one the daemon gives it (cheap bounds from the names,
-a rendering only between them). :class:`LastAdvertised` remembers a site's answer while its
-inputs are the same, and :func:`over_size_news` says which sites started or stopped being cut
-(the daemon logs each change once).
+a rendering only between them). What is kept of cutting ads between cycles is in
+:mod:`.advertise_memory`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 
-from hydrator.core.advertise import MIN_NAME_BYTES, Advertised
+from hydrator.core.advertise import MIN_NAME_BYTES
 from hydrator.core.render import AdAttributes, render_cron
-from hydrator.domain import DatasetId, Site, SiteView
+from hydrator.domain import SiteView
 
 _first = itemgetter(0)
 
@@ -41,75 +39,3 @@ def ad_size(view: SiteView, attrs: AdAttributes, max_ad_bytes: int) -> int:
     if lower > max_ad_bytes:
         return lower
     return len(render_cron(view, attrs).encode("utf-8"))
-
-
-def stamp_width(view: SiteView) -> int:
-    """Characters the ``updated`` time takes in an ad (0: none)."""
-    return 0 if view.updated is None else len(str(int(view.updated.timestamp())))
-
-
-class LastAdvertised:
-    """A site's :func:`~.advertise.advertise` answer, reused while its inputs are the same: an equal
-    unstamped view (the core hands on an unchanged site's view as is, so the comparison meets the
-    same objects item by item and costs little), the same demand, the same storage statuses and
-    reasons, and an ``updated`` time of the same width in the ad (the size checks see the rendered
-    ad), and the same bytes of lines added outside the lists (``extra_bytes``: the near line).
-    Everything else :func:`~.advertise.advertise` reads is fixed per service (policy, configuration)
-    or follows from the view (the held replicas of its site). Saves re-rendering over-size ads each
-    cycle to find how much fits."""
-
-    __slots__ = ("advertised", "contents", "extra_bytes", "stamp_width", "stated", "wanted")
-
-    def __init__(
-        self,
-        contents: SiteView,
-        view: SiteView,
-        wanted: dict[DatasetId, int],
-        advertised: Advertised,
-        extra_bytes: int = 0,
-    ) -> None:
-        self.contents = contents
-        self.stamp_width = stamp_width(view)
-        self.wanted = wanted
-        self.advertised = advertised
-        self.stated = (view.storages, view.unavailable)  # storage and drains
-        self.extra_bytes = extra_bytes
-
-    def fits(
-        self,
-        contents: SiteView,
-        view: SiteView,
-        wanted: Mapping[DatasetId, int],
-        extra_bytes: int = 0,
-    ) -> bool:
-        """The remembered answer holds for ``view`` (whose unstamped contents are
-        ``contents``) under the demand ``wanted``, with ``extra_bytes`` of other lines."""
-        return (
-            contents == self.contents
-            and extra_bytes == self.extra_bytes
-            and stamp_width(view) == self.stamp_width
-            and wanted == self.wanted
-            and (view.storages, view.unavailable) == self.stated
-        )
-
-    def stamped(self, view: SiteView) -> Advertised:
-        """The remembered answer for the (equal) ``view`` with its ``updated`` time."""
-        known = self.advertised
-        return replace(known, view=replace(known.view, updated=view.updated))
-
-
-@dataclass(frozen=True)
-class OverSizeNews:
-    """Sites whose ads are cut to fit now (``over``), those newly cut (``started``, with how
-    many datasets each leaves out) and those that fit again (``ended``), both by name."""
-
-    over: frozenset[Site]
-    started: tuple[tuple[Site, int], ...]
-    ended: tuple[Site, ...]
-
-
-def over_size_news(before: frozenset[Site], advertised: Mapping[Site, Advertised]) -> OverSizeNews:
-    """Compare the sites cut to fit ``before`` with this cycle's ``advertised``."""
-    over = frozenset(site for site, a in advertised.items() if a.over_size)
-    started = tuple((site, advertised[site].over_size) for site in sorted(over - before))
-    return OverSizeNews(over, started, tuple(sorted(before - over)))

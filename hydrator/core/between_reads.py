@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from hydrator.core.model import Model
-from hydrator.core.plan import Planned, Policy, SourceStatus, planned
+from hydrator.core.plan import GuardPolicy, Planned, SourceStatus, planned
 from hydrator.core.storage import Drain, unavailable_storages
 from hydrator.domain import (
     DatasetId,
@@ -70,7 +70,7 @@ def planned_between(
     previous: State,
     outcomes: Mapping[str, SourceOutcome],
     now: datetime,
-    policy: Policy,
+    policy: GuardPolicy,
     drains: Sequence[Drain] = (),
     *,
     model: Model | None = None,

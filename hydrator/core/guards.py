@@ -28,8 +28,8 @@ from hydrator.domain import (
 
 
 @dataclass(frozen=True)
-class Policy:
-    """Safety thresholds (``[safety]`` in the config)."""
+class GuardPolicy:
+    """The thresholds of the guards above (``[safety]`` in the config)."""
 
     max_drop_fraction: float = 0.5
     drop_min_entries: int = 20
@@ -58,7 +58,7 @@ def guard_sites(
     outcome: Snapshot,
     delta: SourceDelta,
     found: Mapping[Site, str],
-    policy: Policy,
+    policy: GuardPolicy,
 ) -> Guarded:
     """The site guard (module doc) on an answer the source guard let through, given the sites
     whose drop it holds and how each shrank (``found``: :func:`shrunken_sites`): they keep
@@ -101,7 +101,7 @@ def shrunken_sites(
     outcome: Snapshot,
     delta: SourceDelta,
     *,
-    policy: Policy,
+    policy: GuardPolicy,
     explained: Mapping[Site, int | None],
 ) -> dict[Site, str]:
     """Site -> how it shrank, for each site whose drop the site guard holds (before the count
@@ -130,7 +130,7 @@ def shrunken_sites(
     return found
 
 
-def _shrank(old: int, new: int, policy: Policy) -> bool:
+def _shrank(old: int, new: int, policy: GuardPolicy) -> bool:
     """Whether ``old`` entries becoming ``new`` is a drop the site guard holds."""
     if old < max(policy.site_drop_min_entries, 1) or new >= old:
         return False
@@ -140,7 +140,7 @@ def _shrank(old: int, new: int, policy: Policy) -> bool:
 def _suspicious_sites(
     site_counts: Callable[[], Mapping[Site, int]],
     delta: SourceDelta,
-    policy: Policy,
+    policy: GuardPolicy,
     explained: Mapping[Site, int | None],
 ) -> dict[Site, tuple[int, int]]:
     """Site -> (entries before on storage still available, entries now) of each site whose
@@ -215,7 +215,7 @@ def without_case_twins(
     return out, refused
 
 
-def suspicious_drop(before: int, now: int, policy: Policy) -> bool:
+def suspicious_drop(before: int, now: int, policy: GuardPolicy) -> bool:
     if before == 0 or before < policy.drop_min_entries:
         return False
     return now < before * (1.0 - policy.max_drop_fraction)

@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 from hydrator.core.changes import Changes, SourceDelta
 from hydrator.core.guards import (
-    Policy,
+    GuardPolicy,
     guard_sites,
     shrunken_sites,
     suspicious_drop,
@@ -64,10 +64,10 @@ from hydrator.domain import (
 )
 
 __all__ = [
+    "GuardPolicy",
     "Model",
     "Plan",
     "Planned",
-    "Policy",
     "SourceDelta",
     "SourceStatus",
     "plan_cycle",
@@ -130,7 +130,7 @@ def plan_cycle(
     previous: State,
     outcomes: Mapping[str, SourceOutcome],
     now: datetime,
-    policy: Policy,
+    policy: GuardPolicy,
     drains: Sequence[Drain] = (),
 ) -> Plan:
     """Decide this cycle over plain values: ``previous``, the saved state; ``outcomes``, one
@@ -144,7 +144,7 @@ def planned(
     previous: State,
     outcomes: Mapping[str, SourceOutcome],
     now: datetime,
-    policy: Policy,
+    policy: GuardPolicy,
     drains: Sequence[Drain] = (),
     *,
     model: Model | None = None,
@@ -197,7 +197,7 @@ def planned(
 
 
 def _advance_source(
-    before: SourceState, outcome: SourceOutcome, now: datetime, model: Model, policy: Policy
+    before: SourceState, outcome: SourceOutcome, now: datetime, model: Model, policy: GuardPolicy
 ) -> tuple[SourceState, SourceStatus, SourceDelta]:
     """``before`` moved by ``outcome``: the new source state, its status and its delta (empty
     when it failed or was held back). ``model``, of the state before, gives the

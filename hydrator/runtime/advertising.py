@@ -2,9 +2,9 @@
 :func:`hydrator.core.advertise.advertise`.
 
 :class:`Advertising` holds what it remembers between cycles: each site's last answer
-(:class:`~hydrator.core.adsize.LastAdvertised`, reused while its inputs hold), the sites whose
-ads are cut to fit (a warning when one starts, a line when it fits again) and the bytes each
-ad's near line adds (``[distances]``, counted in ``max_ad_bytes``).
+(:class:`~hydrator.core.advertise_memory.LastAdvertised`, reused while its inputs hold), the
+sites whose ads are cut to fit (a warning when one starts, a line when it fits again) and the
+bytes each ad's near line adds (``[distances]``, counted in ``max_ad_bytes``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from functools import partial
 
 from hydrator.config import ClassAdConfig
-from hydrator.core.adsize import LastAdvertised, ad_size, over_size_news
+from hydrator.core.adsize import ad_size
 from hydrator.core.advertise import Advertised, AdvertisePolicy, advertise
+from hydrator.core.advertise_memory import LastAdvertised, over_size_news
 from hydrator.core.near import near_line_bytes
 from hydrator.core.plan import Plan
 from hydrator.domain import DatasetId, Site, SiteView
@@ -48,8 +49,8 @@ class Advertising:
     ) -> dict[Site, Advertised]:
         """Each of ``plan``'s sites' advertised lists under the demand ``wanted``; a site
         whose inputs are those of last cycle gets last cycle's answer
-        (:class:`~hydrator.core.adsize.LastAdvertised` compares each site's lists before
-        storage, drains and read times apply: :attr:`~hydrator.core.plan.Plan.contents`).
+        (:class:`~hydrator.core.advertise_memory.LastAdvertised` compares each site's lists
+        before storage, drains and read times apply: :attr:`~hydrator.core.plan.Plan.contents`).
         ``published``: the ads served until now (an unchanged site's size is its body's
         length)."""
         contents = plan.contents

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.plan import Policy
+from hydrator.core.plan import GuardPolicy
 from hydrator.core.ports import PoolProbe, Publisher, QueueReader, Source, StateStore
 from hydrator.domain import DatasetId
 from hydrator.runtime.annotate_jobs import Annotator
@@ -62,13 +62,13 @@ class Pool:
 
 @dataclass(frozen=True)
 class Policies:
-    """The rules a cycle decides by, built from the configuration: ``plan`` (the safety
-    guards the service's plans apply: :func:`~hydrator.core.plan.planned`, and between full
-    reads :func:`~hydrator.core.between_reads.planned_between`), ``advertise`` (what an ad
-    carries and its size limit) and ``classad`` (the attribute names an ad is rendered
-    with)."""
+    """The rules a cycle decides by, built from the configuration: ``guards`` (the thresholds
+    of the safety guards, ``[safety]``, that the service's plans apply:
+    :func:`~hydrator.core.plan.planned`, and between full reads
+    :func:`~hydrator.core.between_reads.planned_between`), ``advertise`` (what an ad carries and
+    its size limit) and ``classad`` (the attribute names an ad is rendered with)."""
 
-    plan: Policy
+    guards: GuardPolicy
     advertise: AdvertisePolicy
     classad: ClassAdConfig
 

@@ -248,7 +248,7 @@ class Service:
             previous={name: s.replicas for name, s in self._model.state.sources.items()},
             drains=drains,
         )
-        policy = self._policies.plan
+        policy = self._policies.guards
         if reread is not None:
             with phase("plan"):
                 state = self._model.state

@@ -40,7 +40,7 @@ from hydrator.config import (
 from hydrator.core.advertise import AdvertisePolicy
 from hydrator.core.event_hints import ReconcilePolicy
 from hydrator.core.jobs import AnnotateSettings
-from hydrator.core.plan import Policy
+from hydrator.core.plan import GuardPolicy
 from hydrator.core.ports import (
     DistanceReader,
     EventListener,
@@ -267,7 +267,7 @@ def assemble(
         near=near,
         queue_max_age_s=queue_max_age_s(config),
     )
-    policies = Policies(Policy(**config.safety.model_dump()), advertise_policy, config.classad)
+    policies = Policies(GuardPolicy(**config.safety.model_dump()), advertise_policy, config.classad)
     instruments = Instruments(metrics, clock)
     service = Service(
         startup, catalogue=catalogue, pool=pool, policies=policies, instruments=instruments

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.index import Index, merge_replicas, merged_snapshot
 from hydrator.core.model import Model
-from hydrator.core.plan import Policy, planned
+from hydrator.core.plan import GuardPolicy, planned
 from hydrator.core.presence import holding
 from hydrator.core.views import site_contents
 from hydrator.domain import (
@@ -42,7 +42,7 @@ from hydrator.domain import (
 )
 from tests.unit.factories import by_key, flat, t
 
-POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=2)
+POLICY = GuardPolicy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=2)
 SITES = [Site(s) for s in ("A", "B", "C")]
 DATASETS = [DatasetId(scope, name) for scope in ("ska", "lsst") for name in ("x", "y", "z")]
 

@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 from hydrator.core.index import Index, merge_replicas, merged_snapshot
 from hydrator.core.presence import holding
-from hydrator.core.views import site_contents
+from hydrator.core.views import content_digest, site_contents
 from hydrator.domain import (
     DatasetId,
     Replica,
     ReplicaState,
     Site,
+    SiteView,
     Snapshot,
     SourceFailure,
     Transfer,
@@ -69,6 +70,19 @@ def fail(source: str, error: str = "connection refused") -> SourceFailure:
 
 # A holds x and y; B holds x, part of y; C receives y (and part of x); D holds nothing: the
 # sites the job-annotation tests decide over (core/jobs.py, runtime/annotate_jobs.py)
+def sized_view(
+    count: int, name_length: int = 8, updated: datetime | None = None, site: str = "S"
+) -> SiteView:
+    """A site with ``count`` names of ``name_length`` characters, a third in each list
+    (available, partial, replicating): a view of a known size for the ad-size tests."""
+    names = [DatasetId("ska", f"{i:0{name_length}d}") for i in range(count)]
+    available = tuple(names[0::3])
+    partial = tuple((d, 0.5) for d in names[1::3])
+    replicating = tuple((d, 0.25) for d in names[2::3])
+    digest = content_digest(Site(site), available, partial, replicating)
+    return SiteView(Site(site), available, partial, replicating, (), updated, digest)
+
+
 ANNOTATION_VIEWS = site_contents(
     merge_replicas(
         [

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import requests
 
 from hydrator.config import ClassAdConfig
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.core.ports import FetchContext
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, ElementCount, Site, Snapshot, State, StorageStatus
@@ -144,7 +144,7 @@ def test_downtime_ending_and_a_drain_of_a_storage_area_through_the_core(
     end = NOW + HOUR
     federation(fake, a1_downtimes=[downtime(NOW - HOUR, end)])
     source = make_source(datasets=DATASETS)
-    policy = Policy(drop_min_entries=1, max_drop_fraction=0.1)
+    policy = GuardPolicy(drop_min_entries=1, max_drop_fraction=0.1)
     drain = Drain(Site("SITE_A"), "SITE_A_XRD", "checksum errors", NOW)
     contexts = [
         FetchContext(now=NOW - 2 * HOUR),  # before the downtime
@@ -182,7 +182,7 @@ def test_a_storage_area_whose_datasets_vanish_holds_its_site_back_through_the_co
     for name in on_a2:
         fake.add_dataset("ska", name, ("SITE_A_STORM", AREA_A2))
     source = make_source(datasets=[f"ska:{n}" for n in on_a1 + on_a2])
-    policy = Policy(site_drop_min_entries=5, site_max_drop_fraction=0.5)
+    policy = GuardPolicy(site_drop_min_entries=5, site_max_drop_fraction=0.5)
     context = FetchContext(now=NOW)
     first = source.fetch(context)
     assert first.elements == {
@@ -225,7 +225,7 @@ def test_a_downtime_given_with_an_offset_is_shown_in_utc_in_the_ad_and_in_v1(
         c_site_downtimes=[offset_downtime(later, later + HOUR, "upgrade")],
     )
     snapshot = make_source(datasets=DATASETS).fetch(FetchContext(now=NOW))
-    plan = plan_cycle(State(), {"dmapi": snapshot}, NOW, Policy(), [])
+    plan = plan_cycle(State(), {"dmapi": snapshot}, NOW, GuardPolicy(), [])
     utc_end = end.strftime("%Y-%m-%dT%H:%MZ")
     expected = f"storage area SITE_A_XRD: downtime (Unplanned) until {utc_end}: power cut"
 
@@ -257,7 +257,9 @@ def test_a_force_disable_and_a_new_downtime_take_effect_in_the_next_cycle(
                 a1_downtimes=[downtime(NOW - HOUR, NOW + HOUR, "Unplanned", "flood")],
                 b_disabled=True,
             )
-        plan = plan_cycle(state, {"dmapi": source.fetch(FetchContext(now=NOW))}, NOW, Policy(), [])
+        plan = plan_cycle(
+            state, {"dmapi": source.fetch(FetchContext(now=NOW))}, NOW, GuardPolicy(), []
+        )
         state = plan.state
         ads.append(
             {s: ad.body.decode() for s, ad in render_ads(plan.sites, ClassAdConfig()).items()}

@@ -14,7 +14,7 @@ from hydrator.core.between_reads import (
     restated,
     unchanged,
 )
-from hydrator.core.plan import Policy, plan_cycle, planned
+from hydrator.core.plan import GuardPolicy, plan_cycle, planned
 from hydrator.core.storage import Drain
 from hydrator.domain import (
     DatasetId,
@@ -35,13 +35,13 @@ def test_an_event_cycle_keeps_the_full_reads_time_and_other_sources_as_they_were
         "rucio": snap("rucio", rep("A", "obs1"), sites=("A", "B")),
         "static": snap("static", rep("C", "obs2"), sites=("C",)),
     }
-    state = plan_cycle(State(), first, t(0), Policy()).state
+    state = plan_cycle(State(), first, t(0), GuardPolicy()).state
     replicas = reread(state.sources["rucio"].replicas, [DS], [rep("B", "obs1")])
     outcomes = {
         "rucio": snap("rucio", *replicas, sites=("A", "B")),
         "static": unchanged(state.sources["static"]),
     }
-    plan = keep_read_times(planned(state, outcomes, t(5), Policy()), state).plan
+    plan = keep_read_times(planned(state, outcomes, t(5), GuardPolicy()), state).plan
     assert [str(d) for d in plan.sites[Site("B")].available] == ["ska:obs1"]
     assert plan.sites[Site("A")].available == ()
     assert [str(d) for d in plan.sites[Site("C")].available] == ["ska:obs2"]
@@ -50,7 +50,7 @@ def test_an_event_cycle_keeps_the_full_reads_time_and_other_sources_as_they_were
     assert {s.last_success for s in plan.sources} == {t(0)}
 
 
-GUARDED = Policy(
+GUARDED = GuardPolicy(
     max_drop_fraction=0.5,
     drop_min_entries=4,
     accept_drop_after_cycles=3,
@@ -123,12 +123,12 @@ def test_an_event_cycle_keeps_the_storage_reasons_and_drains_in_the_site_views()
         "dmapi": replace(snap("dmapi", rep("C", "c0"), sites=("C",)), storages=(down,)),
     }
     drain = Drain(Site("A"), None, "maintenance", since=t(0))
-    state = plan_cycle(State(), first, t(0), Policy()).state
+    state = plan_cycle(State(), first, t(0), GuardPolicy()).state
     outcomes: dict[str, SourceOutcome] = {
         "dmapi": unchanged(state.sources["dmapi"]),
         "rucio": patched(state.sources["rucio"], state.sources["rucio"].replicas, {Site("A")}),
     }
-    plan = keep_read_times(planned(state, outcomes, t(5), Policy(), [drain]), state).plan
+    plan = keep_read_times(planned(state, outcomes, t(5), GuardPolicy(), [drain]), state).plan
     assert plan.sites[Site("C")].unavailable == ("RSE C_DISK: availability_read false",)
     assert plan.sites[Site("A")].available == ()  # drained
     assert plan.sites[Site("A")].updated == t(0)

@@ -15,7 +15,7 @@ from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
 from hydrator.core.collector_merges import Rendered, Target, defer_merges, plan_merges
 from hydrator.core.index import merged_snapshot
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.core.render import published_updated
 from hydrator.domain import Site, Snapshot, State, StorageStatus
 from tests.unit.factories import rep, t
@@ -41,7 +41,7 @@ def merges_in_an_hour(min_interval_s: float) -> dict[Site, int]:
     state, sent = State(), {A: 0, B: 0}
     for cycle in range(CYCLES):
         now = t(0) + cycle * CYCLE
-        plan = plan_cycle(state, {"rucio": answer(down=cycle % 2 == 1)}, now, Policy())
+        plan = plan_cycle(state, {"rucio": answer(down=cycle % 2 == 1)}, now, GuardPolicy())
         state = plan.state
         rendered = {}
         for site, view in plan.sites.items():

@@ -10,11 +10,11 @@ from typing import NamedTuple
 import pytest
 
 from hydrator.core.model import Model
-from hydrator.core.plan import Plan, Policy, planned
+from hydrator.core.plan import GuardPolicy, Plan, planned
 from hydrator.domain import ChangeKind, DatasetId, ElementCount, Replica, Site, SourceOutcome, State
 from tests.unit.factories import fail, rep, snap, t
 
-POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
+POLICY = GuardPolicy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
 
 
 class Decided(NamedTuple):
@@ -23,7 +23,7 @@ class Decided(NamedTuple):
 
 
 def run_planned(
-    cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY
+    cycles: Sequence[Mapping[str, SourceOutcome]], policy: GuardPolicy = POLICY
 ) -> list[Decided]:
     """Each cycle's plan and model, each cycle planned with the last one's model (as the
     service carries them)."""
@@ -36,7 +36,7 @@ def run_planned(
     return done
 
 
-def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: Policy = POLICY) -> list[Plan]:
+def run(cycles: Sequence[Mapping[str, SourceOutcome]], policy: GuardPolicy = POLICY) -> list[Plan]:
     return [decided.plan for decided in run_planned(cycles, policy)]
 
 
@@ -249,7 +249,7 @@ def test_suspicious_drop_is_held_then_accepted_after_the_configured_cycles() -> 
 
 def test_suspicious_drop_never_accepted_when_configured_so() -> None:
     full = snap("r", *(rep("A", f"d{i}") for i in range(10)))
-    policy = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=0)
+    policy = GuardPolicy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=0)
     plans = run([{"r": full}] + [{"r": snap("r", sites=("A",))}] * 6, policy)
     assert all(p.changes == () for p in plans[1:])
     assert len(names(plans[-1], "A")) == 10
@@ -322,7 +322,7 @@ def test_source_deltas_hold_exactly_the_rows_to_write() -> None:
 
 # The site guard (issue 26 item 6): a site that loses all, or more than a share, of its
 # entries in one answer keeps them for the guard's cycles, although the source is "ok".
-SITE_POLICY = Policy(
+SITE_POLICY = GuardPolicy(
     max_drop_fraction=0.5,
     drop_min_entries=20,
     accept_drop_after_cycles=3,
@@ -388,7 +388,7 @@ def test_site_guard_threshold_table(before: int, after: int, held: bool) -> None
 
 
 def test_a_site_named_in_accept_site_drops_is_never_held() -> None:
-    policy = Policy(**{**SITE_POLICY.__dict__, "accept_site_drops": ("SITE_B",)})
+    policy = GuardPolicy(**{**SITE_POLICY.__dict__, "accept_site_drops": ("SITE_B",)})
     plans = run([{"r": two_sites(70, 30)}, {"r": two_sites(70, 0)}], policy)
     assert count(plans[1], "SITE_B") == 0 and plans[1].sources[0].held_sites == {}
 

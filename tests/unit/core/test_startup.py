@@ -6,7 +6,7 @@ import pytest
 
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.core.startup import saved_views, startup_from, startup_views
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, SiteView, State
@@ -15,7 +15,7 @@ from tests.unit.factories import rep, snap, t
 A, B = Site("A"), Site("B")
 ATTRS = ClassAdConfig()
 SAVED = plan_cycle(
-    State(), {"s": snap("s", rep("A", "x"), rep("A", "y"), rep("B", "z"))}, t(0), Policy()
+    State(), {"s": snap("s", rep("A", "x"), rep("A", "y"), rep("B", "z"))}, t(0), GuardPolicy()
 ).state
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from hydrator.core.index import merged_snapshot
-from hydrator.core.plan import Plan, Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, Plan, plan_cycle
 from hydrator.core.storage import (
     Downtime,
     Drain,
@@ -38,7 +38,7 @@ from tests.unit.factories import fail, rep, t
 A = Site("SITE_A")
 NOW = t(0)
 HOUR = timedelta(hours=1)
-POLICY = Policy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
+POLICY = GuardPolicy(max_drop_fraction=0.5, drop_min_entries=4, accept_drop_after_cycles=3)
 
 
 def down(start_h: float, end_h: float, on: str = "") -> Downtime:
@@ -235,7 +235,7 @@ def test_the_unavailable_attribute_and_digest() -> None:
 MAIN = [rep("SITE_A", f"a{i}") for i in range(10)]  # SITE_A's main RSE
 SMALL = [rep("SITE_A", f"s{i}") for i in range(2)]  # a small one, to be disabled
 AT_B = [rep("SITE_B", f"b{i}") for i in range(10)]
-GUARDS = Policy(
+GUARDS = GuardPolicy(
     max_drop_fraction=0.5,
     drop_min_entries=4,
     accept_drop_after_cycles=3,

@@ -22,7 +22,7 @@ from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import Config, load_config
 from hydrator.core.index import merge_replicas, merged_snapshot
 from hydrator.core.model import Model
-from hydrator.core.plan import Policy, SourceDelta, plan_cycle, planned
+from hydrator.core.plan import GuardPolicy, SourceDelta, plan_cycle, planned
 from hydrator.core.presence import holding
 from hydrator.domain import DatasetId, Replica, ReplicaState, Site, State, Transfer
 from hydrator.errors import StateError
@@ -31,7 +31,7 @@ from hydrator.runtime.wiring import assemble
 from tests.support.state_files import downgrade_to_schema_2, old_state_config
 from tests.unit.factories import fail, flat, rep, snap, t
 
-POLICY = Policy()
+POLICY = GuardPolicy()
 Key = tuple[Site, DatasetId]
 
 
@@ -117,13 +117,13 @@ def kill_after_start(delay_s: float, script: str, started: str, *args: str) -> N
 WRITER = textwrap.dedent(
     """
     import sys
-    from hydrator.core.plan import Policy, plan_cycle
+    from hydrator.core.plan import GuardPolicy, plan_cycle
     from hydrator.adapters.state.sqlite import SqliteStateStore
     from tests.unit.factories import rep, snap, t
     store = SqliteStateStore(__import__("pathlib").Path(sys.argv[1]))
     n = int(sys.argv[2])
     outcome = {"r": snap("r", *(rep(f"S{i % 50}", f"new{i}") for i in range(n)))}
-    plan = plan_cycle(store.load(), outcome, t(5), Policy(accept_drop_after_cycles=1))
+    plan = plan_cycle(store.load(), outcome, t(5), GuardPolicy(accept_drop_after_cycles=1))
     print("writing", flush=True)
     store.save(plan)
     print("done", flush=True)
@@ -671,7 +671,7 @@ def test_a_pair_keeps_its_time_while_any_source_reports_it_and_loses_it_after(
     expected = [{x: t(0), y: t(0)}, {x: t(0), y: t(0)}, {y: t(0)}, {x: t(3), y: t(0)}]
     state = State()
     for i, outcomes in enumerate(cycles):
-        plan = plan_cycle(state, outcomes, t(i), Policy(drop_min_entries=10))
+        plan = plan_cycle(state, outcomes, t(i), GuardPolicy(drop_min_entries=10))
         store.save(plan)
         assert first_seen(path) == expected[i], i
         state = plan.state

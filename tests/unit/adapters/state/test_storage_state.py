@@ -13,7 +13,7 @@ import pytest
 from hydrator.adapters.state.drains import remove_drain, set_drain
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.core.index import merged_snapshot
-from hydrator.core.plan import Policy, plan_cycle
+from hydrator.core.plan import GuardPolicy, plan_cycle
 from hydrator.core.storage import Drain
 from hydrator.domain import Site, State, StorageStatus
 from hydrator.errors import StateError
@@ -78,13 +78,13 @@ def test_storage_statuses_outlive_a_restart(tmp_path: Path) -> None:
         StorageStatus(A, "Y_DISK", "RSE", upcoming="downtime from ... to ..."),
     )
     answer = merged_snapshot("r", [rep("SITE_A", "a")], [A], storages=stated)
-    plan = plan_cycle(State(), {"r": answer}, t(0), Policy())
+    plan = plan_cycle(State(), {"r": answer}, t(0), GuardPolicy())
     store = SqliteStateStore(path)
     store.save(plan)
     store.close()
     loaded = SqliteStateStore(path, read_only=True).load()
     assert loaded.sources["r"].storages == stated
-    again = plan_cycle(loaded, {}, t(1), Policy())  # the source dropped: its statuses go too
+    again = plan_cycle(loaded, {}, t(1), GuardPolicy())  # the source dropped: its statuses go too
     store = SqliteStateStore(path)
     store.save(again)
     store.close()
@@ -138,7 +138,7 @@ def test_invalid_storage_statuses_are_counted_and_left_out(tmp_path: Path) -> No
     stated = (StorageStatus(A, "X_DISK", "RSE", False, "down"),)
     answer = merged_snapshot("r", [rep("SITE_A", "a")], [A], storages=stated)
     store = SqliteStateStore(path)
-    store.save(plan_cycle(State(), {"r": answer}, t(0), Policy()))
+    store.save(plan_cycle(State(), {"r": answer}, t(0), GuardPolicy()))
     store.close()
     with sqlite3.connect(path) as db:
         (text,) = db.execute("SELECT statuses FROM storages").fetchone()
