@@ -66,6 +66,7 @@ from hydrator.adapters.sources.dmapi.tokens import (
     token_provider,
 )
 from hydrator.config import DmapiSourceConfig
+from hydrator.core.check_order import relocate_order
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ElementCount, Replica, ReplicaState, Site, Snapshot
@@ -184,15 +185,16 @@ class DmapiSource:
         return sorted(wanted), invalid
 
     def _due(self, datasets: list[DatasetId]) -> list[DatasetId]:
-        """Those to locate this fetch: every new one, then the budget, longest-unchecked first."""
-        new = [d for d in datasets if d not in self._known]
-        known = sorted((d for d in datasets if d in self._known), key=lambda d: self._known[d][1])
+        """Those to locate this fetch: every new one, then the budget, longest-unchecked first
+        (:func:`~hydrator.core.check_order.relocate_order`, from the fetch that last located
+        each known one)."""
+        located_in = {d: fetch for d, (_, fetch) in self._known.items()}
         budget = self._config.max_relocates_per_cycle
-        self.deferred_last_fetch = max(0, len(known) - budget) if budget else 0
+        due, self.deferred_last_fetch = relocate_order(datasets, located_in, budget)
         if self.deferred_last_fetch:
-            log.debug("%s: locating %d of %d known datasets again", self.name, budget, len(known))
-            known = known[:budget]
-        return new + known
+            known = budget + self.deferred_last_fetch
+            log.debug("%s: locating %d of %d known datasets again", self.name, budget, known)
+        return due
 
     # ---- storage areas -> sites
 

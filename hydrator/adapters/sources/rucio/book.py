@@ -123,6 +123,16 @@ class Check(NamedTuple):
     outcomes: tuple[Outcome, ...]  # a replica (or None) for each pending site of the dataset
 
 
+class PendingOrder(NamedTuple):
+    """The pending datasets as :func:`~hydrator.core.check_order.deep_check_order` takes
+    them, kept while ``pending`` and its rules stand: each by its id, whether a rule's locks
+    vouch for it, and their order without demand."""
+
+    datasets: dict[DatasetId, Dataset]
+    vouched: dict[DatasetId, bool]
+    standing: list[DatasetId]
+
+
 @dataclass
 class Book:
     """Everything the source keeps between fetches, so that a fetch costs what changed.
@@ -150,7 +160,7 @@ class Book:
     checks: dict[Dataset, Check] = field(default_factory=dict)
     answer: dict[Site, dict[Dataset, Replica]] = field(default_factory=dict)
     replicas: AbstractSet[Replica] = frozenset()
-    order: list[Dataset] | None = None  # ``pending`` by deep-check order, while it stands
+    order: PendingOrder | None = None  # ``pending`` for the deep-check order, while it stands
     forced: dict[Site, set[Dataset]] = field(default_factory=dict)  # :func:`forced_pairs`
 
     def moving_to(self, dataset: Dataset, site: Site) -> SiteTransfer | None:

@@ -1,8 +1,9 @@
 """The Rucio source's deep checks: exact presence of a dataset at the sites its summary rows
 cannot settle, one call per dataset.
 
-For at most ``deep_check_limit`` pending datasets (most wanted first, then those no rule's
-locks vouch for, then by scope and name: :func:`deep_order`), one exact listing each
+For at most ``deep_check_limit`` pending datasets (listed bad first, then most wanted, then
+those no rule's locks vouch for, then by scope and name: :mod:`hydrator.core.check_order`,
+through :func:`deep_order`), one exact listing each
 (:meth:`DeepChecks.check_datasets`): ``list_dataset_replicas(scope, name, deep=True)`` (per
 RSE), or ``list_replicas`` (per file) when the dataset has summary rows at two or more RSEs
 of one pending site (the union needs to know which files they share). The other pending pairs
@@ -23,7 +24,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import partial
-from itertools import islice
 
 from hydrator.adapters.sources.rucio.book import (
     Book,
@@ -32,6 +32,7 @@ from hydrator.adapters.sources.rucio.book import (
     Dataset,
     Outcome,
     Partial,
+    PendingOrder,
     rows_at,
 )
 from hydrator.adapters.sources.rucio.listing import (
@@ -44,6 +45,7 @@ from hydrator.adapters.sources.rucio.listing import (
 from hydrator.adapters.sources.rucio.sites import younger
 from hydrator.adapters.sources.rucio.wire import RucioWire
 from hydrator.config import RucioSourceConfig
+from hydrator.core.check_order import deep_check_order, standing_order
 from hydrator.core.presence import NOTHING, Counts, exact, fallback, vouched
 from hydrator.domain import DatasetId, Site
 
@@ -203,28 +205,21 @@ def _counts(row: DeepLine) -> Counts:
 
 
 def deep_order(book: Book, wanted: Mapping[DatasetId, int], limit: int) -> list[Dataset]:
-    """The first ``limit`` pending datasets: those with a bad or unavailable replica listed
-    (:attr:`~.book.Book.forced`: their rows may say complete wrongly), most wanted next,
-    then those no rule's locks vouch for at a pending site, then by scope and name. The
-    order without demand is kept
+    """The first ``limit`` pending datasets to check exactly, in
+    :func:`~hydrator.core.check_order.deep_check_order` (listed bad first, then most wanted,
+    then those no rule's locks vouch for at a pending site, then by scope and name). It is
+    handed the pending datasets by id, whether the rules' locks vouch for each, and the ids
+    :attr:`~.book.Book.forced` holds. Those first two and the order without demand are kept
     in the book until a pair is settled again (only that can change ``pending`` or a pending
     pair's rules), so a fetch in which nothing changed sorts only the wanted datasets."""
     if book.order is None:
-        book.order = sorted(book.pending, key=partial(_order_key, book))
-    demand: dict[Dataset, int] = {}
-    for did, count in wanted.items():
-        found = book.datasets.get((did.scope, did.name))
-        if count > 0 and found is not None and found in book.pending:
-            demand[found] = count
-    forced = {d for held in book.forced.values() for d in held if d in book.pending}
-    head = sorted(forced, key=partial(_order_key, book))
-    head += sorted(demand.keys() - forced, key=lambda d: (-demand[d], *_order_key(book, d)))
-    first = forced | demand.keys()
-    rest = (d for d in book.order if d not in first)
-    return head[:limit] + list(islice(rest, max(0, limit - len(head))))
-
-
-def _order_key(book: Book, dataset: Dataset) -> tuple[bool, str, str]:
-    """Unvouched first (no rule's OK locks show files at a pending site), then scope, name."""
-    covered = book.moving.get(dataset)
-    return (vouched(covered, book.pending[dataset]), dataset.id.scope, dataset.id.name)
+        by_id = {dataset.id: dataset for dataset in book.pending}
+        vouched_for = {
+            dataset.id: vouched(book.moving.get(dataset), sites)
+            for dataset, sites in book.pending.items()
+        }
+        book.order = PendingOrder(by_id, vouched_for, standing_order(vouched_for))
+    order = book.order
+    listed_bad = {d.id for held in book.forced.values() for d in held}
+    chosen = deep_check_order(order.vouched, listed_bad, wanted, limit, order.standing)
+    return [order.datasets[did] for did in chosen]
