@@ -27,7 +27,7 @@ from hydrator.core.jobs import (
 from hydrator.core.ports import QueueAdapter
 from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import Site, SiteView
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Annotator:
         the adapter reads). Never raises for schedd or collector failures."""
         try:
             reads = self.adapter.read() if queue is None else annotation_reads(queue)
-        except PublishError as exc:
+        except PoolError as exc:
             self._note("(collector)", "collector", f"cannot list the schedds: {exc}")
             stale = list(self._last_good.values())
             wanted = annotate_values(views, (j.required for q in stale for j in q.jobs))
@@ -94,7 +94,7 @@ class Annotator:
                 continue
             try:
                 calls += self.adapter.apply(edit)
-            except PublishError as exc:
+            except PoolError as exc:
                 refused[edit.schedd] = str(exc)
                 continue
             edits, jobs = edits + 1, jobs + edit.jobs

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from hydrator.config import Config
 from hydrator.core.reschedule_policy import Tags, due
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from hydrator.redact import redact
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.wiring import schedd_reschedule
@@ -55,7 +55,7 @@ class Reschedule:
         self.last_s, self.sent = now, self.sent + 1
         try:
             asked = self.ask()
-        except PublishError as exc:
+        except PoolError as exc:
             cause = redact(str(exc))
             if cause != self._said:
                 log.warning("negotiation cycle not requested: %s", cause)

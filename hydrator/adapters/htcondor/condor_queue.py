@@ -51,7 +51,7 @@ from hydrator.core.queue import (
     data_bound_jobs,
 )
 from hydrator.domain import DatasetId, Site
-from hydrator.errors import ConfigError, PublishError
+from hydrator.errors import ConfigError, PoolError
 from hydrator.names import InvalidNameError, shown
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class CondorQueue:
     def read(self) -> QueueSnapshot:
         try:
             found = self._locate()
-        except PublishError as exc:
+        except PoolError as exc:
             failed = tuple(
                 ScheddRead(n, (), NO_AD, listed=False, annotate=True) for n in self._names
             )
@@ -245,7 +245,7 @@ class CondorQueue:
 
     def _locate(self) -> dict[str, classad2.ClassAd | None]:
         """Name -> location ad, or None for a schedd annotation expects that is not there;
-        raises PublishError if the collector cannot list the schedds."""
+        raises PoolError if the collector cannot list the schedds."""
         now = self._clock()
         found: dict[str, classad2.ClassAd | None]
         if self._names and not self.query.pool:
@@ -254,7 +254,7 @@ class CondorQueue:
             try:
                 ads = self._collector.locateAll(htcondor2.DaemonType.Schedd)
             except HTCONDOR_ERRORS as exc:
-                raise PublishError(f"cannot list the schedds: {exc}") from exc
+                raise PoolError(f"cannot list the schedds: {exc}") from exc
             found = {str(ad.get("Name")): ad for ad in ads}
             if self.query.annotate is not None:
                 recent = [n for n, (_, when) in self._seen.items() if now - when < FORGET_AFTER_S]
@@ -316,7 +316,7 @@ class CondorPoolProbe:
         self, queue: QueueSnapshot | None = None
     ) -> tuple[list[PoolJob], list[PoolSlot]]:
         """Data-bound idle/running jobs of ``queue`` (without one, a read of its own) and
-        every slot with a site; raises PublishError."""
+        every slot with a site; raises PoolError."""
         site_of, slots = self._slots()
         if queue is None:
             queue = CondorQueue(self._collector, JobQuery(True, True, None)).read()
@@ -352,7 +352,7 @@ class CondorPoolProbe:
                 ["Name", attr, "State", "PartitionableSlot", "Cpus"],
             )
         except HTCONDOR_ERRORS as exc:
-            raise PublishError(f"cannot query slots: {exc}") from exc
+            raise PoolError(f"cannot query slots: {exc}") from exc
         site_of: dict[str, Site] = {}
         slots: list[PoolSlot] = []
         for ad in ads:
