@@ -52,6 +52,7 @@ from hydrator.core.queue import (
 )
 from hydrator.domain import DatasetId, Site
 from hydrator.errors import ConfigError, PoolError
+from hydrator.logs import ProblemLog
 from hydrator.names import InvalidNameError, shown
 
 log = logging.getLogger(__name__)
@@ -309,7 +310,9 @@ class CondorPoolProbe:
     def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:
         self._collector = collector
         self._site_attribute = slot_site_attribute
-        self._warned: set[str] = set()
+        self._warned: ProblemLog[str] = ProblemLog(
+            log, limit=MAX_WARNED_NAMES, once_per_process=True
+        )
         self.invalid_last_query = 0  # the port's: invalid names the last read skipped
 
     def jobs_and_slots(
@@ -330,11 +333,10 @@ class CondorPoolProbe:
         for job in queued:
             required, invalid = valid_datasets(job.required or ())
             self.invalid_last_query += len(invalid)
-            for name in set(invalid) - self._warned:
-                if len(self._warned) >= MAX_WARNED_NAMES:
-                    break
-                self._warned.add(name)
-                log.warning("a job declares an invalid dataset name %s; skipped", shown(name))
+            for name in set(invalid):
+                self._warned.problem(
+                    name, "a job declares an invalid dataset name %s; skipped", shown(name)
+                )
             if not required:
                 continue
             running = job.status == RUNNING
