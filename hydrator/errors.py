@@ -8,6 +8,7 @@
     │   ├── TransientSourceError  worth retrying: connection, timeout, HTTP 5xx/429
     │   └── PermanentSourceError  retrying will not help: authentication, 4xx, bad schema
     ├── PublishError              a publisher (collector, ...) could not deliver
+    ├── PoolError                 the pool could not be read or asked (schedds, slots, a request)
     ├── StateError                the state database cannot be read or written
     └── FileRefused               a file named by the configuration cannot be read safely
 
@@ -52,6 +53,12 @@ class PermanentSourceError(SourceError):
 
 class PublishError(HydratorError):
     """A publisher could not deliver this cycle; it is retried on the next cycle."""
+
+
+class PoolError(HydratorError):
+    """The pool could not be read or asked: the collector could not list the schedds or the
+    slots, a schedd could not be read, or it refused or failed a request (a job edit, a
+    negotiation cycle). Whoever asked tries again on its next round."""
 
 
 class StateError(HydratorError):

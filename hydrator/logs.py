@@ -1,8 +1,9 @@
 """Logging for the daemon, the HTTP server process and the libraries they load.
 
 One handler on the root logger, formatting through :class:`TextFormatter` or
-:class:`JsonFormatter`; both pass every string through :func:`~hydrator.redact.redact`. Any
-layer may use it (the Rucio adapter adopts rucio-clients' loggers; the HTTP server process sets
+:class:`JsonFormatter`; both pass every string through :func:`~hydrator.redact.redact`.
+:class:`ProblemLog` says each problem once (and its recovery once) instead of at every round.
+Any layer may use it (the Rucio adapter adopts rucio-clients' loggers; the HTTP server process sets
 it up for itself); it imports nothing of the hydrator but :mod:`hydrator.redact`.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+from collections.abc import Collection, Hashable
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from hydrator.redact import redact
 
@@ -78,6 +81,87 @@ class TextFormatter(logging.Formatter):
         for block in blocks:
             text += "".join(f"\n    {redact(line)}" for line in block.splitlines())
         return text
+
+
+Key = TypeVar("Key", bound=Hashable)
+MAX_PROBLEMS = 10_000
+"""Default bound on the problems a :class:`ProblemLog` remembers at once."""
+
+
+class ProblemLog(Generic[Key]):
+    """Logs a problem once per ``key``, and its recovery once, instead of at every round.
+
+    :meth:`problem` logs a warning the first time its key fails (again only once its
+    ``cause`` changes, when one is given); :meth:`recovered` logs once that the key works
+    again and re-arms it, :meth:`forget` re-arms it silently. With ``once_per_process`` a key,
+    once logged, stays remembered for the process's life (a bad record repeated in every
+    answer): :meth:`recovered` and :meth:`forget` leave it as it is.
+
+    Thread-safe. Memory is bounded: while ``limit`` keys are remembered, a new key's problem
+    is not logged (the caller still counts it).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        limit: int = MAX_PROBLEMS,
+        once_per_process: bool = False,
+    ) -> None:
+        self._logger = logger
+        self._limit = limit
+        self._once_per_process = once_per_process
+        self._said: dict[Key, Hashable] = {}  # key -> the cause logged with it
+        self._lock = threading.Lock()
+
+    def problem(self, key: Key, message: str, *args: object, cause: Hashable = None) -> bool:
+        """``logger.warning(message, *args)`` unless ``key`` was logged already with the same
+        ``cause`` (or the limit is reached); True when it logged."""
+        with self._lock:
+            if key in self._said:
+                if self._said[key] == cause or self._once_per_process:
+                    return False
+            elif len(self._said) >= self._limit:
+                return False
+            self._said[key] = cause
+        self._logger.warning(message, *args)
+        return True
+
+    def recovered(self, key: Key, message: str, *args: object, cause: Hashable = None) -> bool:
+        """``logger.info(message, *args)`` if ``key`` was logged as a problem (with ``cause``,
+        when one is given: another cause's problem stays), and re-arm it; True when it
+        logged."""
+        with self._lock:
+            if not self._forgot(key, cause):
+                return False
+        self._logger.info(message, *args)
+        return True
+
+    def forget(self, key: Key) -> None:
+        """Re-arm ``key`` without a line: its next problem is logged again."""
+        with self._lock:
+            self._forgot(key, None)
+
+    def forget_all_but(self, keys: Collection[Key]) -> None:
+        """Re-arm, without a line, every key not in ``keys`` (the problems gone since)."""
+        with self._lock:
+            for key in [k for k in self._said if k not in keys]:
+                self._forgot(key, None)
+
+    def failing(self) -> frozenset[Key]:
+        """The keys logged as problems and not re-armed since."""
+        with self._lock:
+            return frozenset(self._said)
+
+    def _forgot(self, key: Key, cause: Hashable) -> bool:
+        """Drop ``key`` (only if logged with ``cause``, when one is given); True if dropped.
+        Called under the lock."""
+        if self._once_per_process or key not in self._said:
+            return False
+        if cause is not None and self._said[key] != cause:
+            return False
+        del self._said[key]
+        return True
 
 
 def setup_logging(fmt: str, level: str) -> None:

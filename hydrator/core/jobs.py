@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from hydrator.core.locality import SiteSets, site_sets
 from hydrator.core.queue import QueueJob, QueueSnapshot
 from hydrator.domain import DatasetId, Site, SiteView
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from hydrator.names import InvalidNameError
 
 Value = tuple[str, ...] | int | str
@@ -298,10 +298,10 @@ def state_epoch(views: Mapping[Site, SiteView], fallback_s: int) -> int:
 def annotation_reads(queue: QueueSnapshot) -> list[ScheddQueue | ScheddFailure]:
     """Annotation's part of the cycle's queue snapshot (:mod:`hydrator.core.queue`): each
     schedd it covers, read (its jobs matching ``[jobs] constraint``) or failed. Raises
-    PublishError when the collector could not list the schedds and none is expected by name."""
+    PoolError when the collector could not list the schedds and none is expected by name."""
     covered = [r for r in queue.schedds if r.annotate]
     if queue.error is not None and not covered:
-        raise PublishError(queue.error)
+        raise PoolError(queue.error)
     return [
         ScheddFailure(r.schedd, r.error)
         if r.error is not None

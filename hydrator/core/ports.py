@@ -276,11 +276,11 @@ class QueueAdapter(Protocol):
     :mod:`hydrator.runtime.annotate_jobs`)."""
 
     def read(self) -> list[ScheddQueue | ScheddFailure]:
-        """Every schedd's idle data-bound jobs; raises PublishError if no schedd can be listed."""
+        """Every schedd's idle data-bound jobs; raises PoolError if no schedd can be listed."""
         ...
 
     def apply(self, edit: GroupEdit) -> int:
-        """Make the calls of ``edit`` and return how many were made; raise PublishError when
+        """Make the calls of ``edit`` and return how many were made; raise PoolError when
         the schedd refuses or cannot be reached (the next cycle compares again)."""
         ...
 
@@ -294,7 +294,7 @@ class PoolProbe(Protocol):
         self, queue: QueueSnapshot | None = None
     ) -> tuple[list[PoolJob], list[PoolSlot]]:
         """Queued data-bound jobs (those of ``queue``, the cycle's shared read; without one, a
-        read of its own) and all slots; raises PublishError if the pool cannot be read."""
+        read of its own) and all slots; raises PoolError if the pool cannot be read."""
         ...
 
     @property

@@ -13,7 +13,7 @@ cycle for the union of their jobs and attributes; the cycle hands the resulting
 
 Failure semantics are those each consumer had with a read of its own: the demand and the probe
 count every schedd the collector lists, skip one that cannot be read and fail
-(:class:`~hydrator.errors.PublishError`) when the collector cannot list them or none answers;
+(:class:`~hydrator.errors.PoolError`) when the collector cannot list them or none answers;
 annotation sees each schedd it covers as read or failed (:attr:`ScheddRead.annotate`).
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hydrator.domain import DatasetId
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from hydrator.names import InvalidNameError
 
 IDLE, RUNNING = 1, 2
@@ -108,18 +108,18 @@ def demand_of_names(names: Iterable[Iterable[str]]) -> QueueDemand:
 
 def pool_reads(queue: QueueSnapshot) -> tuple[list[QueueJob], int]:
     """The jobs of every listed schedd that answered, and how many listed ones did not;
-    raises PublishError when the schedds could not be listed or none answered."""
+    raises PoolError when the schedds could not be listed or none answered."""
     if queue.error is not None:
-        raise PublishError(queue.error)
+        raise PoolError(queue.error)
     listed = [r for r in queue.schedds if r.listed]
     failed = sum(1 for r in listed if r.error is not None)
     if listed and failed == len(listed):
-        raise PublishError(f"none of {len(listed)} schedds could be read")
+        raise PoolError(f"none of {len(listed)} schedds could be read")
     return [j for r in listed if r.error is None for j in r.jobs], failed
 
 
 def idle_demand(queue: QueueSnapshot) -> QueueDemand:
-    """Idle jobs per dataset they declare (the demand); raises PublishError as
+    """Idle jobs per dataset they declare (the demand); raises PoolError as
     :func:`pool_reads`."""
     jobs, failed = pool_reads(queue)
     names = (j.required for j in jobs if j.status == IDLE and j.required is not None)
@@ -129,6 +129,6 @@ def idle_demand(queue: QueueSnapshot) -> QueueDemand:
 
 def data_bound_jobs(queue: QueueSnapshot) -> list[QueueJob]:
     """Idle and running jobs that declare ``RequiredDatasets`` (the matchmaking probe's);
-    raises PublishError as :func:`pool_reads`."""
+    raises PoolError as :func:`pool_reads`."""
     jobs, _ = pool_reads(queue)
     return [j for j in jobs if j.status in (IDLE, RUNNING) and j.required is not None]

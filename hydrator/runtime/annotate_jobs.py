@@ -27,7 +27,8 @@ from hydrator.core.jobs import (
 from hydrator.core.ports import QueueAdapter
 from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import Site, SiteView
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
+from hydrator.logs import ProblemLog
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Annotator:
         self.adapter = adapter
         self.settings = settings
         self._last_good: dict[str, ScheddQueue] = {}
-        self._failing: dict[str, tuple[str, str]] = {}  # schedd -> (kind, problem)
+        self._failing: ProblemLog[str] = ProblemLog(log)  # per schedd; cause: the failing step
 
     def run(
         self, views: Mapping[Site, SiteView], now_s: int, queue: QueueSnapshot | None = None
@@ -50,7 +51,7 @@ class Annotator:
         the adapter reads). Never raises for schedd or collector failures."""
         try:
             reads = self.adapter.read() if queue is None else annotation_reads(queue)
-        except PublishError as exc:
+        except PoolError as exc:
             self._note("(collector)", "collector", f"cannot list the schedds: {exc}")
             stale = list(self._last_good.values())
             wanted = annotate_values(views, (j.required for q in stale for j in q.jobs))
@@ -94,7 +95,7 @@ class Annotator:
                 continue
             try:
                 calls += self.adapter.apply(edit)
-            except PublishError as exc:
+            except PoolError as exc:
                 refused[edit.schedd] = str(exc)
                 continue
             edits, jobs = edits + 1, jobs + edit.jobs
@@ -114,15 +115,18 @@ class Annotator:
         """Log a change of state once: failing (warning, with the schedd's name) or recovered
         (info). ``kind`` (read, edit, collector) says which step; success clears only its own
         kind, so a schedd whose reads work but whose edits are refused stays failing."""
-        was = self._failing.get(schedd)
         if problem is None:
-            if was is not None and was[0] == kind:
-                del self._failing[schedd]
-                log.info("schedd %s: job annotation works again", schedd)
-            return
-        if was is None or was[0] != kind:
-            log.warning("schedd %s: %s; counted as failed until it recovers", schedd, problem)
-        self._failing[schedd] = (kind, problem)
+            self._failing.recovered(
+                schedd, "schedd %s: job annotation works again", schedd, cause=kind
+            )
+        else:
+            self._failing.problem(
+                schedd,
+                "schedd %s: %s; counted as failed until it recovers",
+                schedd,
+                problem,
+                cause=kind,
+            )
 
     def close(self) -> None:
         self.adapter.close()

@@ -18,6 +18,7 @@ from hydrator.core.near import NearTable, Problem, operator_distances, refresh
 from hydrator.core.ports import DistanceReader
 from hydrator.domain import Site
 from hydrator.errors import SourceError
+from hydrator.logs import ProblemLog
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_near_problem, record_near_read
@@ -42,7 +43,8 @@ class NearSites:
         self.clock = clock
         self.table = NearTable()
         self._read_at: float | None = None
-        self._problems: set[tuple[str, str]] = set()  # (kind, subject) seen at the last read
+        # by (kind, subject): the problems of the last read, each logged when it appeared
+        self._problems: ProblemLog[tuple[str, str]] = ProblemLog(log)
 
     def current(self, sites: Iterable[Site]) -> Mapping[Site, tuple[Site, ...]]:
         """The near lists (a site without one is unknown: its ad leaves the attribute out),
@@ -71,13 +73,15 @@ class NearSites:
     def _note(self, problems: list[Problem], keep_others: bool = False) -> None:
         """Log and count each problem not present at the last read."""
         seen = {(p.kind, p.subject) for p in problems}
+        known = self._problems.failing()
         for problem in problems:
-            if (problem.kind, problem.subject) not in self._problems:
-                log.warning("near sites: %s", problem.line)
+            key = (problem.kind, problem.subject)
+            if key not in known:
+                self._problems.problem(key, "near sites: %s", problem.line)
                 record_near_problem(self.metrics, problem)
         if keep_others:  # a failed read says nothing about the table's own problems
-            seen |= {key for key in self._problems if key[0] != "refused"}
-        self._problems = seen
+            seen |= {key for key in known if key[0] != "refused"}
+        self._problems.forget_all_but(seen)
 
     def close(self) -> None:
         if self.reader is not None:

@@ -26,6 +26,7 @@ from hydrator.core.ports import Publisher, RepairsSlots
 from hydrator.core.slot_coverage import RepairReport, SiteCoverage
 from hydrator.domain import Site, SiteView
 from hydrator.errors import PublishError
+from hydrator.logs import ProblemLog
 from hydrator.redact import redact
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.observe import record_coverage, record_repair, record_repair_failed
@@ -33,6 +34,7 @@ from hydrator.runtime.wiring import slot_coverage
 
 log = logging.getLogger(__name__)
 
+_COLLECTOR = "collector"  # the key of the collector's failure
 MAX_BACKOFF_S = 60.0
 """Longest pause between looks while the collector fails."""
 MAX_LOOK_SHARE = 0.2
@@ -66,7 +68,9 @@ class RepairWatch:
         self.coverage: Mapping[Site, SiteCoverage] = {}
         self._failures = 0
         self._resume = 0.0  # monotonic: no look before this (backing off)
-        self._said: set[str] = set()  # causes already logged
+        self._collector: ProblemLog[str] = ProblemLog(log)  # failing, and answering again
+        self._refused: ProblemLog[str] = ProblemLog(log, once_per_process=True)  # per site
+        self._uncovered: ProblemLog[str] = ProblemLog(log)  # slot ads of no site, unknown sites
 
     def __call__(self) -> None:
         started = time.monotonic()
@@ -80,7 +84,11 @@ class RepairWatch:
                 self._failed(exc)
                 return
             if self._failures:
-                log.info("slot repair: the collector answers again (%d failed)", self._failures)
+                self._collector.recovered(
+                    _COLLECTOR,
+                    "slot repair: the collector answers again (%d failed)",
+                    self._failures,
+                )
                 self._failures = 0
             self._record(report)
             merging_s += report.merge_s
@@ -92,13 +100,13 @@ class RepairWatch:
         pause = min(MAX_BACKOFF_S, self.interval_s * 2**self._failures)
         self._resume = time.monotonic() + pause
         record_repair_failed(self.metrics)
-        if self._failures == 1:
-            log.warning(
-                "slot repair: %s; looking again in %.0fs, backing off up to %.0fs while it fails",
-                redact(str(exc)),
-                pause,
-                MAX_BACKOFF_S,
-            )
+        self._collector.problem(
+            _COLLECTOR,
+            "slot repair: %s; looking again in %.0fs, backing off up to %.0fs while it fails",
+            redact(str(exc)),
+            pause,
+            MAX_BACKOFF_S,
+        )
 
     def _record(self, report: RepairReport) -> None:
         record_repair(self.metrics, report)
@@ -122,11 +130,11 @@ class RepairWatch:
         causes["no_site"] = report.without_site
         causes["unknown_site"] = report.unknown_site
         for cause, count in causes.items():
-            if not count and not cause.startswith("refused:"):  # a refusing site: said once
-                self._said.discard(cause)
-            elif cause not in self._said:
-                self._said.add(cause)
-                log.warning("slot repair: %s", _explain(cause, count))
+            said = self._refused if cause.startswith("refused:") else self._uncovered
+            if count:
+                said.problem(cause, "slot repair: %s", _explain(cause, count))
+            else:
+                said.forget(cause)  # a refusing site's stays said
 
 
 def _explain(cause: str, count: int) -> str:

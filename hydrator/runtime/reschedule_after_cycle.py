@@ -19,12 +19,15 @@ from typing import Protocol
 
 from hydrator.config import Config
 from hydrator.core.reschedule_policy import Tags, due
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
+from hydrator.logs import ProblemLog
 from hydrator.redact import redact
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.wiring import schedd_reschedule
 
 log = logging.getLogger(__name__)
+
+_ASK = "ask"  # the one problem said: asking the schedds
 
 
 class Reschedule:
@@ -43,7 +46,7 @@ class Reschedule:
         self.before: Tags | None = None
         self.last_s: float | None = None
         self.sent = 0  # calls made (each asks every schedd once)
-        self._said: str | None = None  # the failure last logged
+        self._said: ProblemLog[str] = ProblemLog(log)  # logged again when its cause changes
 
     def __call__(self) -> None:
         after = self.tags()
@@ -55,15 +58,11 @@ class Reschedule:
         self.last_s, self.sent = now, self.sent + 1
         try:
             asked = self.ask()
-        except PublishError as exc:
+        except PoolError as exc:
             cause = redact(str(exc))
-            if cause != self._said:
-                log.warning("negotiation cycle not requested: %s", cause)
-                self._said = cause
+            self._said.problem(_ASK, "negotiation cycle not requested: %s", cause, cause=cause)
             return
-        if self._said is not None:
-            log.info("negotiation cycles requested again (%d schedds)", asked)
-            self._said = None
+        self._said.recovered(_ASK, "negotiation cycles requested again (%d schedds)", asked)
 
 
 class Publishing(Protocol):

@@ -34,7 +34,13 @@ from hydrator.core.ports import (
 from hydrator.core.queue import QueueSnapshot, idle_demand
 from hydrator.core.storage import Drain
 from hydrator.domain import DatasetId, Site, SiteView, SourceFailure, SourceOutcome, State
-from hydrator.errors import HydratorError, PermanentSourceError, PublishError, SourceError
+from hydrator.errors import (
+    HydratorError,
+    PermanentSourceError,
+    PoolError,
+    PublishError,
+    SourceError,
+)
 from hydrator.redact import redact
 from hydrator.runtime.advertising import Advertising
 from hydrator.runtime.drain_reads import DrainReads
@@ -417,7 +423,7 @@ class Service:
                 jobs, slots = probe.jobs_and_slots()
             else:
                 jobs, slots = probe.jobs_and_slots(queue)
-        except PublishError as exc:
+        except PoolError as exc:
             log.warning("cannot read the pool for matchmaking quality: %s", exc)
             record_pool_read(self._metrics, None)
             return

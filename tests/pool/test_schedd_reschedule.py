@@ -1,5 +1,5 @@
 """The reschedule step's call on the real pool: the pool's schedd accepts the request with
-the daemon's token; a schedd that cannot be located is a PublishError naming it."""
+the daemon's token; a schedd that cannot be located is a PoolError naming it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from hydrator.adapters.htcondor.schedd_reschedule import ScheddReschedule
 from hydrator.config import CollectorConfig
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from tests.support.pool import Pool
 
 pytestmark = pytest.mark.pool
@@ -23,5 +23,5 @@ def test_every_schedd_the_collector_knows_is_asked(condor_pool: Pool) -> None:
 
 
 def test_a_schedd_that_cannot_be_located_is_named(condor_pool: Pool) -> None:
-    with pytest.raises(PublishError, match="no-such-schedd@nowhere: not in the collector"):
+    with pytest.raises(PoolError, match="no-such-schedd@nowhere: not in the collector"):
         ScheddReschedule(config(condor_pool), ["no-such-schedd@nowhere"])()

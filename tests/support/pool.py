@@ -70,7 +70,7 @@ JOB_STATES = {
 }
 
 
-class PoolError(RuntimeError):
+class PoolNotReady(RuntimeError):
     """The test pool could not be built, started or used."""
 
 
@@ -86,7 +86,7 @@ def _script(*args: str, lock_fd: int, timeout_s: float = 600.0) -> str:
         check=False,
     )
     if proc.returncode != 0:
-        raise PoolError(f"condor-pool {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+        raise PoolNotReady(f"condor-pool {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return proc.stdout
 
 
@@ -102,7 +102,7 @@ def _pool_lock() -> Iterator[int]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise PoolError("another test run holds the pool lock") from None
+                    raise PoolNotReady("another test run holds the pool lock") from None
                 time.sleep(1.0)
         yield fd
     finally:
@@ -133,14 +133,14 @@ class Pool:
         """The pool's schedd, located through the collector (never this host's local one)."""
         location = self._locate(htcondor2.DaemonType.Schedd)
         if location is None:
-            raise PoolError("the collector knows no schedd")
+            raise PoolNotReady("the collector knows no schedd")
         return htcondor2.Schedd(location)
 
     def schedd_name(self) -> str:
         """The schedd's ``Name`` in the collector."""
         location = self._locate(htcondor2.DaemonType.Schedd)
         if location is None:
-            raise PoolError("the collector knows no schedd")
+            raise PoolNotReady("the collector knows no schedd")
         return str(location["Name"])
 
     def _locate(self, daemon_type: htcondor2.DaemonType) -> classad2.ClassAd | None:
@@ -168,7 +168,7 @@ class Pool:
                 self.reconfig()
                 nudge_at = time.monotonic() + 15
             time.sleep(0.5)
-        raise PoolError(f"pool not ready after {timeout_s}s")
+        raise PoolNotReady(f"pool not ready after {timeout_s}s")
 
     # -- processes inside the chroot ----------------------------------------------------------
 
@@ -197,7 +197,7 @@ class Pool:
             check=False,
         )
         if check and proc.returncode != 0:
-            raise PoolError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+            raise PoolNotReady(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
         return proc
 
     def submit(self, description: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hydrator.core.jobs import GroupEdit, ScheddFailure, ScheddQueue
 from hydrator.core.ports import QueueAdapter
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 
 
 class ScriptedQueue(QueueAdapter):
@@ -12,14 +12,14 @@ class ScriptedQueue(QueueAdapter):
     an exception every edit raises instead (``broken``, a stand-in for an adapter's bug)."""
 
     def __init__(self) -> None:
-        self.reads: list[list[ScheddQueue | ScheddFailure] | PublishError] = []
+        self.reads: list[list[ScheddQueue | ScheddFailure] | PoolError] = []
         self.refuse: set[str] = set()
         self.applied: list[GroupEdit] = []
         self.broken: Exception | None = None
 
     def read(self) -> list[ScheddQueue | ScheddFailure]:
         step = self.reads.pop(0)
-        if isinstance(step, PublishError):
+        if isinstance(step, PoolError):
             raise step
         return step
 
@@ -27,7 +27,7 @@ class ScriptedQueue(QueueAdapter):
         if self.broken is not None:
             raise self.broken
         if edit.schedd in self.refuse:
-            raise PublishError("may not change attributes for jobs they do not own")
+            raise PoolError("may not change attributes for jobs they do not own")
         self.applied.append(edit)
         return len(edit.calls)
 

@@ -51,7 +51,8 @@ from hydrator.core.queue import (
     data_bound_jobs,
 )
 from hydrator.domain import DatasetId, Site
-from hydrator.errors import ConfigError, PublishError
+from hydrator.errors import ConfigError, PoolError
+from hydrator.logs import ProblemLog
 from hydrator.names import InvalidNameError, shown
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ class CondorQueue:
     def read(self) -> QueueSnapshot:
         try:
             found = self._locate()
-        except PublishError as exc:
+        except PoolError as exc:
             failed = tuple(
                 ScheddRead(n, (), NO_AD, listed=False, annotate=True) for n in self._names
             )
@@ -245,7 +246,7 @@ class CondorQueue:
 
     def _locate(self) -> dict[str, classad2.ClassAd | None]:
         """Name -> location ad, or None for a schedd annotation expects that is not there;
-        raises PublishError if the collector cannot list the schedds."""
+        raises PoolError if the collector cannot list the schedds."""
         now = self._clock()
         found: dict[str, classad2.ClassAd | None]
         if self._names and not self.query.pool:
@@ -254,7 +255,7 @@ class CondorQueue:
             try:
                 ads = self._collector.locateAll(htcondor2.DaemonType.Schedd)
             except HTCONDOR_ERRORS as exc:
-                raise PublishError(f"cannot list the schedds: {exc}") from exc
+                raise PoolError(f"cannot list the schedds: {exc}") from exc
             found = {str(ad.get("Name")): ad for ad in ads}
             if self.query.annotate is not None:
                 recent = [n for n, (_, when) in self._seen.items() if now - when < FORGET_AFTER_S]
@@ -309,14 +310,16 @@ class CondorPoolProbe:
     def __init__(self, collector: htcondor2.Collector, slot_site_attribute: str) -> None:
         self._collector = collector
         self._site_attribute = slot_site_attribute
-        self._warned: set[str] = set()
+        self._warned: ProblemLog[str] = ProblemLog(
+            log, limit=MAX_WARNED_NAMES, once_per_process=True
+        )
         self.invalid_last_query = 0  # the port's: invalid names the last read skipped
 
     def jobs_and_slots(
         self, queue: QueueSnapshot | None = None
     ) -> tuple[list[PoolJob], list[PoolSlot]]:
         """Data-bound idle/running jobs of ``queue`` (without one, a read of its own) and
-        every slot with a site; raises PublishError."""
+        every slot with a site; raises PoolError."""
         site_of, slots = self._slots()
         if queue is None:
             queue = CondorQueue(self._collector, JobQuery(True, True, None)).read()
@@ -330,11 +333,10 @@ class CondorPoolProbe:
         for job in queued:
             required, invalid = valid_datasets(job.required or ())
             self.invalid_last_query += len(invalid)
-            for name in set(invalid) - self._warned:
-                if len(self._warned) >= MAX_WARNED_NAMES:
-                    break
-                self._warned.add(name)
-                log.warning("a job declares an invalid dataset name %s; skipped", shown(name))
+            for name in set(invalid):
+                self._warned.problem(
+                    name, "a job declares an invalid dataset name %s; skipped", shown(name)
+                )
             if not required:
                 continue
             running = job.status == RUNNING
@@ -352,7 +354,7 @@ class CondorPoolProbe:
                 ["Name", attr, "State", "PartitionableSlot", "Cpus"],
             )
         except HTCONDOR_ERRORS as exc:
-            raise PublishError(f"cannot query slots: {exc}") from exc
+            raise PoolError(f"cannot query slots: {exc}") from exc
         site_of: dict[str, Site] = {}
         slots: list[PoolSlot] = []
         for ad in ads:

@@ -18,7 +18,7 @@
   identity may not edit) fails the whole call (seen on 25.14: "Modifying attribute ... in
   nonexistent job"). So after a failed call the group's jobs are read again and the call is
   retried once with those still idle; a second failure is the schedd's refusal
-  (:class:`~hydrator.errors.PublishError`).
+  (:class:`~hydrator.errors.PoolError`).
 
 Who may edit: an identity in the schedd's ``QUEUE_SUPER_USERS`` with a user record
 (``condor_qusers -add``); docs/provisioning.md gives the settings. The IDTOKEN comes from
@@ -45,7 +45,7 @@ from hydrator.core.jobs import (
     annotation_reads,
 )
 from hydrator.core.queue import IDLE
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class ScheddJobs:
     def apply(self, edit: GroupEdit) -> int:
         location = self.reader.location(edit.schedd)
         if location is None:
-            raise PublishError(f"schedd {edit.schedd} has no collector ad")
+            raise PoolError(f"schedd {edit.schedd} has no collector ad")
         schedd = htcondor2.Schedd(location)
         made = 0
         for call in edit.calls:
@@ -100,7 +100,7 @@ class ScheddJobs:
             try:
                 schedd.edit(still, attr, value)
             except HTCONDOR_ERRORS as exc:
-                raise PublishError(f"{attr} on {len(still)} jobs: {exc}") from exc
+                raise PoolError(f"{attr} on {len(still)} jobs: {exc}") from exc
             log.debug("schedd %s: edit retried without departed jobs (%s)", name, first)
 
     def _still_idle(self, schedd: htcondor2.Schedd, job_ids: Sequence[str]) -> list[str]:
@@ -112,7 +112,7 @@ class ScheddJobs:
                 constraint=f"({self.constraint}) && ({where})", projection=["ClusterId", "ProcId"]
             )
         except HTCONDOR_ERRORS as exc:
-            raise PublishError(f"cannot read the queue again: {exc}") from exc
+            raise PoolError(f"cannot read the queue again: {exc}") from exc
         wanted = set(job_ids)
         return [i for ad in ads if (i := f"{ad['ClusterId']}.{ad['ProcId']}") in wanted]
 

@@ -15,11 +15,11 @@ import htcondor2
 from hydrator.adapters.htcondor.collector import connect
 from hydrator.adapters.htcondor.condor_queue import HTCONDOR_ERRORS
 from hydrator.config import CollectorConfig
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError, PublishError
 
 
 class ScheddReschedule:
-    """One call: every schedd asked once. Raises PublishError naming the schedds that could
+    """One call: every schedd asked once. Raises PoolError naming the schedds that could
     not be located or asked (the others are still asked)."""
 
     def __init__(self, config: CollectorConfig, names: Sequence[str] = ()) -> None:
@@ -27,7 +27,10 @@ class ScheddReschedule:
 
     def __call__(self) -> int:
         """Ask every schedd; returns how many were asked."""
-        collector = connect(self.config)  # the token directory and QUERY_TIMEOUT, as merges
+        try:  # the token directory and QUERY_TIMEOUT, as merges
+            collector = connect(self.config)
+        except PublishError as exc:  # connect is the publisher's; here it fails a request
+            raise PoolError(str(exc)) from exc
         try:
             found: list[classad2.ClassAd | None] = (
                 [collector.locate(htcondor2.DaemonType.Schedd, n) for n in self.names]
@@ -35,7 +38,7 @@ class ScheddReschedule:
                 else list(collector.locateAll(htcondor2.DaemonType.Schedd))
             )
         except HTCONDOR_ERRORS as exc:
-            raise PublishError(f"cannot locate the schedds: {exc}") from None
+            raise PoolError(f"cannot locate the schedds: {exc}") from None
         named = zip(self.names, found, strict=False)  # no names: every schedd located
         failed = [f"{n}: not in the collector" for n, ad in named if ad is None]
         for ad in (ad for ad in found if ad is not None):
@@ -44,5 +47,5 @@ class ScheddReschedule:
             except HTCONDOR_ERRORS as exc:
                 failed.append(f"{ad.get('Name', '?')}: {exc}")
         if failed:
-            raise PublishError("cannot ask every schedd: " + "; ".join(failed))
+            raise PoolError("cannot ask every schedd: " + "; ".join(failed))
         return len(found)

@@ -7,20 +7,18 @@ library. It raises :class:`~hydrator.errors.TransientSourceError` or
 partial answer as if it were complete. Records it cannot use (malformed, invalid names, storage
 elements with no site) are counted in ``Snapshot.invalid`` / ``Snapshot.unmapped`` and skipped.
 The helpers below are what the sources share for that: :func:`site_or_none` for a site name read
-from an untrusted record, :class:`OnceLog` to log each such problem once. The sources' HTTP
-shares two modules: ``call_counts`` (the requests one fetch sent, counted by name) and
+from an untrusted record, :class:`OnceLog` to log each such problem once per process. The
+sources' HTTP shares two modules: ``call_counts`` (the requests one fetch sent, counted by name) and
 ``_deadline`` (a fetch's total deadline over every request it makes).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from hydrator.domain import Site, check_site
+from hydrator.logs import MAX_PROBLEMS, ProblemLog
 from hydrator.names import InvalidNameError
-
-MAX_REMEMBERED_PROBLEMS = 10_000
 
 
 def site_or_none(name: object) -> Site | None:
@@ -34,24 +32,15 @@ def site_or_none(name: object) -> Site | None:
         return None
 
 
-class OnceLog:
-    """Logs a warning about a record the first time its ``key`` is seen, so that a bad record
-    repeated in every answer is logged once per process, not once per cycle.
+class OnceLog(ProblemLog[str]):
+    """The sources' :class:`~hydrator.logs.ProblemLog`: a warning about a record the first time
+    its ``key`` is seen, so that a bad record repeated in every answer is logged once per
+    process, not once per cycle (thread-safe; past ``limit`` keys new ones are not logged,
+    the caller still counts them)."""
 
-    Thread-safe. Memory is bounded: after ``limit`` distinct keys, new problems are no longer
-    logged (they are still counted by the caller).
-    """
-
-    def __init__(self, logger: logging.Logger, limit: int = MAX_REMEMBERED_PROBLEMS) -> None:
-        self._logger = logger
-        self._limit = limit
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
+    def __init__(self, logger: logging.Logger, limit: int = MAX_PROBLEMS) -> None:
+        super().__init__(logger, limit=limit, once_per_process=True)
 
     def warn(self, key: str, message: str, *args: object) -> None:
         """``logger.warning(message, *args)`` unless ``key`` was seen before (or the limit hit)."""
-        with self._lock:
-            if key in self._seen or len(self._seen) >= self._limit:
-                return
-            self._seen.add(key)
-        self._logger.warning(message, *args)
+        self.problem(key, message, *args)

@@ -17,7 +17,7 @@ from hydrator.core.queue import (
     idle_demand,
 )
 from hydrator.domain import DatasetId
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 
 HELD = 5
 X, Y = DatasetId("ska", "x"), DatasetId("ska", "y")
@@ -96,20 +96,20 @@ def test_failed_and_covered_schedds(
 def test_a_collector_that_cannot_list_the_schedds_fails_every_consumer() -> None:
     queue = snapshot(error="cannot list the schedds: connection refused")
     for consumer in (idle_demand, data_bound_jobs, annotation_reads):
-        with pytest.raises(PublishError, match="connection refused"):
+        with pytest.raises(PoolError, match="connection refused"):
             consumer(queue)
     # schedds annotation names in [jobs] schedds stay failed, one by one (never no jobs)
     named = snapshot(ScheddRead("s1", error="no ad", listed=False, annotate=True), error="down")
     assert annotation_reads(named) == [ScheddFailure("s1", "no ad")]
-    with pytest.raises(PublishError):
+    with pytest.raises(PoolError):
         idle_demand(named)
 
 
 def test_when_no_listed_schedd_answers_the_demand_and_probe_fail() -> None:
     queue = snapshot(ScheddRead("s1", error="x"), ScheddRead("s2", error="y"))
-    with pytest.raises(PublishError, match="none of 2 schedds"):
+    with pytest.raises(PoolError, match="none of 2 schedds"):
         idle_demand(queue)
-    with pytest.raises(PublishError):
+    with pytest.raises(PoolError):
         data_bound_jobs(queue)
 
 

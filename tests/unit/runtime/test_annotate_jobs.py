@@ -17,7 +17,7 @@ from hydrator.core.jobs import (
     annotate_values,
 )
 from hydrator.domain import Site
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from hydrator.runtime.annotate_jobs import Annotator
 from tests.support.scripted import ScriptedQueue
 from tests.unit.factories import ANNOTATION_VIEWS as VIEWS
@@ -58,7 +58,7 @@ def test_failing_schedds_are_counted_logged_once_and_keep_their_last_demand(
         [good, other],
         [good, ScheddFailure("s2", "connection refused")],
         [good, ScheddFailure("s2", "connection refused")],
-        PublishError("collector down"),
+        PoolError("collector down"),
         [good, other],
     ]
     adapter.refuse = {"s1"}

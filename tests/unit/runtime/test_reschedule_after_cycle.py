@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hydrator.config import Config, parse_config
-from hydrator.errors import PublishError
+from hydrator.errors import PoolError
 from hydrator.runtime.outcome import Published
 from hydrator.runtime.reschedule_after_cycle import Reschedule, install
 
@@ -25,7 +25,7 @@ class Fake:
 
     def ask(self) -> int:
         if self.refuse:
-            raise PublishError(self.refuse)
+            raise PoolError(self.refuse)
         self.asked += 1
         return 1
 

@@ -19,7 +19,7 @@ from hydrator.core.plan import Plan
 from hydrator.core.ports import FetchContext, Publisher, PublishReport, Source
 from hydrator.core.queue import QueueSnapshot
 from hydrator.domain import DatasetId, Site, SiteView, Snapshot
-from hydrator.errors import PublishError, StateError, TransientSourceError
+from hydrator.errors import PoolError, PublishError, StateError, TransientSourceError
 from hydrator.runtime.metrics import Metrics
 from hydrator.runtime.service import Service
 from hydrator.runtime.wiring import assemble
@@ -284,7 +284,7 @@ class Probe:  # a PoolProbe (its counter is a plain attribute here)
         self, queue: QueueSnapshot | None = None
     ) -> tuple[list[PoolJob], list[PoolSlot]]:
         if self.fail:
-            raise PublishError("schedd did not answer")
+            raise PoolError("schedd did not answer")
         x = frozenset({DatasetId("ska", "x")})
         jobs = [PoolJob(x, True, Site("A")), PoolJob(x, True, Site("B")), PoolJob(x, False)]
         return jobs, [PoolSlot(Site("A"), unclaimed=True)]
@@ -348,7 +348,7 @@ def test_demand_mode_never_publishes_from_an_unknown_or_failed_demand(
     tmp_path: Path, clock: Clock
 ) -> None:
     from hydrator.domain import DatasetId
-    from hydrator.errors import PublishError as QueueError
+    from hydrator.errors import PoolError as QueueError
 
     (tmp_path / "inv.toml").write_text('[storage.A]\nsite = "A"\navailable = ["ska:x", "ska:y"]\n')
     config = parse_config(
