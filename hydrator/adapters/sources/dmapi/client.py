@@ -2,9 +2,10 @@
 deadline per fetch and a size cap per answer.
 
 Only the DMAPI source (:mod:`.dmapi`) uses this module (the Rucio source reaches ``requests``
-through ``rucio-clients``, in its ``wire`` package). :meth:`HttpClient.send` retries what may go away by itself (connection errors,
-timeouts, HTTP 408, 429, 500, 502, 503, 504) with exponential backoff, honours a ``Retry-After``
-hint on 429/503 when it is no longer than ``max_retry_after_s``, and logs every retry as
+through ``rucio-clients``, in its ``wire`` package). :meth:`HttpClient.send` retries what may
+go away by itself (connection errors, timeouts, HTTP 408, 429, 500, 502, 503, 504) with
+exponential backoff, honours a ``Retry-After`` hint on 429/503 when it is no longer than
+``max_retry_after_s``, and logs every retry as
 ``attempt n/N`` (the retrying itself is :func:`hydrator.adapters.retry.call_with_retries`, on
 tenacity).
 Every other answer (2xx, 401, 404, other 4xx) is returned to the caller as an :class:`Answer`
