@@ -12,8 +12,10 @@ modules, by what they decide:
 * replicas and views: ``presence`` decides presence and transfer from a catalogue's counts and
   rules; ``ranking`` orders states and transfers; ``index`` indexes and merges reports;
   ``views`` builds a site's lists and digest; ``storage`` says which storage elements can serve
-  (and the drains); ``near`` the near sites from network distances;
-* a site's ad: ``advertise`` chooses what each ad carries, ``adsize`` how big it is, ``render``
+  (and the drains); ``near`` the near sites from network distances; ``check_order`` which
+  datasets a source's bounded budget checks first;
+* a site's ad: ``advertise`` chooses what each ad carries, ``adsize`` how big it is,
+  ``advertise_memory`` keeps each site's last answer while its inputs are unchanged, ``render``
   writes the ClassAd;
 * the collector: ``slot_coverage`` finds slot ads that lost their lists, ``collector_merges``
   which ads a cycle or repair merges into, ``merge_budget`` the bytes of merges allowed;

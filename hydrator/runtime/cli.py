@@ -256,7 +256,7 @@ def _described(replica: Replica | None) -> str:
 
 def _show(config: Config, site: str | None) -> int:
     from hydrator.core.near import with_near  # noqa: PLC0415
-    from hydrator.runtime.near_refresh import offline_near  # noqa: PLC0415
+    from hydrator.runtime.near_sites import offline_near  # noqa: PLC0415
     from hydrator.runtime.outcome import render_ads  # noqa: PLC0415
     from hydrator.runtime.repair import shown_coverage  # noqa: PLC0415
     from hydrator.runtime.wiring import state_store  # noqa: PLC0415

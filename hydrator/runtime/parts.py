@@ -21,7 +21,7 @@ from hydrator.core.ports import PoolProbe, Publisher, QueueReader, Source, State
 from hydrator.domain import DatasetId
 from hydrator.runtime.annotate_jobs import Annotator
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near_refresh import NearSites
+from hydrator.runtime.near_sites import NearSites
 
 Demand = Callable[[], Mapping[DatasetId, int]]
 """What queued jobs ask for, per dataset, answered without a queue read (tests give it)."""

@@ -64,7 +64,7 @@ from hydrator.runtime.event_worker import EventCycles, ListenerFactory
 from hydrator.runtime.full_read_gate import FullReadGate
 from hydrator.runtime.memory import collector_paused, map_large_blocks
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near_refresh import NearSites
+from hydrator.runtime.near_sites import NearSites
 from hydrator.runtime.observe import record_drains, record_rejected_rows
 from hydrator.runtime.outcome import Published, render_ads
 from hydrator.runtime.parts import Catalogue, Demand, Instruments, Policies, Pool, utcnow

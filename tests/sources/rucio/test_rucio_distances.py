@@ -13,7 +13,7 @@ from hydrator.adapters.sources.rucio.distances import RucioDistances
 from hydrator.config import DistancesConfig
 from hydrator.domain import Site
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near_refresh import NearSites
+from hydrator.runtime.near_sites import NearSites
 from tests.support.rucio_server import RucioAdmin, RucioServer, source_config, unique
 
 pytestmark = pytest.mark.rucio

@@ -1,5 +1,5 @@
 """Every kind of bad distance input, through the daemon's near-site refresh
-(:class:`hydrator.runtime.near_refresh.NearSites`): counted once, logged in one line, and the near
+(:class:`hydrator.runtime.near_sites.NearSites`): counted once, logged in one line, and the near
 lists that were last good kept, also at the next refresh with the same bad input.
 
 The reader stands in for a catalogue's (the real Rucio server's answers, a refusal among them,
@@ -21,7 +21,7 @@ from hydrator.core.ports import DistanceReader
 from hydrator.domain import Site
 from hydrator.errors import SourceError
 from hydrator.runtime.metrics import Metrics
-from hydrator.runtime.near_refresh import NearSites
+from hydrator.runtime.near_sites import NearSites
 from hydrator.runtime.scheduler import Daemon
 from hydrator.runtime.wiring import build_assembly
 from tests.support.near import INVENTORY
@@ -76,7 +76,7 @@ def test_bad_input_is_counted_once_logged_once_and_keeps_the_last_good_lists(
     near = NearSites(config, metrics, reader, lambda: clock[0])
     assert near.current([A, B, C]) == LISTS
     reader.answer = CASES[kind]
-    with caplog.at_level(logging.WARNING, logger="hydrator.runtime.near_refresh"):
+    with caplog.at_level(logging.WARNING, logger="hydrator.runtime.near_sites"):
         for refresh in (1, 2):  # the same bad input twice: one count, one line
             clock[0] = 60.0 * refresh
             assert near.current([A, B, C]) == LISTS
