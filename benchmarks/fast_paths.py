@@ -12,7 +12,8 @@ garbage-collector passes as the daemon runs its cycles, and counts bytes with tr
                site of ``--site-datasets`` datasets (``names``), and the whole site ad
                (``site_classad``) with either
 ``intern``     ``domain.py`` ``DatasetId``: the scope interned (``interned``) against kept as
-               parsed (``plain``), for ``--ids`` ids made from a parsed JSON answer (every
+               parsed (``plain``, :class:`NotInterned`: the same construction without
+               ``sys.intern``), for ``--ids`` ids made from a parsed JSON answer (every
                scope string a separate object, as ``json`` parsing gives): the bytes the ids
                hold once the answer is dropped, the time to make them (``make``), and the time
                to compare an equal answer's ids with them as a set (``compare``)
@@ -149,13 +150,18 @@ def render_part(view: SiteView, repetitions: int) -> dict[str, Any]:
 # -- intern: DatasetId's scope ---------------------------------------------------------------
 
 
-def dataset_id_not_interned(scope: str, name: str) -> DatasetId:
-    """``DatasetId(scope, name)`` with the same checks, the scope kept as given."""
-    if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
-        raise InvalidNameError("invalid dataset scope")
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise InvalidNameError("invalid dataset name")
-    return tuple.__new__(DatasetId, (scope, name))
+class NotInterned(DatasetId):
+    """:class:`DatasetId` made as it was: the same checks and the same call path (a class
+    whose ``__new__`` is a Python method), the scope kept as given."""
+
+    __slots__ = ()
+
+    def __new__(cls, scope: str, name: str) -> NotInterned:
+        if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
+            raise InvalidNameError("invalid dataset scope")
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise InvalidNameError("invalid dataset name")
+        return tuple.__new__(cls, (scope, name))
 
 
 def answer_text(ids: int) -> str:
@@ -187,10 +193,12 @@ def intern_part(ids: int, repetitions: int) -> dict[str, Any]:
         assert rows[0]["scope"] == rows[len(SCOPES)]["scope"]
         assert rows[0]["scope"] is not rows[len(SCOPES)]["scope"]
     variants: dict[str, Callable[[str, str], DatasetId]] = {
-        "plain": dataset_id_not_interned,
+        "plain": NotInterned,
         "interned": DatasetId,
     }
-    assert made(rows, DatasetId) == made(rows, dataset_id_not_interned)
+    assert made(rows, DatasetId) == made(rows, NotInterned)
+    assert made(rows, DatasetId)[-1][0] is made(again, DatasetId)[-1][0]
+    assert made(rows, NotInterned)[-1][0] is not made(again, NotInterned)[-1][0]
     out: dict[str, Any] = {"ids": ids, "scopes": len(SCOPES)}
     held = {
         name: held_bytes(partial(parsed_and_made, text, make)) for name, make in variants.items()
