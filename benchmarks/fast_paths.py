@@ -62,8 +62,8 @@ from hydrator.core.presence import (
     rule_transfers,
     towards,
 )
-from hydrator.domain import DatasetId, InvalidNameError, Site, SiteView, Transfer
-from hydrator.names import NAME_PATTERN, SCOPE_PATTERN
+from hydrator.domain import DatasetId, Site, SiteView, Transfer
+from hydrator.names import NAME_PATTERN, SCOPE_PATTERN, InvalidNameError
 from hydrator.runtime.http_endpoint import site_file_bytes
 from hydrator.runtime.json_views import site_json
 
