@@ -28,6 +28,7 @@ SCENARIOS = {
     "record-rucio": ("record_rucio", "re-record rucio_wire.json from a real Rucio server"),
     "generate": ("generate", "print the generated federation's size at a scale"),
     "model-tricks": ("model_tricks", "the tricks of core/model.py against the plain code, 1M"),
+    "fast-paths": ("fast_paths", "the fast paths outside core/model.py against the plain code"),
 }
 """Scenario name -> (module in this package, one line of help)."""
 

@@ -187,8 +187,8 @@ def rule_transfers(
 
 
 def towards(transfers: RuleTransfers | None, site: Site) -> SiteTransfer | None:
-    """The transfer towards ``site`` in a dataset's rule transfers, if any (a few sites: a scan; a
-    tuple is a quarter of the memory of a small dict)."""
+    """The transfer towards ``site`` in a dataset's rule transfers, if any (a few sites: a scan;
+    a tuple holds them in less memory than a small dict: docs/performance.md)."""
     if transfers:
         for moving in transfers:
             if moving.site == site:

@@ -67,8 +67,8 @@ class AdAttributes(Protocol):
 
 
 # ``scope:name`` as one pattern: neither part may contain a colon, so this accepts exactly the
-# pairs whose scope matches SCOPE_PATTERN and name matches NAME_PATTERN (one regex call per
-# name instead of two, and no ``str(d)`` method call: most of rendering a large site).
+# pairs whose scope matches SCOPE_PATTERN and name matches NAME_PATTERN: one regex call per
+# name instead of two, and no ``str(d)`` method call (what that saves: docs/performance.md).
 _DID_PATTERN = re.compile(f"(?:{SCOPE_PATTERN.pattern}):(?:{NAME_PATTERN.pattern})")
 
 

@@ -37,6 +37,7 @@ def test_the_entry_point_lists_every_scenario() -> None:
         "repair-look",
         "record-rucio",
         "model-tricks",
+        "fast-paths",
     ):
         assert f"  {name} " in listed.stdout
 
