@@ -7,8 +7,8 @@ modules, by what they decide:
 * a full read: ``plan`` diffs the sources' answers against the saved state into a plan;
   ``guards`` holds back an answer or a site that shrank suspiciously; ``changes`` is a plan's
   changes and each source's rows to write; ``model`` (with ``model_patch``) is the memo the
-  runtime carries between cycles, the one place for speed; ``startup`` is what the saved state
-  serves before the first cycle;
+  runtime carries between cycles, which holds the incremental tricks (every other fast path:
+  docs/performance.md); ``startup`` is what the saved state serves before the first cycle;
 * replicas and views: ``presence`` decides presence and transfer from a catalogue's counts and
   rules; ``ranking`` orders states and transfers; ``index`` indexes and merges reports;
   ``views`` builds a site's lists and digest; ``storage`` says which storage elements can serve

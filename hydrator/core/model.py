@@ -1,5 +1,7 @@
-"""The one place for speed in the core: :class:`Model`, the incremental memo of a
-:class:`~hydrator.domain.State` that the runtime carries from cycle to cycle.
+"""The core's incremental memo: :class:`Model`, of a :class:`~hydrator.domain.State`, that
+the runtime carries from cycle to cycle. It holds the core's incremental tricks, listed
+below; every other fast path of the core has an entry in docs/performance.md, "Where the
+fast paths are".
 
 A model answers what the plain computation over the state answers (merge every source's
 replicas, diff everything, rebuild every site: ``tests/benchmarks/test_core_equivalence.py``
@@ -17,46 +19,40 @@ the core's other modules read of a state through it: :attr:`Model.contents`,
 reads). The runtime holds it between cycles (typed through :mod:`hydrator.core.plan`, which
 exports it) and reads only its state.
 
-The tricks, and what each saves (at a million replicas and 50 sites, from
-benchmarks/RESULTS.md, whose records name machine and commit; docs/performance.md has the
-run that measured the three without a figure before, and its conditions).
-The helpers that patch an index, a view or the site counts by a delta are
-:mod:`hydrator.core.model_patch`'s; which to patch, and when, is decided here.
+The tricks, and what each saves at a million replicas and 50 sites (the record:
+benchmarks/results/model_tricks.json unless a bullet names another; machine, conditions and
+earlier runs: benchmarks/RESULTS.md). The helpers that patch an index, a view or the site
+counts by a delta are :mod:`hydrator.core.model_patch`'s; which to patch, and when, is
+decided here.
 
 * Patching instead of rebuilding: the merged index and the touched sites' views are patched
   by the cycle's changes (:func:`~hydrator.core.model_patch.patched_view`), the rest
-  shared: the touched sites' views patched in 0.57 s against 1.72 s rebuilt from the
-  replicas (a 1 % churn touches all 50 sites; its whole plan took 1.69 s in the same run;
-  benchmarks/results/model_tricks.json, run 5; run 6: 0.58 s against 1.81 s).
+  shared: the touched sites' views (a 1 % churn touches all 50) patched in 0.58 s against
+  1.81 s rebuilt from the replicas.
 * No index for one source: a one-source daemon works from its set and its delta and holds
-  no index. An index of a million replicas holds 42.8 B a replica, and building it made the
-  first plan 2.18 s against 1.65 s (24.36 %); patching it by a churn's delta measured no
-  cost against the churn plan's noise (2.40 s with it, 2.51 s without; docs/performance.md).
-* Site counts built once, for the site guard, then patched by each delta: 4.1 ms against
-  269 ms to count them again (1 % churn; the same file, run 5; run 6: 4.2 ms against 261 ms).
-* Identity reuse: a source that hands back last cycle's very set gets an empty delta at no
-  cost (``before is after``: 14 us, against 0.086 s for the two set differences over that
-  set and 0.27 s over an equal set of new objects), and the index is patched, not rebuilt,
-  when the answer holds the held objects (:func:`~hydrator.core.model_patch.holds_objects_of`
-  samples a few for identity): 0.099 s against 0.89 s. The daemon then holds one object and
-  one set entry a replica, not two: a second would take 88 B and 33.6 B a replica
-  (docs/performance.md).
+  no index (42.8 B a replica); the first plan takes 1.65 s without it against 2.18 s with
+  it built (24.36 % saved).
+* Site counts built once, for the site guard, then patched by each delta: 4.2 ms against
+  261 ms to count them again (1 % churn).
+* Identity reuse in the delta: a source that hands back last cycle's very set gets an
+  empty delta at no cost (``before is after``): 14 us, against 0.086 s for the two set
+  differences.
+* Identity reuse in the index: it is patched, not rebuilt, when the answer holds the held
+  objects (:func:`~hydrator.core.model_patch.holds_objects_of` samples a few for identity):
+  0.099 s against 0.89 s. The daemon then holds one object a replica, not two.
 * Two set differences, never a symmetric one: ``after ^ before`` copies a whole operand
-  first: 32 MiB more at the churn peak, and 0.12 s against 0.085 s.
+  first: 32 MiB more at the churn peak (a whole-cycle run, benchmarks/RESULTS.md).
 * A first cycle's changes made only while iterated (:meth:`Changes.all_added
   <hydrator.core.changes.Changes.all_added>`): the daemon only counts them, in 35 us, against
-  3.96 s and 96 B a change (96 MB at a million) to build and hold them; the first plan took
-  1.65 s with them counted (docs/performance.md).
+  3.96 s to build and hold them.
 * Site views of a loaded state built from the rows in the order read (:meth:`Model.of`'s
-  ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s.
+  ``as_read``; a set's hash order visits memory at random): startup 3.2 s against 3.9 s
+  (a whole-cycle run, benchmarks/RESULTS.md).
 * Available replicas with no detail (most) go straight into their list in :func:`views_of`,
-  not through a call: 10.22 % saved, the median of six runs; runs 5 and 6 saved more (17.05
-  and 30.68 %) because ``SiteLists.add`` goes through ``SiteLists.entries_of``, about 0.4 us
-  a call that the variant without the shortcut pays for every replica (the same file, its
-  ``earlier_runs``; benchmarks/RESULTS.md).
+  not through a call: 10.22 % saved (the median over the record's runs).
 
 Not a trick: the loops over every replica (:func:`index_of`, :func:`views_of`) read a
-replica's fields by name; by position they saved 2.94 % and 2.45 % (medians of six runs).
+replica's fields by name; by position they saved 2.94 % and 2.45 % (the same medians).
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ Old syntax (:func:`render_old`) is what STARTD_CRON hooks must print; new syntax
 (:func:`site_classad`) is what collector updates carry. Names reaching this module are
 :class:`~hydrator.domain.DatasetId` objects, valid by construction; :func:`safe_names` checks
 them again so that a bug upstream can never put a malformed string into an ad.
+
+It logs what it refuses, the one log call of the core: a refusal is a bug upstream, and
+handing it back would change what every renderer returns to their callers in the runtime and
+the collector adapter, for a branch no checked name reaches.
 """
 
 from __future__ import annotations
@@ -73,14 +77,17 @@ _DID_PATTERN = re.compile(f"(?:{SCOPE_PATTERN.pattern}):(?:{NAME_PATTERN.pattern
 
 
 def safe_names(datasets: Iterable[DatasetId]) -> list[str]:
-    """``scope:name`` strings of the valid datasets; an invalid one is logged and left out."""
+    """``scope:name`` strings of the valid datasets; an invalid one is logged and left out.
+
+    Defence in depth: it guards the ads against a ``DatasetId`` built without its checks
+    (``tuple.__new__``, the way fast paths build other tuples)."""
     out: list[str] = []
     valid = _DID_PATTERN.fullmatch
     for d in datasets:
         text = f"{d.scope}:{d.name}"  # str(d)
         if valid(text):
             out.append(text)
-        else:  # unreachable through DatasetId's own check; kept as the last line of defence
+        else:  # only a DatasetId built without its checks gets here
             log.error("refusing to render invalid dataset name %r", text)
     return out
 

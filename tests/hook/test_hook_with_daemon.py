@@ -36,7 +36,10 @@ RENAMED = {
     "updated_attribute": "MyUpdated",
     "digest_attribute": "MyDigest",
     "unavailable_attribute": "MyUnavailable",
+    "near_attribute": "MyNearSites",
 }
+# An operator's distance table, so that the daemon's answer carries the near sites too.
+DISTANCES = {"enabled": True, "sites": {"SITE_A": {"SITE_B": 1}}}
 OPTIONS = [
     arg
     for key, name in RENAMED.items()
@@ -52,13 +55,14 @@ def _names(lines: str) -> list[str]:
 @pytest.mark.parametrize("how", ["options", "environment"])
 def test_the_hook_accepts_the_renamed_attributes_it_is_told(tmp_path: Path, how: str) -> None:
     classad = {**RENAMED, "advertise_stuck": True}
-    with served_hydrator(tmp_path, INVENTORY, classad) as hydrator:
+    with served_hydrator(tmp_path, INVENTORY, classad, DISTANCES) as hydrator:
         args, env = (OPTIONS, {}) if how == "options" else ([], ENVIRONMENT)
         out = run_hook(hydrator.url, tmp_path / "cache", *args, env=env)
 
     assert out.returncode == 0
     assert sorted(_names(out.stdout)) == sorted(RENAMED.values())
     assert 'MySite = "SITE_A"' in out.stdout and 'HasData = { "ska:a1" }' in out.stdout
+    assert 'MyNearSites = { "SITE_B" }' in out.stdout
     assert out.stdout.endswith("- update:true\n")
 
 

@@ -149,10 +149,14 @@ class ServedHydrator:
 
 @contextlib.contextmanager
 def served_hydrator(
-    tmp_path: Path, inventory: str, classad: Mapping[str, object] | None = None
+    tmp_path: Path,
+    inventory: str,
+    classad: Mapping[str, object] | None = None,
+    distances: Mapping[str, object] | None = None,
 ) -> Iterator[ServedHydrator]:
-    """The daemon with ``inventory`` as its static source and ``[classad]`` = ``classad``,
-    one cycle run, its HTTP endpoint on 127.0.0.1 and a free port; stopped on exit."""
+    """The daemon with ``inventory`` as its static source, ``[classad]`` = ``classad`` and
+    ``[distances]`` = ``distances``, one cycle run, its HTTP endpoint on 127.0.0.1 and a free
+    port; stopped on exit."""
     from prometheus_client import CollectorRegistry
 
     from hydrator.config import parse_config
@@ -167,6 +171,7 @@ def served_hydrator(
             "sources": [{"type": "static", "path": "inv.toml", "settle_s": 0}],
             "http": {"listen": "127.0.0.1:0"},
             "classad": dict(classad or {}),
+            "distances": dict(distances or {}),
         },
         tmp_path,
     )

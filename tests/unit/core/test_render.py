@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -201,3 +202,19 @@ def test_no_storage_reason_makes_the_hook_refuse_the_answer(reason: str) -> None
     text = render_cron(shown, ATTRS)
     assert hook_refusal(text) is None, text
     assert "drained by the operator" in parse_old(text)["DataLocalityUnavailable"]
+
+
+def test_a_name_built_without_its_checks_is_left_out_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What ``safe_names`` defends against: a DatasetId made by ``tuple.__new__`` skips its
+    checks; its name never reaches the ad, and each refusal is logged."""
+    forged = tuple.__new__(DatasetId, ("ska", 'x" } Evil = true { "y'))
+    view = view_of([DatasetId("ska", "a"), forged], [forged])
+    with caplog.at_level(logging.ERROR, logger="hydrator.core.render"):
+        ad = site_classad(view, ATTRS)
+        text = render_cron(view, ATTRS)
+    assert list(ad["AvailableDatasets"]) == ["ska:a"] and list(ad["PartialDatasets"]) == []
+    assert "Evil" not in text and hook_refusal(text) is None
+    refused = [r for r in caplog.records if "refusing to render" in r.getMessage()]
+    assert len(refused) == 4  # two lists, rendered twice
