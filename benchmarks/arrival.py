@@ -1,7 +1,7 @@
-"""Catalogue change to the collector slot ad, and data arrival to job start, on the real stack
-(issues 32 and 33): a Rucio 41.5.1 server with its own ``rucio-hermes`` (``--sleep-time 1``),
-ActiveMQ, ``hydrator run`` with ``[sources.events]`` and the collector path on the test pool
-(slot1, SITE_A). ARRIVAL.md says how each figure is taken.
+"""Catalogue change to the collector slot ad, and data arrival to job start, on the real stack:
+a Rucio 41.5.1 server with its own ``rucio-hermes`` (``--sleep-time 1``), ActiveMQ,
+``hydrator run`` with ``[sources.events]`` and the collector path on the test pool (slot1,
+SITE_A). ARRIVAL.md says how each figure is taken.
 
 * **Slot ad** (``--changes`` of each kind): datasets complete at a source RSE with a
   ``notify="Y"`` rule to the site (untimed); additions staggered ``--stagger-s`` apart (files
@@ -57,7 +57,7 @@ SLOT = "slot1"
 LISTS = ("AvailableDatasets", "PartialDatasets", "ReplicatingDatasets", "StuckDatasets")
 DIGEST = "DataLocalityDigest"
 NEGOTIATOR_INTERVAL_S = 5.0  # the test pool's (scripts/condor-pool)
-ARRIVAL_P99_S = NEGOTIATOR_INTERVAL_S + 5.0  # issue 32's target
+ARRIVAL_P99_S = NEGOTIATOR_INTERVAL_S + 5.0  # target: arrival to job start, p99
 CHUNK = 20  # datasets per bulk call in prepare()
 PATIENT = events.retried.copy(stop=stop_after_attempt(10))
 ONCE_MORE = PATIENT.copy(retry=retry_if_exception_type(RuntimeError))  # a Rucio daemon's pass

@@ -1,4 +1,4 @@
-"""Issue 32's coverage scenario: how much of the time the pool's slot ads carry the current
+"""The coverage scenario: how much of the time the pool's slot ads carry the current
 lists, seen from the pool, not from the daemon. ``hydrator run`` with the default ``interval_s``
 and merge settings on the test pool (real collector and startds) over a real Rucio server;
 every slot ad sampled every ``--period-s`` and compared with the truth read from Rucio with
@@ -49,7 +49,7 @@ from tests.support.wait import wait_for
 HERE = Path(__file__).parent
 SITES = ("SITE_A", "SITE_B", "SITE_C")
 CHURN_SITE = "SITE_B"  # where a dataset comes and goes
-TARGETS = {300: 0.995, 30: 0.98}  # UPDATE_INTERVAL s -> least coverage (issue 32)
+TARGETS = {300: 0.995, 30: 0.98}  # UPDATE_INTERVAL s -> least coverage
 NEW_STARTD_TARGET_S = 5.0
 FRAGMENT = "70-coverage-bench.conf"  # the condition's pool settings, in the pool's config dir
 HOOK_FRAGMENT = "71-coverage-hook.conf"  # the hook path's STARTD_CRON jobs (deploy file + sites)

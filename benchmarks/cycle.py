@@ -1,4 +1,4 @@
-"""Whole-cycle benchmark (issues 15, 22): from the catalogue's bytes to the published ad.
+"""Whole-cycle benchmark: from the catalogue's bytes to the published ad.
 
 One cycle exactly as the daemon runs it: :meth:`hydrator.runtime.service.Service.run_cycle` on a
 service wired like :func:`hydrator.runtime.wiring.build_service`, whose Rucio source makes its
@@ -267,7 +267,7 @@ class BenchService:
         hand_over = getattr(publisher, "hand_merges_to_repairs", None)  # None: older code
         if hand_over is not None and looks:
             hand_over()
-        # wiring.assemble builds the Service where it exists (issue 22); older code (--code)
+        # wiring.assemble builds the Service where it exists; older code (--code)
         # has the Service build its policies and load the state itself, with the same keys.
         # Newer code's assemble returns the service with its parts (an Assembly), older the
         # service alone; the sources are kept here, as newer code's service does not show them
@@ -673,7 +673,7 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
 
 
 COMPARED = ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s", "peak_rss_mib")
-"""The figures issue 22's constraint compares old and new code on."""
+"""The figures a restructuring must keep (old against new code, at 1M replicas)."""
 
 
 def new_vs_old(old: dict[str, Any], new: dict[str, Any]) -> dict[str, float | None]:

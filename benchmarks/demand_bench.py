@@ -1,4 +1,4 @@
-"""Demand-driven advertising: ad size and cycle cost with and without it (issue 6).
+"""Demand-driven advertising: ad size and cycle cost with and without it.
 
 For a synthetic federation (``benchmarks/generate.py``) and a synthetic queue (idle jobs each
 needing 1-3 datasets, drawn with a Zipf-like skew: a few hot datasets, a long tail), it

@@ -1,4 +1,4 @@
-"""The event path's evidence on the real stack (issues 23, 33): a Rucio 41.5.1 server with its own
+"""The event path's evidence on the real stack: a Rucio 41.5.1 server with its own
 ``rucio-hermes`` (``--sleep-time 1``), ActiveMQ, ``hydrator run`` with ``[sources.events]``
 (``interval_s`` = 600 s: only the stream explains a change seen within seconds) and, unless
 ``--no-pool``, the test pool. Additions and deletions timed to the HTTP ad (and slot1's ad in the
@@ -41,7 +41,7 @@ from tests.support.wait import wait_for
 
 POLL_S = 0.05
 IGNORED = (requests.RequestException,)  # the daemon is restarting
-ADDITION_P99_S, DELETION_P99_S = 5.0, 15.0  # issue 33's targets (the collector slot ad)
+ADDITION_P99_S, DELETION_P99_S = 5.0, 15.0  # targets, p99 (the collector slot ad)
 
 
 # A catalogue call is tried again (5 times at most) when the test server's SQLite database was

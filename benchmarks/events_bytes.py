@@ -1,4 +1,4 @@
-"""Catalogue bytes on the wire (issue 33): ``hydrator run`` polling every 60 s and ``hydrator run``
+"""Catalogue bytes on the wire: ``hydrator run`` polling every 60 s and ``hydrator run``
 with events and the default reconcile, side by side over the same window against one
 :mod:`benchmarks.replay` of the same federation with the same churn, each through a counting
 proxy of its own; the bytes are the replay's answers as they crossed the proxy.

@@ -1,4 +1,4 @@
-"""The event path under faults, checked against Rucio itself (issue 33): the chaos part of the
+"""The event path under faults, checked against Rucio itself: the chaos part of the
 ``events`` scenario, importable alone for the smoke test.
 
 Three phases on a running ``hydrator run`` with events on:

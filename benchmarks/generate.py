@@ -1,4 +1,4 @@
-"""A deterministic synthetic federation for the benchmarks (issue 6).
+"""A deterministic synthetic federation for the benchmarks.
 
 At full scale: 50 sites, 200 storage elements (RSEs, 4 per site), 100k datasets, 1M dataset
 replicas (one per (site, dataset)), 20k glidein slots, and 1 % churn per cycle. Smaller scales

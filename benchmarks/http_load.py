@@ -1,4 +1,4 @@
-"""HTTP scenario (issue 22): the current server as the daemon runs it, under wrk and bad clients.
+"""HTTP scenario: the current server as the daemon runs it, under wrk and bad clients.
 
 :class:`benchmarks.cycle.BenchService` (its Rucio source reading :mod:`benchmarks.replay`) with
 its HTTP endpoint started as ``hydrator run`` starts it: the aiohttp child serving the daemon's

@@ -1,4 +1,4 @@
-"""The locality experiment (issue 11): do data-bound jobs and glideins go where the data is?
+"""The locality experiment: do data-bound jobs and glideins go where the data is?
 Eight ways, on the real test pool, with the daemon and its execute-node hook running.
 
     .venv/bin/python -m benchmarks locality [--scenarios c d d2 near]

@@ -1,4 +1,4 @@
-"""Record a real Rucio server's answers to the calls the Rucio source makes (issue 15).
+"""Record a real Rucio server's answers to the calls the Rucio source makes.
 
 Starts the test suite's Rucio 41.5.1 server (:mod:`tests.support.rucio_server`, 127.0.0.1, a
 free port, removed afterwards), places a few datasets (complete, partial, replicating, stuck,

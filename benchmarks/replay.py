@@ -1,5 +1,5 @@
 """A loopback Rucio for the whole-cycle benchmark: a synthetic federation served in Rucio's wire
-format (issue 15).
+format.
 
 It answers the REST calls the hydrator's Rucio source makes through ``rucio-clients`` with the
 bytes a Rucio 41.5.1 server sends: JSON lines whose fields, key order and date format are those
@@ -18,7 +18,7 @@ unchanged federation gives byte-identical answers, as a real catalogue does. ``P
 cost, which ``benchmarks/cycle.py`` records with each run (``replay`` in its JSON). Its bodies
 are 410 MB at 1M replicas and 4.1 GB at 10M (about 1.5 µs of CPU a row to format): the default
 cache (768 MiB) holds them all at 1M, a fifth at 10M, so ``cycle.py`` sizes it for all. (The
-``--sweep`` mode that measured this alone in issue 15 was removed in issue 22: ``git show
+``--sweep`` mode that measured this alone has since been removed: ``git show
 7d386f0:benchmarks/replay.py``.)
 
 Run: ``python -m benchmarks.replay --replicas N`` prints ``port <n>`` and serves on 127.0.0.1

@@ -1,4 +1,4 @@
-"""The state store alone (issue 15): first save, load, churn save, and a schema-2 migration.
+"""The state store alone: first save, load, churn save, and a schema-2 migration.
 
 ``python -m benchmarks.state_store --replicas 1000000 [--json out.json] [--dir DIR]`` builds
 the generated federation of :mod:`benchmarks.generate` (one source), plans its first cycle from

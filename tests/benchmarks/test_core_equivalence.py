@@ -147,7 +147,7 @@ def check_cycles(
                 continue
             replicas = plan.state.sources[name].replicas
             assert index == by_key(replicas), name
-            # one object per replica: the index holds the set's own objects (memory, issue 15)
+            # one object per replica, to save memory: the index holds the set's own objects
             assert all(index[r.site][r.dataset] is r for r in replicas), name
         store.save(plan)
         first_seen = {k: first_seen.get(k, t(i)) for k in after}

@@ -15,7 +15,8 @@ from tests.support.deploy import DEPLOY
 
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "hydrator.rules.yml"
-# What the daemon exports (runtime/metrics.py and the matchmaking-quality metrics of issue 5);
+# What the daemon exports (runtime/metrics.py, including the matchmaking-quality metrics: data-local
+# jobs, idle data-bound jobs, unclaimed slots with data);
 # histograms also expose _bucket/_sum/_count.
 EXPORTED = {
     "hydrator_cycle_duration_seconds",

@@ -1,5 +1,5 @@
 """End to end, as processes: no source stalls the daemon, a fresh inventory is served at once,
-long lists stay short (issue 26, items 3, 11 and 13).
+long lists stay short.
 
 The slow catalogues are real servers on 127.0.0.1: the DMAPI fake trickling its answers
 (tests/support/fake_dmapi.py) and, for Rucio, a server that sends a status line and then one
@@ -115,7 +115,7 @@ def hydrator(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
 def test_once_ends_at_the_deadline_of_trickling_sources(
     tmp_path: Path, fake: FakeSrcnet, rucio: TrickleServer
 ) -> None:
-    """It used to run for as long as the server trickled (item 3)."""
+    """It used to run for as long as the server trickled."""
     config = write_config(tmp_path, fake, rucio, free_port())
     t0 = time.monotonic()
     result = hydrator("once", "--json", "--config", str(config))
@@ -173,7 +173,7 @@ def classad(base: str) -> str:
 
 
 def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path: Path) -> None:
-    """With interval_s = 60, nothing was served and /readyz stayed 503 for a minute (item 11)."""
+    """With interval_s = 60, nothing was served and /readyz stayed 503 for a minute."""
     port = free_port()
     (tmp_path / "hydrator.toml").write_text(
         f'[daemon]\ninterval_s = 60\nstate_path = "state.sqlite"\n'
@@ -189,7 +189,7 @@ def test_a_fresh_inventory_is_served_once_settled_not_an_interval_later(tmp_path
 
 
 def test_the_unmapped_list_is_bounded_in_once_json(tmp_path: Path, fake: FakeSrcnet) -> None:
-    """600,001 unmapped identifiers made a 19 MB once --json (item 13)."""
+    """600,001 unmapped identifiers made a 19 MB once --json."""
     fake.add_dataset("ska", "obs_1", *((f"RSE_{i:05d}", None) for i in range(2000)))
     (tmp_path / "client-id").write_text(fake.client_id)
     (tmp_path / "client-secret").write_text(fake.client_secret)

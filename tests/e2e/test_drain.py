@@ -1,4 +1,4 @@
-"""Operator drain (issue 24 item 4) end to end: ``hydrator drain``/``undrain`` against a running
+"""Operator drain end to end: ``hydrator drain``/``undrain`` against a running
 ``hydrator run`` (the shipped demo configuration), effective within a cycle, kept across a
 restart, visible in ``hydrator show``, ``/v1/sites``, the served ClassAd and the metrics."""
 

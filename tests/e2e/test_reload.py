@@ -1,4 +1,4 @@
-"""End to end (issue 26 item 9): ``hydrator run`` as a real process reloads its configuration
+"""End to end: ``hydrator run`` as a real process reloads its configuration
 on SIGHUP: a valid change takes effect, an invalid one is refused with one line naming the
 problem while the daemon keeps serving; it stops cleanly afterwards."""
 

@@ -2,7 +2,7 @@
 
 The daemon runs as a user runs it (``hydrator once``, ``hydrator run``) against the fake SRCNet
 services (tests/support/fake_dmapi.py) and a Rucio server address that cannot be reached. Every
-credential carries the marker, in each of the ways that leaked before (issue 12, defect 1):
+credential carries the marker, in each of the ways that leaked before:
 
 * a DMAPI token file whose content has a line break inside (requests put the refused header
   value, ``Bearer <token>``, into its error message, which became the source's reason);

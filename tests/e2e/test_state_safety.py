@@ -1,6 +1,6 @@
 """One writer per state, state checked on load, start-up failures as one line with exit 2.
 
-Real ``python -m hydrator`` processes on a copy of the demo configuration (issue 12, items 2-4).
+Real ``python -m hydrator`` processes on a copy of the demo configuration.
 """
 
 from __future__ import annotations

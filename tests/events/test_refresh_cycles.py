@@ -1,4 +1,4 @@
-"""Refresh cycles on the real stack (issue 24; docs/events.md): while events flow the scheduled
+"""Refresh cycles on the real stack (docs/events.md): while events flow the scheduled
 gate skips the full read and runs a refresh cycle instead, which reads the Rucio server's RSE
 availability (one ``list_rses()``) and no dataset. Rucio sends no message when an RSE's
 ``availability_read`` changes: only the refresh cycle makes it leave the ads within one

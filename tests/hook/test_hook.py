@@ -40,7 +40,7 @@ def test_the_reason_storage_cannot_serve_is_accepted(
     server: tuple[str, Answer], tmp_path: Path
 ) -> None:
     """The daemon adds ``DataLocalityUnavailable`` while some of the site's storage cannot
-    serve (issue 24): a known attribute, printed like the others."""
+    serve: a known attribute, printed like the others."""
     url, answer = server
     said = 'DataLocalityUnavailable = "RSE X_DISK: availability_read false"\n'
     answer.body = GOOD.replace('DataLocalityUnavailable = ""\n', said)

@@ -1,4 +1,4 @@
-"""What the hook prints is what it validated, whoever else can write on the node (issue 26).
+"""What the hook prints is what it validated, whoever else can write on the node.
 
 Threat model in docs/security.md ("The execute-node hook"): another local user, a glidein
 payload, the squid and the server may each be hostile. The cached copy is checked like a fresh

@@ -1,4 +1,4 @@
-"""The hook against the real daemon's answers (static source, real HTTP endpoint; issue 26).
+"""The hook against the real daemon's answers (static source, real HTTP endpoint).
 
 Renamed attributes (``[classad] site_attribute = "MySite"`` and the others) reach the hook the
 way the daemon's config names them: ``--site-attribute``, ``HYDRATOR_SITE_ATTRIBUTE``, or the
@@ -76,7 +76,7 @@ def test_without_the_names_the_hook_refuses_a_renamed_answer_and_says_which(
 
 
 def test_only_the_site_attribute_renamed(tmp_path: Path) -> None:
-    """The issue's case: the other names keep their defaults."""
+    """One attribute renamed alone: the other names keep their defaults."""
     with served_hydrator(tmp_path, INVENTORY, {"site_attribute": "MySite"}) as hydrator:
         out = run_hook(hydrator.url, tmp_path / "cache", "--site-attribute", "MySite")
         refused = run_hook(hydrator.url, tmp_path / "other", "--site-attribute", "OtherSite")

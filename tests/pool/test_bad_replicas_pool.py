@@ -1,4 +1,4 @@
-"""Bad and temporarily unavailable replicas end to end (issue 24 item 2): ``hydrator run`` on the
+"""Bad and temporarily unavailable replicas end to end: ``hydrator run`` on the
 real Rucio server (two RSEs at SITE_A, one at SITE_B), publishing into the real pool's slot ads
 and annotating idle jobs. A file declared bad, and one set TEMPORARY_UNAVAILABLE by
 ``rucio-minos`` as production runs it, make their dataset partial at that site in

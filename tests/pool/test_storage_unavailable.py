@@ -1,4 +1,4 @@
-"""Storage that cannot serve, on the real pool (issue 24): ``hydrator run`` merging into slot
+"""Storage that cannot serve, on the real pool: ``hydrator run`` merging into slot
 ads and annotating idle jobs; a storage element drained with ``hydrator drain`` (and one its
 catalogue states unavailable) takes its data out of the slot ads, the job annotation and
 ``/v1/demand`` within a cycle, ``DataLocalityUnavailable`` says why, and all comes back (the

@@ -172,7 +172,7 @@ def test_a_tampered_copy_behind_squid_is_replaced_not_revalidated(
     squid: Squid, hydrator: Hydrator, tmp_path: Path
 ) -> None:
     """Squid answers the hook's own If-None-Match with 304 ("print your copy"): a copy that
-    no longer passes the hook's checks must not be revalidated, but fetched afresh (issue 26)."""
+    no longer passes the hook's checks must not be revalidated, but fetched afresh."""
     cache = tmp_path / "node"
     first = hook(hydrator.url, squid.proxy, cache, "SITE_A")
     assert hook(hydrator.url, squid.proxy, cache, "SITE_A").endswith("-\n")  # a 304 path

@@ -31,7 +31,7 @@ Failure injection: :meth:`FakeSrcnet.fail_next` (any status, optional ``Retry-Af
 this string, e.g. one with a line break, instead of minting one), ``broken`` (DIDs whose locate
 always fails with 500), ``locate_delay_s`` (to observe concurrency),
 :meth:`FakeSrcnet.trickle_next` (a server that sends its status line and then one header line,
-or one body byte, a second, for ever: issue 26), ``content_type`` (what a 200 locate answer is
+or one body byte, a second, for ever), ``content_type`` (what a 200 locate answer is
 labelled), ``raw_locate_body`` (the exact bytes of every 200 locate answer, e.g. 62 MB),
 ``token_lifetime_s`` (the ``expires_in`` the token endpoint answers); ``counts`` (per endpoint, and
 ``http_401``/``http_403`` refusals), ``located`` and ``max_in_flight`` record what clients did.

@@ -1,5 +1,5 @@
 """A server that never finishes an answer: for whatever it is asked, it sends a status line and
-then one header line every ``interval_s``, for ever (issue 26, item 3: per-read timeouts never
+then one header line every ``interval_s``, for ever (per-read timeouts never
 fire on it). Stands in for a catalogue behind a broken proxy; no HTTP is parsed beyond the end
 of the request's headers. Listens on 127.0.0.1, on a free port.
 """

@@ -48,7 +48,7 @@ STATIC = '[[sources]]\ntype = "static"\npath = "inv.toml"\n'
         (STATIC + STATIC, "two sources are named 'static'"),
         ("[daemon]\n", "sources: required key is missing"),
         ("[daemon\n", "not valid TOML"),
-        # strict: no coercion, finite numbers only (issue 12, item 4)
+        # strict: no coercion, finite numbers only
         (STATIC + "[daemon]\ninterval_s = inf\n", "daemon.interval_s: Input should be a finite"),
         (STATIC + "[daemon]\ninterval_s = nan\n", "daemon.interval_s: Input should be a finite"),
         (
@@ -218,7 +218,7 @@ def test_the_example_gives_the_site_capabilities_fallback_its_documented_default
     assert dmapi["site_capabilities_ttl_s"] == default
 
 
-# ---- issue 26, item 4: every file the daemon reads is a regular file of bounded size
+# ---- every file the daemon reads is a regular file of bounded size
 
 
 def hydrator_process(*args: str) -> subprocess.CompletedProcess[str]:

@@ -64,6 +64,6 @@ def test_the_site_digest_keeps_its_bytes(lists: list[list[DatasetId]]) -> None:
 )
 def test_a_name_holding_a_dollar_is_invalid(make: Callable[[], object]) -> None:
     """HTCondor expands $(...) and $ENV(...) in configuration, which the glidein hook writes
-    (issue 26): no dataset or site name may hold a `$`."""
+    (a name could inject one there): no dataset or site name may hold a `$`."""
     with pytest.raises(InvalidNameError):
         make()

@@ -1,4 +1,4 @@
-"""One test harness (issue 22): read from the source of ``tests/`` and ``benchmarks/``.
+"""One test harness: read from the source of ``tests/`` and ``benchmarks/``.
 
 - ``tests/support/`` alone gives the helpers every test shares: :func:`wait_for`
   (tests/support/wait.py), :func:`free_port` (tests/support/ports.py) and the daemon runner

@@ -1,4 +1,4 @@
-"""Names from outside (issue 26 item 13): a rejected name is quoted bounded, and site names
+"""Names from outside: a rejected name is quoted bounded, and site names
 that differ only in case (ClassAd ``==`` ignores case) are refused."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ TIMESTAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: "
 @pytest.mark.parametrize(
     ("text", "secret"),
     [
-        # requests' message for a refused header value (the leak of issue 12)
+        # requests' message for a refused header value, which quotes the value (a token)
         (
             "InvalidHeader: Invalid leading whitespace, reserved character(s), or return "
             "character(s) in header value: 'Bearer eyAbc123\\nsecond-half'",
@@ -91,7 +91,8 @@ def test_empty_or_unreadable_secret_files_are_named(tmp_path: Path) -> None:
 
 
 def test_a_client_id_is_checked_but_never_redacted(tmp_path: Path) -> None:
-    """Issue 26 item 12: ``client_id = hydrator`` mangled every path holding the word."""
+    """A client id is no secret: redacting ``client_id = hydrator`` would mangle every path
+    holding the word."""
     (tmp_path / "client-id").write_text("hydrator\n")
     (tmp_path / "client-secret").write_text("cs-Secret-8812\n")
     assert read_secret(tmp_path / "client-id", "client id") == "hydrator"

@@ -602,7 +602,7 @@ def test_retry_after_values(value: str | None, seconds: float | None) -> None:
     assert parse_retry_after(value, now=NOW) == seconds
 
 
-# --------------------------------------------------------------------- issue 26: bounds
+# --------------------------------------------------------------------- bounds: time, size, lists
 
 
 @pytest.mark.parametrize("phase", ["headers", "body"])
@@ -611,7 +611,7 @@ def test_a_trickling_server_fails_the_fetch_at_its_deadline(
     srcnet: FakeSrcnet, make_source: MakeSource, endpoint: str, phase: str
 ) -> None:
     """A status line, then one header line (or body byte) a second: per-read timeouts never
-    fire; the deadline does, and the connection is really closed (item 3)."""
+    fire; the deadline does, and the connection is really closed."""
     srcnet.trickle_interval_s = 0.2
     srcnet.trickle_next(endpoint, 1, phase)
     source = make_source(datasets=DATASETS, deadline_s=2.0, timeout_s=5.0)
@@ -661,7 +661,7 @@ def test_a_62_mb_answer_keeps_memory_bounded(
     srcnet: FakeSrcnet, secret_files: dict[str, Path]
 ) -> None:
     """A 62 MB answer took a cycle to 4 GB resident (the Kubernetes limit is 1 Gi): with
-    max_answer_bytes = 8 MiB it fails the source and the process stays small (item 4).
+    max_answer_bytes = 8 MiB it fails the source and the process stays small.
     Measured in a process of its own (VmHWM: ru_maxrss would carry the forking parent's
     peak across exec). 2 cores shared by several engineers, 2026-11-26: 62 MiB peak with the
     cap, ~1 GiB with max_answer_bytes = 100 MB (the whole answer parsed); 54 MiB at import."""
@@ -702,7 +702,7 @@ def test_a_non_json_answer_fails_the_source_not_empties_it(
 def test_every_dataset_404_is_a_failed_source_not_an_empty_one(
     srcnet: FakeSrcnet, make_source: MakeSource
 ) -> None:
-    """A wrong base_url or a broken ingress answers 404 for everything (item 5)."""
+    """A wrong base_url or a broken ingress answers 404 for everything."""
     with pytest.raises(PermanentSourceError, match=r"every locate \(2\) answered HTTP 404"):
         make_source(datasets=["ska:nope_1", "ska:nope_2"]).fetch(CTX)
     one_missing = make_source(datasets=["ska:obs_2", "ska:nope_1"]).fetch(CTX)
@@ -722,7 +722,7 @@ def test_every_record_malformed_is_a_failed_source(
 def test_a_short_token_lifetime_costs_a_few_grants_not_one_per_request(
     fake: FakeSrcnet, make_source: MakeSource
 ) -> None:
-    """expires_in = 30 with the default 60 s margin made 31 grants for 30 locates (item 10)."""
+    """expires_in = 30 with the default 60 s margin made 31 grants for 30 locates."""
     fake.token_lifetime_s = 30
     names = [f"ska:short_{i}" for i in range(30)]
     for did in names:
@@ -737,7 +737,7 @@ def test_a_short_token_lifetime_costs_a_few_grants_not_one_per_request(
 def test_the_unmapped_list_is_bounded_counted_and_logged_in_few_lines(
     fake: FakeSrcnet, make_source: MakeSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """600,001 unmapped identifiers made a 19 MB once --json (item 13): the first N are
+    """600,001 unmapped identifiers made a 19 MB once --json: the first N are
     listed (each cut to 200 characters), all are counted."""
     rses = [(f"RSE_{i:04d}" + "x" * (300 if i == 0 else 0), None) for i in range(500)]
     fake.add_dataset("ska", "spread", *rses)

@@ -1,4 +1,4 @@
-"""SRCNet downtimes and force-disabled storage (issue 24 item 3): the DMAPI source against the
+"""SRCNet downtimes and force-disabled storage: the DMAPI source against the
 fake Site Capabilities API, which answers /nodes as the real one does (elements in downtime or
 force-disabled dropped unless ``include_inactive=true``)."""
 

@@ -1,4 +1,4 @@
-"""RSE availability on the real Rucio server (issue 24 item 1): an RSE whose availability_read
+"""RSE availability on the real Rucio server: an RSE whose availability_read
 is false contributes nothing to its site within one cycle, explicitly (the shrink guard does
 not hold it back), a dataset also complete at another RSE of the site stays, and restoring it
 brings everything back within one cycle with no churn beyond the site."""

@@ -1,4 +1,4 @@
-"""Bad and temporarily unavailable replicas on the real Rucio server (issue 24 item 2): a file
+"""Bad and temporarily unavailable replicas on the real Rucio server: a file
 declared bad or set TEMPORARY_UNAVAILABLE makes its dataset partial at that RSE's site in the
 next fetch, before any daemon rewrites the summary row (which says complete meanwhile); the
 necromancer and abacus, run as production runs them, change nothing more than Rucio's own

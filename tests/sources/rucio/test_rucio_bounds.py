@@ -1,4 +1,4 @@
-"""A Rucio fetch bounded in time and size (issue 26, items 3 and 4, for the Rucio source):
+"""A Rucio fetch bounded in time and size:
 it ends by itself at ``deadline_s``, a trickling server is cut there, an answer or a line
 over its cap fails the source naming the RSE, and no private token directory outlives the
 daemon. Against the real Rucio server (tests/support/rucio_server.py) and, for the trickle, a

@@ -275,10 +275,10 @@ def test_calls_grow_with_rses_not_datasets(
     assert len(few.replicas) == 12 and len(many.replicas) == 102
     assert calls_few == calls_many
     assert calls_many == {  # the site attributes read by the first fetch are still young
-        "list_rses": 2,  # the expression, and every RSE's availability_read (issue 24)
+        "list_rses": 2,  # the expression, and every RSE's availability_read
         "list_datasets_per_rse": 3,
         "list_replication_rules": 2,
-        "list_bad_replicas_status": 2,  # BAD and TEMPORARY_UNAVAILABLE (issue 24 item 2)
+        "list_bad_replicas_status": 2,  # BAD and TEMPORARY_UNAVAILABLE replicas
     }
     assert source.deep_checks_last_fetch == 0
 

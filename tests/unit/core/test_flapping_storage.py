@@ -1,5 +1,5 @@
 """A flapping storage element (down one cycle, up the next) must not re-merge every slot of its
-site every cycle (issue 24 item 6): the core's digest follows it, and the collector's existing
+site every cycle: the core's digest follows it, and the collector's existing
 ``merge_min_interval_s`` bounds the merges. Counted over an hour of 60 s cycles, with slots
 that keep what was merged (no startd update wipes them in between: the worst case)."""
 

@@ -59,7 +59,7 @@ def test_first_cycle_adds_everything_at_its_time() -> None:
 
 
 def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
-    """A first cycle's changes are made while listed (a million of them, issue 15); either
+    """A first cycle's changes are made while listed (a million of them at full scale); either
     way the counts, the length and every listing agree, in Change's order."""
     first = snap("r", rep("B", "y"), rep("A", "x"), rep("B", "x", "partial", 0.5))
     plan, churn = run(
@@ -87,7 +87,7 @@ def test_changes_are_counted_by_kind_and_listed_alike_each_time() -> None:
 
 
 def test_one_source_is_planned_without_an_index_merging_sources_carry_theirs() -> None:
-    """Memory (issue 15): one source alone is planned from its set and its delta, and no
+    """To save memory, one source alone is planned from its set and its delta, and no
     site -> dataset index is built; where sources merge, each one's index is built once and
     then handed on, patched, from cycle to cycle (equal to one built afresh)."""
     cycles = [{"r": snap("r", rep("A", "x"))}, {"r": snap("r", rep("A", "x"), rep("B", "y"))}]
@@ -320,7 +320,7 @@ def test_source_deltas_hold_exactly_the_rows_to_write() -> None:
     assert delta.removed == {rep("A", "y", "replicating", 0.1)}
 
 
-# The site guard (issue 26 item 6): a site that loses all, or more than a share, of its
+# The site guard: a site that loses all, or more than a share, of its
 # entries in one answer keeps them for the guard's cycles, although the source is "ok".
 SITE_POLICY = GuardPolicy(
     max_drop_fraction=0.5,
@@ -415,7 +415,7 @@ def test_the_site_guard_holds_where_several_sources_merge() -> None:
 
 
 def test_site_names_differing_only_in_case_are_refused_keeping_the_held_one() -> None:
-    """Issue 26 item 13: ClassAd ``==`` ignores case, so SITE_A and site_a are one site to a
+    """ClassAd ``==`` ignores case, so SITE_A and site_a are one site to a
     collector invalidation; the name already held is kept, the twin's records are invalid."""
     plans = run(
         [

@@ -1,4 +1,4 @@
-"""Storage that cannot serve (issue 24), table by table: which storage counts, why, and what
+"""Storage that cannot serve, table by table: which storage counts, why, and what
 a cycle then decides."""
 
 from __future__ import annotations

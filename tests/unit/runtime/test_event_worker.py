@@ -249,7 +249,7 @@ def test_a_drain_or_undrain_runs_a_full_read_at_the_next_gate(setup: Any, tmp_pa
 def test_a_skipped_full_read_is_a_refresh_cycle_that_reads_storage_and_no_dataset(
     setup: Any,
 ) -> None:
-    """Issue 24: storage set unavailable (no message says so) leaves the ads at the next
+    """Storage set unavailable (no message says so) leaves the ads at the next
     scheduled gate, not the reconcile interval later; it comes back when available again;
     a failed storage read keeps the last statuses (unknown is not unavailable)."""
     service, catalogue, cycles, metrics, _now = setup

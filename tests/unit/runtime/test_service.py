@@ -468,7 +468,7 @@ def test_invalid_records_of_the_last_answer_are_a_gauge_kept_while_the_source_fa
     assert m("hydrator_invalid_records_total", {"source": "s"}) == 5  # per answer
 
 
-# ---- issue 26, item 3: one slow source never holds the cycle past its deadline
+# ---- one slow source never holds the cycle past its deadline
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""What the daemon says about each site (issue 26 items 6 and 7): ``/v1/sites`` lists everything
-held, whatever its ad leaves out, and a site emptied in one answer of an "ok" source is held
-back, visibly (``/v1/sites``, ``hydrator_site_held``, the log), on a real static inventory."""
+"""What the daemon says about each site: ``/v1/sites`` lists everything held, whatever its ad
+leaves out, and a site emptied in one answer of an "ok" source is held back, visibly
+(``/v1/sites``, ``hydrator_site_held``, the log), on a real static inventory."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_a_site_whose_table_is_removed_is_held_not_emptied(
 def test_a_storage_table_gone_holds_its_site_though_the_site_shrinks_little(
     tmp_path: Path,
 ) -> None:
-    """Per storage element (issue 26 item 6): SITE_B has B1 (25 datasets) and B2 (40); B1's
+    """The site guard per storage element: SITE_B has B1 (25 datasets) and B2 (40); B1's
     table removed is a drop of 38 % at the site, under the site share (50 %), but B1 lost all
     of its entries: the site is held, naming the element, then the drop is accepted."""
     at_b1 = table("B1", "SITE_B", [f"b1_{i}" for i in range(25)])
@@ -142,7 +142,8 @@ def test_an_operator_accepts_a_real_removal_at_once(tmp_path: Path) -> None:
 def test_a_site_differing_only_in_case_is_refused_in_v1_sites_and_the_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, metrics: Metrics
 ) -> None:
-    """Issue 26 item 13, through a real inventory: ``site_a`` beside ``SITE_A``."""
+    """A site name differing only in case is refused, through a real inventory: ``site_a``
+    beside ``SITE_A``."""
     upper = table("A", "SITE_A", ["a0", "a1"])
     (tmp_path / "inv.toml").write_text(upper + table("L", "site_a", ["l0"]))
     with serving(tmp_path) as (base, service), caplog.at_level(logging.WARNING):

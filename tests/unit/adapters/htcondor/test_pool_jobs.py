@@ -45,7 +45,7 @@ def test_invalid_names_are_counted_logged_once_and_skipped(
 def test_a_job_cannot_make_long_or_endless_log_lines(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 26 item 13: a job's invalid name is logged bounded (a prefix and its length), and
+    """A job's invalid name is logged bounded (a prefix and its length), and
     only so many distinct names are remembered and logged per process."""
     monkeypatch.setattr(condor_queue, "MAX_WARNED_NAMES", 3)
     probe = CondorPoolProbe(htcondor2.Collector("127.0.0.1:1"), "GLIDEIN_Site")  # never queried

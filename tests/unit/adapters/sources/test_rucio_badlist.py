@@ -1,4 +1,4 @@
-"""The Rucio source's bad-replica decisions (issue 24 item 2): which (site, dataset) pairs a
+"""The Rucio source's bad-replica decisions: which (site, dataset) pairs a
 listed bad or unavailable replica forces to an exact check, which pairs change, that forced
 datasets are checked first, and the bounds of the reader (records and parent lookups)."""
 

@@ -1,4 +1,4 @@
-"""A Rucio listing line that is not JSON (issue 22): the fetch fails with one
+"""A Rucio listing line that is not JSON: the fetch fails with one
 :class:`~hydrator.errors.TransientSourceError` line naming the listing, the RSE and the line's
 position, the line cut and free of ``$``; the next good answer is read exactly again.
 

@@ -87,7 +87,7 @@ def test_missing_file_is_a_permanent_source_error(tmp_path: Path) -> None:
 
 
 # A writer that rewrites the inventory in place, as `cat new > inventory.toml` or an editor
-# saving over the file does: truncate, then one storage table at a time (issue 12, item 9).
+# saving over the file does: truncate, then one storage table at a time.
 IN_PLACE_WRITER = """
 import sys, time
 path, tables, pause_s, until = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
@@ -217,7 +217,7 @@ def test_an_inventory_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     assert [str(r.dataset) for r in StaticSource("inv", path, {}).fetch(CTX).replicas] == ["ska:x"]
 
 
-# ---- issue 26: inputs that are not files, sizes, a fresh inventory
+# ---- inputs that are not files, sizes, a fresh inventory
 
 
 @pytest.mark.parametrize(
@@ -228,7 +228,7 @@ def test_an_inventory_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
 def test_a_path_that_is_not_a_regular_file_fails_at_once_naming_it(
     tmp_path: Path, make: Callable[[Path], object], kind: str
 ) -> None:
-    """A FIFO blocked the read (SIGTERM ignored); /dev/zero grew memory by GBs (item 4)."""
+    """Unchecked, a FIFO blocks the read (SIGTERM ignored) and /dev/zero grows memory by GBs."""
     path = tmp_path / "inv.toml"
     make(path)
     t0 = time.monotonic()

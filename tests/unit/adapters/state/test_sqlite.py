@@ -209,7 +209,7 @@ INSERT_REPLICA = "INSERT INTO replicas (source, site, scope, name, state, fracti
 def test_invalid_rows_are_counted_and_left_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, sql: str, table: str
 ) -> None:
-    """Rows are checked on load with the rules fresh input meets (issue 12, item 3)."""
+    """Rows are checked on load with the rules fresh input meets."""
     store, loaded = _loaded_after(tmp_path / "s.sqlite", sql)
     expected = {"replicas": 0, "sources": 0, "first_seen": 0, "drains": 0, table: 1}
     assert store.rejected_rows == expected

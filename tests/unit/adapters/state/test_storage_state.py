@@ -1,6 +1,6 @@
-"""The state store's part of issue 24: storage statuses and operator drains are kept across
-restarts, a file of the previous release (schema 3) loads and upgrades, and what is read back
-is checked like fresh input."""
+"""The state store's part in storage that cannot serve: storage statuses and operator drains
+are kept across restarts, a file of the previous release (schema 3) loads and upgrades, and
+what is read back is checked like fresh input."""
 
 from __future__ import annotations
 
