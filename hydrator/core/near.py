@@ -21,12 +21,12 @@ an ad, nor takes away a near list that was good. Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import classad2
 
+from hydrator.core.views import NEAR_TAG, extended_digest
 from hydrator.domain import Site, SiteView
 
 PROBLEM_KINDS = (
@@ -185,10 +185,7 @@ def with_near(view: SiteView, near: tuple[Site, ...] | None) -> SiteView:
     changes. The same view when it already carries them, or when there are none to carry."""
     if near is None or view.near == near:
         return view
-    h = hashlib.sha256(view.digest.encode() + b"\0N")
-    for site in near:
-        h.update(b"\n" + site.encode())
-    return replace(view, near=near, digest=h.hexdigest()[:16])
+    return replace(view, near=near, digest=extended_digest(view.digest, NEAR_TAG, near))
 
 
 def near_line_bytes(near: tuple[Site, ...], attribute: str) -> int:

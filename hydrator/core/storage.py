@@ -29,7 +29,6 @@ some that serves), stay.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -39,7 +38,7 @@ from functools import reduce
 
 from hydrator.core.index import merge_replicas
 from hydrator.core.presence import combine
-from hydrator.core.views import content_digest, site_contents
+from hydrator.core.views import UNAVAILABLE_TAG, content_digest, extended_digest, site_contents
 from hydrator.domain import (
     DatasetId,
     ElementCount,
@@ -359,7 +358,4 @@ def unavailable_digest(digest: str, reasons: tuple[str, ...]) -> str:
     all available keep their digest)."""
     if not reasons:
         return digest
-    h = hashlib.sha256(digest.encode() + b"\0U")
-    for reason in reasons:
-        h.update(b"\n" + reason.encode())
-    return h.hexdigest()[:16]
+    return extended_digest(digest, UNAVAILABLE_TAG, reasons)

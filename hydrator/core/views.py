@@ -1,7 +1,8 @@
 """A site's view (:class:`~hydrator.domain.SiteView`): the sorted lists its ClassAd carries
 and their digest, built from replicas (:func:`site_contents`, the plain computation, with
 :class:`SiteLists`); the digests that let publishers skip a site whose ad says nothing new
-(:func:`content_digest`, :func:`stuck_digest`).
+(:func:`content_digest`; :func:`extended_digest` folds in what an ad carries beyond the
+lists, each attribute under its own tag, :data:`DIGEST_TAGS`).
 
 The views the daemon holds between cycles, built faster and patched by each cycle's changes,
 are :mod:`hydrator.core.model`'s; what each ad then carries (demand, size) is
@@ -138,10 +139,29 @@ def content_digest(
     return h.hexdigest()[:16]
 
 
+STUCK_TAG = b"S"
+"""The stuck transfers (:func:`stuck_digest`)."""
+UNAVAILABLE_TAG = b"U"
+"""The reasons a site's storage cannot serve (:func:`~hydrator.core.storage.unavailable_digest`)."""
+NEAR_TAG = b"N"
+"""The near sites (:func:`~hydrator.core.near.with_near`)."""
+DIGEST_TAGS = (STUCK_TAG, UNAVAILABLE_TAG, NEAR_TAG)
+"""Every :func:`extended_digest` tag, one byte per attribute folded in: a new attribute whose
+value can change takes an unused one here (distinct tags keep two extensions of the same
+digest apart)."""
+
+
+def extended_digest(digest: str, tag: bytes, parts: Iterable[str]) -> str:
+    """``digest`` extended with an attribute's value (``tag``, one of :data:`DIGEST_TAGS`,
+    then each of ``parts`` after a newline): always different from ``digest``, even with no
+    parts. Persisted in the collector's ads: its bytes must never change."""
+    h = hashlib.sha256(digest.encode() + b"\0" + tag)
+    for part in parts:
+        h.update(b"\n" + part.encode())
+    return h.hexdigest()[:16]
+
+
 def stuck_digest(digest: str, stuck: Iterable[DatasetId]) -> str:
     """``digest`` extended with the stuck transfers, for ads that also list those (always
     different from ``digest``, so turning the list on re-sends every ad once)."""
-    h = hashlib.sha256(digest.encode() + b"\0S")
-    for d in stuck:
-        h.update(f"\n{d.scope}:{d.name}".encode())
-    return h.hexdigest()[:16]
+    return extended_digest(digest, STUCK_TAG, (f"{d.scope}:{d.name}" for d in stuck))

@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from hydrator.core.plan import SourceStatus
-from hydrator.core.ports import CountsCalls, CountsReadCalls
+from hydrator.core.ports import (
+    CountsCalls,
+    CountsReadCalls,
+    DefersChecks,
+    ReusesAnswers,
+    Source,
+)
 from hydrator.domain import DatasetId, ReplicaState, Site, SiteView, Transfer
 from hydrator.runtime.metrics import JOB_NAMES
 
@@ -216,10 +222,24 @@ class FetchRecord:
     reused: int | None = None
 
 
+def fetch_record(source: Source, duration_s: float) -> FetchRecord:
+    """What ``source`` knows after a fetch that took ``duration_s``: its requests
+    (:func:`calls_of`) and the counts of the optional capabilities it has
+    (:class:`~hydrator.core.ports.DefersChecks`, :class:`~hydrator.core.ports.ReusesAnswers`)."""
+    return FetchRecord(
+        source.name,
+        duration_s,
+        calls_of(source),
+        source.deferred_last_fetch if isinstance(source, DefersChecks) else None,
+        source.reused_last_fetch if isinstance(source, ReusesAnswers) else None,
+    )
+
+
 def calls_of(source: object, read: bool = False) -> dict[str, int] | None:
     """The requests of ``source``'s last fetch (:class:`~hydrator.core.ports.CountsCalls`)
     or, with ``read``, of its last targeted read (:class:`~hydrator.core.ports.CountsReadCalls`)
-    by method; None when the source does not count them. The one place that reads them."""
+    by method; None when the source does not count them. With :func:`fetch_record`, the one
+    place that reads a source's optional capabilities."""
     if read:
         counted = source.calls_last_read if isinstance(source, CountsReadCalls) else None
     else:

@@ -25,10 +25,8 @@ from hydrator.core.near import with_near
 from hydrator.core.plan import Model, Plan, planned
 from hydrator.core.ports import (
     Abandonable,
-    DefersChecks,
     FetchContext,
     PublishReport,
-    ReusesAnswers,
     Source,
 )
 from hydrator.core.queue import QueueSnapshot, idle_demand
@@ -47,8 +45,7 @@ from hydrator.runtime.drain_reads import DrainReads
 from hydrator.runtime.fetching import FetchThreads
 from hydrator.runtime.memory import FULL_COLLECTION_EVERY, collector_paused
 from hydrator.runtime.observe import (
-    FetchRecord,
-    calls_of,
+    fetch_record,
     record_cycle,
     record_fetch,
     record_locality,
@@ -396,7 +393,7 @@ class Service:
             log.exception("source %s raised an unexpected error", source.name)
             reason = redact(f"unexpected {type(exc).__name__}: {exc}")
             outcome = SourceFailure(source.name, reason)
-        record_fetch(self._metrics, _fetch_record(source, time.monotonic() - t0))
+        record_fetch(self._metrics, fetch_record(source, time.monotonic() - t0))
         return outcome
 
     def _publish(
@@ -474,16 +471,3 @@ def _outcome(plan: Plan, publish_errors: Mapping[str, str]) -> str:
     if publish_errors or any(not s.fresh for s in plan.sources):
         return "degraded"
     return "ok"
-
-
-def _fetch_record(source: Source, duration_s: float) -> FetchRecord:
-    """What a source knows after its fetch, for those that have the optional capabilities
-    of :mod:`hydrator.core.ports` (:class:`~hydrator.core.ports.CountsCalls`,
-    :class:`DefersChecks`, :class:`ReusesAnswers`)."""
-    return FetchRecord(
-        source.name,
-        duration_s,
-        calls_of(source),
-        source.deferred_last_fetch if isinstance(source, DefersChecks) else None,
-        source.reused_last_fetch if isinstance(source, ReusesAnswers) else None,
-    )

@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydrator.adapters.sources import OnceLog, site_or_none
+from hydrator.adapters.sources import site_or_none
 from hydrator.config import StaticSourceConfig
 from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
@@ -61,6 +61,7 @@ from hydrator.domain import (
 )
 from hydrator.errors import PermanentSourceError, TransientSourceError
 from hydrator.files import FileRefused, open_regular, read_at_most
+from hydrator.logs import ProblemLog
 from hydrator.names import STORAGE_PATTERN, shown
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class StaticSource:
         self.max_bytes = max_bytes
         self._clock = clock
         self._sleep = sleep
-        self._problems = OnceLog(log)
+        self._problems: ProblemLog[str] = ProblemLog(log, once_per_process=True)
 
     @property
     def name(self) -> str:
@@ -227,7 +228,7 @@ class StaticSource:
             return None
 
     def _warn_once(self, message: str) -> None:
-        self._problems.warn(message, "%s", message)
+        self._problems.problem(message, "%s", message)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,4 +1,5 @@
-"""Which lists of a site's view a replica goes into (hydrator.core.views.SiteLists)."""
+"""Which lists of a site's view a replica goes into (hydrator.core.views.SiteLists), and the
+bytes of the digest's extensions (hydrator.core.views.extended_digest)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,21 @@ from dataclasses import fields
 
 import pytest
 
-from hydrator.core.views import LISTS, Entry, ListName, SiteLists, site_contents
+from hydrator.core.near import with_near
+from hydrator.core.storage import unavailable_digest
+from hydrator.core.views import (
+    DIGEST_TAGS,
+    LISTS,
+    NEAR_TAG,
+    STUCK_TAG,
+    UNAVAILABLE_TAG,
+    Entry,
+    ListName,
+    SiteLists,
+    extended_digest,
+    site_contents,
+    stuck_digest,
+)
 from hydrator.domain import DatasetId, Detail, Replica, ReplicaState, Site, SiteView, Transfer
 
 D = DatasetId("ska", "d")
@@ -73,3 +88,31 @@ def test_the_lists_are_the_views_fields() -> None:
     names = {f.name for f in fields(SiteView)}
     assert set(LISTS) <= names
     assert set(SiteLists.__slots__) == set(LISTS)
+
+
+# ---- the digest's extensions
+
+BASE_DIGEST = "0123456789abcdef"
+STUCK_IDS = (DatasetId("user.alice", "data.2024"), DatasetId("mc", "run_7"))
+REASONS = ("RSE_X: drained until 2026-12-01", "RSE_Y: disabled (déjà)")
+NEAR = (Site("SITE_B"), Site("SITE_C"))
+
+
+def test_each_extension_keeps_its_bytes() -> None:
+    """The digests are persisted in the collector's ads: each extension's bytes are pinned
+    (values computed by the code before extended_digest existed)."""
+    plain = SiteView(Site("SITE_A"), (), (), (), (), None, BASE_DIGEST)
+    assert stuck_digest(BASE_DIGEST, STUCK_IDS) == "7e52a0b1de75d12b"
+    assert stuck_digest(BASE_DIGEST, ()) == "79c4bb492d3df538"
+    assert unavailable_digest(BASE_DIGEST, REASONS) == "9731f3b6ebd20994"
+    assert with_near(plain, NEAR).digest == "70be8ef07f6c0fd1"
+    assert with_near(plain, ()).digest == "c5470a45ab473c64"
+    names = (f"{d.scope}:{d.name}" for d in STUCK_IDS)
+    assert extended_digest(BASE_DIGEST, STUCK_TAG, names) == "7e52a0b1de75d12b"
+    assert extended_digest(BASE_DIGEST, UNAVAILABLE_TAG, REASONS) == "9731f3b6ebd20994"
+    assert extended_digest(BASE_DIGEST, NEAR_TAG, NEAR) == "70be8ef07f6c0fd1"
+
+
+def test_the_extensions_have_distinct_tags() -> None:
+    assert len(set(DIGEST_TAGS)) == len(DIGEST_TAGS)
+    assert all(len(tag) == 1 for tag in DIGEST_TAGS)

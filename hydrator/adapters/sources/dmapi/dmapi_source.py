@@ -36,7 +36,6 @@ from dataclasses import replace
 from functools import partial
 from urllib.parse import quote
 
-from hydrator.adapters.sources import OnceLog
 from hydrator.adapters.sources.call_counts import CallCounts
 from hydrator.adapters.sources.dmapi.checks import (
     NOT_FOUND,
@@ -71,6 +70,7 @@ from hydrator.core.index import merged_snapshot
 from hydrator.core.ports import FetchContext
 from hydrator.domain import DatasetId, ElementCount, Replica, ReplicaState, Site, Snapshot
 from hydrator.errors import PermanentSourceError, TransientSourceError
+from hydrator.logs import ProblemLog
 from hydrator.names import InvalidNameError
 
 log = logging.getLogger("hydrator.adapters.sources.dmapi")
@@ -117,7 +117,7 @@ class DmapiSource:
         self._pool = ThreadPoolExecutor(config.max_concurrency, f"dmapi-{config.name}")
         self._nodes: NodesMap | None = None
         self._nodes_at = 0.0
-        self._problems = OnceLog(log)
+        self._problems: ProblemLog[str] = ProblemLog(log, once_per_process=True)
         self._fetches = 0
         self._known: dict[DatasetId, tuple[LocateResult, int]] = {}  # answer, fetch number
         self.calls_last_fetch: dict[str, int] = {REQUEST: 0}
@@ -179,7 +179,7 @@ class DmapiSource:
                 wanted.add(DatasetId.parse(text))
             except InvalidNameError as exc:
                 invalid += 1
-                self._problems.warn(f"config:{text}", "skipping configured dataset: %s", exc)
+                self._problems.problem(f"config:{text}", "skipping configured dataset: %s", exc)
         if self._config.datasets_from_queue:
             wanted.update(context.wanted)
         return sorted(wanted), invalid
@@ -225,11 +225,13 @@ class DmapiSource:
             )
             return self._nodes
         for bad in nodes.bad_sites:
-            self._problems.warn(
+            self._problems.problem(
                 f"site:{bad}", "site capabilities: ignoring invalid site name %s", bad
             )
         for bad in nodes.bad_downtimes:
-            self._problems.warn(f"downtime:{bad}", "site capabilities: skipping downtime %s", bad)
+            self._problems.problem(
+                f"downtime:{bad}", "site capabilities: skipping downtime %s", bad
+            )
         self._nodes, self._nodes_at = nodes, self._clock()
         return nodes
 
@@ -309,7 +311,7 @@ class DmapiSource:
             # what the SRCNet datalink service answers for "no replicas": an empty list
             return []
         if 400 <= resp.status_code < 500:
-            self._problems.warn(
+            self._problems.problem(
                 f"{resp.status_code}:{dataset}", "%s: HTTP %d, skipped", label, resp.status_code
             )
             return Rejected(resp.status_code)
@@ -371,7 +373,7 @@ class DmapiSource:
             for location in result:
                 if location is None:
                     invalid += 1
-                    self._problems.warn(
+                    self._problems.problem(
                         f"malformed:{dataset}", "locate %s: malformed entry skipped", dataset
                     )
                     continue
@@ -418,14 +420,14 @@ class DmapiSource:
         limit = self._config.max_listed_unmapped
         first = sorted(unmapped)[:limit]
         for name in first:
-            self._problems.warn(
+            self._problems.problem(
                 f"unmapped:{name}",
                 "no site for RSE %r (storage area %s); add it to [sites]",
                 cut(name),
                 cut(unmapped[name] or ""),
             )
         if len(unmapped) > limit:
-            self._problems.warn(
+            self._problems.problem(
                 f"unmapped-more:{len(unmapped)}",
                 "%d storage elements have no site; the first %d are listed "
                 "(max_listed_unmapped), the others only counted",

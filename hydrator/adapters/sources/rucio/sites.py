@@ -33,12 +33,13 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from hydrator.adapters.sources import OnceLog, site_or_none
+from hydrator.adapters.sources import site_or_none
 from hydrator.adapters.sources.rucio.wire import InvalidExpression, RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.storage import Drain, Statement, judge
 from hydrator.domain import Site, StorageStatus
 from hydrator.errors import PermanentSourceError
+from hydrator.logs import ProblemLog
 from hydrator.names import STORAGE_PATTERN
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -112,7 +113,7 @@ class SiteMap:
     def __init__(self, config: RucioSourceConfig, overrides: Mapping[str, Site]) -> None:
         self.config = config
         self.overrides = overrides  # ``[sites]``: RSE -> site, checked
-        self._unmapped = OnceLog(log)
+        self._unmapped: ProblemLog[str] = ProblemLog(log, once_per_process=True)
 
     def read(
         self, wire: RucioWire, last: RseTable, now: datetime, drains: Sequence[Drain] = ()
@@ -172,7 +173,7 @@ class SiteMap:
         return site
 
     def _log_unmapped(self, rse: str) -> None:
-        self._unmapped.warn(
+        self._unmapped.problem(
             rse,
             "rucio: RSE %s has no %r attribute and no [sites] entry; its datasets are ignored",
             rse,

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar, cast
 
-from hydrator.adapters.sources import OnceLog
 from hydrator.adapters.sources.rucio.book import (
     Book,
     Cycle,
@@ -44,6 +43,7 @@ from hydrator.adapters.sources.rucio.wire import RucioWire
 from hydrator.config import RucioSourceConfig
 from hydrator.core.presence import says_complete
 from hydrator.domain import DatasetId, Site
+from hydrator.logs import ProblemLog
 from hydrator.names import InvalidNameError
 
 log = logging.getLogger("hydrator.adapters.sources.rucio")
@@ -64,7 +64,9 @@ class Summaries:
         self.config = config
         self.wire = wire
         self.held_ids: dict[tuple[str, str], DatasetId] = {}
-        self._bad_names = OnceLog(log, _MAX_LOGGED_NAMES)
+        self._bad_names: ProblemLog[str] = ProblemLog(
+            log, limit=_MAX_LOGGED_NAMES, once_per_process=True
+        )
 
     def read(self, book: Book, cycle: Cycle, dirty: Dirty) -> None:
         """Every mapped RSE's summary table, compared with its last answer: an identical
@@ -184,7 +186,7 @@ class Summaries:
         try:
             dataset = self.held_ids.get(key) or DatasetId(scope, name)
         except InvalidNameError as exc:
-            self._bad_names.warn(
+            self._bad_names.problem(
                 f"{scope}:{name}", "rucio: skipping a dataset with an invalid name: %s", exc
             )
             return Mark.INVALID

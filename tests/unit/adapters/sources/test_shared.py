@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hydrator.adapters.sources import OnceLog, site_or_none
+from hydrator.adapters.sources import site_or_none
 from hydrator.adapters.sources.call_counts import CallCounts
+from hydrator.logs import ProblemLog
 
 log = logging.getLogger("test.sources.shared")
 
@@ -22,18 +23,18 @@ def test_site_or_none_accepts_only_valid_site_names(name: object, expected: str 
     assert site_or_none(name) == expected
 
 
-def test_once_log_warns_once_per_key(caplog: pytest.LogCaptureFixture) -> None:
-    once = OnceLog(log)
+def test_a_bad_record_is_logged_once_per_key(caplog: pytest.LogCaptureFixture) -> None:
+    once: ProblemLog[str] = ProblemLog(log, once_per_process=True)  # as the sources log them
     with caplog.at_level(logging.WARNING, logger=log.name), ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: once.warn(f"k{i % 2}", "problem %d", i % 2), range(100)))
+        list(pool.map(lambda i: once.problem(f"k{i % 2}", "problem %d", i % 2), range(100)))
     assert sorted(r.getMessage() for r in caplog.records) == ["problem 0", "problem 1"]
 
 
-def test_once_log_stops_logging_new_keys_past_its_limit(caplog: pytest.LogCaptureFixture) -> None:
-    once = OnceLog(log, limit=2)
+def test_bad_records_past_the_limit_are_not_logged(caplog: pytest.LogCaptureFixture) -> None:
+    once: ProblemLog[str] = ProblemLog(log, limit=2, once_per_process=True)
     with caplog.at_level(logging.WARNING, logger=log.name):
         for key in ("a", "b", "c", "a"):
-            once.warn(key, "problem %s", key)
+            once.problem(key, "problem %s", key)
     assert [r.getMessage() for r in caplog.records] == ["problem a", "problem b"]
 
 
