@@ -14,7 +14,7 @@ source's exact checks and of the DMAPI source's locates of known datasets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import NamedTuple
 
@@ -27,7 +27,14 @@ def standing_order(vouched: Mapping[DatasetId, bool]) -> list[DatasetId]:
     """The pending datasets (``vouched``: each -> whether some rule's OK locks show files at
     one of its pending sites) in deep-check order without demand or listed bad replicas:
     those nothing vouches for first, then by scope and name."""
-    return sorted(vouched, key=lambda d: (vouched[d], d.scope, d.name))
+    return sorted(vouched, key=_standing_key(vouched))
+
+
+def _standing_key(
+    vouched: Mapping[DatasetId, bool],
+) -> Callable[[DatasetId], tuple[bool, str, str]]:
+    """The sort key of :func:`standing_order`: not vouched for first, then scope and name."""
+    return lambda dataset: (vouched[dataset], dataset.scope, dataset.name)
 
 
 def deep_check_order(
@@ -47,9 +54,7 @@ def deep_check_order(
     ``standing_order(vouched)`` when the caller keeps it between fetches (then only the
     wanted and listed ones are sorted here)."""
 
-    def key(dataset: DatasetId) -> tuple[bool, str, str]:
-        return (vouched[dataset], dataset.scope, dataset.name)
-
+    key = _standing_key(vouched)
     demand = {d: count for d, count in wanted.items() if count > 0 and d in vouched}
     forced = {d for d in listed_bad if d in vouched}
     head = sorted(forced, key=key)
