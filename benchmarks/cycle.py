@@ -43,6 +43,7 @@ import cProfile
 import importlib
 import io
 import json
+import math
 import os
 import pstats
 import random
@@ -292,14 +293,14 @@ class BenchService:
     def cycle(self) -> dict[str, Any]:
         """One cycle's record: ``whole`` (wall seconds of ``run_cycle``), the report's phases
         (``after``: the wall time past them), the replicas held, the source's calls, RSS."""
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         report = self.service.run_cycle()
-        whole = time.perf_counter() - t0
+        whole, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if report.outcome != "ok":
             stale = [s.reason for s in report.plan.sources if s.reason] if report.plan else []
             why = report.error or report.publish_errors or stale
             raise RuntimeError(f"cycle {report.outcome}: {why}")
-        out: dict[str, Any] = {"whole": whole}
+        out: dict[str, Any] = {"whole": whole, "cpu": cpu}
         phases = getattr(report, "phases", None)  # None: code older than the phase report
         if phases:
             out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
@@ -626,6 +627,11 @@ def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
         "calls": {"first": first["calls"], "churn": churned[-1]["calls"]}
         | {"nochange": idle[-1]["calls"]},
     }
+    out["cycle_cpu_s"] = {
+        "first": first["cpu"],
+        "churn": median([r["cpu"] for r in churned]),
+        "nochange": median([r["cpu"] for r in idle]),
+    }
     if "collector_sent" in daemon:
         out["collector_sent"] = daemon["collector_sent"]
     if "delivery_s" in first:  # code with repair looks: the look after each cycle
@@ -674,6 +680,30 @@ def summarise(replicas: int, daemon: dict[str, Any], restart: dict[str, Any]) ->
 
 COMPARED = ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s", "peak_rss_mib")
 """The figures a restructuring must keep (old against new code, at 1M replicas)."""
+
+
+PER_PAIR = ("phases_s", "cycle_cpu_s", "fetch_cpu_s")
+"""Kept for every pair beside :data:`COMPARED`: the churn cycles' phases and CPU seconds, to
+see whether a difference between the sides sits in one phase or in all of them."""
+
+
+def median_interval(changes: Sequence[float]) -> dict[str, Any] | None:
+    """A distribution-free interval for the median of the pairs' ``changes``: the order
+    statistics ``k``-th from each end, with the largest ``k`` whose coverage (the chance that
+    the true median lies between them, from the binomial with p = 1/2) is at least 90 %. With
+    the pairs' noise it says whether a median near a target is told apart from it: with fewer
+    than 5 pairs no interval reaches 90 % (None)."""
+    n, ordered = len(changes), sorted(changes)
+    best = None
+    for k in range(1, n // 2 + 1):
+        outside = sum(math.comb(n, i) for i in range(k)) * 2 / 2**n
+        if 1 - outside >= 0.9:
+            best = {
+                "low": ordered[k - 1],
+                "high": ordered[n - k],
+                "coverage": round(1 - outside, 4),
+            }
+    return best
 
 
 def new_vs_old(old: dict[str, Any], new: dict[str, Any]) -> dict[str, float | None]:
@@ -778,11 +808,16 @@ def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         "new": pairs[0][1],
         "new_vs_old": changes[0],
         "rounds": [
-            {side: {k: s[k] for k in COMPARED} for side, s in (("old", old), ("new", new))}
+            {side: {k: s.get(k) for k in (*COMPARED, *PER_PAIR)} for side, s in sides}
             | {"new_vs_old": change, "load_average": new["machine"]["load_average"]}
             for (old, new), change in zip(pairs, changes, strict=True)
+            for sides in [(("old", old), ("new", new))]
         ],
         "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
+        "new_vs_old_interval": {
+            key: median_interval([c[key] for c in changes if c[key] is not None])
+            for key in COMPARED
+        },
     }
 
 

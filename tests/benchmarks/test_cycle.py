@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cycle import N_SITES, PoolStub, ReplayServer, config, distance_table
+from benchmarks.cycle import (
+    N_SITES,
+    PoolStub,
+    ReplayServer,
+    config,
+    distance_table,
+    median_interval,
+)
 from benchmarks.generate import Federation, Scale
 from benchmarks.replay import DATE, RULES, Catalogue
 from hydrator.core.near import NearTable, operator_distances, refresh
@@ -246,6 +253,22 @@ def test_old_and_new_code_are_measured_in_one_run(tmp_path: Path) -> None:
     assert all(-1 < change < 20 for change in result["new_vs_old"].values())
     assert len(result["rounds"]) == 2 and result["rounds"][1]["old"]["whole_cycle_s"] > 0
     assert set(result["new_vs_old_median"]) == set(result["new_vs_old"])
+    # every pair keeps both sides' churn phases and CPU, not the first pair's alone
+    second = result["rounds"][1]
+    for side in ("old", "new"):
+        assert "fetch" in second[side]["phases_s"] and second[side]["cycle_cpu_s"]["churn"] > 0
+    # two pairs are too few for a 90 % interval of the median
+    assert set(result["new_vs_old_interval"].values()) == {None}
+
+
+def test_the_interval_of_the_median_widens_with_fewer_pairs_and_holds_it() -> None:
+    """Eight pairs: the 2nd and 7th of the ordered changes (93 % coverage); fourteen: the 4th
+    and 11th; four pairs reach no 90 % interval."""
+    eight = [3.8, -9.8, -4.8, -0.5, 7.7, -1.1, 4.4, 8.4]
+    assert median_interval(eight) == {"low": -4.8, "high": 7.7, "coverage": 0.9297}
+    fourteen = [float(i) for i in range(14)]
+    assert median_interval(fourteen) == {"low": 3.0, "high": 10.0, "coverage": 0.9426}
+    assert median_interval([1.0, 2.0, 3.0, 4.0]) is None
 
 
 def _catalogue(scale: Scale, seed: int, cache_bytes: int) -> Catalogue:
