@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 from hydrator.config import load_config
 from hydrator.runtime.wiring import build_service
 from tests.support.pool import EDITOR_IDENTITY, NEVER_MATCHING, SLOT_SITES, Pool, running_pool
@@ -162,9 +162,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the result here (default: print only)")
     args = parser.parse_args()
     result = run(args.jobs, args.values)
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ benchmarks/results/demand.json``, which ``benchmarks/DEMAND.md`` describes).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.conditions import emit
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.config import ClassAdConfig
 from hydrator.core.advertise import AdvertisePolicy, advertise
@@ -97,9 +97,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here (default: print only)")
     args = parser.parse_args()
     results = [measure(n, args.jobs) for n in args.replicas]
-    print(json.dumps(results, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    emit(results, args.json)
 
 
 if __name__ == "__main__":

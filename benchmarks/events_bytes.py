@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from typing import Any
 
 import requests
 
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 from benchmarks.events import commit
 from tests.support.activemq import DESTINATION, Broker, running_broker
 from tests.support.daemon import Daemon
@@ -208,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                                "started_utc": datetime.now(UTC).isoformat()}  # fmt: skip
     results |= run(args)
     results |= {"machine_after": machine(), "finished_utc": datetime.now(UTC).isoformat()}
-    print(json.dumps(results, indent=1))
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    emit(results, args.json)
     if results["bytes_ratio_polling_over_events"] < args.target:
         print(
             f"TARGET MISSED: ratio {results['bytes_ratio_polling_over_events']:.1f} < {args.target}"

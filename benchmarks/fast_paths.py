@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 from benchmarks.generate import SCOPES, Federation, Scale
 from benchmarks.model_tricks import commit, compare, held_bytes
 from hydrator.config import ClassAdConfig
@@ -399,10 +399,7 @@ def main() -> None:
     if min(args.site_datasets, args.ids, args.replicas, args.repetitions) < 1:
         parser.error("--site-datasets, --ids, --replicas and --repetitions must be at least 1")
     figures = run(args.site_datasets, args.ids, args.replicas, args.repetitions)
-    text = json.dumps(figures, indent=1)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 
 HERE = Path(__file__).resolve().parent
 
@@ -135,9 +135,7 @@ def main() -> None:
         "machine": before,
         "machine_after": machine(),
     }
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps({k: summary[k] for k in ("old", "new", "new_vs_old_pct")}, indent=1))
+    emit(summary, args.json, shown={k: summary[k] for k in ("old", "new", "new_vs_old_pct")})
 
 
 if __name__ == "__main__":

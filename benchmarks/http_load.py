@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import cycle
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 from hydrator.config import ClassAdConfig, CollectorConfig, HttpConfig
 
 LUA = """local paths, etags, index, i = {%(paths)s}, {ETAGS}, {}, 0
@@ -214,6 +214,4 @@ def main() -> None:
         result["slow"] = step_slow(args)
     result["utc_end"] = datetime.now(UTC).isoformat(timespec="seconds")
     result["machine_after"] = machine()
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
+    emit(result, Path(args.json) if args.json else None)

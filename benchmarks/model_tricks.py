@@ -52,7 +52,6 @@ functions are imported by their private names (its patch helpers from
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import time
 import tracemalloc
@@ -64,7 +63,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.conditions import machine
+from benchmarks.conditions import emit, machine
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.core.changes import Changes
 from hydrator.core.index import Index
@@ -375,10 +374,7 @@ def main() -> None:
     if args.replicas < 1 or args.repetitions < 1:
         parser.error("--replicas and --repetitions must be at least 1")
     figures = run(args.replicas, args.repetitions)
-    text = json.dumps(figures, indent=1)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ was. The files go to a temporary directory unless ``--dir`` is given (1M replica
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -30,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from benchmarks.conditions import emit
 from benchmarks.generate import SOURCE, Federation, Scale
 from hydrator.adapters.state.sqlite import SqliteStateStore
 from hydrator.core.plan import GuardPolicy, plan_cycle
@@ -98,10 +98,7 @@ def main() -> None:
         if args.dir is not None:
             args.dir.mkdir(parents=True, exist_ok=True)
         figures = run(args.replicas, args.dir or Path(workdir))
-    text = json.dumps(figures, indent=1)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":
