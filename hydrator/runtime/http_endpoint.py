@@ -219,12 +219,17 @@ class HttpEndpoint:
         self._watcher.start()
 
     def _write_sites(self) -> None:
-        ads = self.service.published.ads
+        """Every changed ClassAd first (what glideins and the startd hook fetch), then the
+        site documents (larger, read by people and provisioners), so that a new ad is served
+        without waiting for them."""
+        published = self.service.published
+        ads = published.ads
         for site, ad in ads.items():
-            view = self.service.published.view(site)  # the full lists: only the ad is cut
-            etag, old = self._written.get(site, ("", None))
-            if etag != ad.etag:
+            if self._written.get(site, ("", None))[0] != ad.etag:
                 self.spool.write(f"classad/{site}", ad.body)
+        for site, ad in ads.items():
+            view = published.view(site)  # the full lists: only the ad is cut
+            old = self._written.get(site, ("", None))[1]
             name = f"site/{site}.json"
             new = site_file_bytes(view, old, partial(self.spool.read, name))
             if new is not None:

@@ -197,6 +197,32 @@ def test_changes_are_served_when_the_cycle_returns(tmp_path: Path) -> None:
         assert '"ska:b"' in get(f"{base}/v1/sites/SITE_B/classad").text
 
 
+def test_every_sites_new_classad_is_served_before_the_site_documents_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Glideins and the startd hook read the ClassAds, people and provisioners the (much
+    larger) site documents: after a cycle, the new ad of every changed site is served while
+    the first site document is still to be written."""
+    with serving(tmp_path) as (base, service, endpoint):
+        service.run_cycle()
+        (tmp_path / "inv.toml").write_text(
+            INVENTORY.replace('"ska:y"', '"ska:z"')
+            + '[storage.B]\nsite = "SITE_B"\navailable = ["ska:b"]\n'
+        )
+        served: dict[str, str] = {}
+        write = endpoint.spool.write
+
+        def watched(name: str, body: bytes) -> None:
+            if name.startswith("site/") and not served:
+                served.update({s: get(f"{base}/v1/sites/SITE_{s}/classad").text for s in "AB"})
+            write(name, body)
+
+        monkeypatch.setattr(endpoint.spool, "write", watched)
+        service.run_cycle()
+        assert '"ska:z"' in served["A"] and '"ska:b"' in served["B"]
+        assert '"ska:z"' in get(f"{base}/v1/sites/SITE_A").text  # then the documents
+
+
 def test_a_server_that_dies_is_restarted_and_counted(tmp_path: Path) -> None:
     with serving(tmp_path) as (base, service, endpoint):
         service.run_cycle()
