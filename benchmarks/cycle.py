@@ -64,7 +64,7 @@ import classad2
 from prometheus_client import CollectorRegistry
 
 import hydrator
-from benchmarks.conditions import kib, machine
+from benchmarks.conditions import emit, kib, machine
 from hydrator.adapters.htcondor.collector import MERGED_ATTRIBUTE, CollectorPublisher
 from hydrator.adapters.state.sqlite import SqliteStateStore, StateLock
 from hydrator.config import (
@@ -428,6 +428,7 @@ def step_daemon(args: argparse.Namespace) -> dict[str, Any]:
             sent, args.cycles, {"first": [first], "churn": churned, "nochange": nochange}
         ),
         "near_ads": pool.near_ads,
+        "merge_min_interval_s": daemon.publisher.config.merge_min_interval_s,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -787,9 +788,7 @@ def main() -> None:
         parser.error("--against-no-distances compares this checkout with itself: no --code")
     compared = args.code is not None or args.against_no_distances
     summary = compare(args, args.code) if compared else run(args, None)
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps(brief(summary), indent=1))
+    emit(summary, args.json, shown=brief(summary))
 
 
 def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
@@ -815,7 +814,7 @@ def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         ],
         "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
         "new_vs_old_interval": {
-            key: median_interval([c[key] for c in changes if c[key] is not None])
+            key: median_interval([v for c in changes if (v := c[key]) is not None])
             for key in COMPARED
         },
     }
@@ -866,7 +865,8 @@ def run(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
         raise SystemExit(f"the steps ran the hydrator in {summary['hydrator']}, not {checkout}")
     return summary | {
         "code": measured,
-        "merge_min_interval_s": collector_config(args.merge_min_interval_s).merge_min_interval_s,
+        # the window the step's own code ran with (its config's default unless given)
+        "merge_min_interval_s": daemon.get("merge_min_interval_s"),
         "startd_updates": args.startd_updates,
         "bad_replicas": args.bad_replicas,
         "distances": args.distances,
