@@ -47,6 +47,7 @@ import math
 import os
 import pstats
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -293,14 +294,16 @@ class BenchService:
     def cycle(self) -> dict[str, Any]:
         """One cycle's record: ``whole`` (wall seconds of ``run_cycle``), the report's phases
         (``after``: the wall time past them), the replicas held, the source's calls, RSS."""
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, cpu0 = time.perf_counter(), time.process_time()
         report = self.service.run_cycle()
         whole, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         if report.outcome != "ok":
             stale = [s.reason for s in report.plan.sources if s.reason] if report.plan else []
             why = report.error or report.publish_errors or stale
             raise RuntimeError(f"cycle {report.outcome}: {why}")
-        out: dict[str, Any] = {"whole": whole, "cpu": cpu}
+        out: dict[str, Any] = {"whole": whole, "cpu": cpu, "minor_faults": faults}
         phases = getattr(report, "phases", None)  # None: code older than the phase report
         if phases:
             out["phases"] = {name: taken.wall_s for name, taken in phases.items()}
@@ -633,6 +636,11 @@ def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
         "churn": median([r["cpu"] for r in churned]),
         "nochange": median([r["cpu"] for r in idle]),
     }
+    out["cycle_minor_faults"] = {  # pages the process touched anew (its heap grown again)
+        "first": first["minor_faults"],
+        "churn": median([r["minor_faults"] for r in churned]),
+        "nochange": median([r["minor_faults"] for r in idle]),
+    }
     if "collector_sent" in daemon:
         out["collector_sent"] = daemon["collector_sent"]
     if "delivery_s" in first:  # code with repair looks: the look after each cycle
@@ -683,9 +691,9 @@ COMPARED = ("whole_cycle_s", "nochange_cycle_s", "startup_s", "first_cycle_s", "
 """The figures a restructuring must keep (old against new code, at 1M replicas)."""
 
 
-PER_PAIR = ("phases_s", "cycle_cpu_s", "fetch_cpu_s")
-"""Kept for every pair beside :data:`COMPARED`: the churn cycles' phases and CPU seconds, to
-see whether a difference between the sides sits in one phase or in all of them."""
+PER_PAIR = ("phases_s", "cycle_cpu_s", "fetch_cpu_s", "cycle_minor_faults")
+"""Kept for every pair beside :data:`COMPARED`: the churn cycles' phases, CPU seconds and minor
+page faults, to see whether a difference between the sides sits in one phase or in all."""
 
 
 def median_interval(changes: Sequence[float]) -> dict[str, Any] | None:
