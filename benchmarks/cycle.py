@@ -631,30 +631,23 @@ def cycle_figures(daemon: dict[str, Any]) -> dict[str, Any]:
         "calls": {"first": first["calls"], "churn": churned[-1]["calls"]}
         | {"nochange": idle[-1]["calls"]},
     }
-    out["cycle_cpu_s"] = {
-        "first": first["cpu"],
-        "churn": median([r["cpu"] for r in churned]),
-        "nochange": median([r["cpu"] for r in idle]),
-    }
-    out["cycle_minor_faults"] = {  # pages the process touched anew (its heap grown again)
-        "first": first["minor_faults"],
-        "churn": median([r["minor_faults"] for r in churned]),
-        "nochange": median([r["minor_faults"] for r in idle]),
-    }
+
+    def by_kind(key: str) -> dict[str, float]:
+        """The first cycle's ``key`` and the median of the churn and no-change cycles'."""
+        return {
+            "first": first[key],
+            "churn": median([r[key] for r in churned]),
+            "nochange": median([r[key] for r in idle]),
+        }
+
+    out["cycle_cpu_s"] = by_kind("cpu")
+    out["cycle_minor_faults"] = by_kind("minor_faults")  # pages touched anew (heap grown again)
     if "collector_sent" in daemon:
         out["collector_sent"] = daemon["collector_sent"]
     if "delivery_s" in first:  # code with repair looks: the look after each cycle
-        out["delivery_s"] = {
-            "first": first["delivery_s"],
-            "churn": median([r["delivery_s"] for r in churned]),
-            "nochange": median([r["delivery_s"] for r in idle]),
-        }
+        out["delivery_s"] = by_kind("delivery_s")
     if "fetch_cpu" in first:
-        out["fetch_cpu_s"] = {
-            "first": first["fetch_cpu"],
-            "churn": median([r["fetch_cpu"] for r in churned]),
-            "nochange": median([r["fetch_cpu"] for r in idle]),
-        }
+        out["fetch_cpu_s"] = by_kind("fetch_cpu")
     return out
 
 
@@ -810,15 +803,18 @@ def compare(args: argparse.Namespace, code: Path | None) -> dict[str, Any]:
     old_args = args if code is not None else argparse.Namespace(**{**vars(args), "distances": 0})
     pairs = [pair(args, code, i % 2 == 0, old_args) for i in range(args.rounds)]
     changes = [new_vs_old(old, new) for old, new in pairs]
+
+    def kept(side: dict[str, Any]) -> dict[str, Any]:
+        return {key: side.get(key) for key in (*COMPARED, *PER_PAIR)}
+
     return {
         "old": pairs[0][0],
         "new": pairs[0][1],
         "new_vs_old": changes[0],
         "rounds": [
-            {side: {k: s.get(k) for k in (*COMPARED, *PER_PAIR)} for side, s in sides}
+            {"old": kept(old), "new": kept(new)}
             | {"new_vs_old": change, "load_average": new["machine"]["load_average"]}
             for (old, new), change in zip(pairs, changes, strict=True)
-            for sides in [(("old", old), ("new", new))]
         ],
         "new_vs_old_median": {key: median_of(c[key] for c in changes) for key in COMPARED},
         "new_vs_old_interval": {
